@@ -1,0 +1,1 @@
+//! Crazyflie 2.1 bridge (see the crate description).

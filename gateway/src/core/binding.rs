@@ -1,0 +1,396 @@
+//! Admission witnesses, exact action bindings, one-dispatch tokens and the token ledger.
+//!
+//! - `β_e(C_{t_a})`, the stable support projection: per footprint source its identity, epoch
+//!   and provenance, and the certificate's identity. Never clock time or age.
+//! - `W_e = CanonWitness_K(d_e, β_e, certificate_e, v_K)`, hashed with its own tag.
+//! - `b_e = H(W_e, seq_e)`, where `seq_e = (boot epoch, counter)` is never reused.
+//! - A [`DispatchToken`] is bound to (component, digest, generation, sequence, boot epoch) and
+//!   authorizes at most one adapter call. It is move-only: the gate consumes it. Its wire form
+//!   exists so that a persisted or replayed token can be presented, and refused.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::catalog::{Catalog, SourceIx, TypeSpec};
+use super::digest::{Digest, canonical_into, tag};
+use super::graph::Component;
+use super::ids::Id;
+use super::reason::ReasonCode;
+use super::state::Snapshot;
+
+/// A sequence identity: boot epoch and a counter that never repeats within it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Seq {
+    /// Boot epoch at minting.
+    pub boot: u64,
+    /// Counter within the boot.
+    pub n: u64,
+}
+
+impl std::fmt::Display for Seq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.boot, self.n)
+    }
+}
+
+/// One source in the stable projection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StableSource {
+    /// Source index.
+    pub source: u8,
+    /// Epoch at admission.
+    pub epoch: u64,
+    /// Provenance at admission.
+    pub provenance: Id,
+}
+
+/// Certificate identity in the stable projection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StableCert {
+    /// Certificate id.
+    pub id: Id,
+    /// Digest it covers.
+    pub covers: Digest,
+    /// Issuer.
+    pub issuer: Id,
+}
+
+/// The admission witness `W_e`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Witness {
+    /// `d_e`.
+    pub digest: Digest,
+    /// `β_e`, in footprint order.
+    pub sources: Vec<StableSource>,
+    /// Certificate identity.
+    pub certificate: Option<StableCert>,
+    /// Catalog id.
+    pub catalog: Id,
+    /// `v_K`.
+    pub catalog_version: u32,
+}
+
+impl Witness {
+    /// Builds the witness from the current state. Sources that were never updated are left out
+    /// (such a component is not locally supported and gets no binding).
+    pub fn capture(cat: &Catalog, spec: &TypeSpec, c: &Component, snap: &Snapshot) -> Witness {
+        let sources = spec
+            .footprint
+            .iter()
+            .filter_map(|&(s, _)| {
+                snap.source(s).map(|st| StableSource {
+                    source: s.0,
+                    epoch: st.epoch,
+                    provenance: st.provenance.clone(),
+                })
+            })
+            .collect();
+        let certificate = c
+            .certificate
+            .as_ref()
+            .and_then(|id| snap.certificate(id))
+            .map(|cert| StableCert {
+                id: cert.id.clone(),
+                covers: cert.covers,
+                issuer: cert.issuer.clone(),
+            });
+        Witness {
+            digest: c.digest,
+            sources,
+            certificate,
+            catalog: cat.id().clone(),
+            catalog_version: cat.version(),
+        }
+    }
+
+    /// `H(W_e)`.
+    pub fn hash(&self, buf: &mut Vec<u8>) -> Digest {
+        Digest::of(tag::WITNESS, &[canonical_into(self, buf)])
+    }
+
+    /// WitnessOK: the current stable projection equals the admitted one. Returns the first
+    /// difference as a reason code. Compares field by field, without allocating or hashing.
+    pub fn check(
+        &self,
+        cat: &Catalog,
+        spec: &TypeSpec,
+        c: &Component,
+        snap: &Snapshot,
+    ) -> Result<(), ReasonCode> {
+        if c.digest != self.digest {
+            return Err(ReasonCode::TOKEN_MISMATCH);
+        }
+        if cat.version() != self.catalog_version || *cat.id() != self.catalog {
+            return Err(ReasonCode::CATALOG_MISMATCH);
+        }
+        if spec.footprint.len() != self.sources.len() {
+            return Err(ReasonCode::SOURCE_MISSING);
+        }
+        for (&(s, _), w) in spec.footprint.iter().zip(&self.sources) {
+            let Some(st) = snap.source(s) else {
+                return Err(ReasonCode::SOURCE_MISSING);
+            };
+            if s.0 != w.source {
+                return Err(ReasonCode::SOURCE_MISSING);
+            }
+            if st.epoch != w.epoch {
+                return Err(ReasonCode::EPOCH_CHANGED);
+            }
+            if st.provenance != w.provenance {
+                return Err(
+                    if cat.source(SourceIx(w.source)).is_some_and(|x| x.bounds) {
+                        ReasonCode::BOUNDS_PROVENANCE_CHANGED
+                    } else {
+                        ReasonCode::PROVENANCE_CHANGED
+                    },
+                );
+            }
+        }
+        let now_cert = c.certificate.as_ref().and_then(|id| snap.certificate(id));
+        match (&self.certificate, now_cert) {
+            (None, None) => Ok(()),
+            (Some(w), Some(n)) if w.id == n.id && w.covers == n.covers && w.issuer == n.issuer => {
+                Ok(())
+            }
+            (Some(_), None) => Err(ReasonCode::CERTIFICATE_UNKNOWN),
+            _ => Err(ReasonCode::CERTIFICATE_NOT_BOUND),
+        }
+    }
+}
+
+/// `b_e = H(W_e, seq_e)`.
+pub fn binding(witness_hash: &Digest, seq: Seq) -> Digest {
+    Digest::of(
+        tag::BINDING,
+        &[
+            &witness_hash.0,
+            &seq.boot.to_le_bytes(),
+            &seq.n.to_le_bytes(),
+        ],
+    )
+}
+
+/// A one-dispatch token. Not `Clone`: the final gate takes it by value.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchToken {
+    response: Id,
+    component: Id,
+    digest: Digest,
+    generation: u32,
+    seq: Seq,
+    binding: Digest,
+}
+
+/// A token's wire form could not be decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenDecodeError {
+    message: String,
+}
+
+impl std::fmt::Display for TokenDecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "undecodable token: {}", self.message)
+    }
+}
+
+impl std::error::Error for TokenDecodeError {}
+
+impl DispatchToken {
+    /// Response id.
+    pub fn response(&self) -> &Id {
+        &self.response
+    }
+    /// Component id.
+    pub fn component(&self) -> &Id {
+        &self.component
+    }
+    /// Bound digest.
+    pub fn digest(&self) -> &Digest {
+        &self.digest
+    }
+    /// Admission generation.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+    /// Sequence identity.
+    pub fn seq(&self) -> Seq {
+        self.seq
+    }
+    /// `b_e`.
+    pub fn binding(&self) -> &Digest {
+        &self.binding
+    }
+
+    /// Encodes the token (postcard), e.g. to persist it or to replay it in tests.
+    pub fn to_wire(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).unwrap_or_default()
+    }
+
+    /// Decodes a token from its wire form. Decoding grants nothing: the gate checks every
+    /// presented token against the ledger.
+    ///
+    /// # Errors
+    /// [`TokenDecodeError`] on malformed bytes.
+    pub fn from_wire(bytes: &[u8]) -> Result<DispatchToken, TokenDecodeError> {
+        postcard::from_bytes(bytes).map_err(|e| TokenDecodeError {
+            message: e.to_string(),
+        })
+    }
+}
+
+/// State of a minted token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum TokenState {
+    /// May still authorize one dispatch.
+    Unused,
+    /// Consumed by the gate.
+    Used,
+    /// Revoked (withheld, invalidated, superseded by a later generation).
+    Revoked,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    response: Id,
+    component: Id,
+    digest: Digest,
+    generation: u32,
+    binding: Digest,
+    state: TokenState,
+}
+
+/// The trusted authorization ledger: which tokens exist and whether each is fresh.
+#[derive(Clone, Debug)]
+pub struct Ledger {
+    boot: u64,
+    next: u64,
+    entries: BTreeMap<u64, Entry>,
+}
+
+impl Ledger {
+    /// A ledger for `boot`. The shell persists the boot epoch and bumps it on every start, so
+    /// tokens minted before a restart carry an older epoch and are dead.
+    pub fn new(boot: u64) -> Ledger {
+        Ledger {
+            boot,
+            next: 0,
+            entries: BTreeMap::new(),
+        }
+    }
+
+    /// The current boot epoch.
+    pub fn boot(&self) -> u64 {
+        self.boot
+    }
+
+    /// Allocates an unused sequence.
+    pub fn next_seq(&mut self) -> Seq {
+        let n = self.next;
+        self.next = self.next.saturating_add(1);
+        Seq { boot: self.boot, n }
+    }
+
+    /// Records and returns a token for an admitted action instance.
+    pub fn mint(
+        &mut self,
+        response: &Id,
+        component: &Id,
+        digest: Digest,
+        generation: u32,
+        seq: Seq,
+        binding: Digest,
+    ) -> DispatchToken {
+        self.entries.insert(
+            seq.n,
+            Entry {
+                response: response.clone(),
+                component: component.clone(),
+                digest,
+                generation,
+                binding,
+                state: TokenState::Unused,
+            },
+        );
+        DispatchToken {
+            response: response.clone(),
+            component: component.clone(),
+            digest,
+            generation,
+            seq,
+            binding,
+        }
+    }
+
+    /// FreshAuth, ledger half: the token was minted in this boot, is unused, and matches its
+    /// record exactly.
+    ///
+    /// # Errors
+    /// `TOKEN_STALE_BOOT`, `TOKEN_UNKNOWN`, `SEQUENCE_REUSED`, `TOKEN_USED`, `TOKEN_REVOKED` or
+    /// `TOKEN_MISMATCH`.
+    pub fn check(&self, t: &DispatchToken) -> Result<(), ReasonCode> {
+        if t.seq.boot != self.boot {
+            return Err(ReasonCode::TOKEN_STALE_BOOT);
+        }
+        if t.seq.n >= self.next {
+            return Err(ReasonCode::TOKEN_UNKNOWN);
+        }
+        let Some(e) = self.entries.get(&t.seq.n) else {
+            // Minted in this boot and since retired with its response.
+            return Err(ReasonCode::SEQUENCE_REUSED);
+        };
+        match e.state {
+            TokenState::Used => return Err(ReasonCode::TOKEN_USED),
+            TokenState::Revoked => return Err(ReasonCode::TOKEN_REVOKED),
+            TokenState::Unused => {}
+        }
+        if e.response != t.response
+            || e.component != t.component
+            || e.digest != t.digest
+            || e.generation != t.generation
+            || e.binding != t.binding
+        {
+            return Err(ReasonCode::TOKEN_MISMATCH);
+        }
+        Ok(())
+    }
+
+    /// Marks a token used. Call only after [`Ledger::check`] passed.
+    pub fn consume(&mut self, seq: Seq) {
+        if let Some(e) = self.entries.get_mut(&seq.n) {
+            e.state = TokenState::Used;
+        }
+    }
+
+    /// Revokes a token if it is still unused.
+    pub fn revoke(&mut self, seq: Seq) {
+        if let Some(e) = self.entries.get_mut(&seq.n) {
+            if e.state == TokenState::Unused {
+                e.state = TokenState::Revoked;
+            }
+        }
+    }
+
+    /// Drops the record of a token whose response is gone; its sequence stays burnt.
+    pub fn retire(&mut self, seq: Seq) {
+        self.entries.remove(&seq.n);
+    }
+
+    /// State of a sequence, if recorded.
+    pub fn state(&self, seq: Seq) -> Option<TokenState> {
+        if seq.boot != self.boot {
+            return None;
+        }
+        self.entries.get(&seq.n).map(|e| e.state)
+    }
+
+    /// Number of records held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no records are held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}

@@ -1,0 +1,1363 @@
+//! The HALO state machine: admission, incremental re-evaluation, processing phases and
+//! obligations. The final gate lives in [`super::gate`] and fresh readmission in
+//! [`super::recovery`], as further `impl` blocks of [`Gateway`].
+//!
+//! # Call order
+//!
+//! The shell feeds inputs and drains outputs, in this order, after every input:
+//!
+//! 1. one `handle_*` call (a response, a provider update, a certificate, an observation, a
+//!    candidate, or `handle_timeout` when `poll_timeout` has passed);
+//! 2. `poll_event` until `None` (phase changes, emitted non-actions, obligations);
+//! 3. `poll_dispatch` until `None`, passing each token straight to
+//!    [`Gateway::final_gate`] with the adapter;
+//! 4. `poll_receipt` until `None`, appending each receipt to the audit log;
+//! 5. sleep until `poll_timeout`.
+//!
+//! Every entry point takes `now`; nothing here reads a clock or does I/O.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+
+use serde::Serialize;
+
+use super::binding::{DispatchToken, Ledger, Seq, Witness, binding};
+use super::catalog::{Catalog, Class, Output, Scope, SourceIx, TypeSpec};
+use super::digest::Digest;
+use super::envelope::{Rejection, parse_envelope};
+use super::graph::{Graph, ValidatedResponse, validate};
+use super::ids::Id;
+use super::obligation::{Discharge, Obligation, ObligationId, ObligationState};
+use super::payload::Payload;
+use super::phase::Phase;
+use super::reason::ReasonCode;
+use super::receipt::{Receipt, ReceiptChain};
+use super::state::{Certificate, Snapshot, SourceUpdate, UpdateError};
+use super::support::{Timing, Verdict, local_ok};
+use super::time::Nanos;
+use super::variant::Variant;
+
+/// Gateway configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Mechanism variant; `Full` in the product.
+    pub variant: Variant,
+    /// Boot epoch, persisted and bumped by the shell at every start.
+    pub boot_epoch: u64,
+    /// Most responses live at once.
+    pub max_live_responses: usize,
+    /// How long a finished response is kept for observations and queries.
+    pub done_retention: Nanos,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            variant: Variant::Full,
+            boot_epoch: 1,
+            max_live_responses: 64,
+            done_retention: Nanos::from_ms(10_000),
+        }
+    }
+}
+
+/// What the gateway decided for one component.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ComponentReport {
+    /// Component id.
+    pub id: Id,
+    /// Catalog type name.
+    #[serde(rename = "type")]
+    pub ty: Id,
+    /// True for actions.
+    pub action: bool,
+    /// Current phase.
+    pub phase: Phase,
+    /// In the retained set `A*_t`.
+    pub retained: bool,
+    /// `L_{C_t}(e)`.
+    pub locally_supported: bool,
+    /// The reason for the current phase, when it is a denial or a wait.
+    pub reason: Option<ReasonCode>,
+    /// `d_e`.
+    pub digest: Digest,
+    /// Admission generation of this instance.
+    pub generation: u32,
+    /// `b_e`, for bound actions.
+    pub binding: Option<Digest>,
+    /// Sequence identity, for bound actions.
+    pub seq: Option<Seq>,
+    /// Obligation created for this instance, if any.
+    pub obligation: Option<ObligationId>,
+}
+
+/// The decisions for one response.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AdmissionReport {
+    /// Response id.
+    pub response: Id,
+    /// Per-component decisions, in envelope order.
+    pub components: Vec<ComponentReport>,
+}
+
+impl AdmissionReport {
+    /// The report of one component.
+    pub fn component(&self, id: &str) -> Option<&ComponentReport> {
+        self.components.iter().find(|c| c.id.as_str() == id)
+    }
+}
+
+/// Something the shell must act on or may publish.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A component changed phase.
+    Phase {
+        /// Response.
+        response: Id,
+        /// Component.
+        component: Id,
+        /// New phase.
+        phase: Phase,
+        /// Why, when it is a denial or a wait.
+        reason: Option<ReasonCode>,
+    },
+    /// A retained, ready non-action: hand it to its output path.
+    Emit {
+        /// Response.
+        response: Id,
+        /// Component.
+        component: Id,
+        /// Output path from the catalog.
+        path: Id,
+        /// The payload.
+        payload: Payload,
+    },
+    /// A new obligation: send its refresh request to the assignee.
+    ObligationCreated {
+        /// The obligation.
+        obligation: Obligation,
+    },
+    /// An obligation changed state.
+    ObligationChanged {
+        /// Id.
+        id: ObligationId,
+        /// New state.
+        state: ObligationState,
+    },
+}
+
+/// Records pushed onto the receipt chain.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub(crate) enum Record<'a> {
+    Rejected {
+        response: &'a str,
+        code: ReasonCode,
+        ids: &'a [String],
+    },
+    Admitted {
+        response: &'a Id,
+        agent: &'a Id,
+        generation: u64,
+        catalog: &'a Id,
+        catalog_version: u32,
+        components: &'a [ComponentReport],
+    },
+    SourceUpdate {
+        source: &'a Id,
+        epoch: u64,
+        provenance: &'a Id,
+        generated_at_ns: u64,
+    },
+    UpdateRefused {
+        source: &'a str,
+        code: ReasonCode,
+    },
+    Certificate {
+        id: &'a Id,
+        covers: &'a Digest,
+        valid_until_ns: u64,
+        revoked: bool,
+    },
+    Phase {
+        response: &'a Id,
+        component: &'a Id,
+        phase: Phase,
+        reason: Option<ReasonCode>,
+        generation: u32,
+    },
+    Gate {
+        response: &'a Id,
+        component: &'a Id,
+        seq: Seq,
+        binding: &'a Digest,
+        outcome: &'static str,
+        code: Option<ReasonCode>,
+    },
+    GateRefused {
+        response: &'a Id,
+        component: &'a Id,
+        seq: Seq,
+        code: ReasonCode,
+    },
+    Obligation {
+        id: ObligationId,
+        response: &'a Id,
+        component: &'a Id,
+        state: ObligationState,
+        reason: ReasonCode,
+    },
+    Readmitted {
+        response: &'a Id,
+        obligation: ObligationId,
+        components: &'a [ComponentReport],
+    },
+    CandidateRejected {
+        response: &'a str,
+        obligation: u64,
+        code: ReasonCode,
+        ids: &'a [String],
+    },
+}
+
+/// One component instance's processing state.
+#[derive(Debug)]
+pub(crate) struct Inst {
+    pub(crate) class: Class,
+    pub(crate) local: Verdict,
+    pub(crate) member: bool,
+    pub(crate) phase: Phase,
+    pub(crate) reason: Option<ReasonCode>,
+    pub(crate) generation: u32,
+    pub(crate) agent_generation: u64,
+    pub(crate) witness: Option<Witness>,
+    pub(crate) seq: Option<Seq>,
+    pub(crate) binding: Option<Digest>,
+    pub(crate) token: Option<DispatchToken>,
+    pub(crate) queued: bool,
+    pub(crate) obligation: Option<ObligationId>,
+    pub(crate) admitted_at: Nanos,
+}
+
+impl Inst {
+    pub(crate) fn new(class: Class, agent_generation: u64, now: Nanos) -> Inst {
+        Inst {
+            class,
+            local: Verdict {
+                ok: false,
+                code: None,
+                failing: 0,
+                changes_at: Nanos::MAX,
+            },
+            member: false,
+            phase: Phase::Proposed,
+            reason: None,
+            generation: 1,
+            agent_generation,
+            witness: None,
+            seq: None,
+            binding: None,
+            token: None,
+            queued: false,
+            obligation: None,
+            admitted_at: now,
+        }
+    }
+
+    /// Untouchable by ordinary support events: proceeded or ended for good.
+    fn settled(&self) -> bool {
+        self.phase.has_proceeded() || matches!(self.phase, Phase::Failed | Phase::Invalidated)
+    }
+
+    /// An action instance that was withheld lost its binding; only a fresh candidate returns it.
+    fn ended_action(&self) -> bool {
+        self.class == Class::Action && self.phase == Phase::Withheld
+    }
+
+    /// `L` as closure sees it: ended instances are never eligible.
+    fn eligible(&self) -> bool {
+        !matches!(self.phase, Phase::Failed | Phase::Invalidated)
+            && !self.ended_action()
+            && self.local.ok
+    }
+}
+
+/// One live response.
+#[derive(Debug)]
+pub(crate) struct Resp {
+    pub(crate) id: Id,
+    pub(crate) agent: Id,
+    pub(crate) expires_at: Nanos,
+    pub(crate) done_at: Option<Nanos>,
+    pub(crate) graph: Graph,
+    pub(crate) inst: Vec<Inst>,
+}
+
+impl Resp {
+    pub(crate) fn inst(&self, i: u16) -> Option<&Inst> {
+        self.inst.get(usize::from(i))
+    }
+    pub(crate) fn inst_mut(&mut self, i: u16) -> Option<&mut Inst> {
+        self.inst.get_mut(usize::from(i))
+    }
+    fn all_mask(&self) -> u64 {
+        if self.inst.len() >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.inst.len()) - 1
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum TimerKey {
+    Component(Id, u16),
+    Obligation(ObligationId),
+    ResponseTtl(Id),
+    Retire(Id),
+}
+
+/// Everything but the responses, so that response state and the rest can be borrowed apart.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) cat: Catalog,
+    pub(crate) cfg: Config,
+    pub(crate) snap: Snapshot,
+    pub(crate) ledger: Ledger,
+    pub(crate) obligations: BTreeMap<ObligationId, Obligation>,
+    pub(crate) next_obligation: u64,
+    pub(crate) timers: BinaryHeap<Reverse<(Nanos, TimerKey)>>,
+    pub(crate) events: VecDeque<Event>,
+    pub(crate) ready: VecDeque<(Id, u16)>,
+    pub(crate) receipts: ReceiptChain,
+    pub(crate) buf: Vec<u8>,
+}
+
+/// The sans-IO HALO gateway. See the module documentation for the call order.
+#[derive(Debug)]
+pub struct Gateway {
+    pub(crate) sh: Shared,
+    pub(crate) responses: BTreeMap<Id, Resp>,
+}
+
+impl Gateway {
+    /// A gateway over `catalog` with an empty state.
+    pub fn new(catalog: Catalog, cfg: Config) -> Gateway {
+        let snap = Snapshot::new(&catalog);
+        let ledger = Ledger::new(cfg.boot_epoch);
+        Gateway {
+            sh: Shared {
+                cat: catalog,
+                cfg,
+                snap,
+                ledger,
+                obligations: BTreeMap::new(),
+                next_obligation: 1,
+                timers: BinaryHeap::new(),
+                events: VecDeque::new(),
+                ready: VecDeque::new(),
+                receipts: ReceiptChain::new(),
+                buf: Vec::with_capacity(512),
+            },
+            responses: BTreeMap::new(),
+        }
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.sh.cat
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.sh.cfg
+    }
+
+    /// The current support state `C_t`.
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.sh.snap
+    }
+
+    /// The token ledger.
+    pub fn ledger(&self) -> &Ledger {
+        &self.sh.ledger
+    }
+
+    /// Parses, validates and admits a response.
+    ///
+    /// # Errors
+    /// A [`Rejection`] when the envelope or graph is invalid, or the response cannot be taken
+    /// (duplicate id, too many live responses). A rejected response changes nothing but the
+    /// receipt log.
+    pub fn handle_response(
+        &mut self,
+        now: Nanos,
+        bytes: &[u8],
+    ) -> Result<AdmissionReport, Rejection> {
+        let checked = parse_envelope(bytes).and_then(|raw| validate(&self.sh.cat, &raw));
+        match checked {
+            Ok(v) => self.handle_validated(now, v),
+            Err(rej) => {
+                let rid = parse_envelope(bytes)
+                    .map(|r| r.response_id)
+                    .unwrap_or_default();
+                self.sh.receipts.push(
+                    now,
+                    &Record::Rejected {
+                        response: &rid,
+                        code: rej.code(),
+                        ids: rej.ids(),
+                    },
+                );
+                Err(rej)
+            }
+        }
+    }
+
+    /// Admits an already validated response: LocalOK for every component, the greatest
+    /// dependency-closed retained set `A*_t`, bindings and tokens for retained actions, then
+    /// emission of ready non-actions and queueing of ready actions for the gate.
+    ///
+    /// # Errors
+    /// `DUPLICATE_RESPONSE` or `TOO_MANY_RESPONSES`; nothing changes.
+    pub fn handle_validated(
+        &mut self,
+        now: Nanos,
+        v: ValidatedResponse,
+    ) -> Result<AdmissionReport, Rejection> {
+        if self.responses.contains_key(&v.response_id) {
+            let rej = Rejection::new(
+                ReasonCode::DUPLICATE_RESPONSE,
+                vec![v.response_id.to_string()],
+                "a response with this id is live",
+            );
+            self.sh.receipts.push(
+                now,
+                &Record::Rejected {
+                    response: v.response_id.as_str(),
+                    code: rej.code(),
+                    ids: rej.ids(),
+                },
+            );
+            return Err(rej);
+        }
+        if self.responses.len() >= self.sh.cfg.max_live_responses {
+            let rej = Rejection::new(
+                ReasonCode::TOO_MANY_RESPONSES,
+                Vec::new(),
+                format!(
+                    "{} responses are live; the limit is {}",
+                    self.responses.len(),
+                    self.sh.cfg.max_live_responses
+                ),
+            );
+            self.sh.receipts.push(
+                now,
+                &Record::Rejected {
+                    response: v.response_id.as_str(),
+                    code: rej.code(),
+                    ids: rej.ids(),
+                },
+            );
+            return Err(rej);
+        }
+
+        let expires_at = now.saturating_add(self.sh.cat.response_ttl());
+        let inst = v
+            .graph
+            .components()
+            .iter()
+            .map(|c| {
+                let class = self
+                    .sh
+                    .cat
+                    .type_spec(c.ty)
+                    .map_or(Class::NonAction, |t| t.class);
+                Inst::new(class, v.generation, now)
+            })
+            .collect();
+        let mut r = Resp {
+            id: v.response_id.clone(),
+            agent: v.agent_id,
+            expires_at,
+            done_at: None,
+            graph: v.graph,
+            inst,
+        };
+        let all = r.all_mask();
+        self.sh.evaluate(&mut r, all, now);
+        self.sh.recompute(&mut r, all, now);
+
+        let report = report(&self.sh.cat, &r);
+        self.sh.receipts.push(
+            now,
+            &Record::Admitted {
+                response: &r.id,
+                agent: &r.agent,
+                generation: v.generation,
+                catalog: self.sh.cat.id(),
+                catalog_version: self.sh.cat.version(),
+                components: &report.components,
+            },
+        );
+        self.sh
+            .timers
+            .push(Reverse((expires_at, TimerKey::ResponseTtl(r.id.clone()))));
+        self.sh.check_done(&mut r, now);
+        self.responses.insert(r.id.clone(), r);
+        Ok(report)
+    }
+
+    /// Applies a provider's update and re-evaluates only the components whose footprint
+    /// contains the source, and their dependents.
+    ///
+    /// # Errors
+    /// [`UpdateError`] when the update is refused; the state is unchanged.
+    pub fn handle_source_update(&mut self, now: Nanos, u: SourceUpdate) -> Result<(), UpdateError> {
+        let source = u.source;
+        let name = self.sh.cat.source(source).map(|s| s.name.clone());
+        let generated_at = u.state.generated_at;
+        if let Err(e) = self.sh.snap.apply(&self.sh.cat, now, u) {
+            let n = name.as_ref().map_or("?", Id::as_str);
+            self.sh.receipts.push(
+                now,
+                &Record::UpdateRefused {
+                    source: n,
+                    code: e.code(),
+                },
+            );
+            return Err(e);
+        }
+        if let (Some(n), Some(st)) = (name.as_ref(), self.sh.snap.source(source)) {
+            self.sh.receipts.push(
+                now,
+                &Record::SourceUpdate {
+                    source: n,
+                    epoch: st.epoch,
+                    provenance: &st.provenance,
+                    generated_at_ns: st.generated_at.0,
+                },
+            );
+        }
+        self.sh.note_refresh(source, generated_at, now);
+        if self.sh.cfg.variant.reevaluates() {
+            let bit = 1u64 << source.0;
+            for r in self.responses.values_mut() {
+                let mut affected = 0u64;
+                for (i, c) in r.graph.components().iter().enumerate() {
+                    let uses = self
+                        .sh
+                        .cat
+                        .type_spec(c.ty)
+                        .is_some_and(|t| t.footprint_mask & bit != 0);
+                    if uses {
+                        affected |= 1u64 << i;
+                    }
+                }
+                if affected != 0 {
+                    let changed = self.sh.evaluate(r, affected, now);
+                    self.sh.recompute(r, changed, now);
+                    self.sh.check_done(r, now);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Installs a certificate and re-evaluates the components that reference it.
+    ///
+    /// # Errors
+    /// [`UpdateError`] when the certificate table is full.
+    pub fn handle_certificate(&mut self, now: Nanos, cert: Certificate) -> Result<(), UpdateError> {
+        let id = cert.id.clone();
+        self.sh.receipts.push(
+            now,
+            &Record::Certificate {
+                id: &cert.id,
+                covers: &cert.covers,
+                valid_until_ns: cert.valid_until.0,
+                revoked: false,
+            },
+        );
+        self.sh.snap.put_certificate(cert)?;
+        self.reevaluate_certificate(now, &id);
+        Ok(())
+    }
+
+    /// Revokes a certificate and re-evaluates the components that reference it.
+    pub fn handle_certificate_revoked(&mut self, now: Nanos, id: &Id) {
+        if self.sh.snap.revoke_certificate(id) {
+            self.sh.receipts.push(
+                now,
+                &Record::Certificate {
+                    id,
+                    covers: &Digest::default(),
+                    valid_until_ns: 0,
+                    revoked: true,
+                },
+            );
+            self.reevaluate_certificate(now, id);
+        }
+    }
+
+    fn reevaluate_certificate(&mut self, now: Nanos, id: &Id) {
+        if !self.sh.cfg.variant.reevaluates() {
+            return;
+        }
+        for r in self.responses.values_mut() {
+            let mut affected = 0u64;
+            for (i, c) in r.graph.components().iter().enumerate() {
+                if c.certificate.as_ref() == Some(id) {
+                    affected |= 1u64 << i;
+                }
+            }
+            if affected != 0 {
+                let changed = self.sh.evaluate(r, affected, now);
+                self.sh.recompute(r, changed, now);
+                self.sh.check_done(r, now);
+            }
+        }
+    }
+
+    /// Records the downstream observation of a dispatched action: success advances it to
+    /// OBSERVED_SUCCESS; failure marks it FAILED and invalidates its unemitted or undispatched
+    /// descendants.
+    ///
+    /// # Errors
+    /// `RESPONSE_UNKNOWN`, or `INSTANCE_ENDED` when the component is not dispatched.
+    pub fn handle_observation(
+        &mut self,
+        now: Nanos,
+        response: &Id,
+        component: &Id,
+        success: bool,
+    ) -> Result<(), ReasonCode> {
+        let r = self
+            .responses
+            .get_mut(response)
+            .ok_or(ReasonCode::RESPONSE_UNKNOWN)?;
+        let i = r
+            .graph
+            .index_of(component)
+            .ok_or(ReasonCode::RESPONSE_UNKNOWN)?;
+        if r.inst(i).map(|x| x.phase) != Some(Phase::Dispatched) {
+            return Err(ReasonCode::INSTANCE_ENDED);
+        }
+        if success {
+            self.sh.set_phase(r, i, Phase::ObservedSuccess, None, now);
+            self.sh
+                .readiness(r, r.graph.descendants(1u64 << i) | (1u64 << i), now);
+        } else {
+            self.sh.set_phase(
+                r,
+                i,
+                Phase::Failed,
+                Some(ReasonCode::OBSERVATION_FAILED),
+                now,
+            );
+            self.sh.cascade_terminal(r, i, now);
+        }
+        self.sh.check_done(r, now);
+        Ok(())
+    }
+
+    /// Processes every timer due at `now`: freshness lapses, interval coverage ends,
+    /// obligation expiries, response lifetimes.
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        while let Some(Reverse((at, _))) = self.sh.timers.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((at, key))) = self.sh.timers.pop() else {
+                break;
+            };
+            match key {
+                TimerKey::Component(rid, i) => {
+                    let Some(r) = self.responses.get_mut(&rid) else {
+                        continue;
+                    };
+                    let live = r.inst(i).is_some_and(|x| {
+                        x.local.changes_at == at
+                            && !matches!(x.phase, Phase::Failed | Phase::Invalidated)
+                    });
+                    if live && self.sh.cfg.variant.reevaluates() {
+                        let changed = self.sh.evaluate(r, 1u64 << i, now);
+                        self.sh.recompute(r, changed, now);
+                        self.sh.check_done(r, now);
+                    }
+                }
+                TimerKey::Obligation(oid) => {
+                    let due = self
+                        .sh
+                        .obligations
+                        .get(&oid)
+                        .is_some_and(|o| o.expiry == at && o.state.is_live());
+                    if due {
+                        self.end_obligation(
+                            oid,
+                            ObligationState::Expired,
+                            ReasonCode::OBLIGATION_EXPIRED,
+                            now,
+                        );
+                    }
+                }
+                TimerKey::ResponseTtl(rid) => {
+                    let Some(r) = self.responses.get_mut(&rid) else {
+                        continue;
+                    };
+                    if r.expires_at != at {
+                        continue;
+                    }
+                    for i in 0..r.graph.len() {
+                        let i = u16::try_from(i).unwrap_or(u16::MAX);
+                        let open = r
+                            .inst(i)
+                            .is_some_and(|x| !x.phase.has_proceeded() && !x.phase.is_final());
+                        if open {
+                            self.sh.invalidate(r, i, ReasonCode::RESPONSE_EXPIRED, now);
+                        }
+                    }
+                    self.sh.check_done(r, now);
+                }
+                TimerKey::Retire(rid) => {
+                    let gone = self.responses.get(&rid).is_some_and(|r| {
+                        r.done_at
+                            .is_some_and(|d| d.saturating_add(self.sh.cfg.done_retention) <= now)
+                    });
+                    if gone {
+                        if let Some(r) = self.responses.remove(&rid) {
+                            for x in &r.inst {
+                                if let Some(seq) = x.seq {
+                                    self.sh.ledger.retire(seq);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends an obligation (expiry, retry limit). Its blocked instance becomes INVALIDATED and
+    /// the instance's unemitted or undispatched descendants with it.
+    pub(crate) fn end_obligation(
+        &mut self,
+        oid: ObligationId,
+        state: ObligationState,
+        code: ReasonCode,
+        now: Nanos,
+    ) {
+        let Some(o) = self.sh.obligations.get_mut(&oid) else {
+            return;
+        };
+        if !o.state.is_live() {
+            return;
+        }
+        o.state = state;
+        let (rid, cid, reason) = (o.response.clone(), o.component.clone(), o.reason);
+        self.sh
+            .events
+            .push_back(Event::ObligationChanged { id: oid, state });
+        self.sh.receipts.push(
+            now,
+            &Record::Obligation {
+                id: oid,
+                response: &rid,
+                component: &cid,
+                state,
+                reason,
+            },
+        );
+        if let Some(r) = self.responses.get_mut(&rid) {
+            if let Some(i) = r.graph.index_of(&cid) {
+                let blocked = r
+                    .inst(i)
+                    .is_some_and(|x| x.obligation == Some(oid) && x.phase == Phase::Withheld);
+                if blocked {
+                    self.sh.invalidate(r, i, code, now);
+                }
+            }
+            self.sh.check_done(r, now);
+        }
+    }
+
+    /// The next output event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        let ev = self.sh.events.pop_front()?;
+        if let Event::ObligationCreated { obligation } = &ev {
+            // Handing the event to the shell is what sends the refresh request.
+            if let Some(o) = self.sh.obligations.get_mut(&obligation.id) {
+                if o.state == ObligationState::Created {
+                    o.state = if o.required_mask == 0 {
+                        ObligationState::ReadyForReadmission
+                    } else {
+                        ObligationState::Dispatched
+                    };
+                }
+            }
+        }
+        Some(ev)
+    }
+
+    /// The token of the next action that is retained with its prerequisites ready. Pass it
+    /// straight to [`Gateway::final_gate`].
+    pub fn poll_dispatch(&mut self) -> Option<DispatchToken> {
+        while let Some((rid, i)) = self.sh.ready.pop_front() {
+            if let Some(tok) = self
+                .responses
+                .get_mut(&rid)
+                .and_then(|r| r.inst_mut(i))
+                .and_then(|x| x.token.take())
+            {
+                return Some(tok);
+            }
+        }
+        None
+    }
+
+    /// The next sealed receipt.
+    pub fn poll_receipt(&mut self) -> Option<Receipt> {
+        self.sh.receipts.seal()
+    }
+
+    /// When [`Gateway::handle_timeout`] must next be called.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        self.sh.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// The current decisions for a response.
+    pub fn response_report(&self, response: &Id) -> Option<AdmissionReport> {
+        self.responses
+            .get(response)
+            .map(|r| report(&self.sh.cat, r))
+    }
+
+    /// The current decision for one component.
+    pub fn component_report(&self, response: &Id, component: &Id) -> Option<ComponentReport> {
+        let r = self.responses.get(response)?;
+        let i = r.graph.index_of(component)?;
+        component_report(&self.sh.cat, r, i)
+    }
+
+    /// Ids of the live responses.
+    pub fn response_ids(&self) -> impl Iterator<Item = &Id> {
+        self.responses.keys()
+    }
+
+    /// An obligation by id.
+    pub fn obligation(&self, id: ObligationId) -> Option<&Obligation> {
+        self.sh.obligations.get(&id)
+    }
+
+    /// All obligations, live or not.
+    pub fn obligations(&self) -> impl Iterator<Item = &Obligation> {
+        self.sh.obligations.values()
+    }
+
+    /// The validated graph of a response (for queries and independent checks).
+    pub fn graph(&self, response: &Id) -> Option<&Graph> {
+        self.responses.get(response).map(|r| &r.graph)
+    }
+}
+
+pub(crate) fn component_report(cat: &Catalog, r: &Resp, i: u16) -> Option<ComponentReport> {
+    let c = r.graph.component(i)?;
+    let x = r.inst(i)?;
+    Some(ComponentReport {
+        id: c.id.clone(),
+        ty: cat
+            .type_spec(c.ty)
+            .map(|t| t.name.clone())
+            .unwrap_or_else(|| c.id.clone()),
+        action: x.class == Class::Action,
+        phase: x.phase,
+        retained: x.member,
+        locally_supported: x.local.ok,
+        reason: x.reason,
+        digest: c.digest,
+        generation: x.generation,
+        binding: x.binding,
+        seq: x.seq,
+        obligation: x.obligation,
+    })
+}
+
+pub(crate) fn report(cat: &Catalog, r: &Resp) -> AdmissionReport {
+    AdmissionReport {
+        response: r.id.clone(),
+        components: (0..r.graph.len())
+            .filter_map(|i| component_report(cat, r, u16::try_from(i).ok()?))
+            .collect(),
+    }
+}
+
+fn bits(mask: u64) -> impl Iterator<Item = u16> {
+    (0..64u16).filter(move |i| mask & (1u64 << i) != 0)
+}
+
+impl Shared {
+    fn spec(&self, r: &Resp, i: u16) -> Option<&TypeSpec> {
+        r.graph.component(i).and_then(|c| self.cat.type_spec(c.ty))
+    }
+
+    /// Re-evaluates `LocalOK` for the components in `mask` that are not settled. Returns the
+    /// components whose verdict changed (all of `mask` on first admission).
+    pub(crate) fn evaluate(&mut self, r: &mut Resp, mask: u64, now: Nanos) -> u64 {
+        let mut changed = 0u64;
+        for i in bits(mask) {
+            let (Some(c), Some(x)) = (r.graph.component(i), r.inst(i)) else {
+                continue;
+            };
+            if matches!(x.phase, Phase::Failed | Phase::Invalidated) {
+                continue;
+            }
+            let Some(spec) = self.cat.type_spec(c.ty) else {
+                continue;
+            };
+            let timing = if x.phase.has_proceeded() {
+                Timing::Proceeded
+            } else {
+                Timing::BeforeEffect
+            };
+            let v = local_ok(&self.cat, spec, c, &self.snap, now, timing);
+            let first = x.phase == Phase::Proposed;
+            let new_deadline = first || v.changes_at != x.local.changes_at;
+            if let Some(x) = r.inst_mut(i) {
+                if first || v.ok != x.local.ok || v.code != x.local.code {
+                    changed |= 1u64 << i;
+                }
+                x.local = v;
+            }
+            if v.ok && v.changes_at != Nanos::MAX && new_deadline {
+                self.timers.push(Reverse((
+                    v.changes_at,
+                    TimerKey::Component(r.id.clone(), i),
+                )));
+            }
+        }
+        changed
+    }
+
+    /// Recomputes membership in `A*_t` for `changed` and every dependent, in topological
+    /// order, applies the resulting phase transitions, then processes readiness.
+    ///
+    /// Components outside `changed` and its dependents are not touched.
+    pub(crate) fn recompute(&mut self, r: &mut Resp, changed: u64, now: Nanos) {
+        if changed == 0 {
+            return;
+        }
+        let variant = self.cfg.variant;
+        let affected = match variant {
+            Variant::WholeResponse => r.all_mask(),
+            Variant::IndependentFilter => changed,
+            Variant::Full | Variant::AdmissionOnly => changed | r.graph.descendants(changed),
+        };
+        let whole_ok =
+            variant == Variant::WholeResponse && r.inst.iter().all(|x| x.settled() || x.eligible());
+        let mut flipped = 0u64;
+        let topo: Vec<u16> = r.graph.topo().to_vec();
+        for &i in &topo {
+            if affected & (1u64 << i) == 0 {
+                continue;
+            }
+            let Some(x) = r.inst(i) else { continue };
+            let member = match variant {
+                Variant::WholeResponse => whole_ok && x.eligible(),
+                Variant::IndependentFilter => x.eligible(),
+                Variant::Full | Variant::AdmissionOnly => {
+                    // INVARIANT (closure): a member's parents are all members.
+                    x.eligible()
+                        && r.graph
+                            .parents(i)
+                            .iter()
+                            .all(|&(p, _)| r.inst(p).is_some_and(|y| y.member))
+                }
+            };
+            let was = x.member;
+            let first = x.phase == Phase::Proposed;
+            if let Some(x) = r.inst_mut(i) {
+                x.member = member;
+            }
+            if member != was || first {
+                flipped |= 1u64 << i;
+                self.settle(r, i, member, now);
+            }
+        }
+        let _ = flipped;
+        let kids = r.graph.descendants(affected);
+        self.readiness(r, affected | kids, now);
+    }
+
+    /// Applies the phase consequence of a membership decision.
+    fn settle(&mut self, r: &mut Resp, i: u16, member: bool, now: Nanos) {
+        let Some(x) = r.inst(i) else { return };
+        if x.settled() || x.ended_action() {
+            return;
+        }
+        if member {
+            if matches!(x.phase, Phase::Proposed | Phase::Withheld) {
+                let need_binding = x.class == Class::Action && x.seq.is_none();
+                self.set_phase(r, i, Phase::Retained, None, now);
+                if need_binding {
+                    self.bind(r, i, now);
+                }
+            }
+            return;
+        }
+        let reason = if !x.local.ok {
+            x.local.code.unwrap_or(ReasonCode::RULE_FAILED)
+        } else if self.cfg.variant == Variant::WholeResponse {
+            ReasonCode::NOT_RETAINED
+        } else {
+            ReasonCode::PARENT_WITHHELD
+        };
+        if x.class == Class::NonAction {
+            self.set_phase(r, i, Phase::Withheld, Some(reason), now);
+        } else {
+            self.deny(r, i, reason, now);
+        }
+    }
+
+    /// Creates the witness, sequence, binding and token of a retained action.
+    pub(crate) fn bind(&mut self, r: &mut Resp, i: u16, now: Nanos) {
+        let Some(c) = r.graph.component(i) else {
+            return;
+        };
+        let Some(spec) = self.cat.type_spec(c.ty) else {
+            return;
+        };
+        let w = Witness::capture(&self.cat, spec, c, &self.snap);
+        let wh = w.hash(&mut self.buf);
+        let seq = self.ledger.next_seq();
+        let b = binding(&wh, seq);
+        let generation = r.inst(i).map_or(1, |x| x.generation);
+        let tok = self.ledger.mint(&r.id, &c.id, c.digest, generation, seq, b);
+        if let Some(x) = r.inst_mut(i) {
+            x.witness = Some(w);
+            x.seq = Some(seq);
+            x.binding = Some(b);
+            x.token = Some(tok);
+            x.queued = false;
+            x.admitted_at = now;
+        }
+    }
+
+    /// Withholds an action instance: its token is revoked; a recoverable reason creates an
+    /// obligation and leaves it WITHHELD, a terminal one INVALIDATES it and its unemitted or
+    /// undispatched descendants.
+    pub(crate) fn deny(&mut self, r: &mut Resp, i: u16, reason: ReasonCode, now: Nanos) {
+        if let Some(x) = r.inst_mut(i) {
+            if let Some(seq) = x.seq {
+                self.ledger.revoke(seq);
+            }
+            x.token = None;
+            x.member = false;
+        }
+        let recoverable = self
+            .spec(r, i)
+            .is_some_and(|s| s.recovery.is_recoverable(reason));
+        if recoverable {
+            self.set_phase(r, i, Phase::Withheld, Some(reason), now);
+            self.create_obligation(r, i, reason, now);
+        } else {
+            self.set_phase(r, i, Phase::Invalidated, Some(reason), now);
+            self.cascade_terminal(r, i, now);
+        }
+    }
+
+    /// INVALIDATES one instance (terminal) and cascades.
+    pub(crate) fn invalidate(&mut self, r: &mut Resp, i: u16, reason: ReasonCode, now: Nanos) {
+        let Some(x) = r.inst_mut(i) else { return };
+        if x.phase.has_proceeded() || x.phase.is_final() {
+            return;
+        }
+        if let Some(seq) = x.seq {
+            self.ledger.revoke(seq);
+        }
+        x.token = None;
+        x.member = false;
+        let obl = x.obligation;
+        self.set_phase(r, i, Phase::Invalidated, Some(reason), now);
+        if let Some(oid) = obl {
+            if let Some(o) = self.obligations.get_mut(&oid) {
+                if o.state.is_live() {
+                    o.state = ObligationState::Failed;
+                    self.events.push_back(Event::ObligationChanged {
+                        id: oid,
+                        state: ObligationState::Failed,
+                    });
+                }
+            }
+        }
+        self.cascade_terminal(r, i, now);
+    }
+
+    /// A terminal failure of `i` invalidates its unemitted or undispatched descendants and
+    /// leaves everything else alone.
+    pub(crate) fn cascade_terminal(&mut self, r: &mut Resp, i: u16, now: Nanos) {
+        let desc = r.graph.descendants(1u64 << i);
+        let topo: Vec<u16> = r.graph.topo().to_vec();
+        for &d in &topo {
+            if desc & (1u64 << d) == 0 {
+                continue;
+            }
+            let open = r
+                .inst(d)
+                .is_some_and(|x| !x.phase.has_proceeded() && !x.phase.is_final());
+            if open {
+                if let Some(x) = r.inst_mut(d) {
+                    if let Some(seq) = x.seq {
+                        self.ledger.revoke(seq);
+                    }
+                    x.token = None;
+                    x.member = false;
+                }
+                let obl = r.inst(d).and_then(|x| x.obligation);
+                self.set_phase(
+                    r,
+                    d,
+                    Phase::Invalidated,
+                    Some(ReasonCode::PARENT_FAILED),
+                    now,
+                );
+                if let Some(oid) = obl {
+                    if let Some(o) = self.obligations.get_mut(&oid) {
+                        if o.state.is_live() {
+                            o.state = ObligationState::Failed;
+                            self.events.push_back(Event::ObligationChanged {
+                                id: oid,
+                                state: ObligationState::Failed,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn create_obligation(
+        &mut self,
+        r: &mut Resp,
+        i: u16,
+        reason: ReasonCode,
+        now: Nanos,
+    ) {
+        let Some(c) = r.graph.component(i) else {
+            return;
+        };
+        let Some(spec) = self.cat.type_spec(c.ty) else {
+            return;
+        };
+        let failing = r.inst(i).map_or(0, |x| x.local.failing);
+        let required: Vec<Id> = spec
+            .footprint
+            .iter()
+            .filter(|(s, _)| failing & (1u64 << s.0) != 0)
+            .filter_map(|(s, _)| self.cat.source(*s).map(|x| x.name.clone()))
+            .collect();
+        let mut scope = vec![c.id.clone()];
+        if spec.recovery.scope == Scope::SelfAndDependents {
+            let d = r.graph.descendants(1u64 << i);
+            for j in bits(d) {
+                if let Some(dc) = r.graph.component(j) {
+                    scope.push(dc.id.clone());
+                }
+            }
+        }
+        let id = ObligationId(self.next_obligation);
+        self.next_obligation += 1;
+        let o = Obligation {
+            id,
+            response: r.id.clone(),
+            component: c.id.clone(),
+            reason,
+            required,
+            required_mask: failing,
+            refreshed_mask: 0,
+            scope,
+            assignee: spec.recovery.assignee.clone(),
+            route: spec.recovery.route.clone(),
+            expiry: now.saturating_add(spec.recovery.expiry),
+            discharge: Discharge::FreshCandidate { after: now },
+            state: ObligationState::Created,
+            attempts: 0,
+            retry_limit: spec.recovery.retry_limit,
+            created_at: now,
+        };
+        self.timers
+            .push(Reverse((o.expiry, TimerKey::Obligation(id))));
+        self.receipts.push(
+            now,
+            &Record::Obligation {
+                id,
+                response: &o.response,
+                component: &o.component,
+                state: o.state,
+                reason,
+            },
+        );
+        self.events.push_back(Event::ObligationCreated {
+            obligation: o.clone(),
+        });
+        self.obligations.insert(id, o);
+        if let Some(x) = r.inst_mut(i) {
+            x.obligation = Some(id);
+        }
+    }
+
+    /// A provider refreshed `source`: advance obligations that wait for it.
+    fn note_refresh(&mut self, source: SourceIx, generated_at: Nanos, now: Nanos) {
+        let bit = 1u64 << source.0;
+        for o in self.obligations.values_mut() {
+            if !o.state.is_live() || o.required_mask & bit == 0 || generated_at <= o.created_at {
+                continue;
+            }
+            o.refreshed_mask |= bit;
+            let next = if o.refreshed_mask & o.required_mask == o.required_mask {
+                ObligationState::ReadyForReadmission
+            } else {
+                ObligationState::ExternalSupportReceived
+            };
+            if o.state != next {
+                o.state = next;
+                self.events.push_back(Event::ObligationChanged {
+                    id: o.id,
+                    state: next,
+                });
+                self.receipts.push(
+                    now,
+                    &Record::Obligation {
+                        id: o.id,
+                        response: &o.response,
+                        component: &o.component,
+                        state: next,
+                        reason: o.reason,
+                    },
+                );
+            }
+        }
+    }
+
+    /// DepsReady: every declared parent is at or beyond its required phase.
+    pub(crate) fn deps_ready(&self, r: &Resp, i: u16) -> bool {
+        if !self.cfg.variant.uses_dependencies() {
+            return true;
+        }
+        r.graph
+            .parents(i)
+            .iter()
+            .all(|&(p, q)| r.inst(p).is_some_and(|y| y.phase.at_or_beyond(q)))
+    }
+
+    /// Emits ready non-actions and queues ready actions for the gate, in topological order,
+    /// following emissions to their dependents.
+    pub(crate) fn readiness(&mut self, r: &mut Resp, mask: u64, now: Nanos) {
+        let mut todo = mask;
+        let topo: Vec<u16> = r.graph.topo().to_vec();
+        for &i in &topo {
+            if todo & (1u64 << i) == 0 {
+                continue;
+            }
+            let Some(x) = r.inst(i) else { continue };
+            if !x.member || !matches!(x.phase, Phase::Retained | Phase::Pending) {
+                continue;
+            }
+            if !self.deps_ready(r, i) {
+                if x.phase != Phase::Pending {
+                    self.set_phase(r, i, Phase::Pending, Some(ReasonCode::DEPS_NOT_READY), now);
+                }
+                continue;
+            }
+            match x.class {
+                Class::NonAction => {
+                    let (Some(c), Some(spec)) = (r.graph.component(i), self.spec(r, i)) else {
+                        continue;
+                    };
+                    let path = match &spec.output {
+                        Output::Path(p) | Output::Adapter(p) => p.clone(),
+                    };
+                    self.events.push_back(Event::Emit {
+                        response: r.id.clone(),
+                        component: c.id.clone(),
+                        path,
+                        payload: c.payload.clone(),
+                    });
+                    self.set_phase(r, i, Phase::Emitted, None, now);
+                    for &ch in r.graph.children(i) {
+                        todo |= 1u64 << ch;
+                    }
+                }
+                Class::Action => {
+                    if x.phase == Phase::Pending {
+                        self.set_phase(r, i, Phase::Retained, None, now);
+                    }
+                    let queue = r.inst(i).is_some_and(|x| !x.queued && x.token.is_some());
+                    if queue {
+                        if let Some(x) = r.inst_mut(i) {
+                            x.queued = true;
+                        }
+                        self.ready.push_back((r.id.clone(), i));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sets a phase, emitting an event and a receipt when it changes.
+    pub(crate) fn set_phase(
+        &mut self,
+        r: &mut Resp,
+        i: u16,
+        phase: Phase,
+        reason: Option<ReasonCode>,
+        now: Nanos,
+    ) {
+        let Some(x) = r.inst_mut(i) else { return };
+        if x.phase == phase && x.reason == reason {
+            return;
+        }
+        x.phase = phase;
+        x.reason = reason;
+        let generation = x.generation;
+        let Some(c) = r.graph.component(i) else {
+            return;
+        };
+        self.events.push_back(Event::Phase {
+            response: r.id.clone(),
+            component: c.id.clone(),
+            phase,
+            reason,
+        });
+        self.receipts.push(
+            now,
+            &Record::Phase {
+                response: &r.id,
+                component: &c.id,
+                phase,
+                reason,
+                generation,
+            },
+        );
+    }
+
+    /// Marks a response done when every instance is settled and no obligation of it is live,
+    /// and schedules its retirement.
+    pub(crate) fn check_done(&mut self, r: &mut Resp, now: Nanos) {
+        if r.done_at.is_some() {
+            return;
+        }
+        let open = r.inst.iter().any(|x| {
+            !(x.phase.has_proceeded() || x.phase.is_final())
+                || x.obligation
+                    .is_some_and(|o| self.obligations.get(&o).is_some_and(|o| o.state.is_live()))
+        });
+        if !open {
+            r.done_at = Some(now);
+            self.timers.push(Reverse((
+                now.saturating_add(self.cfg.done_retention),
+                TimerKey::Retire(r.id.clone()),
+            )));
+        }
+    }
+}

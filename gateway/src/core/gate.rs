@@ -1,0 +1,438 @@
+//! The final dispatch gate.
+//!
+//! One synchronous critical section, the sole entry to the adapter:
+//!
+//! ```text
+//! DispatchOK_t(e) = e ∈ A*_t ∧ DepsReady_t(e) ∧ WitnessOK_t(W_e) ∧ FreshAuth_t(e, b_e)
+//! ```
+//!
+//! evaluated at the decision instant `now`. If it holds, the token is consumed and the adapter's
+//! non-blocking enqueue is called exactly once; a failed enqueue still consumes the token. If
+//! it does not hold, the instance is withheld with an obligation when the denial is recoverable,
+//! or invalidated when it is terminal. A token that is itself stale (used, revoked, unknown,
+//! minted before a restart, for an older generation) is refused without touching any instance.
+//!
+//! There is no `.await` and no blocking call in here: the adapter contract is `try_enqueue`.
+
+use serde::Serialize;
+
+use super::binding::{DispatchToken, Seq};
+use super::catalog::Temporal;
+use super::digest::Digest;
+use super::engine::{Gateway, Record};
+use super::ids::Id;
+use super::obligation::ObligationId;
+use super::payload::ActionCommand;
+use super::phase::Phase;
+use super::reason::ReasonCode;
+use super::support::{Timing, local_ok};
+use super::time::Nanos;
+use super::variant::Variant;
+
+/// What the gate hands to the adapter.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EnqueueRequest<'a> {
+    /// The decision instant.
+    pub now: Nanos,
+    /// Response id.
+    pub response: &'a Id,
+    /// Component id.
+    pub component: &'a Id,
+    /// The exact command that was admitted.
+    pub command: ActionCommand,
+    /// `b_e`, to log beside the setpoint.
+    pub binding: &'a Digest,
+    /// Sequence identity.
+    pub seq: Seq,
+    /// The end of the interval this dispatch certifies; the adapter must not act on the
+    /// command past it.
+    pub valid_until: Nanos,
+}
+
+/// Why an adapter refused an enqueue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdapterError {
+    /// The link to the vehicle is down.
+    LinkDown,
+    /// The bounded queue is full.
+    QueueFull,
+    /// The vehicle is not in a state that can take the command (not armed, not in offboard).
+    NotReady,
+    /// The adapter does not handle this command.
+    Unsupported,
+}
+
+impl std::fmt::Display for AdapterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AdapterError::LinkDown => "link down",
+            AdapterError::QueueFull => "queue full",
+            AdapterError::NotReady => "vehicle not ready",
+            AdapterError::Unsupported => "unsupported command",
+        })
+    }
+}
+
+impl std::error::Error for AdapterError {}
+
+/// The governed adapter `G`. Implementations must return at once: a bounded channel's
+/// `try_send`, never a blocking write or an `.await`.
+pub trait Adapter {
+    /// Enqueues one exact command.
+    ///
+    /// # Errors
+    /// [`AdapterError`] when the command cannot be taken now.
+    fn try_enqueue(&mut self, req: &EnqueueRequest<'_>) -> Result<(), AdapterError>;
+}
+
+/// The result of one gate call.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum GateOutcome {
+    /// All four conjuncts held; the token was consumed and the adapter took the command.
+    Dispatched {
+        /// Response.
+        response: Id,
+        /// Component.
+        component: Id,
+        /// Sequence.
+        seq: Seq,
+        /// `b_e`.
+        binding: Digest,
+        /// End of the certified interval.
+        valid_until: Nanos,
+    },
+    /// A conjunct failed for the instance; it was withheld or invalidated.
+    Denied {
+        /// Response.
+        response: Id,
+        /// Component.
+        component: Id,
+        /// Why.
+        code: ReasonCode,
+        /// Obligation created when the denial is recoverable.
+        obligation: Option<ObligationId>,
+    },
+    /// The presented token is not fresh; no instance changed.
+    Refused {
+        /// Why.
+        code: ReasonCode,
+    },
+    /// The gate passed and consumed the token, but the adapter refused the enqueue; the
+    /// instance FAILED and needs fresh admission.
+    EnqueueFailed {
+        /// Response.
+        response: Id,
+        /// Component.
+        component: Id,
+        /// The adapter's reason.
+        error: AdapterError,
+        /// Obligation created when `ADAPTER_REJECTED` is recoverable.
+        obligation: Option<ObligationId>,
+    },
+}
+
+impl GateOutcome {
+    /// True when the adapter took the command.
+    pub fn is_dispatched(&self) -> bool {
+        matches!(self, GateOutcome::Dispatched { .. })
+    }
+
+    /// The denial or refusal code, if any.
+    pub fn code(&self) -> Option<ReasonCode> {
+        match self {
+            GateOutcome::Dispatched { .. } => None,
+            GateOutcome::Denied { code, .. } | GateOutcome::Refused { code } => Some(*code),
+            GateOutcome::EnqueueFailed { .. } => Some(ReasonCode::ADAPTER_REJECTED),
+        }
+    }
+}
+
+impl Gateway {
+    /// The final dispatch gate. See the module documentation.
+    pub fn final_gate(
+        &mut self,
+        now: Nanos,
+        token: DispatchToken,
+        adapter: &mut dyn Adapter,
+    ) -> GateOutcome {
+        // FreshAuth, ledger half. A stale token changes nothing.
+        if let Err(code) = self.sh.ledger.check(&token) {
+            return self.refuse(now, &token, code);
+        }
+        // Bring time-driven support changes up to `now` through the ordinary incremental path,
+        // so retention flags and phases are exact at the decision instant.
+        self.handle_timeout(now);
+        if let Err(code) = self.sh.ledger.check(&token) {
+            return self.refuse(now, &token, code);
+        }
+
+        let Some(r) = self.responses.get_mut(token.response()) else {
+            return self.refuse(now, &token, ReasonCode::SEQUENCE_REUSED);
+        };
+        let Some(i) = r.graph.index_of(token.component()) else {
+            return self.refuse(now, &token, ReasonCode::TOKEN_MISMATCH);
+        };
+        let (Some(c), Some(x)) = (r.graph.component(i), r.inst(i)) else {
+            return self.refuse(now, &token, ReasonCode::TOKEN_MISMATCH);
+        };
+        // FreshAuth, instance half: the current instance, its generation and binding.
+        if x.generation != token.generation() || x.seq != Some(token.seq()) {
+            return self.refuse(now, &token, ReasonCode::GENERATION_STALE);
+        }
+        if x.binding.as_ref() != Some(token.binding()) || c.digest != *token.digest() {
+            return self.refuse(now, &token, ReasonCode::TOKEN_MISMATCH);
+        }
+
+        let Some(spec) = self.sh.cat.type_spec(c.ty) else {
+            return self.refuse(now, &token, ReasonCode::TOKEN_MISMATCH);
+        };
+        let variant = self.sh.cfg.variant;
+
+        // e ∈ A*_t ∧ DepsReady_t(e) ∧ WitnessOK_t(W_e), in that order.
+        let verdict: Result<(), ReasonCode> = (|| {
+            if x.phase != Phase::Retained {
+                return Err(ReasonCode::INSTANCE_ENDED);
+            }
+            if variant.rechecks() {
+                let v = local_ok(
+                    &self.sh.cat,
+                    spec,
+                    c,
+                    &self.sh.snap,
+                    now,
+                    Timing::BeforeEffect,
+                );
+                if !v.ok {
+                    return Err(v.code.unwrap_or(ReasonCode::RULE_FAILED));
+                }
+                match variant {
+                    Variant::Full | Variant::AdmissionOnly => {
+                        let parents_in = r
+                            .graph
+                            .parents(i)
+                            .iter()
+                            .all(|&(p, _)| r.inst(p).is_some_and(|y| y.member));
+                        if !parents_in {
+                            return Err(ReasonCode::PARENT_WITHHELD);
+                        }
+                    }
+                    Variant::WholeResponse => {
+                        let whole = r.inst.iter().enumerate().all(|(j, y)| {
+                            j == usize::from(i) || y.phase.has_proceeded() || y.member
+                        });
+                        if !whole {
+                            return Err(ReasonCode::NOT_RETAINED);
+                        }
+                    }
+                    Variant::IndependentFilter => {}
+                }
+            }
+            if !self.sh.deps_ready(r, i) {
+                return Err(ReasonCode::DEPS_NOT_READY);
+            }
+            if variant.rechecks() {
+                let w = x.witness.as_ref().ok_or(ReasonCode::TOKEN_MISMATCH)?;
+                w.check(&self.sh.cat, spec, c, &self.sh.snap)?;
+            }
+            Ok(())
+        })();
+
+        let rid = r.id.clone();
+        let cid = c.id.clone();
+        match verdict {
+            Err(code) => {
+                let seq = token.seq();
+                let binding = *token.binding();
+                drop(token);
+                self.sh.deny(r, i, code, now);
+                self.sh.recompute(r, 1u64 << i, now);
+                self.sh.check_done(r, now);
+                let obligation = r.inst(i).and_then(|x| x.obligation);
+                self.sh.receipts.push(
+                    now,
+                    &Record::Gate {
+                        response: &rid,
+                        component: &cid,
+                        seq,
+                        binding: &binding,
+                        outcome: "denied",
+                        code: Some(code),
+                    },
+                );
+                GateOutcome::Denied {
+                    response: rid,
+                    component: cid,
+                    code,
+                    obligation,
+                }
+            }
+            Ok(()) => {
+                let Some(command) = c.payload.command() else {
+                    return self.refuse(now, &token, ReasonCode::NOT_AN_ACTION);
+                };
+                let span = match spec.temporal {
+                    Temporal::Rolling { window } => window,
+                    Temporal::Point | Temporal::Interval => {
+                        Nanos::from_secs_f64(c.payload.duration_s().unwrap_or(0.0))
+                    }
+                };
+                let valid_until = now.saturating_add(span);
+                let seq = token.seq();
+                let binding = *token.binding();
+                // INVARIANT (one dispatch): the token is consumed before the adapter is called,
+                // so a failed or repeated call can never reuse it.
+                self.sh.ledger.consume(seq);
+                drop(token);
+                let req = EnqueueRequest {
+                    now,
+                    response: &rid,
+                    component: &cid,
+                    command,
+                    binding: &binding,
+                    seq,
+                    valid_until,
+                };
+                let result = adapter.try_enqueue(&req);
+                match result {
+                    Ok(()) => {
+                        self.sh.set_phase(r, i, Phase::Dispatched, None, now);
+                        let kids = r.graph.descendants(1u64 << i);
+                        self.sh.readiness(r, kids, now);
+                        self.sh.check_done(r, now);
+                        self.sh.receipts.push(
+                            now,
+                            &Record::Gate {
+                                response: &rid,
+                                component: &cid,
+                                seq,
+                                binding: &binding,
+                                outcome: "dispatched",
+                                code: None,
+                            },
+                        );
+                        GateOutcome::Dispatched {
+                            response: rid,
+                            component: cid,
+                            seq,
+                            binding,
+                            valid_until,
+                        }
+                    }
+                    Err(error) => {
+                        let code = ReasonCode::ADAPTER_REJECTED;
+                        let recoverable = spec.recovery.is_recoverable(code);
+                        if let Some(x) = r.inst_mut(i) {
+                            x.member = false;
+                            x.token = None;
+                        }
+                        self.sh.set_phase(r, i, Phase::Failed, Some(code), now);
+                        if recoverable {
+                            self.sh.create_obligation(r, i, code, now);
+                            self.sh.recompute(r, 1u64 << i, now);
+                        } else {
+                            self.sh.cascade_terminal(r, i, now);
+                        }
+                        self.sh.check_done(r, now);
+                        let obligation = r.inst(i).and_then(|x| x.obligation);
+                        self.sh.receipts.push(
+                            now,
+                            &Record::Gate {
+                                response: &rid,
+                                component: &cid,
+                                seq,
+                                binding: &binding,
+                                outcome: "enqueue_failed",
+                                code: Some(code),
+                            },
+                        );
+                        GateOutcome::EnqueueFailed {
+                            response: rid,
+                            component: cid,
+                            error,
+                            obligation,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn refuse(&mut self, now: Nanos, token: &DispatchToken, code: ReasonCode) -> GateOutcome {
+        self.sh.receipts.push(
+            now,
+            &Record::GateRefused {
+                response: token.response(),
+                component: token.component(),
+                seq: token.seq(),
+                code,
+            },
+        );
+        GateOutcome::Refused { code }
+    }
+}
+
+/// One call the [`RecordingAdapter`] saw.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EnqueueRecord {
+    /// Decision instant.
+    pub at: Nanos,
+    /// Response.
+    pub response: Id,
+    /// Component.
+    pub component: Id,
+    /// Command.
+    pub command: ActionCommand,
+    /// `b_e`.
+    pub binding: Digest,
+    /// Sequence.
+    pub seq: Seq,
+    /// End of the certified interval.
+    pub valid_until: Nanos,
+}
+
+/// An adapter that records every call and can be told to refuse. Used by tests and the
+/// evidence suites at the adapter boundary, where the real bridge would sit.
+#[derive(Clone, Debug, Default)]
+pub struct RecordingAdapter {
+    /// Every accepted call, in order.
+    pub calls: Vec<EnqueueRecord>,
+    /// Every call, accepted or not.
+    pub attempts: usize,
+    refuse_next: usize,
+    refuse_with: Option<AdapterError>,
+}
+
+impl RecordingAdapter {
+    /// A recorder that accepts everything.
+    pub fn new() -> RecordingAdapter {
+        RecordingAdapter::default()
+    }
+
+    /// Makes the next `n` calls fail with `error`.
+    pub fn refuse_next(&mut self, n: usize, error: AdapterError) {
+        self.refuse_next = n;
+        self.refuse_with = Some(error);
+    }
+}
+
+impl Adapter for RecordingAdapter {
+    fn try_enqueue(&mut self, req: &EnqueueRequest<'_>) -> Result<(), AdapterError> {
+        self.attempts += 1;
+        if self.refuse_next > 0 {
+            self.refuse_next -= 1;
+            return Err(self.refuse_with.unwrap_or(AdapterError::QueueFull));
+        }
+        self.calls.push(EnqueueRecord {
+            at: req.now,
+            response: req.response.clone(),
+            component: req.component.clone(),
+            command: req.command,
+            binding: *req.binding,
+            seq: req.seq,
+            valid_until: req.valid_until,
+        });
+        Ok(())
+    }
+}

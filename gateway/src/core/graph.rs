@@ -1,0 +1,563 @@
+//! Stage two of validation: typed components and the phase-labelled response graph
+//! `G_R = (V, D_φ)`.
+//!
+//! Everything here runs before admission and fails closed: duplicate ids, unknown types,
+//! invalid payloads, claims outside the footprint, missing references, self-references,
+//! duplicate prerequisites, phases the catalog does not allow and cycles all reject the response
+//! whole, with the reason code and the offending ids.
+
+use serde::Serialize;
+
+use super::catalog::{Catalog, SourceIx, TypeIx};
+use super::digest::{Digest, canonical_into, tag};
+use super::envelope::{
+    CatalogRef, Claim, MAX_COMPONENTS, MAX_PAYLOAD_BYTES, MAX_PREREQUISITES, RawComponent,
+    RawResponse, Rejection,
+};
+use super::ids::Id;
+use super::payload::Payload;
+use super::phase::Phase;
+use super::reason::ReasonCode;
+
+/// A validated, typed component with its canonical digest `d_e`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Component {
+    /// Component id.
+    pub id: Id,
+    /// Catalog type.
+    pub ty: TypeIx,
+    /// Typed payload.
+    pub payload: Payload,
+    /// Declared prerequisites `(parent id, phase)`, sorted by parent id.
+    pub requires: Vec<(Id, Phase)>,
+    /// Support claims by source, sorted by source.
+    pub claims: Vec<(SourceIx, Claim)>,
+    /// Certificate reference.
+    pub certificate: Option<Id>,
+    /// `d_e = Digest(Canonicalize(e))`.
+    pub digest: Digest,
+}
+
+impl Component {
+    /// The claim for `source`, if the component carries one.
+    pub fn claim(&self, source: SourceIx) -> Option<&Claim> {
+        self.claims
+            .iter()
+            .find(|(s, _)| *s == source)
+            .map(|(_, c)| c)
+    }
+}
+
+/// The canonical form hashed into `d_e`: names instead of catalog indices, so the digest does
+/// not depend on how a catalog orders its tables.
+#[derive(Serialize)]
+struct Canonical<'a> {
+    id: &'a str,
+    ty: &'a str,
+    payload: &'a Payload,
+    requires: Vec<(&'a str, &'static str)>,
+    claims: Vec<(&'a str, Option<u64>, Option<&'a str>)>,
+    certificate: Option<&'a str>,
+}
+
+fn canonical_digest(cat: &Catalog, c: &Component, buf: &mut Vec<u8>) -> Digest {
+    let ty = cat.type_spec(c.ty).map_or("", |t| t.name.as_str());
+    let canon = Canonical {
+        id: c.id.as_str(),
+        ty,
+        payload: &c.payload,
+        requires: c
+            .requires
+            .iter()
+            .map(|(p, q)| (p.as_str(), q.prerequisite_name()))
+            .collect(),
+        claims: c
+            .claims
+            .iter()
+            .map(|(s, cl)| {
+                (
+                    cat.source(*s).map_or("", |x| x.name.as_str()),
+                    cl.epoch,
+                    cl.provenance.as_ref().map(Id::as_str),
+                )
+            })
+            .collect(),
+        certificate: c.certificate.as_ref().map(Id::as_str),
+    };
+    Digest::of(tag::COMPONENT, &[canonical_into(&canon, buf)])
+}
+
+fn id_of(s: &str) -> Result<Id, Rejection> {
+    Id::new(s).map_err(|e| {
+        Rejection::new(
+            ReasonCode::INVALID_ID,
+            vec![e.text().to_string()],
+            e.to_string(),
+        )
+    })
+}
+
+/// Validates one raw component against the catalog: ids, limits, type, payload, claims and
+/// digest. References are checked later, over the whole graph.
+///
+/// # Errors
+/// A [`Rejection`] naming the component.
+pub fn build_component(
+    cat: &Catalog,
+    raw: &RawComponent<'_>,
+    buf: &mut Vec<u8>,
+) -> Result<Component, Rejection> {
+    let id = id_of(&raw.id)?;
+    let me = || vec![raw.id.clone()];
+    if raw.requires.len() > MAX_PREREQUISITES {
+        return Err(Rejection::new(
+            ReasonCode::TOO_MANY_PREREQUISITES,
+            me(),
+            format!(
+                "{} prerequisites; the limit is {MAX_PREREQUISITES}",
+                raw.requires.len()
+            ),
+        ));
+    }
+    let payload_len = raw.payload.get().len();
+    if payload_len > MAX_PAYLOAD_BYTES {
+        return Err(Rejection::new(
+            ReasonCode::PAYLOAD_TOO_LARGE,
+            me(),
+            format!("payload is {payload_len} bytes; the limit is {MAX_PAYLOAD_BYTES}"),
+        ));
+    }
+    let ty = cat.type_ix(&raw.ty).ok_or_else(|| {
+        Rejection::new(
+            ReasonCode::UNKNOWN_TYPE,
+            me(),
+            format!("type `{}` is not in the catalog", raw.ty),
+        )
+    })?;
+    let spec = cat
+        .type_spec(ty)
+        .ok_or_else(|| Rejection::new(ReasonCode::UNKNOWN_TYPE, me(), "type index out of range"))?;
+    let payload = Payload::parse(spec.payload, raw.payload.get()).map_err(|m| {
+        let code = if m.contains("duplicate field") {
+            ReasonCode::DUPLICATE_KEY
+        } else if m.contains("unknown field") {
+            ReasonCode::UNKNOWN_FIELD
+        } else {
+            ReasonCode::INVALID_PAYLOAD
+        };
+        Rejection::new(
+            code,
+            me(),
+            format!("payload of `{}` as {}: {m}", raw.id, spec.payload.name()),
+        )
+    })?;
+
+    let mut requires = Vec::with_capacity(raw.requires.len());
+    for r in &raw.requires {
+        let pid = id_of(&r.id)?;
+        let phase = Phase::from_prerequisite_name(&r.phase).ok_or_else(|| {
+            Rejection::new(
+                ReasonCode::PHASE_NOT_ALLOWED,
+                me(),
+                format!(
+                    "`{}` is not a prerequisite phase (emitted, dispatched, observed_success)",
+                    r.phase
+                ),
+            )
+        })?;
+        requires.push((pid, phase));
+    }
+    requires.sort_by(|a, b| a.0.cmp(&b.0));
+
+    let mut claims = Vec::with_capacity(raw.support.0.len());
+    for (name, claim) in &raw.support.0 {
+        let src = cat
+            .source_ix(name)
+            .filter(|s| spec.footprint_mask & (1u64 << s.0) != 0)
+            .ok_or_else(|| {
+                Rejection::new(
+                    ReasonCode::UNKNOWN_SUPPORT_SOURCE,
+                    me(),
+                    format!(
+                        "claim for `{name}`, which is not in the footprint of `{}`",
+                        spec.name
+                    ),
+                )
+            })?;
+        if claim.epoch.is_none() && claim.provenance.is_none() {
+            return Err(Rejection::new(
+                ReasonCode::INVALID_PAYLOAD,
+                me(),
+                format!("the claim for `{name}` names neither an epoch nor a provenance"),
+            ));
+        }
+        claims.push((src, claim.clone()));
+    }
+    claims.sort_by_key(|(s, _)| *s);
+
+    let certificate = raw.certificate.as_deref().map(id_of).transpose()?;
+    let mut c = Component {
+        id,
+        ty,
+        payload,
+        requires,
+        claims,
+        certificate,
+        digest: Digest::default(),
+    };
+    c.digest = canonical_digest(cat, &c, buf);
+    Ok(c)
+}
+
+/// The validated, acyclic, phase-labelled response graph.
+///
+/// Adjacency is stored compressed (one flat array plus offsets), and `topo` lists every
+/// component with parents before children.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Graph {
+    comps: Vec<Component>,
+    parent_off: Vec<u32>,
+    parents: Vec<(u16, Phase)>,
+    child_off: Vec<u32>,
+    children: Vec<u16>,
+    topo: Vec<u16>,
+    by_id: Vec<(Id, u16)>,
+}
+
+impl Graph {
+    /// Builds and checks the graph over `comps`.
+    ///
+    /// # Errors
+    /// `DUPLICATE_ID`, `SELF_REFERENCE`, `MISSING_REFERENCE`, `DUPLICATE_PREREQUISITE`,
+    /// `PHASE_NOT_ALLOWED` or `CYCLE`, with the offending ids.
+    pub fn build(cat: &Catalog, comps: Vec<Component>) -> Result<Graph, Rejection> {
+        let n = comps.len();
+        if n == 0 {
+            return Err(Rejection::new(
+                ReasonCode::EMPTY_RESPONSE,
+                Vec::new(),
+                "the response has no components",
+            ));
+        }
+        if n > MAX_COMPONENTS {
+            return Err(Rejection::new(
+                ReasonCode::TOO_MANY_COMPONENTS,
+                Vec::new(),
+                format!("{n} components; the limit is {MAX_COMPONENTS}"),
+            ));
+        }
+        let mut by_id: Vec<(Id, u16)> = comps
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.id.clone(), u16::try_from(i).unwrap_or(u16::MAX)))
+            .collect();
+        by_id.sort_by(|a, b| a.0.cmp(&b.0));
+        let dups: Vec<String> = by_id
+            .windows(2)
+            .filter_map(|w| match w {
+                [a, b] if a.0 == b.0 => Some(a.0.to_string()),
+                _ => None,
+            })
+            .collect();
+        if !dups.is_empty() {
+            return Err(Rejection::new(
+                ReasonCode::DUPLICATE_ID,
+                dups,
+                "component ids must be unique",
+            ));
+        }
+        let find = |id: &Id| -> Option<u16> {
+            by_id
+                .binary_search_by(|(x, _)| x.cmp(id))
+                .ok()
+                .and_then(|i| by_id.get(i))
+                .map(|(_, ix)| *ix)
+        };
+
+        // References, in envelope order.
+        let mut parent_off = Vec::with_capacity(n + 1);
+        let mut parents = Vec::new();
+        let mut indeg = vec![0u32; n];
+        let mut outdeg = vec![0u32; n];
+        let mut problems: [Vec<String>; 4] = Default::default();
+        for (i, c) in comps.iter().enumerate() {
+            parent_off.push(u32::try_from(parents.len()).unwrap_or(u32::MAX));
+            let spec = cat.type_spec(c.ty);
+            let mut prev: Option<&Id> = None;
+            for (pid, phase) in &c.requires {
+                if *pid == c.id {
+                    problems[0].push(c.id.to_string());
+                    continue;
+                }
+                if prev == Some(pid) {
+                    problems[2].push(format!("{}->{}", c.id, pid));
+                    continue;
+                }
+                prev = Some(pid);
+                let Some(p) = find(pid) else {
+                    problems[1].push(format!("{}->{}", c.id, pid));
+                    continue;
+                };
+                let parent_ty = comps.get(usize::from(p)).map(|x| x.ty);
+                let allowed = match (spec, parent_ty) {
+                    (Some(s), Some(pt)) => s.allows(pt, *phase),
+                    _ => false,
+                };
+                if !allowed {
+                    problems[3].push(format!("{}->{}@{}", c.id, pid, phase.prerequisite_name()));
+                    continue;
+                }
+                parents.push((p, *phase));
+                if let Some(d) = indeg.get_mut(i) {
+                    *d += 1;
+                }
+                if let Some(d) = outdeg.get_mut(usize::from(p)) {
+                    *d += 1;
+                }
+            }
+        }
+        parent_off.push(u32::try_from(parents.len()).unwrap_or(u32::MAX));
+        let [selfs, missing, dupes, phases] = problems;
+        if !selfs.is_empty() {
+            return Err(Rejection::new(
+                ReasonCode::SELF_REFERENCE,
+                selfs,
+                "a component cannot require itself",
+            ));
+        }
+        if !missing.is_empty() {
+            return Err(Rejection::new(
+                ReasonCode::MISSING_REFERENCE,
+                missing,
+                "prerequisites must name components of the same response",
+            ));
+        }
+        if !dupes.is_empty() {
+            return Err(Rejection::new(
+                ReasonCode::DUPLICATE_PREREQUISITE,
+                dupes,
+                "a prerequisite is named twice",
+            ));
+        }
+        if !phases.is_empty() {
+            return Err(Rejection::new(
+                ReasonCode::PHASE_NOT_ALLOWED,
+                phases,
+                "the catalog does not allow these prerequisite types and phases",
+            ));
+        }
+
+        // Children (reverse adjacency), compressed.
+        let mut child_off = Vec::with_capacity(n + 1);
+        let mut acc = 0u32;
+        for d in &outdeg {
+            child_off.push(acc);
+            acc += d;
+        }
+        child_off.push(acc);
+        let mut fill = child_off.clone();
+        let mut children = vec![0u16; parents.len()];
+        for c in 0..n {
+            let (a, b) = (
+                parent_off.get(c).copied().unwrap_or(0),
+                parent_off.get(c + 1).copied().unwrap_or(0),
+            );
+            for &(p, _) in parents.get(a as usize..b as usize).unwrap_or(&[]) {
+                if let Some(slot) = fill.get_mut(usize::from(p)) {
+                    if let Some(ch) = children.get_mut(*slot as usize) {
+                        *ch = u16::try_from(c).unwrap_or(u16::MAX);
+                    }
+                    *slot += 1;
+                }
+            }
+        }
+
+        // Kahn's algorithm: parents before children; leftovers lie on or below a cycle.
+        let mut topo = Vec::with_capacity(n);
+        let mut remaining = indeg;
+        for (i, d) in remaining.iter().enumerate() {
+            if *d == 0 {
+                topo.push(u16::try_from(i).unwrap_or(u16::MAX));
+            }
+        }
+        let mut head = 0;
+        while let Some(&u) = topo.get(head) {
+            head += 1;
+            let (a, b) = (
+                child_off.get(usize::from(u)).copied().unwrap_or(0),
+                child_off.get(usize::from(u) + 1).copied().unwrap_or(0),
+            );
+            for &ch in children.get(a as usize..b as usize).unwrap_or(&[]) {
+                if let Some(d) = remaining.get_mut(usize::from(ch)) {
+                    *d -= 1;
+                    if *d == 0 {
+                        topo.push(ch);
+                    }
+                }
+            }
+        }
+        if topo.len() != n {
+            let stuck: Vec<String> = remaining
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| **d > 0)
+                .filter_map(|(i, _)| comps.get(i).map(|c| c.id.to_string()))
+                .collect();
+            return Err(Rejection::new(
+                ReasonCode::CYCLE,
+                stuck,
+                "the prerequisites form a cycle",
+            ));
+        }
+
+        Ok(Graph {
+            comps,
+            parent_off,
+            parents,
+            child_off,
+            children,
+            topo,
+            by_id,
+        })
+    }
+
+    /// Number of components `|V|`.
+    pub fn len(&self) -> usize {
+        self.comps.len()
+    }
+    /// Never true for a built graph; present for API symmetry.
+    pub fn is_empty(&self) -> bool {
+        self.comps.is_empty()
+    }
+    /// Number of validated references `|D_φ|`.
+    pub fn edge_count(&self) -> usize {
+        self.parents.len()
+    }
+    /// All components in envelope order.
+    pub fn components(&self) -> &[Component] {
+        &self.comps
+    }
+    /// One component.
+    pub fn component(&self, i: u16) -> Option<&Component> {
+        self.comps.get(usize::from(i))
+    }
+    /// `D_φ(e)`: parents of `i` with required phases.
+    pub fn parents(&self, i: u16) -> &[(u16, Phase)] {
+        let a = self.parent_off.get(usize::from(i)).copied().unwrap_or(0) as usize;
+        let b = self
+            .parent_off
+            .get(usize::from(i) + 1)
+            .copied()
+            .unwrap_or(0) as usize;
+        self.parents.get(a..b).unwrap_or(&[])
+    }
+    /// Direct dependents of `i`.
+    pub fn children(&self, i: u16) -> &[u16] {
+        let a = self.child_off.get(usize::from(i)).copied().unwrap_or(0) as usize;
+        let b = self.child_off.get(usize::from(i) + 1).copied().unwrap_or(0) as usize;
+        self.children.get(a..b).unwrap_or(&[])
+    }
+    /// Parents before children.
+    pub fn topo(&self) -> &[u16] {
+        &self.topo
+    }
+    /// The index of a component id.
+    pub fn index_of(&self, id: &Id) -> Option<u16> {
+        self.by_id
+            .binary_search_by(|(x, _)| x.cmp(id))
+            .ok()
+            .and_then(|i| self.by_id.get(i))
+            .map(|(_, ix)| *ix)
+    }
+    /// Every transitive dependent of the given roots (roots excluded unless reachable from
+    /// another root), as a bit set over component indices.
+    pub fn descendants(&self, roots: u64) -> u64 {
+        let mut seen = 0u64;
+        let mut stack: heapless::Vec<u16, 64> = heapless::Vec::new();
+        for i in 0..self.len() {
+            if roots & (1u64 << i) != 0 {
+                let _ = stack.push(u16::try_from(i).unwrap_or(u16::MAX));
+            }
+        }
+        while let Some(u) = stack.pop() {
+            for &c in self.children(u) {
+                let bit = 1u64 << c;
+                if seen & bit == 0 {
+                    seen |= bit;
+                    let _ = stack.push(c);
+                }
+            }
+        }
+        seen
+    }
+    /// Replaces one component (fresh readmission); the caller rebuilds the graph to revalidate.
+    pub fn into_components(self) -> Vec<Component> {
+        self.comps
+    }
+}
+
+/// A validated response: identity plus graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidatedResponse {
+    /// Response id.
+    pub response_id: Id,
+    /// Agent id.
+    pub agent_id: Id,
+    /// The agent's generation counter.
+    pub generation: u64,
+    /// The graph.
+    pub graph: Graph,
+}
+
+/// Checks the catalog reference.
+///
+/// # Errors
+/// `CATALOG_MISMATCH`.
+pub fn check_catalog_ref(cat: &Catalog, r: &CatalogRef) -> Result<(), Rejection> {
+    if r.id != cat.id().as_str() || r.version != cat.version() {
+        return Err(Rejection::new(
+            ReasonCode::CATALOG_MISMATCH,
+            Vec::new(),
+            format!(
+                "the response names catalog `{}` v{}; loaded is `{}` v{}",
+                r.id,
+                r.version,
+                cat.id(),
+                cat.version()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates a whole raw response (stage two).
+///
+/// # Errors
+/// A [`Rejection`]; see the module documentation for the checks and their order.
+pub fn validate(cat: &Catalog, raw: &RawResponse<'_>) -> Result<ValidatedResponse, Rejection> {
+    let response_id = id_of(&raw.response_id)?;
+    let agent_id = id_of(&raw.agent_id)?;
+    check_catalog_ref(cat, &raw.catalog)?;
+    if raw.components.len() > MAX_COMPONENTS {
+        return Err(Rejection::new(
+            ReasonCode::TOO_MANY_COMPONENTS,
+            Vec::new(),
+            format!(
+                "{} components; the limit is {MAX_COMPONENTS}",
+                raw.components.len()
+            ),
+        ));
+    }
+    let mut buf = Vec::with_capacity(256);
+    let mut comps = Vec::with_capacity(raw.components.len());
+    for c in &raw.components {
+        comps.push(build_component(cat, c, &mut buf)?);
+    }
+    let graph = Graph::build(cat, comps)?;
+    Ok(ValidatedResponse {
+        response_id,
+        agent_id,
+        generation: raw.generation,
+        graph,
+    })
+}

@@ -1,0 +1,127 @@
+//! Identifiers: at most 64 bytes of `[A-Za-z0-9._-]`, never empty.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Longest identifier, in bytes.
+pub const MAX_ID_LEN: usize = 64;
+
+/// A validated identifier (component, response, agent, source, provenance, certificate ids).
+///
+/// Stored inline (no allocation), so cloning is a copy of at most 64 bytes.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Id(heapless::String<MAX_ID_LEN>);
+
+/// Why a string is not a valid [`Id`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidIdError {
+    text: String,
+}
+
+impl InvalidIdError {
+    /// The offending text, shortened for display.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl std::fmt::Display for InvalidIdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "invalid id `{}`: ids are 1 to {MAX_ID_LEN} bytes of [A-Za-z0-9._-]",
+            self.text
+        )
+    }
+}
+
+impl std::error::Error for InvalidIdError {}
+
+/// True when `b` may appear in an id.
+const fn id_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-'
+}
+
+impl Id {
+    /// Validates `s` as an id.
+    ///
+    /// # Errors
+    /// [`InvalidIdError`] when `s` is empty, longer than 64 bytes, or uses another character.
+    pub fn new(s: &str) -> Result<Id, InvalidIdError> {
+        let bad = || InvalidIdError {
+            text: s.chars().take(80).collect(),
+        };
+        if s.is_empty() || s.len() > MAX_ID_LEN || !s.bytes().all(id_byte) {
+            return Err(bad());
+        }
+        let mut out = heapless::String::new();
+        out.push_str(s).map_err(|_| bad())?;
+        Ok(Id(out))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl std::fmt::Debug for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.0.as_str())
+    }
+}
+
+impl std::fmt::Display for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.as_str())
+    }
+}
+
+impl std::str::FromStr for Id {
+    type Err = InvalidIdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Id::new(s)
+    }
+}
+
+impl Serialize for Id {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Id;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an id of 1 to 64 bytes of [A-Za-z0-9._-]")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Id, E> {
+                Id::new(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_the_allowed_alphabet_up_to_64_bytes() {
+        assert!(Id::new("e1").is_ok());
+        assert!(Id::new("corridor-12.v3_a").is_ok());
+        assert!(Id::new(&"a".repeat(64)).is_ok());
+    }
+
+    #[test]
+    fn rejects_empty_long_and_foreign_characters() {
+        assert!(Id::new("").is_err());
+        assert!(Id::new(&"a".repeat(65)).is_err());
+        for bad in ["a b", "a/b", "é", "a\n", "a@3", "{}"] {
+            assert!(Id::new(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

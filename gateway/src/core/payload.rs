@@ -1,0 +1,293 @@
+//! Typed payloads. The catalog names the payload kind of each component type; the envelope's
+//! raw payload is parsed into exactly that kind (unknown fields and duplicate keys rejected) and
+//! checked for range before anything else happens to it.
+
+use serde::{Deserialize, Serialize};
+
+use super::ids::Id;
+
+/// Largest accepted coordinate magnitude in a local frame, in metres.
+pub const MAX_LOCAL_COORD_M: f64 = 100_000.0;
+/// Longest accepted action duration, in seconds.
+pub const MAX_DURATION_S: f64 = 3_600.0;
+
+/// The payload kinds the core knows. A catalog maps each component type to one of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PayloadKind {
+    /// Operator notice (non-action).
+    Notice,
+    /// Sensor report (non-action).
+    Report,
+    /// Request to providers or the agent to refresh named sources (non-action).
+    RefreshRequest,
+    /// Position target with frame, yaw and duration (action).
+    RouteAction,
+    /// Hold at the current position for a duration (action).
+    Hold,
+    /// Land at the current position (action).
+    Land,
+    /// Status message (non-action).
+    Status,
+}
+
+impl PayloadKind {
+    /// True for kinds that request an external state change and so go through the gate.
+    pub const fn is_action(self) -> bool {
+        matches!(
+            self,
+            PayloadKind::RouteAction | PayloadKind::Hold | PayloadKind::Land
+        )
+    }
+
+    /// The snake-case name used in catalogs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PayloadKind::Notice => "notice",
+            PayloadKind::Report => "report",
+            PayloadKind::RefreshRequest => "refresh_request",
+            PayloadKind::RouteAction => "route_action",
+            PayloadKind::Hold => "hold",
+            PayloadKind::Land => "land",
+            PayloadKind::Status => "status",
+        }
+    }
+}
+
+/// Coordinate frame of a position target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Frame {
+    /// PX4's local NED frame (MAV_FRAME_LOCAL_NED): origin at the EKF origin, z down.
+    LocalNed,
+}
+
+/// An exact position target.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteTarget {
+    /// Frame of the coordinates.
+    pub frame: Frame,
+    /// North, metres.
+    pub north_m: f64,
+    /// East, metres.
+    pub east_m: f64,
+    /// Down, metres (negative is up).
+    pub down_m: f64,
+    /// Heading, degrees clockwise from north.
+    pub yaw_deg: f64,
+    /// How long the target is to be flown, seconds (the INTERVAL the dispatch certifies).
+    pub duration_s: f64,
+}
+
+/// Text of a notice or status; bounded by the payload byte limit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextPayload {
+    /// The message.
+    pub text: String,
+}
+
+/// A sensor report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportPayload {
+    /// Which sensor, e.g. `z_range`.
+    pub sensor: Id,
+    /// The reported value.
+    pub value: f64,
+    /// Optional unit, e.g. `m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<Id>,
+}
+
+/// A request that named sources be refreshed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefreshPayload {
+    /// Source names to refresh.
+    pub sources: Vec<Id>,
+    /// Optional note for the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Hold position.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HoldPayload {
+    /// How long to hold, seconds.
+    pub duration_s: f64,
+}
+
+/// Land where the vehicle is.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LandPayload {}
+
+/// A validated, typed payload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Payload {
+    /// See [`PayloadKind::Notice`].
+    Notice(TextPayload),
+    /// See [`PayloadKind::Report`].
+    Report(ReportPayload),
+    /// See [`PayloadKind::RefreshRequest`].
+    RefreshRequest(RefreshPayload),
+    /// See [`PayloadKind::RouteAction`].
+    RouteAction(RouteTarget),
+    /// See [`PayloadKind::Hold`].
+    Hold(HoldPayload),
+    /// See [`PayloadKind::Land`].
+    Land(LandPayload),
+    /// See [`PayloadKind::Status`].
+    Status(TextPayload),
+}
+
+/// The exact command an action hands to the adapter.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ActionCommand {
+    /// Fly to and hold this target for its duration.
+    Route(RouteTarget),
+    /// Hold position for a duration.
+    Hold {
+        /// Seconds.
+        duration_s: f64,
+    },
+    /// Land.
+    Land,
+}
+
+fn check_coord(name: &str, v: f64) -> Result<(), String> {
+    if !v.is_finite() || v.abs() > MAX_LOCAL_COORD_M {
+        return Err(format!(
+            "`{name}` must be finite and within ±{MAX_LOCAL_COORD_M} m"
+        ));
+    }
+    Ok(())
+}
+
+fn check_duration(v: f64) -> Result<(), String> {
+    if !v.is_finite() || v <= 0.0 || v > MAX_DURATION_S {
+        return Err(format!("`duration_s` must be in (0, {MAX_DURATION_S}] s"));
+    }
+    Ok(())
+}
+
+impl Payload {
+    /// Parses `raw` JSON as a payload of `kind`.
+    ///
+    /// # Errors
+    /// A message for people when the JSON does not match the kind's schema or a value is out of
+    /// range.
+    pub fn parse(kind: PayloadKind, raw: &str) -> Result<Payload, String> {
+        fn de<'a, T: Deserialize<'a>>(raw: &'a str) -> Result<T, String> {
+            serde_json::from_str(raw).map_err(|e| e.to_string())
+        }
+        let p = match kind {
+            PayloadKind::Notice => Payload::Notice(de(raw)?),
+            PayloadKind::Report => {
+                let r: ReportPayload = de(raw)?;
+                if !r.value.is_finite() {
+                    return Err("`value` must be finite".into());
+                }
+                Payload::Report(r)
+            }
+            PayloadKind::RefreshRequest => {
+                let r: RefreshPayload = de(raw)?;
+                if r.sources.is_empty() || r.sources.len() > 64 {
+                    return Err("`sources` must name 1 to 64 sources".into());
+                }
+                Payload::RefreshRequest(r)
+            }
+            PayloadKind::RouteAction => {
+                let t: RouteTarget = de(raw)?;
+                check_coord("north_m", t.north_m)?;
+                check_coord("east_m", t.east_m)?;
+                check_coord("down_m", t.down_m)?;
+                if !t.yaw_deg.is_finite() || t.yaw_deg.abs() > 360.0 {
+                    return Err("`yaw_deg` must be within ±360".into());
+                }
+                check_duration(t.duration_s)?;
+                Payload::RouteAction(t)
+            }
+            PayloadKind::Hold => {
+                let h: HoldPayload = de(raw)?;
+                check_duration(h.duration_s)?;
+                Payload::Hold(h)
+            }
+            PayloadKind::Land => Payload::Land(de(raw)?),
+            PayloadKind::Status => Payload::Status(de(raw)?),
+        };
+        Ok(p)
+    }
+
+    /// The kind of this payload.
+    pub const fn kind(&self) -> PayloadKind {
+        match self {
+            Payload::Notice(_) => PayloadKind::Notice,
+            Payload::Report(_) => PayloadKind::Report,
+            Payload::RefreshRequest(_) => PayloadKind::RefreshRequest,
+            Payload::RouteAction(_) => PayloadKind::RouteAction,
+            Payload::Hold(_) => PayloadKind::Hold,
+            Payload::Land(_) => PayloadKind::Land,
+            Payload::Status(_) => PayloadKind::Status,
+        }
+    }
+
+    /// The adapter command for an action payload, `None` for non-actions.
+    pub const fn command(&self) -> Option<ActionCommand> {
+        match self {
+            Payload::RouteAction(t) => Some(ActionCommand::Route(*t)),
+            Payload::Hold(h) => Some(ActionCommand::Hold {
+                duration_s: h.duration_s,
+            }),
+            Payload::Land(_) => Some(ActionCommand::Land),
+            _ => None,
+        }
+    }
+
+    /// The declared duration of an action's interval, if it has one.
+    pub fn duration_s(&self) -> Option<f64> {
+        match self {
+            Payload::RouteAction(t) => Some(t.duration_s),
+            Payload::Hold(h) => Some(h.duration_s),
+            _ => None,
+        }
+    }
+
+    /// The position target, for rules that look at one.
+    pub const fn target(&self) -> Option<&RouteTarget> {
+        match self {
+            Payload::RouteAction(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_action_parses_and_checks_ranges() {
+        let ok = r#"{"frame":"local_ned","north_m":12.0,"east_m":3.5,"down_m":-10.0,"yaw_deg":90.0,"duration_s":8.0}"#;
+        assert!(matches!(
+            Payload::parse(PayloadKind::RouteAction, ok),
+            Ok(Payload::RouteAction(_))
+        ));
+        let far = ok.replace("12.0", "1e9");
+        assert!(Payload::parse(PayloadKind::RouteAction, &far).is_err());
+        let zero = ok.replace("8.0", "0.0");
+        assert!(Payload::parse(PayloadKind::RouteAction, &zero).is_err());
+        let frame = ok.replace("local_ned", "global");
+        assert!(Payload::parse(PayloadKind::RouteAction, &frame).is_err());
+    }
+
+    #[test]
+    fn unknown_and_duplicate_fields_are_rejected() {
+        assert!(Payload::parse(PayloadKind::Notice, r#"{"text":"a","extra":1}"#).is_err());
+        assert!(Payload::parse(PayloadKind::Notice, r#"{"text":"a","text":"b"}"#).is_err());
+        assert!(Payload::parse(PayloadKind::Land, r#"{"x":1}"#).is_err());
+    }
+}

@@ -1,0 +1,132 @@
+//! Processing phases `σ_t(e)` and the "at or beyond" order `⪰` used by phase-labelled
+//! prerequisites.
+//!
+//! The progress chain is PROPOSED < RETAINED < PENDING < EMITTED < DISPATCHED <
+//! OBSERVED_SUCCESS. WITHHELD, FAILED and INVALIDATED are off the chain: they are at or beyond
+//! no prerequisite phase, so a dependent never becomes ready on a parent in one of them.
+
+use serde::{Deserialize, Serialize};
+
+/// The processing phase of one component instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Phase {
+    /// Validated, not yet admitted.
+    Proposed,
+    /// In the retained set `A*_t`; an action waits for the final gate.
+    Retained,
+    /// In `A*_t` but a prerequisite has not reached its required phase.
+    Pending,
+    /// A non-action was handed to its output path.
+    Emitted,
+    /// An action passed the final gate and was enqueued on its adapter.
+    Dispatched,
+    /// The vehicle echoed the dispatched target (downstream observation).
+    ObservedSuccess,
+    /// Prevented from reaching its output or adapter under the current state.
+    Withheld,
+    /// Passed the gate but failed to reach a required downstream milestone (a failed enqueue,
+    /// a failed observation).
+    Failed,
+    /// An undispatched instance that cannot proceed under its current binding.
+    Invalidated,
+}
+
+impl Phase {
+    /// Rank on the progress chain, `None` off the chain.
+    pub const fn rank(self) -> Option<u8> {
+        match self {
+            Phase::Proposed => Some(0),
+            Phase::Retained => Some(1),
+            Phase::Pending => Some(2),
+            Phase::Emitted => Some(3),
+            Phase::Dispatched => Some(4),
+            Phase::ObservedSuccess => Some(5),
+            Phase::Withheld | Phase::Failed | Phase::Invalidated => None,
+        }
+    }
+
+    /// `self ⪰ q`: at or beyond `q` on the progress chain.
+    pub const fn at_or_beyond(self, q: Phase) -> bool {
+        match (self.rank(), q.rank()) {
+            (Some(a), Some(b)) => a >= b,
+            _ => false,
+        }
+    }
+
+    /// True once a component has proceeded past the point where later support changes could
+    /// withhold it: emitted, dispatched or observed. Terminal parent failures leave these alone.
+    pub const fn has_proceeded(self) -> bool {
+        matches!(
+            self,
+            Phase::Emitted | Phase::Dispatched | Phase::ObservedSuccess
+        )
+    }
+
+    /// True for phases an instance never leaves by ordinary events.
+    pub const fn is_final(self) -> bool {
+        matches!(
+            self,
+            Phase::Emitted | Phase::ObservedSuccess | Phase::Failed | Phase::Invalidated
+        )
+    }
+
+    /// The phases a prerequisite may name, by their envelope spelling.
+    pub fn from_prerequisite_name(s: &str) -> Option<Phase> {
+        match s {
+            "emitted" => Some(Phase::Emitted),
+            "dispatched" => Some(Phase::Dispatched),
+            "observed_success" => Some(Phase::ObservedSuccess),
+            _ => None,
+        }
+    }
+
+    /// The envelope spelling of a prerequisite phase.
+    pub const fn prerequisite_name(self) -> &'static str {
+        match self {
+            Phase::Emitted => "emitted",
+            Phase::Dispatched => "dispatched",
+            Phase::ObservedSuccess => "observed_success",
+            _ => "not_a_prerequisite_phase",
+        }
+    }
+
+    /// Upper-case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Phase::Proposed => "PROPOSED",
+            Phase::Retained => "RETAINED",
+            Phase::Pending => "PENDING",
+            Phase::Emitted => "EMITTED",
+            Phase::Dispatched => "DISPATCHED",
+            Phase::ObservedSuccess => "OBSERVED_SUCCESS",
+            Phase::Withheld => "WITHHELD",
+            Phase::Failed => "FAILED",
+            Phase::Invalidated => "INVALIDATED",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_or_beyond_follows_the_chain() {
+        assert!(Phase::Dispatched.at_or_beyond(Phase::Emitted));
+        assert!(Phase::ObservedSuccess.at_or_beyond(Phase::Dispatched));
+        assert!(!Phase::Emitted.at_or_beyond(Phase::Dispatched));
+        assert!(!Phase::Pending.at_or_beyond(Phase::Emitted));
+        for off in [Phase::Withheld, Phase::Failed, Phase::Invalidated] {
+            for q in [Phase::Emitted, Phase::Dispatched, Phase::ObservedSuccess] {
+                assert!(!off.at_or_beyond(q));
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! JSON forms of provider updates and of a whole state snapshot (for `halo-gateway check`,
+//! conformance data and tests).
+//!
+//! ```json
+//! {"now_ms": 10000,
+//!  "sources": {"traffic": {"value": [], "epoch": 41, "provenance": "utm-a", "generated_at_ms": 9800}},
+//!  "certificates": [{"id": "cert-9f2c", "covers": "<64 hex>", "valid_until_ms": 30000, "issuer": "geo"}]}
+//! ```
+//!
+//! Times are milliseconds on the gateway's monotonic clock.
+
+use serde::Deserialize;
+
+use super::catalog::Catalog;
+use super::digest::Digest;
+use super::ids::Id;
+use super::state::{Certificate, SourceState, SourceUpdate, Value};
+use super::time::Nanos;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSourceState {
+    #[serde(default)]
+    value: serde_json::Value,
+    epoch: u64,
+    provenance: Id,
+    generated_at_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCertificate {
+    id: Id,
+    covers: String,
+    valid_until_ms: u64,
+    issuer: Id,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStateFile {
+    now_ms: u64,
+    #[serde(default)]
+    sources: std::collections::BTreeMap<String, RawSourceState>,
+    #[serde(default)]
+    certificates: Vec<RawCertificate>,
+}
+
+/// A parsed state snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateFile {
+    /// The evaluation instant.
+    pub now: Nanos,
+    /// One update per source.
+    pub updates: Vec<SourceUpdate>,
+    /// Certificates.
+    pub certificates: Vec<Certificate>,
+}
+
+/// A provider's update as JSON: `{"source", "value", "epoch", "provenance", "generated_at_ms"}`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderUpdate {
+    /// Source name.
+    pub source: String,
+    /// Typed value (shape per the catalog's value kind).
+    #[serde(default)]
+    pub value: serde_json::Value,
+    /// Epoch or version.
+    pub epoch: u64,
+    /// Provenance id.
+    pub provenance: Id,
+    /// Generation time, ms on the gateway's monotonic clock.
+    pub generated_at_ms: u64,
+}
+
+fn to_update(
+    cat: &Catalog,
+    name: &str,
+    value: &serde_json::Value,
+    epoch: u64,
+    provenance: &Id,
+    at_ms: u64,
+) -> Result<SourceUpdate, String> {
+    let ix = cat
+        .source_ix(name)
+        .ok_or_else(|| format!("unknown source `{name}`"))?;
+    let kind = cat
+        .source(ix)
+        .map(|s| s.value)
+        .ok_or_else(|| format!("unknown source `{name}`"))?;
+    let value = Value::parse(kind, value).map_err(|e| format!("source `{name}`: {e}"))?;
+    Ok(SourceUpdate {
+        source: ix,
+        state: SourceState {
+            generated_at: Nanos::from_ms(at_ms),
+            epoch,
+            provenance: provenance.clone(),
+            value,
+        },
+    })
+}
+
+impl ProviderUpdate {
+    /// Parses one update.
+    ///
+    /// # Errors
+    /// A message for people.
+    pub fn parse(bytes: &[u8]) -> Result<ProviderUpdate, String> {
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    }
+
+    /// Types the update against the catalog.
+    ///
+    /// # Errors
+    /// A message naming the source when it is unknown or the value does not fit its kind.
+    pub fn typed(&self, cat: &Catalog) -> Result<SourceUpdate, String> {
+        to_update(
+            cat,
+            &self.source,
+            &self.value,
+            self.epoch,
+            &self.provenance,
+            self.generated_at_ms,
+        )
+    }
+}
+
+/// Parses a state file.
+///
+/// # Errors
+/// A message for people naming the offending source or certificate.
+pub fn parse_state(cat: &Catalog, bytes: &[u8]) -> Result<StateFile, String> {
+    let raw: RawStateFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let mut updates = Vec::new();
+    for (name, s) in &raw.sources {
+        updates.push(to_update(
+            cat,
+            name,
+            &s.value,
+            s.epoch,
+            &s.provenance,
+            s.generated_at_ms,
+        )?);
+    }
+    let mut certificates = Vec::new();
+    for c in raw.certificates {
+        certificates.push(Certificate {
+            id: c.id,
+            covers: Digest::from_hex(&c.covers).map_err(|e| format!("certificate covers: {e}"))?,
+            valid_until: Nanos::from_ms(c.valid_until_ms),
+            issuer: c.issuer,
+        });
+    }
+    Ok(StateFile {
+        now: Nanos::from_ms(raw.now_ms),
+        updates,
+        certificates,
+    })
+}

@@ -1,0 +1,64 @@
+//! Monotonic time as plain numbers. The core never reads a clock: every entry point takes
+//! `now` as an argument, so a run is a pure function of its inputs.
+
+use serde::{Deserialize, Serialize};
+
+/// A point on the gateway's monotonic clock, in nanoseconds since an arbitrary origin.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Nanos(pub u64);
+
+impl Nanos {
+    /// The origin.
+    pub const ZERO: Nanos = Nanos(0);
+    /// The far future; used as "no deadline".
+    pub const MAX: Nanos = Nanos(u64::MAX);
+
+    /// From milliseconds.
+    pub const fn from_ms(ms: u64) -> Nanos {
+        Nanos(ms.saturating_mul(1_000_000))
+    }
+
+    /// From seconds given as a float (clamped to the representable range).
+    pub fn from_secs_f64(s: f64) -> Nanos {
+        if s.is_nan() || s <= 0.0 {
+            Nanos(0)
+        } else {
+            let ns = s * 1e9;
+            if ns >= u64::MAX as f64 {
+                Nanos::MAX
+            } else {
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss,
+                    reason = "range checked above"
+                )]
+                Nanos(ns as u64)
+            }
+        }
+    }
+
+    /// Whole milliseconds, rounded down.
+    pub const fn as_ms(self) -> u64 {
+        self.0 / 1_000_000
+    }
+
+    /// `self + d`, saturating at [`Nanos::MAX`].
+    #[must_use]
+    pub const fn saturating_add(self, d: Nanos) -> Nanos {
+        Nanos(self.0.saturating_add(d.0))
+    }
+
+    /// `self - d`, saturating at zero.
+    #[must_use]
+    pub const fn saturating_sub(self, d: Nanos) -> Nanos {
+        Nanos(self.0.saturating_sub(d.0))
+    }
+}
+
+impl std::fmt::Display for Nanos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:06}ms", self.0 / 1_000_000, self.0 % 1_000_000)
+    }
+}

@@ -1,0 +1,32 @@
+//! halo-gateway: the runtime between an LLM agent and a flight controller.
+//!
+//! The agent returns structured responses: notices, sensor reports, refresh requests, flight
+//! actions and status messages, with declared prerequisites. Conditions drift while it thinks.
+//! The gateway keeps the greatest set of components that are still supported and whose
+//! prerequisites are kept, rechecks each exact action at a final dispatch gate that spends a
+//! one-use token right before the adapter publishes a setpoint, and lets a blocked action return
+//! only as a fresh candidate.
+//!
+//! # Model
+//!
+//! ```text
+//! response ─▶ validate ─▶ digest ─▶ LocalOK per footprint ─▶ A*_t ─▶ bindings + tokens
+//! state events ─▶ re-evaluate only the affected footprints and their dependents
+//! ready non-action ─▶ emit          ready action ─▶ final gate ─▶ adapter.try_enqueue
+//! denial ─▶ obligation (recoverable) or end (terminal) ─▶ fresh candidate ─▶ admission
+//! every decision ─▶ hash-linked receipt
+//! ```
+//!
+//! The protocol core ([`core`]) is sans-IO and deterministic: time is passed in, inputs are
+//! values, outputs are polled. See [`core::engine`] for the call order. The shells (`cli`) are
+//! thin.
+//!
+//! # Features
+//!
+//! This crate has no optional features.
+
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod core;
+pub mod io;

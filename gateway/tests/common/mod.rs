@@ -1,0 +1,151 @@
+//! Shared fixtures for the gateway's integration tests.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test fixtures"
+)]
+
+use std::path::PathBuf;
+
+use halo_gateway::core::statefile::ProviderUpdate;
+use halo_gateway::core::{Catalog, Gateway, Nanos};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+pub fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data")
+}
+
+pub fn uav_catalog() -> Catalog {
+    let path = repo_root().join("catalogs/uav-px4.toml");
+    halo_gateway::io::load_catalog(&path).unwrap()
+}
+
+/// Applies a provider update given as JSON fields.
+pub fn put(
+    gw: &mut Gateway,
+    now_ms: u64,
+    source: &str,
+    value: serde_json::Value,
+    epoch: u64,
+    prov: &str,
+    at_ms: u64,
+) {
+    let u = ProviderUpdate {
+        source: source.into(),
+        value,
+        epoch,
+        provenance: prov.parse().unwrap(),
+        generated_at_ms: at_ms,
+    };
+    let typed = u.typed(gw.catalog()).unwrap();
+    gw.handle_source_update(Nanos::from_ms(now_ms), typed)
+        .unwrap();
+}
+
+/// Every UAV source fresh at `at_ms`, healthy values, map epoch 7, traffic epoch 41, corridor
+/// `corridor-12` epoch 3.
+pub fn healthy_uav(gw: &mut Gateway, at_ms: u64) {
+    use serde_json::json;
+    put(
+        gw,
+        at_ms,
+        "traffic",
+        json!([{"north_m": 400.0, "east_m": 400.0, "down_m": -50.0}]),
+        41,
+        "utm-feed-a",
+        at_ms,
+    );
+    put(gw, at_ms, "map", json!(null), 7, "map-service", at_ms);
+    put(
+        gw,
+        at_ms,
+        "bounds",
+        json!({"north_min": -50.0, "north_max": 100.0, "east_min": -50.0, "east_max": 100.0, "down_min": -60.0, "down_max": 0.0}),
+        3,
+        "corridor-12",
+        at_ms,
+    );
+    put(gw, at_ms, "vehicle", json!("airborne"), 1, "px4", at_ms);
+    put(
+        gw,
+        at_ms,
+        "home",
+        json!({"north_m": 0.0, "east_m": 0.0, "down_m": 0.0}),
+        1,
+        "px4",
+        at_ms,
+    );
+    put(gw, at_ms, "battery", json!(80.0), 1, "px4", at_ms);
+    put(gw, at_ms, "link", json!(true), 1, "link-monitor", at_ms);
+    put(gw, at_ms, "authority", json!(true), 1, "operator", at_ms);
+    put(gw, at_ms, "airspace", json!(true), 1, "laanc", at_ms);
+    put(gw, at_ms, "preflight", json!(true), 1, "operator", at_ms);
+    put(gw, at_ms, "wind", json!(4.0), 1, "weather", at_ms);
+    put(gw, at_ms, "z_range", json!(10.2), 1, "rangefinder", at_ms);
+}
+
+/// The running example: notice e1, report e2, route action e3, status e4 requiring e3
+/// dispatched.
+pub fn running_example(response_id: &str, generation: u64) -> String {
+    serde_json::json!({
+        "response_id": response_id,
+        "agent_id": "planner-1",
+        "generation": generation,
+        "catalog": {"id": "uav-px4", "version": 3},
+        "components": [
+            {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
+            {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 10.2, "unit": "m"}},
+            {"id": "e3", "type": "route_action",
+             "payload": {"frame": "local_ned", "north_m": 12.0, "east_m": 3.5, "down_m": -10.0, "yaw_deg": 90.0, "duration_s": 8.0},
+             "support": {"map": {"epoch": 7}, "traffic": {"epoch": 41}, "bounds": {"epoch": 3, "provenance": "corridor-12"}},
+             "certificate": "cert-9f2c"},
+            {"id": "e4", "type": "status", "payload": {"text": "En route to WP3"},
+             "requires": [{"id": "e3", "phase": "dispatched"}]}
+        ]
+    })
+    .to_string()
+}
+
+/// The digest of component `cid` in a response, as the gateway computes it.
+pub fn digest_of(gw: &Gateway, response: &str, cid: &str) -> halo_gateway::core::Digest {
+    let raw = halo_gateway::core::envelope::parse_envelope(response.as_bytes()).unwrap();
+    let v = halo_gateway::core::graph::validate(gw.catalog(), &raw).unwrap();
+    let i = v.graph.index_of(&cid.parse().unwrap()).unwrap();
+    v.graph.component(i).unwrap().digest
+}
+
+/// Issues certificate `cert_id` for component `cid` of `response`, valid until `until_ms`.
+pub fn certify(
+    gw: &mut Gateway,
+    now_ms: u64,
+    response: &str,
+    cid: &str,
+    cert_id: &str,
+    until_ms: u64,
+) {
+    let covers = digest_of(gw, response, cid);
+    gw.handle_certificate(
+        Nanos::from_ms(now_ms),
+        halo_gateway::core::Certificate {
+            id: cert_id.parse().unwrap(),
+            covers,
+            valid_until: Nanos::from_ms(until_ms),
+            issuer: "tube-verifier".parse().unwrap(),
+        },
+    )
+    .unwrap();
+}
+
+/// Drains events and returns them.
+pub fn drain(gw: &mut Gateway) -> Vec<halo_gateway::core::Event> {
+    std::iter::from_fn(|| gw.poll_event()).collect()
+}

@@ -1,0 +1,106 @@
+//! The paper's running example end to end through the core.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
+
+mod common;
+
+use common::*;
+use halo_gateway::core::{Config, Event, Gateway, Id, Nanos, Phase, ReasonCode, RecordingAdapter};
+
+fn id(s: &str) -> Id {
+    s.parse().unwrap()
+}
+
+#[test]
+fn all_supported_emits_notice_and_report_dispatches_action_then_status() {
+    let mut gw = Gateway::new(uav_catalog(), Config::default());
+    healthy_uav(&mut gw, 1_000);
+    let resp = running_example("r1", 1);
+    certify(&mut gw, 1_000, &resp, "e3", "cert-9f2c", 20_000);
+    let rep = gw
+        .handle_response(Nanos::from_ms(1_100), resp.as_bytes())
+        .unwrap();
+    assert_eq!(rep.component("e1").unwrap().phase, Phase::Emitted);
+    assert_eq!(rep.component("e2").unwrap().phase, Phase::Emitted);
+    assert_eq!(rep.component("e3").unwrap().phase, Phase::Retained);
+    assert_eq!(rep.component("e4").unwrap().phase, Phase::Pending);
+    let emitted: Vec<_> = drain(&mut gw)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Emit { component, .. } => Some(component.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(emitted, ["e1", "e2"]);
+    let tok = gw.poll_dispatch().unwrap();
+    assert!(gw.poll_dispatch().is_none());
+    let mut ad = RecordingAdapter::new();
+    let out = gw.final_gate(Nanos::from_ms(1_120), tok, &mut ad);
+    assert!(out.is_dispatched(), "{out:?}");
+    assert_eq!(ad.calls.len(), 1);
+    let e4 = gw.component_report(&id("r1"), &id("e4")).unwrap();
+    assert_eq!(e4.phase, Phase::Emitted);
+}
+
+#[test]
+fn stale_traffic_withholds_action_and_status_keeps_notice_and_report() {
+    let mut gw = Gateway::new(uav_catalog(), Config::default());
+    healthy_uav(&mut gw, 1_000);
+    let resp = running_example("r1", 1);
+    certify(&mut gw, 1_000, &resp, "e3", "cert-9f2c", 20_000);
+    // traffic is 2 s old at 3_000 exactly: fresh (equality admitted); at 3_001 stale.
+    let rep = gw
+        .handle_response(Nanos::from_ms(3_001), resp.as_bytes())
+        .unwrap();
+    assert_eq!(rep.component("e1").unwrap().phase, Phase::Emitted);
+    assert_eq!(
+        rep.component("e2").unwrap().phase,
+        Phase::Withheld,
+        "z_range is 500 ms limited"
+    );
+    let e3 = rep.component("e3").unwrap();
+    assert_eq!(e3.phase, Phase::Withheld);
+    assert_eq!(e3.reason, Some(ReasonCode::STALE_SOURCE));
+    assert!(e3.obligation.is_some());
+    assert_eq!(rep.component("e4").unwrap().phase, Phase::Withheld);
+    assert_eq!(
+        rep.component("e4").unwrap().reason,
+        Some(ReasonCode::PARENT_WITHHELD)
+    );
+    assert!(gw.poll_dispatch().is_none());
+}
+
+#[test]
+fn epoch_change_after_admission_is_caught_by_the_final_recheck() {
+    let mut gw = Gateway::new(uav_catalog(), Config::default());
+    healthy_uav(&mut gw, 1_000);
+    let resp = running_example("r1", 1);
+    certify(&mut gw, 1_000, &resp, "e3", "cert-9f2c", 20_000);
+    gw.handle_response(Nanos::from_ms(1_100), resp.as_bytes())
+        .unwrap();
+    let tok = gw.poll_dispatch().unwrap();
+    // The map epoch changes; e3 claimed map epoch 7, so LocalOK fails at the event.
+    put(
+        &mut gw,
+        1_150,
+        "map",
+        serde_json::json!(null),
+        8,
+        "map-service",
+        1_150,
+    );
+    let mut ad = RecordingAdapter::new();
+    let out = gw.final_gate(Nanos::from_ms(1_200), tok, &mut ad);
+    assert_eq!(out.code(), Some(ReasonCode::TOKEN_REVOKED));
+    assert!(ad.calls.is_empty());
+    let e3 = gw.component_report(&id("r1"), &id("e3")).unwrap();
+    assert_eq!(
+        (e3.phase, e3.reason),
+        (Phase::Withheld, Some(ReasonCode::EPOCH_CHANGED))
+    );
+}

@@ -1,0 +1,1 @@
+//! MAVLink 2 offboard bridge to PX4 (see the crate description).

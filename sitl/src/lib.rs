@@ -1,0 +1,1 @@
+//! Simulated vehicles and independent oracles (see the crate description).
