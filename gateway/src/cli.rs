@@ -1,6 +1,285 @@
-//! Command-line shell.
+//! Command-line shell. Parses arguments, reads files, calls the core, prints results.
+//!
+//! Exit codes (stable, for scripts):
+//! - 0: every component retained (or the command succeeded);
+//! - 1: the response was admitted but some components were withheld or invalidated;
+//! - 2: the response was rejected whole;
+//! - 3: usage, file or catalog error.
 
-/// Runs the command line; returns the process exit code.
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::core::engine::{AdmissionReport, Config, Gateway};
+use crate::core::obligation::Obligation;
+use crate::core::phase::Phase;
+use crate::core::statefile::parse_state;
+use crate::core::variant::Variant;
+
+/// Exit code: everything retained.
+pub const EXIT_OK: i32 = 0;
+/// Exit code: admitted with some components withheld.
+pub const EXIT_PARTIAL: i32 = 1;
+/// Exit code: rejected whole.
+pub const EXIT_REJECTED: i32 = 2;
+/// Exit code: usage, file or catalog error.
+pub const EXIT_ERROR: i32 = 3;
+
+#[derive(Parser, Debug)]
+#[command(name = "halo-gateway", version, about = "Runtime between LLM agents and UAV flight controllers")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Print the admission decision of every component of a response against a catalog and a
+    /// state snapshot. Catalog authors use it to test a catalog before flight.
+    Check {
+        /// Catalog file (TOML).
+        #[arg(long, default_value = "catalogs/uav-px4.toml")]
+        catalog: PathBuf,
+        /// State snapshot (JSON: now_ms, sources, certificates).
+        #[arg(long)]
+        state: PathBuf,
+        /// Response envelope (JSON).
+        response: PathBuf,
+        /// Print machine-readable JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Mechanism variant (full, whole_response, independent_filter, admission_only).
+        #[arg(long, default_value = "full")]
+        variant: Variant,
+    },
+    /// Print the canonical digest of every component of a response (what a certificate must
+    /// cover).
+    Digest {
+        /// Catalog file (TOML).
+        #[arg(long, default_value = "catalogs/uav-px4.toml")]
+        catalog: PathBuf,
+        /// Response envelope (JSON).
+        response: PathBuf,
+    },
+    /// Validate a catalog file and print a summary.
+    Catalog {
+        /// Catalog file (TOML).
+        path: PathBuf,
+    },
+}
+
+/// Runs the command line with the process arguments; returns the exit code.
 pub fn run() -> i32 {
-    0
+    run_with(std::env::args_os())
+}
+
+/// Runs the command line with the given arguments (the first is the program name).
+pub fn run_with<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_ERROR } else { EXIT_OK };
+            let _ = e.print();
+            return code;
+        }
+    };
+    match cli.cmd {
+        Cmd::Check {
+            catalog,
+            state,
+            response,
+            json,
+            variant,
+        } => check(&catalog, &state, &response, json, variant),
+        Cmd::Digest { catalog, response } => digest(&catalog, &response),
+        Cmd::Catalog { path } => match crate::io::load_catalog(&path) {
+            Ok(cat) => {
+                println!(
+                    "catalog `{}` v{}: {} sources, {} component types",
+                    cat.id(),
+                    cat.version(),
+                    cat.sources().len(),
+                    cat.types().len()
+                );
+                for t in cat.types() {
+                    println!(
+                        "  {:<16} {:<10} payload {:<16} footprint {:>2} rules {:>2}",
+                        t.name.as_str(),
+                        if t.class == crate::core::Class::Action { "action" } else { "non-action" },
+                        t.payload.name(),
+                        t.footprint.len(),
+                        t.rules.len()
+                    );
+                }
+                EXIT_OK
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                EXIT_ERROR
+            }
+        },
+    }
+}
+
+fn read(path: &PathBuf) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
+}
+
+fn check(catalog: &PathBuf, state: &PathBuf, response: &PathBuf, json: bool, variant: Variant) -> i32 {
+    let cat = match crate::io::load_catalog(catalog) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let state_bytes = match read(state) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let st = match parse_state(&cat, &state_bytes) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {}: {e}", state.display());
+            return EXIT_ERROR;
+        }
+    };
+    let resp_bytes = match read(response) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let cat_label = format!("`{}` v{}", cat.id(), cat.version());
+    let mut gw = Gateway::new(
+        cat,
+        Config {
+            variant,
+            ..Config::default()
+        },
+    );
+    for u in st.updates {
+        let name = gw.catalog().source(u.source).map(|s| s.name.to_string()).unwrap_or_default();
+        if let Err(e) = gw.handle_source_update(st.now, u) {
+            eprintln!("error: {}: source `{name}`: {e}", state.display());
+            return EXIT_ERROR;
+        }
+    }
+    for c in st.certificates {
+        if let Err(e) = gw.handle_certificate(st.now, c) {
+            eprintln!("error: {}: {e}", state.display());
+            return EXIT_ERROR;
+        }
+    }
+    match gw.handle_response(st.now, &resp_bytes) {
+        Err(rej) => {
+            if json {
+                println!("{}", serde_json::json!({ "rejected": rej }));
+            } else {
+                println!("response rejected whole: {} — {}", rej.code(), rej.code().description());
+                println!("  {rej}");
+            }
+            EXIT_REJECTED
+        }
+        Ok(report) => {
+            let obligations: Vec<Obligation> = gw.obligations().cloned().collect();
+            if json {
+                println!("{}", serde_json::json!({ "admitted": report, "obligations": obligations }));
+            } else {
+                print_report(&cat_label, st.now.as_ms(), &report, &obligations, &gw);
+            }
+            let all_kept = report
+                .components
+                .iter()
+                .all(|c| !matches!(c.phase, Phase::Withheld | Phase::Invalidated | Phase::Failed));
+            if all_kept { EXIT_OK } else { EXIT_PARTIAL }
+        }
+    }
+}
+
+fn digest(catalog: &PathBuf, response: &PathBuf) -> i32 {
+    let cat = match crate::io::load_catalog(catalog) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let bytes = match read(response) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let v = crate::core::envelope::parse_envelope(&bytes).and_then(|raw| crate::core::graph::validate(&cat, &raw));
+    match v {
+        Ok(v) => {
+            for c in v.graph.components() {
+                println!("{} {}", c.id, c.digest);
+            }
+            EXIT_OK
+        }
+        Err(rej) => {
+            println!("response rejected whole: {rej}");
+            EXIT_REJECTED
+        }
+    }
+}
+
+fn print_report(cat: &str, now_ms: u64, r: &AdmissionReport, obligations: &[Obligation], gw: &Gateway) {
+    println!("response `{}` against catalog {cat} at t = {now_ms} ms", r.response);
+    for c in &r.components {
+        let what = match c.phase {
+            Phase::Emitted => "emitted on its output path".to_string(),
+            Phase::Retained if c.action => "retained; ready for the final dispatch gate".to_string(),
+            Phase::Retained => "retained".to_string(),
+            Phase::Pending => {
+                let waits: Vec<String> = gw
+                    .graph(&r.response)
+                    .and_then(|g| g.index_of(&c.id).map(|i| (g, i)))
+                    .map(|(g, i)| {
+                        g.parents(i)
+                            .iter()
+                            .filter_map(|&(p, q)| g.component(p).map(|pc| format!("`{}` {}", pc.id, q.prerequisite_name())))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                format!("retained; waits for {}", waits.join(", "))
+            }
+            _ => match c.reason {
+                Some(code) => format!("{code}: {}", code.description()),
+                None => String::new(),
+            },
+        };
+        println!("  {:<8} {:<16} {:<18} {what}", c.id.as_str(), c.ty.as_str(), c.phase.name());
+        if let Some(b) = c.binding {
+            println!("  {:<8} {:<16} {:<18} binding {} seq {}", "", "", "", b.short(), c.seq.map(|s| s.to_string()).unwrap_or_default());
+        }
+        if let Some(oid) = c.obligation {
+            if let Some(o) = obligations.iter().find(|o| o.id == oid) {
+                let req: Vec<&str> = o.required.iter().map(|s| s.as_str()).collect();
+                let scope: Vec<&str> = o.scope.iter().map(|s| s.as_str()).collect();
+                println!(
+                    "  {:<8} {:<16} {:<18} {oid}: route `{}` to `{}`, refresh [{}], may replace [{}], expires in {} ms",
+                    "",
+                    "",
+                    "",
+                    o.route,
+                    o.assignee,
+                    req.join(", "),
+                    scope.join(", "),
+                    o.expiry.saturating_sub(crate::core::Nanos::from_ms(now_ms)).as_ms()
+                );
+            }
+        }
+    }
 }

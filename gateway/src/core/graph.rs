@@ -397,10 +397,36 @@ impl Graph {
             }
         }
         if topo.len() != n {
-            let stuck: Vec<String> = remaining
+            // Left over: nodes on a cycle and nodes below one. Peel the ones below (they have no
+            // left-over child) so the message names the cycle.
+            let mut left: Vec<bool> = remaining.iter().map(|d| *d > 0).collect();
+            loop {
+                let mut peeled = false;
+                for u in 0..n {
+                    if !left.get(u).copied().unwrap_or(false) {
+                        continue;
+                    }
+                    let (a, b) = (child_off.get(u).copied().unwrap_or(0), child_off.get(u + 1).copied().unwrap_or(0));
+                    let has_left_child = children
+                        .get(a as usize..b as usize)
+                        .unwrap_or(&[])
+                        .iter()
+                        .any(|&c| left.get(usize::from(c)).copied().unwrap_or(false));
+                    if !has_left_child {
+                        if let Some(l) = left.get_mut(u) {
+                            *l = false;
+                        }
+                        peeled = true;
+                    }
+                }
+                if !peeled {
+                    break;
+                }
+            }
+            let stuck: Vec<String> = left
                 .iter()
                 .enumerate()
-                .filter(|(_, d)| **d > 0)
+                .filter(|(_, l)| **l)
                 .filter_map(|(i, _)| comps.get(i).map(|c| c.id.to_string()))
                 .collect();
             return Err(Rejection::new(

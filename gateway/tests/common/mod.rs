@@ -149,3 +149,47 @@ pub fn certify(
 pub fn drain(gw: &mut Gateway) -> Vec<halo_gateway::core::Event> {
     std::iter::from_fn(|| gw.poll_event()).collect()
 }
+
+/// Loads a catalog by the short names the conformance data uses.
+pub fn catalog_named(name: &str) -> Catalog {
+    let path = match name {
+        "uav-px4" => repo_root().join("catalogs/uav-px4.toml"),
+        "graph-test" => data_dir().join("catalogs/graph.toml"),
+        other => panic!("unknown catalog `{other}` in test data"),
+    };
+    halo_gateway::io::load_catalog(&path).unwrap()
+}
+
+/// Resolves `"covers": {"component": "e3"}` in a state file against a response, then applies
+/// the state (sources, certificates) to the gateway at the state's `now_ms`.
+pub fn apply_state(gw: &mut Gateway, state: &serde_json::Value, response_text: &str) -> Nanos {
+    let mut state = state.clone();
+    if let Some(certs) = state.get_mut("certificates").and_then(|c| c.as_array_mut()) {
+        // A certificate naming a component the response does not carry is dropped: it could
+        // not cover anything.
+        certs.retain_mut(|c| {
+            let covers = c.get("covers").cloned().unwrap();
+            let Some(cid) = covers.get("component").and_then(|v| v.as_str()) else {
+                return true;
+            };
+            let raw = halo_gateway::core::envelope::parse_envelope(response_text.as_bytes()).unwrap();
+            let v = halo_gateway::core::graph::validate(gw.catalog(), &raw).unwrap();
+            match v.graph.index_of(&cid.parse().unwrap()) {
+                Some(i) => {
+                    c["covers"] = serde_json::Value::String(v.graph.component(i).unwrap().digest.to_hex());
+                    true
+                }
+                None => false,
+            }
+        });
+    }
+    let bytes = serde_json::to_vec(&state).unwrap();
+    let st = halo_gateway::core::statefile::parse_state(gw.catalog(), &bytes).unwrap();
+    for u in st.updates {
+        gw.handle_source_update(st.now, u).unwrap();
+    }
+    for c in st.certificates {
+        gw.handle_certificate(st.now, c).unwrap();
+    }
+    st.now
+}
