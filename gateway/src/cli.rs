@@ -26,7 +26,11 @@ pub const EXIT_REJECTED: i32 = 2;
 pub const EXIT_ERROR: i32 = 3;
 
 #[derive(Parser, Debug)]
-#[command(name = "halo-gateway", version, about = "Runtime between LLM agents and UAV flight controllers")]
+#[command(
+    name = "halo-gateway",
+    version,
+    about = "Runtime between LLM agents and UAV flight controllers"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -109,7 +113,11 @@ where
                     println!(
                         "  {:<16} {:<10} payload {:<16} footprint {:>2} rules {:>2}",
                         t.name.as_str(),
-                        if t.class == crate::core::Class::Action { "action" } else { "non-action" },
+                        if t.class == crate::core::Class::Action {
+                            "action"
+                        } else {
+                            "non-action"
+                        },
                         t.payload.name(),
                         t.footprint.len(),
                         t.rules.len()
@@ -129,7 +137,13 @@ fn read(path: &PathBuf) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
 }
 
-fn check(catalog: &PathBuf, state: &PathBuf, response: &PathBuf, json: bool, variant: Variant) -> i32 {
+fn check(
+    catalog: &PathBuf,
+    state: &PathBuf,
+    response: &PathBuf,
+    json: bool,
+    variant: Variant,
+) -> i32 {
     let cat = match crate::io::load_catalog(catalog) {
         Ok(c) => c,
         Err(e) => {
@@ -167,7 +181,11 @@ fn check(catalog: &PathBuf, state: &PathBuf, response: &PathBuf, json: bool, var
         },
     );
     for u in st.updates {
-        let name = gw.catalog().source(u.source).map(|s| s.name.to_string()).unwrap_or_default();
+        let name = gw
+            .catalog()
+            .source(u.source)
+            .map(|s| s.name.to_string())
+            .unwrap_or_default();
         if let Err(e) = gw.handle_source_update(st.now, u) {
             eprintln!("error: {}: source `{name}`: {e}", state.display());
             return EXIT_ERROR;
@@ -184,7 +202,11 @@ fn check(catalog: &PathBuf, state: &PathBuf, response: &PathBuf, json: bool, var
             if json {
                 println!("{}", serde_json::json!({ "rejected": rej }));
             } else {
-                println!("response rejected whole: {} — {}", rej.code(), rej.code().description());
+                println!(
+                    "response rejected whole: {} — {}",
+                    rej.code(),
+                    rej.code().description()
+                );
                 println!("  {rej}");
             }
             EXIT_REJECTED
@@ -192,14 +214,19 @@ fn check(catalog: &PathBuf, state: &PathBuf, response: &PathBuf, json: bool, var
         Ok(report) => {
             let obligations: Vec<Obligation> = gw.obligations().cloned().collect();
             if json {
-                println!("{}", serde_json::json!({ "admitted": report, "obligations": obligations }));
+                println!(
+                    "{}",
+                    serde_json::json!({ "admitted": report, "obligations": obligations })
+                );
             } else {
                 print_report(&cat_label, st.now.as_ms(), &report, &obligations, &gw);
             }
-            let all_kept = report
-                .components
-                .iter()
-                .all(|c| !matches!(c.phase, Phase::Withheld | Phase::Invalidated | Phase::Failed));
+            let all_kept = report.components.iter().all(|c| {
+                !matches!(
+                    c.phase,
+                    Phase::Withheld | Phase::Invalidated | Phase::Failed
+                )
+            });
             if all_kept { EXIT_OK } else { EXIT_PARTIAL }
         }
     }
@@ -220,7 +247,8 @@ fn digest(catalog: &PathBuf, response: &PathBuf) -> i32 {
             return EXIT_ERROR;
         }
     };
-    let v = crate::core::envelope::parse_envelope(&bytes).and_then(|raw| crate::core::graph::validate(&cat, &raw));
+    let v = crate::core::envelope::parse_envelope(&bytes)
+        .and_then(|raw| crate::core::graph::validate(&cat, &raw));
     match v {
         Ok(v) => {
             for c in v.graph.components() {
@@ -235,12 +263,23 @@ fn digest(catalog: &PathBuf, response: &PathBuf) -> i32 {
     }
 }
 
-fn print_report(cat: &str, now_ms: u64, r: &AdmissionReport, obligations: &[Obligation], gw: &Gateway) {
-    println!("response `{}` against catalog {cat} at t = {now_ms} ms", r.response);
+fn print_report(
+    cat: &str,
+    now_ms: u64,
+    r: &AdmissionReport,
+    obligations: &[Obligation],
+    gw: &Gateway,
+) {
+    println!(
+        "response `{}` against catalog {cat} at t = {now_ms} ms",
+        r.response
+    );
     for c in &r.components {
         let what = match c.phase {
             Phase::Emitted => "emitted on its output path".to_string(),
-            Phase::Retained if c.action => "retained; ready for the final dispatch gate".to_string(),
+            Phase::Retained if c.action => {
+                "retained; ready for the final dispatch gate".to_string()
+            }
             Phase::Retained => "retained".to_string(),
             Phase::Pending => {
                 let waits: Vec<String> = gw
@@ -249,7 +288,10 @@ fn print_report(cat: &str, now_ms: u64, r: &AdmissionReport, obligations: &[Obli
                     .map(|(g, i)| {
                         g.parents(i)
                             .iter()
-                            .filter_map(|&(p, q)| g.component(p).map(|pc| format!("`{}` {}", pc.id, q.prerequisite_name())))
+                            .filter_map(|&(p, q)| {
+                                g.component(p)
+                                    .map(|pc| format!("`{}` {}", pc.id, q.prerequisite_name()))
+                            })
                             .collect()
                     })
                     .unwrap_or_default();
@@ -260,9 +302,21 @@ fn print_report(cat: &str, now_ms: u64, r: &AdmissionReport, obligations: &[Obli
                 None => String::new(),
             },
         };
-        println!("  {:<8} {:<16} {:<18} {what}", c.id.as_str(), c.ty.as_str(), c.phase.name());
+        println!(
+            "  {:<8} {:<16} {:<18} {what}",
+            c.id.as_str(),
+            c.ty.as_str(),
+            c.phase.name()
+        );
         if let Some(b) = c.binding {
-            println!("  {:<8} {:<16} {:<18} binding {} seq {}", "", "", "", b.short(), c.seq.map(|s| s.to_string()).unwrap_or_default());
+            println!(
+                "  {:<8} {:<16} {:<18} binding {} seq {}",
+                "",
+                "",
+                "",
+                b.short(),
+                c.seq.map(|s| s.to_string()).unwrap_or_default()
+            );
         }
         if let Some(oid) = c.obligation {
             if let Some(o) = obligations.iter().find(|o| o.id == oid) {
@@ -277,7 +331,9 @@ fn print_report(cat: &str, now_ms: u64, r: &AdmissionReport, obligations: &[Obli
                     o.assignee,
                     req.join(", "),
                     scope.join(", "),
-                    o.expiry.saturating_sub(crate::core::Nanos::from_ms(now_ms)).as_ms()
+                    o.expiry
+                        .saturating_sub(crate::core::Nanos::from_ms(now_ms))
+                        .as_ms()
                 );
             }
         }

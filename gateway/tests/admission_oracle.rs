@@ -1,7 +1,13 @@
 //! `admission-oracle`: predefined admission cases (response, catalog, state) with the expected
 //! retained, withheld and rejected ids and reason codes, written by hand in
 //! `scripts/gen_admission_cases.py` and frozen under `tests/data/admission/`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, reason = "tests")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
 
 mod common;
 
@@ -79,7 +85,12 @@ fn run_case(c: &Case) -> Result<(), String> {
     match (&c.expect.rejected, result) {
         (Some(exp), Err(rej)) => {
             if rej.code().name() != exp.code {
-                return Err(format!("rejected with {} ({}), expected {}", rej.code(), rej.message(), exp.code));
+                return Err(format!(
+                    "rejected with {} ({}), expected {}",
+                    rej.code(),
+                    rej.message(),
+                    exp.code
+                ));
             }
             if let Some(ids) = &exp.ids {
                 let mut got = rej.ids().to_vec();
@@ -91,7 +102,10 @@ fn run_case(c: &Case) -> Result<(), String> {
                 }
             }
             // A rejected response leaves nothing behind.
-            if gw.response_ids().count() != 0 || gw.obligations().count() != 0 || gw.poll_dispatch().is_some() {
+            if gw.response_ids().count() != 0
+                || gw.obligations().count() != 0
+                || gw.poll_dispatch().is_some()
+            {
                 return Err("a rejected response left state behind".into());
             }
             Ok(())
@@ -114,9 +128,13 @@ fn run_case(c: &Case) -> Result<(), String> {
                         exp.phase
                     ));
                 }
-                let needs_reason = matches!(exp.phase.as_str(), "WITHHELD" | "INVALIDATED" | "PENDING");
+                let needs_reason =
+                    matches!(exp.phase.as_str(), "WITHHELD" | "INVALIDATED" | "PENDING");
                 if needs_reason && exp.reason.is_none() {
-                    return Err(format!("expectation for `{}` ({}) must name a reason", comp.id, exp.phase));
+                    return Err(format!(
+                        "expectation for `{}` ({}) must name a reason",
+                        comp.id, exp.phase
+                    ));
                 }
                 if let Some(reason) = &exp.reason {
                     let got = comp.reason.map(|r| r.name()).unwrap_or("none");
@@ -126,12 +144,19 @@ fn run_case(c: &Case) -> Result<(), String> {
                 }
                 if let Some(o) = exp.obligation {
                     if comp.obligation.is_some() != o {
-                        return Err(format!("`{}` obligation {:?}, expected {o}", comp.id, comp.obligation));
+                        return Err(format!(
+                            "`{}` obligation {:?}, expected {o}",
+                            comp.id, comp.obligation
+                        ));
                     }
                 }
-                let retained_phase = matches!(exp.phase.as_str(), "EMITTED" | "RETAINED" | "PENDING");
+                let retained_phase =
+                    matches!(exp.phase.as_str(), "EMITTED" | "RETAINED" | "PENDING");
                 if comp.retained != retained_phase {
-                    return Err(format!("`{}` retained = {}, expected {retained_phase}", comp.id, comp.retained));
+                    return Err(format!(
+                        "`{}` retained = {}, expected {retained_phase}",
+                        comp.id, comp.retained
+                    ));
                 }
             }
             for id in listed.keys() {
@@ -147,17 +172,27 @@ fn run_case(c: &Case) -> Result<(), String> {
 #[test]
 fn admission_oracle() {
     let dir = data_dir().join("admission");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     files.sort();
     let mut total = 0usize;
     let mut matched = 0usize;
     let mut failures = Vec::new();
     let mut names = std::collections::BTreeSet::new();
-    for f in files.iter().filter(|p| p.extension().is_some_and(|e| e == "json")) {
+    for f in files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+    {
         let cf: CaseFile = serde_json::from_slice(&std::fs::read(f).unwrap())
             .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         for c in &cf.cases {
-            assert!(names.insert(c.name.clone()), "duplicate case name {}", c.name);
+            assert!(
+                names.insert(c.name.clone()),
+                "duplicate case name {}",
+                c.name
+            );
             total += 1;
             match run_case(c) {
                 Ok(()) => matched += 1,
@@ -169,6 +204,9 @@ fn admission_oracle() {
     for f in &failures {
         println!("  MISMATCH {f}");
     }
-    assert!(total >= 96, "the suite needs at least 96 cases, has {total}");
+    assert!(
+        total >= 96,
+        "the suite needs at least 96 cases, has {total}"
+    );
     assert!(failures.is_empty(), "{} mismatches", failures.len());
 }

@@ -110,41 +110,41 @@ impl Witness {
     }
 
     /// WitnessOK: the current stable projection equals the admitted one. Returns the first
-    /// difference as a reason code. Compares field by field, without allocating or hashing.
+    /// difference as a reason code, with the footprint source it concerns when there is one.
+    /// Compares field by field, without allocating or hashing.
     pub fn check(
         &self,
         cat: &Catalog,
         spec: &TypeSpec,
         c: &Component,
         snap: &Snapshot,
-    ) -> Result<(), ReasonCode> {
+    ) -> Result<(), (ReasonCode, Option<SourceIx>)> {
         if c.digest != self.digest {
-            return Err(ReasonCode::TOKEN_MISMATCH);
+            return Err((ReasonCode::TOKEN_MISMATCH, None));
         }
         if cat.version() != self.catalog_version || *cat.id() != self.catalog {
-            return Err(ReasonCode::CATALOG_MISMATCH);
+            return Err((ReasonCode::CATALOG_MISMATCH, None));
         }
         if spec.footprint.len() != self.sources.len() {
-            return Err(ReasonCode::SOURCE_MISSING);
+            return Err((ReasonCode::SOURCE_MISSING, None));
         }
         for (&(s, _), w) in spec.footprint.iter().zip(&self.sources) {
             let Some(st) = snap.source(s) else {
-                return Err(ReasonCode::SOURCE_MISSING);
+                return Err((ReasonCode::SOURCE_MISSING, Some(s)));
             };
             if s.0 != w.source {
-                return Err(ReasonCode::SOURCE_MISSING);
+                return Err((ReasonCode::SOURCE_MISSING, Some(s)));
             }
             if st.epoch != w.epoch {
-                return Err(ReasonCode::EPOCH_CHANGED);
+                return Err((ReasonCode::EPOCH_CHANGED, Some(s)));
             }
             if st.provenance != w.provenance {
-                return Err(
-                    if cat.source(SourceIx(w.source)).is_some_and(|x| x.bounds) {
-                        ReasonCode::BOUNDS_PROVENANCE_CHANGED
-                    } else {
-                        ReasonCode::PROVENANCE_CHANGED
-                    },
-                );
+                let code = if cat.source(s).is_some_and(|x| x.bounds) {
+                    ReasonCode::BOUNDS_PROVENANCE_CHANGED
+                } else {
+                    ReasonCode::PROVENANCE_CHANGED
+                };
+                return Err((code, Some(s)));
             }
         }
         let now_cert = c.certificate.as_ref().and_then(|id| snap.certificate(id));
@@ -153,8 +153,8 @@ impl Witness {
             (Some(w), Some(n)) if w.id == n.id && w.covers == n.covers && w.issuer == n.issuer => {
                 Ok(())
             }
-            (Some(_), None) => Err(ReasonCode::CERTIFICATE_UNKNOWN),
-            _ => Err(ReasonCode::CERTIFICATE_NOT_BOUND),
+            (Some(_), None) => Err((ReasonCode::CERTIFICATE_UNKNOWN, None)),
+            _ => Err((ReasonCode::CERTIFICATE_NOT_BOUND, None)),
         }
     }
 }

@@ -190,10 +190,11 @@ impl Gateway {
         };
         let variant = self.sh.cfg.variant;
 
-        // e ∈ A*_t ∧ DepsReady_t(e) ∧ WitnessOK_t(W_e), in that order.
-        let verdict: Result<(), ReasonCode> = (|| {
+        // e ∈ A*_t ∧ DepsReady_t(e) ∧ WitnessOK_t(W_e), in that order. A denial carries the
+        // footprint sources to refresh, for the obligation.
+        let verdict: Result<(), (ReasonCode, u64)> = (|| {
             if x.phase != Phase::Retained {
-                return Err(ReasonCode::INSTANCE_ENDED);
+                return Err((ReasonCode::INSTANCE_ENDED, 0));
             }
             if variant.rechecks() {
                 let v = local_ok(
@@ -205,7 +206,7 @@ impl Gateway {
                     Timing::BeforeEffect,
                 );
                 if !v.ok {
-                    return Err(v.code.unwrap_or(ReasonCode::RULE_FAILED));
+                    return Err((v.code.unwrap_or(ReasonCode::RULE_FAILED), v.failing));
                 }
                 match variant {
                     Variant::Full | Variant::AdmissionOnly => {
@@ -215,7 +216,7 @@ impl Gateway {
                             .iter()
                             .all(|&(p, _)| r.inst(p).is_some_and(|y| y.member));
                         if !parents_in {
-                            return Err(ReasonCode::PARENT_WITHHELD);
+                            return Err((ReasonCode::PARENT_WITHHELD, 0));
                         }
                     }
                     Variant::WholeResponse => {
@@ -223,18 +224,19 @@ impl Gateway {
                             j == usize::from(i) || y.phase.has_proceeded() || y.member
                         });
                         if !whole {
-                            return Err(ReasonCode::NOT_RETAINED);
+                            return Err((ReasonCode::NOT_RETAINED, 0));
                         }
                     }
                     Variant::IndependentFilter => {}
                 }
             }
             if !self.sh.deps_ready(r, i) {
-                return Err(ReasonCode::DEPS_NOT_READY);
+                return Err((ReasonCode::DEPS_NOT_READY, 0));
             }
             if variant.rechecks() {
-                let w = x.witness.as_ref().ok_or(ReasonCode::TOKEN_MISMATCH)?;
-                w.check(&self.sh.cat, spec, c, &self.sh.snap)?;
+                let w = x.witness.as_ref().ok_or((ReasonCode::TOKEN_MISMATCH, 0))?;
+                w.check(&self.sh.cat, spec, c, &self.sh.snap)
+                    .map_err(|(code, s)| (code, s.map_or(0, |s| 1u64 << s.0)))?;
             }
             Ok(())
         })();
@@ -242,10 +244,13 @@ impl Gateway {
         let rid = r.id.clone();
         let cid = c.id.clone();
         match verdict {
-            Err(code) => {
+            Err((code, failing)) => {
                 let seq = token.seq();
                 let binding = *token.binding();
                 drop(token);
+                if let Some(x) = r.inst_mut(i) {
+                    x.local.failing = failing;
+                }
                 self.sh.deny(r, i, code, now);
                 self.sh.recompute(r, 1u64 << i, now);
                 self.sh.check_done(r, now);

@@ -406,7 +406,10 @@ impl Graph {
                     if !left.get(u).copied().unwrap_or(false) {
                         continue;
                     }
-                    let (a, b) = (child_off.get(u).copied().unwrap_or(0), child_off.get(u + 1).copied().unwrap_or(0));
+                    let (a, b) = (
+                        child_off.get(u).copied().unwrap_or(0),
+                        child_off.get(u + 1).copied().unwrap_or(0),
+                    );
                     let has_left_child = children
                         .get(a as usize..b as usize)
                         .unwrap_or(&[])

@@ -172,11 +172,13 @@ pub fn apply_state(gw: &mut Gateway, state: &serde_json::Value, response_text: &
             let Some(cid) = covers.get("component").and_then(|v| v.as_str()) else {
                 return true;
             };
-            let raw = halo_gateway::core::envelope::parse_envelope(response_text.as_bytes()).unwrap();
+            let raw =
+                halo_gateway::core::envelope::parse_envelope(response_text.as_bytes()).unwrap();
             let v = halo_gateway::core::graph::validate(gw.catalog(), &raw).unwrap();
             match v.graph.index_of(&cid.parse().unwrap()) {
                 Some(i) => {
-                    c["covers"] = serde_json::Value::String(v.graph.component(i).unwrap().digest.to_hex());
+                    c["covers"] =
+                        serde_json::Value::String(v.graph.component(i).unwrap().digest.to_hex());
                     true
                 }
                 None => false,
