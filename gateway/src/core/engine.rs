@@ -649,6 +649,9 @@ impl Gateway {
             self.sh
                 .readiness(r, r.graph.descendants(1u64 << i) | (1u64 << i), now);
         } else {
+            if let Some(x) = r.inst_mut(i) {
+                x.member = false;
+            }
             self.sh.set_phase(
                 r,
                 i,
@@ -657,6 +660,8 @@ impl Gateway {
                 now,
             );
             self.sh.cascade_terminal(r, i, now);
+            // Dependents that already proceeded keep their phase but leave A*_t with it.
+            self.sh.recompute(r, 1u64 << i, now);
         }
         self.sh.check_done(r, now);
         Ok(())

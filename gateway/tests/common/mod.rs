@@ -155,6 +155,7 @@ pub fn catalog_named(name: &str) -> Catalog {
     let path = match name {
         "uav-px4" => repo_root().join("catalogs/uav-px4.toml"),
         "graph-test" => data_dir().join("catalogs/graph.toml"),
+        "schedule-test" => data_dir().join("catalogs/schedule.toml"),
         other => panic!("unknown catalog `{other}` in test data"),
     };
     halo_gateway::io::load_catalog(&path).unwrap()

@@ -1,0 +1,827 @@
+//! `schedules`: seeded schedules of valid and fault-injected events, with invariants checked at
+//! every step against a shadow model written here, apart from the core's closure and gate code:
+//!
+//! - locality: an update of source `s` changes no component outside the footprints that contain
+//!   `s` and their dependents; a gate call changes nothing outside the gated component and its
+//!   dependents;
+//! - local validity: every retained component is locally supported at `now`;
+//! - closure: every retained component's parents are retained;
+//! - greatest set: the retained set equals the shadow's descending-rejection fixed point;
+//! - token non-reuse: no sequence reaches the adapter twice;
+//! - no emission with a blocked parent;
+//! - the adapter is called if and only if the shadow's four gate conjuncts held at that instant;
+//! - rejected inputs (malformed responses, future updates, replayed tokens, out-of-scope or stale
+//!   candidates) change nothing.
+//!
+//! `HALO_SCHEDULES` sets the number of schedules (default 10,000); `scripts/schedules.sh` runs
+//! the full set in release mode.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::*;
+use halo_gateway::core::catalog::Class;
+use halo_gateway::core::statefile::ProviderUpdate;
+use halo_gateway::core::support::{Timing, local_ok};
+use halo_gateway::core::{
+    AdapterError, Config, DispatchToken, Event, GateOutcome, Gateway, Id, Nanos, Phase,
+    RecordingAdapter, SourceIx,
+};
+use serde_json::{Value, json};
+
+/// SplitMix64: small, seedable, good enough for schedule generation.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+    fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
+        &v[self.below(v.len() as u64) as usize]
+    }
+}
+
+const SOURCES: [&str; 5] = ["a", "b", "c", "d", "f"];
+const KINDS: [&str; 6] = ["n_a", "n_bc", "n_free", "act_ab", "act_cdf", "act_d"];
+
+#[derive(Clone, Debug, PartialEq)]
+struct CompView {
+    phase: Phase,
+    retained: bool,
+    reason: Option<String>,
+    generation: u32,
+    binding: Option<String>,
+    local: bool,
+}
+
+#[derive(Default)]
+struct Stats {
+    steps: u64,
+    gate_calls: u64,
+    adapter_calls: u64,
+    replays: u64,
+    rejections: u64,
+    candidates_accepted: u64,
+    restarts: u64,
+    checks: BTreeMap<&'static str, u64>,
+}
+
+struct Sim {
+    rng: Rng,
+    gw: Gateway,
+    boot: u64,
+    now_ms: u64,
+    adapter: RecordingAdapter,
+    pool: Vec<DispatchToken>,
+    spent: Vec<Vec<u8>>,
+    used: BTreeSet<(u64, u64)>,
+    witnesses: BTreeMap<(String, String, u32), Vec<(u64, String)>>,
+    responses: BTreeMap<String, Value>,
+    next_resp: u32,
+    agent_gen: u64,
+    epochs: BTreeMap<&'static str, (u64, String)>,
+    emitted_this_step: Vec<(String, String)>,
+}
+
+fn new_gateway(boot: u64) -> Gateway {
+    Gateway::new(
+        catalog_named("schedule-test"),
+        Config {
+            boot_epoch: boot,
+            ..Config::default()
+        },
+    )
+}
+
+impl Sim {
+    fn new(seed: u64) -> Sim {
+        let mut s = Sim {
+            rng: Rng(seed),
+            gw: new_gateway(1),
+            boot: 1,
+            now_ms: 1_000,
+            adapter: RecordingAdapter::new(),
+            pool: Vec::new(),
+            spent: Vec::new(),
+            used: BTreeSet::new(),
+            witnesses: BTreeMap::new(),
+            responses: BTreeMap::new(),
+            next_resp: 0,
+            agent_gen: 1,
+            epochs: SOURCES
+                .iter()
+                .map(|s| (*s, (1u64, "p".to_string())))
+                .collect(),
+            emitted_this_step: Vec::new(),
+        };
+        for src in SOURCES {
+            s.update(src, s.now_ms);
+        }
+        s
+    }
+
+    fn now(&self) -> Nanos {
+        Nanos::from_ms(self.now_ms)
+    }
+
+    fn update(&mut self, src: &'static str, at_ms: u64) {
+        let (epoch, prov) = self.epochs[src].clone();
+        let value = if src == "f" {
+            json!(!self.rng.chance(0.1))
+        } else {
+            Value::Null
+        };
+        let u = ProviderUpdate {
+            source: src.into(),
+            value,
+            epoch,
+            provenance: prov.parse().unwrap(),
+            generated_at_ms: at_ms,
+        };
+        let typed = u.typed(self.gw.catalog()).unwrap();
+        self.gw.handle_source_update(self.now(), typed).unwrap();
+    }
+
+    fn random_response(&mut self) -> (String, Value) {
+        self.next_resp += 1;
+        self.agent_gen += 1;
+        let rid = format!("r{}", self.next_resp);
+        let n = 2 + self.rng.below(9) as usize;
+        let kinds: Vec<&str> = (0..n).map(|_| *self.rng.pick(&KINDS)).collect();
+        let cat = self.gw.catalog().clone();
+        let mut comps = Vec::new();
+        for i in 0..n {
+            let ty = cat.type_ix(kinds[i]).unwrap();
+            let spec = cat.type_spec(ty).unwrap();
+            let mut reqs = Vec::new();
+            let k = self.rng.below((i as u64).min(3) + 1);
+            let mut chosen = BTreeSet::new();
+            for _ in 0..k {
+                let p = self.rng.below(i as u64) as usize;
+                if !chosen.insert(p) {
+                    continue;
+                }
+                let pty = cat.type_ix(kinds[p]).unwrap();
+                let phases: Vec<Phase> =
+                    [Phase::Emitted, Phase::Dispatched, Phase::ObservedSuccess]
+                        .into_iter()
+                        .filter(|q| spec.allows(pty, *q))
+                        .collect();
+                if phases.is_empty() {
+                    continue;
+                }
+                let q = *self.rng.pick(&phases);
+                reqs.push(json!({"id": format!("c{p}"), "phase": q.prerequisite_name()}));
+            }
+            let mut support = serde_json::Map::new();
+            for &(s, _) in &spec.footprint {
+                let name = cat.source(s).unwrap().name.to_string();
+                if self.rng.chance(0.5) {
+                    let cur = self.epochs[SOURCES.iter().find(|x| **x == name).unwrap()].0;
+                    let e = if self.rng.chance(0.1) { cur + 1 } else { cur };
+                    support.insert(name, json!({"epoch": e}));
+                }
+            }
+            let payload = match kinds[i] {
+                "n_a" => json!({"text": format!("n{i}")}),
+                "n_bc" => json!({"text": format!("s{i}")}),
+                "n_free" => json!({"sensor": "z", "value": i as f64}),
+                "act_d" => json!({}),
+                _ => json!({"duration_s": 1.0 + i as f64}),
+            };
+            comps.push(
+                json!({"id": format!("c{i}"), "type": kinds[i], "payload": payload,
+                              "requires": reqs, "support": support}),
+            );
+        }
+        // Envelope order is not the hidden topological order.
+        for i in (1..comps.len()).rev() {
+            let j = self.rng.below(i as u64 + 1) as usize;
+            comps.swap(i, j);
+        }
+        let resp = json!({"response_id": rid, "agent_id": "agent", "generation": self.agent_gen,
+                          "catalog": {"id": "schedule-test", "version": 1}, "components": comps});
+        (rid, resp)
+    }
+
+    fn view(&self) -> BTreeMap<(String, String), CompView> {
+        let mut out = BTreeMap::new();
+        for rid in self.gw.response_ids() {
+            for c in self.gw.response_report(rid).unwrap().components {
+                out.insert(
+                    (rid.to_string(), c.id.to_string()),
+                    CompView {
+                        phase: c.phase,
+                        retained: c.retained,
+                        reason: c.reason.map(|r| r.name().to_string()),
+                        generation: c.generation,
+                        binding: c.binding.map(|b| b.to_hex()),
+                        local: c.locally_supported,
+                    },
+                );
+            }
+        }
+        out
+    }
+
+    fn whole(&self) -> String {
+        let v = self.view();
+        let obls: Vec<String> = self
+            .gw
+            .obligations()
+            .map(|o| format!("{}:{}:{}", o.id, o.state.name(), o.attempts))
+            .collect();
+        format!("{v:?}|{obls:?}|{}", self.gw.ledger().len())
+    }
+
+    fn drain(&mut self) {
+        while let Some(e) = self.gw.poll_event() {
+            if let Event::Emit {
+                response,
+                component,
+                ..
+            } = e
+            {
+                self.emitted_this_step
+                    .push((response.to_string(), component.to_string()));
+            }
+        }
+        while self.gw.poll_receipt().is_some() {}
+    }
+
+    /// Records admission witnesses of freshly bound actions from the current state.
+    fn note_bindings(&mut self) {
+        let cat = self.gw.catalog().clone();
+        for rid in self.gw.response_ids().cloned().collect::<Vec<_>>() {
+            let g = self.gw.graph(&rid).unwrap().clone();
+            for c in self.gw.response_report(&rid).unwrap().components {
+                if c.binding.is_none() {
+                    continue;
+                }
+                let key = (rid.to_string(), c.id.to_string(), c.generation);
+                if self.witnesses.contains_key(&key) {
+                    continue;
+                }
+                let comp = g.component(g.index_of(&c.id).unwrap()).unwrap();
+                let spec = cat.type_spec(comp.ty).unwrap();
+                let w: Vec<(u64, String)> = spec
+                    .footprint
+                    .iter()
+                    .map(|&(s, _)| {
+                        let st = self.gw.snapshot().source(s).unwrap();
+                        (st.epoch, st.provenance.to_string())
+                    })
+                    .collect();
+                self.witnesses.insert(key, w);
+            }
+        }
+    }
+
+    /// The shadow model: per response, fresh local support, eligibility, and the greatest
+    /// closed set by descending rejection.
+    fn shadow(&self) -> BTreeMap<(String, String), (bool, bool)> {
+        let cat = self.gw.catalog();
+        let mut out = BTreeMap::new();
+        for rid in self.gw.response_ids() {
+            let g = self.gw.graph(rid).unwrap();
+            let rep = self.gw.response_report(rid).unwrap();
+            let n = g.len();
+            let mut fresh = vec![false; n];
+            let mut eligible = vec![false; n];
+            for i in 0..n {
+                let c = g.component(i as u16).unwrap();
+                let spec = cat.type_spec(c.ty).unwrap();
+                let r = &rep.components[i];
+                let timing = if r.phase.has_proceeded() {
+                    Timing::Proceeded
+                } else {
+                    Timing::BeforeEffect
+                };
+                fresh[i] = local_ok(cat, spec, c, self.gw.snapshot(), self.now(), timing).ok;
+                let ended = matches!(r.phase, Phase::Failed | Phase::Invalidated)
+                    || (spec.class == Class::Action && r.phase == Phase::Withheld);
+                eligible[i] = fresh[i] && !ended;
+            }
+            let mut rejected: Vec<bool> = eligible.iter().map(|e| !e).collect();
+            loop {
+                let mut changed = false;
+                for i in 0..n {
+                    if rejected[i] {
+                        continue;
+                    }
+                    if g.parents(i as u16)
+                        .iter()
+                        .any(|&(p, _)| rejected[usize::from(p)])
+                    {
+                        rejected[i] = true;
+                        changed = true;
+                    }
+                }
+                if !changed {
+                    break;
+                }
+            }
+            for i in 0..n {
+                out.insert(
+                    (rid.to_string(), rep.components[i].id.to_string()),
+                    (!rejected[i], fresh[i]),
+                );
+            }
+        }
+        out
+    }
+
+    fn check_invariants(&mut self, stats: &mut Stats) -> Result<(), String> {
+        let shadow = self.shadow();
+        let view = self.view();
+        for ((rid, cid), v) in &view {
+            let (member, fresh) = shadow[&(rid.clone(), cid.clone())];
+            *stats.checks.entry("greatest-set").or_default() += 1;
+            if v.retained != member {
+                return Err(format!(
+                    "greatest set: {rid}/{cid} retained={} shadow={member} ({:?})",
+                    v.retained, v
+                ));
+            }
+            if v.retained {
+                *stats.checks.entry("local-validity").or_default() += 1;
+                if !fresh {
+                    return Err(format!(
+                        "local validity: {rid}/{cid} retained but unsupported at {}",
+                        self.now_ms
+                    ));
+                }
+                let g = self.gw.graph(&rid.parse().unwrap()).unwrap();
+                let i = g.index_of(&cid.parse().unwrap()).unwrap();
+                for &(p, _) in g.parents(i) {
+                    *stats.checks.entry("closure").or_default() += 1;
+                    let pid = g.component(p).unwrap().id.to_string();
+                    if !view[&(rid.clone(), pid.clone())].retained {
+                        return Err(format!("closure: {rid}/{cid} retained, parent {pid} not"));
+                    }
+                }
+            }
+        }
+        for (rid, cid) in std::mem::take(&mut self.emitted_this_step) {
+            *stats
+                .checks
+                .entry("no-emission-with-blocked-parent")
+                .or_default() += 1;
+            let Some(g) = self.gw.graph(&rid.parse().unwrap()) else {
+                continue;
+            };
+            let i = g.index_of(&cid.parse().unwrap()).unwrap();
+            for &(p, q) in g.parents(i) {
+                let pid = g.component(p).unwrap().id.to_string();
+                let ph = view[&(rid.clone(), pid.clone())].phase;
+                if !ph.at_or_beyond(q) {
+                    return Err(format!(
+                        "emission: {rid}/{cid} emitted while parent {pid} is {ph}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn affected_by_source(&self, src: &str) -> BTreeSet<(String, String)> {
+        let cat = self.gw.catalog();
+        let bit = 1u64 << cat.source_ix(src).unwrap().0;
+        let mut out = BTreeSet::new();
+        for rid in self.gw.response_ids() {
+            let g = self.gw.graph(rid).unwrap();
+            let mut roots = 0u64;
+            for (i, c) in g.components().iter().enumerate() {
+                if cat.type_spec(c.ty).unwrap().footprint_mask & bit != 0 {
+                    roots |= 1 << i;
+                }
+            }
+            let all = roots | g.descendants(roots);
+            for (i, c) in g.components().iter().enumerate() {
+                if all & (1 << i) != 0 {
+                    out.insert((rid.to_string(), c.id.to_string()));
+                }
+            }
+        }
+        out
+    }
+
+    fn check_locality(
+        before: &BTreeMap<(String, String), CompView>,
+        after: &BTreeMap<(String, String), CompView>,
+        allowed: &BTreeSet<(String, String)>,
+    ) -> Result<(), String> {
+        for (k, v) in before {
+            if allowed.contains(k) {
+                continue;
+            }
+            if let Some(w) = after.get(k) {
+                if v != w {
+                    return Err(format!("locality: {}/{} changed {v:?} -> {w:?}", k.0, k.1));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The shadow's four conjuncts for a token at `now`.
+    fn shadow_dispatch_ok(&self, tok: &DispatchToken) -> bool {
+        let rid = tok.response().to_string();
+        let cid = tok.component().to_string();
+        let Some(rep) = self.gw.component_report(tok.response(), tok.component()) else {
+            return false;
+        };
+        let fresh_auth = tok.seq().boot == self.boot
+            && !self.used.contains(&(tok.seq().boot, tok.seq().n))
+            && tok.generation() == rep.generation
+            && Some(tok.seq()) == rep.seq
+            && rep.phase == Phase::Retained;
+        let shadow = self.shadow();
+        let member = shadow.get(&(rid.clone(), cid.clone())).is_some_and(|s| s.0);
+        let g = self.gw.graph(tok.response()).unwrap();
+        let i = g.index_of(tok.component()).unwrap();
+        let deps = g.parents(i).iter().all(|&(p, q)| {
+            let pid = &g.component(p).unwrap().id;
+            self.gw
+                .component_report(tok.response(), pid)
+                .unwrap()
+                .phase
+                .at_or_beyond(q)
+        });
+        let cat = self.gw.catalog();
+        let spec = cat.type_spec(g.component(i).unwrap().ty).unwrap();
+        let now_w: Vec<(u64, String)> = spec
+            .footprint
+            .iter()
+            .map(|&(s, _)| {
+                let st = self.gw.snapshot().source(s).unwrap();
+                (st.epoch, st.provenance.to_string())
+            })
+            .collect();
+        let witness = self.witnesses.get(&(rid, cid, rep.generation)) == Some(&now_w);
+        fresh_auth && member && deps && witness
+    }
+}
+
+fn run_schedule(seed: u64, stats: &mut Stats) -> Result<(), String> {
+    let mut s = Sim::new(seed);
+    let (rid, resp) = s.random_response();
+    s.gw.handle_response(s.now(), resp.to_string().as_bytes())
+        .map_err(|e| format!("initial response: {e}"))?;
+    s.responses.insert(rid, resp);
+    s.drain();
+    s.note_bindings();
+    s.check_invariants(stats)?;
+
+    for step in 0..30 {
+        stats.steps += 1;
+        let roll = s.rng.below(100);
+        let before = s.view();
+        let whole_before = s.whole();
+        let ctx = |e: String| format!("step {step} (roll {roll}): {e}");
+        match roll {
+            // Provider update, sometimes with a new epoch or provenance.
+            0..=29 => {
+                let src = *s.rng.pick(&SOURCES);
+                if s.rng.chance(0.15) {
+                    s.epochs.get_mut(src).unwrap().0 += 1;
+                } else if s.rng.chance(0.05) {
+                    s.epochs.get_mut(src).unwrap().1 = format!("p{}", s.rng.below(3));
+                }
+                s.update(src, s.now_ms);
+                s.drain();
+                let allowed = s.affected_by_source(src);
+                Sim::check_locality(&before, &s.view(), &allowed).map_err(ctx)?;
+                *stats.checks.entry("locality").or_default() += 1;
+            }
+            // Time passes.
+            30..=49 => {
+                s.now_ms += 1 + s.rng.below(400);
+                s.gw.handle_timeout(s.now());
+            }
+            // Poll ready actions.
+            50..=61 => {
+                while let Some(t) = s.gw.poll_dispatch() {
+                    s.pool.push(t);
+                }
+            }
+            // Final gate, on a random pooled token.
+            62..=76 => {
+                if s.pool.is_empty() {
+                    continue;
+                }
+                let k = s.rng.below(s.pool.len() as u64) as usize;
+                let tok = s.pool.swap_remove(k);
+                let wire = tok.to_wire();
+                let predicted = s.shadow_dispatch_ok(&tok);
+                let (rid, cid) = (tok.response().to_string(), tok.component().to_string());
+                let attempts_before = s.adapter.attempts;
+                let seq = tok.seq();
+                let o = s.gw.final_gate(s.now(), tok, &mut s.adapter);
+                stats.gate_calls += 1;
+                let attempted = s.adapter.attempts > attempts_before;
+                *stats.checks.entry("gate-conjuncts").or_default() += 1;
+                if attempted != predicted {
+                    return Err(ctx(format!(
+                        "gate {rid}/{cid}: adapter attempted={attempted}, shadow DispatchOK={predicted}, {o:?}"
+                    )));
+                }
+                if attempted {
+                    stats.adapter_calls += 1;
+                    *stats.checks.entry("token-non-reuse").or_default() += 1;
+                    if !s.used.insert((seq.boot, seq.n)) {
+                        return Err(ctx(format!(
+                            "token reuse: sequence {seq} reached the adapter twice"
+                        )));
+                    }
+                }
+                s.spent.push(wire);
+                s.drain();
+                let mut allowed = BTreeSet::new();
+                if let Some(g) = s.gw.graph(&rid.parse().unwrap()) {
+                    let i = g.index_of(&cid.parse().unwrap()).unwrap();
+                    let d = g.descendants(1 << i) | (1 << i);
+                    for (j, c) in g.components().iter().enumerate() {
+                        if d & (1 << j) != 0 {
+                            allowed.insert((rid.clone(), c.id.to_string()));
+                        }
+                    }
+                }
+                Sim::check_locality(&before, &s.view(), &allowed).map_err(ctx)?;
+            }
+            // Replay of a spent token: always refused, changes nothing.
+            77..=80 => {
+                if s.spent.is_empty() {
+                    continue;
+                }
+                let w = s.rng.pick(&s.spent).clone();
+                let tok = DispatchToken::from_wire(&w).unwrap();
+                let attempts_before = s.adapter.attempts;
+                let o = s.gw.final_gate(s.now(), tok, &mut s.adapter);
+                stats.replays += 1;
+                *stats.checks.entry("replay-refused").or_default() += 1;
+                if !matches!(o, GateOutcome::Refused { .. })
+                    || s.adapter.attempts != attempts_before
+                {
+                    return Err(ctx(format!("replay not refused: {o:?}")));
+                }
+                s.drain();
+                if s.whole() != whole_before {
+                    return Err(ctx("a refused replay changed state".into()));
+                }
+            }
+            // Downstream observation of a dispatched action.
+            81..=83 => {
+                let dispatched: Vec<(Id, Id)> =
+                    s.gw.response_ids()
+                        .flat_map(|r| {
+                            s.gw.response_report(r)
+                                .unwrap()
+                                .components
+                                .into_iter()
+                                .filter(|c| c.phase == Phase::Dispatched)
+                                .map(move |c| (r.clone(), c.id))
+                        })
+                        .collect();
+                if let Some((r, c)) = dispatched.first().cloned() {
+                    let ok = s.rng.chance(0.7);
+                    s.gw.handle_observation(s.now(), &r, &c, ok)
+                        .map_err(|e| ctx(format!("observe: {e}")))?;
+                    s.drain();
+                }
+            }
+            // Fresh candidates, valid and faulty.
+            84..=91 => {
+                let live: Vec<(u64, String, String, Vec<String>)> =
+                    s.gw.obligations()
+                        .filter(|o| o.state.is_live())
+                        .map(|o| {
+                            (
+                                o.id.0,
+                                o.response.to_string(),
+                                o.component.to_string(),
+                                o.scope.iter().map(|x| x.to_string()).collect(),
+                            )
+                        })
+                        .collect();
+                let Some((oid, rid, cid, scope)) = live.first().cloned() else {
+                    continue;
+                };
+                let resp = s.responses[&rid].clone();
+                let orig = resp["components"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["id"] == cid.as_str())
+                    .unwrap()
+                    .clone();
+                let mut fresh = orig.clone();
+                if let Some(sup) = fresh.get_mut("support").and_then(Value::as_object_mut) {
+                    for (name, claim) in sup.iter_mut() {
+                        let cur =
+                            s.epochs[SOURCES.iter().find(|x| **x == name.as_str()).unwrap()].0;
+                        claim["epoch"] = json!(cur);
+                    }
+                }
+                let kind = s.rng.below(10);
+                let (cand_gen, comp_list, fault) = match kind {
+                    0..=5 => (s.agent_gen + 1, vec![fresh], false),
+                    6 | 7 => {
+                        let others: Vec<&Value> = resp["components"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .filter(|c| !scope.contains(&c["id"].as_str().unwrap().to_string()))
+                            .collect();
+                        match others.first() {
+                            Some(o) => (s.agent_gen + 1, vec![(*o).clone()], true),
+                            None => continue,
+                        }
+                    }
+                    _ => (1, vec![fresh], true),
+                };
+                let cand = json!({"obligation": oid, "response_id": rid, "agent_id": "agent", "generation": cand_gen,
+                                  "catalog": {"id": "schedule-test", "version": 1}, "components": comp_list});
+                let r = s.gw.handle_candidate(s.now(), cand.to_string().as_bytes());
+                s.drain();
+                if fault {
+                    *stats.checks.entry("fault-rejected-unchanged").or_default() += 1;
+                    if r.is_ok() {
+                        return Err(ctx("a faulty candidate was accepted".into()));
+                    }
+                    if s.whole() != whole_before {
+                        return Err(ctx(format!(
+                            "a rejected candidate changed state ({:?})",
+                            r.err().map(|e| e.code())
+                        )));
+                    }
+                    stats.rejections += 1;
+                } else if r.is_ok() {
+                    s.agent_gen += 1;
+                    stats.candidates_accepted += 1;
+                    // The accepted candidate becomes the component's current spec.
+                    let mut resp = resp;
+                    for c in resp["components"].as_array_mut().unwrap() {
+                        if c["id"] == cid.as_str() {
+                            *c = cand["components"][0].clone();
+                        }
+                    }
+                    s.responses.insert(rid, resp);
+                }
+            }
+            // The adapter refuses its next enqueue.
+            92 => s.adapter.refuse_next(1, AdapterError::LinkDown),
+            // Restart: a new boot epoch; every earlier token is dead.
+            93 => {
+                stats.restarts += 1;
+                let mut carried = Vec::new();
+                for (i, _) in s.gw.catalog().sources().iter().enumerate() {
+                    let ix = SourceIx(i as u8);
+                    if let Some(st) = s.gw.snapshot().source(ix) {
+                        carried.push(halo_gateway::core::SourceUpdate {
+                            source: ix,
+                            state: st.clone(),
+                        });
+                    }
+                }
+                for t in s.pool.drain(..) {
+                    s.spent.push(t.to_wire());
+                }
+                s.boot += 1;
+                s.gw = new_gateway(s.boot);
+                for u in carried {
+                    s.gw.handle_source_update(s.now(), u).unwrap();
+                }
+                s.witnesses.clear();
+                let (rid, resp) = s.random_response();
+                s.gw.handle_response(s.now(), resp.to_string().as_bytes())
+                    .map_err(|e| ctx(format!("{e}")))?;
+                s.responses.insert(rid, resp);
+                s.drain();
+            }
+            // Faulty provider update: generated in the future.
+            94 | 95 => {
+                let src = *s.rng.pick(&SOURCES);
+                let (epoch, prov) = s.epochs[src].clone();
+                let u = ProviderUpdate {
+                    source: src.into(),
+                    value: if src == "f" { json!(true) } else { Value::Null },
+                    epoch: epoch + 5,
+                    provenance: prov.parse().unwrap(),
+                    generated_at_ms: s.now_ms + 10_000,
+                };
+                let typed = u.typed(s.gw.catalog()).unwrap();
+                *stats.checks.entry("fault-rejected-unchanged").or_default() += 1;
+                if s.gw.handle_source_update(s.now(), typed).is_ok() {
+                    return Err(ctx("a future update was accepted".into()));
+                }
+                s.drain();
+                if s.whole() != whole_before {
+                    return Err(ctx("a refused update changed state".into()));
+                }
+                stats.rejections += 1;
+            }
+            // Malformed response: rejected whole, nothing changes.
+            96 | 97 => {
+                let (_, mut resp) = s.random_response();
+                let comps = resp["components"].as_array_mut().unwrap();
+                let k = s.rng.below(comps.len() as u64) as usize;
+                match s.rng.below(3) {
+                    0 => comps[k]["requires"] = json!([{"id": "nowhere", "phase": "emitted"}]),
+                    1 => comps[k]["type"] = json!("unknown"),
+                    _ => {
+                        let id = comps[0]["id"].clone();
+                        comps[k]["id"] = id;
+                        if k == 0 {
+                            comps.push(comps[0].clone());
+                        }
+                    }
+                }
+                *stats.checks.entry("fault-rejected-unchanged").or_default() += 1;
+                if s.gw
+                    .handle_response(s.now(), resp.to_string().as_bytes())
+                    .is_ok()
+                {
+                    return Err(ctx("a malformed response was admitted".into()));
+                }
+                s.drain();
+                if s.whole() != whole_before {
+                    return Err(ctx("a rejected response changed state".into()));
+                }
+                stats.rejections += 1;
+            }
+            // Another response arrives.
+            _ => {
+                if s.gw.response_ids().count() < 3 {
+                    let (rid, resp) = s.random_response();
+                    s.gw.handle_response(s.now(), resp.to_string().as_bytes())
+                        .map_err(|e| ctx(format!("{e}")))?;
+                    s.responses.insert(rid, resp);
+                    s.drain();
+                }
+            }
+        }
+        s.gw.handle_timeout(s.now());
+        s.drain();
+        s.note_bindings();
+        s.check_invariants(stats)
+            .map_err(|e| format!("step {step} (roll {roll}): {e}"))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn schedules() {
+    let n: u64 = std::env::var("HALO_SCHEDULES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let base: u64 = 0x4841_4C4F; // "HALO"
+    let mut stats = Stats::default();
+    let mut failures = Vec::new();
+    for k in 0..n {
+        let seed = base.wrapping_add(k);
+        if let Err(e) = run_schedule(seed, &mut stats) {
+            failures.push(format!("seed {seed:#x}: {e}"));
+        }
+    }
+    println!("schedules: {}/{n} matched", n - failures.len() as u64);
+    println!(
+        "  steps {}  gate calls {}  adapter calls {}  replays {}  rejected faults {}  fresh readmissions {}  restarts {}",
+        stats.steps,
+        stats.gate_calls,
+        stats.adapter_calls,
+        stats.replays,
+        stats.rejections,
+        stats.candidates_accepted,
+        stats.restarts
+    );
+    for (name, count) in &stats.checks {
+        println!("  {name:<34} {count:>10} checks");
+    }
+    for f in failures.iter().take(10) {
+        println!("  MISMATCH {f}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} schedules violated an invariant",
+        failures.len()
+    );
+}
