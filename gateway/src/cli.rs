@@ -6,7 +6,7 @@
 //! - 2: the response was rejected whole;
 //! - 3: usage, file or catalog error.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
@@ -133,17 +133,11 @@ where
     }
 }
 
-fn read(path: &PathBuf) -> Result<Vec<u8>, String> {
+fn read(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
 }
 
-fn check(
-    catalog: &PathBuf,
-    state: &PathBuf,
-    response: &PathBuf,
-    json: bool,
-    variant: Variant,
-) -> i32 {
+fn check(catalog: &Path, state: &Path, response: &Path, json: bool, variant: Variant) -> i32 {
     let cat = match crate::io::load_catalog(catalog) {
         Ok(c) => c,
         Err(e) => {
@@ -232,7 +226,7 @@ fn check(
     }
 }
 
-fn digest(catalog: &PathBuf, response: &PathBuf) -> i32 {
+fn digest(catalog: &Path, response: &Path) -> i32 {
     let cat = match crate::io::load_catalog(catalog) {
         Ok(c) => c,
         Err(e) => {

@@ -9,7 +9,13 @@
 //!
 //! WholeResponse overblocks, IndependentFilter leaks orphans, AdmissionOnly leaks stale
 //! dispatches, Full does none of these.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, reason = "tests")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
 
 mod common;
 
@@ -88,7 +94,13 @@ struct Row {
 }
 
 fn run(c: &Condition, variant: Variant) -> Row {
-    let mut gw = Gateway::new(uav_catalog(), Config { variant, ..Config::default() });
+    let mut gw = Gateway::new(
+        uav_catalog(),
+        Config {
+            variant,
+            ..Config::default()
+        },
+    );
     let text = response(c.status_after.as_deref());
     healthy_uav(&mut gw, 1_000);
     certify(&mut gw, 1_000, &text, "e3", "cert-9f2c", 30_000);
@@ -145,7 +157,11 @@ fn run(c: &Condition, variant: Variant) -> Row {
     }
     if !supported.contains("e3") {
         row.stale_opp = 1;
-        row.stale = ad.calls.iter().filter(|c| c.component.as_str() == "e3").count();
+        row.stale = ad
+            .calls
+            .iter()
+            .filter(|c| c.component.as_str() == "e3")
+            .count();
     }
     if !supported.contains(&parent_of_e4) {
         // A leak is a dependent that reached its output although its prerequisite never
@@ -159,7 +175,10 @@ fn run(c: &Condition, variant: Variant) -> Row {
 
 #[test]
 fn mechanisms() {
-    let f: File = serde_json::from_slice(&std::fs::read(data_dir().join("mechanisms/conditions.json")).unwrap()).unwrap();
+    let f: File = serde_json::from_slice(
+        &std::fs::read(data_dir().join("mechanisms/conditions.json")).unwrap(),
+    )
+    .unwrap();
     let mut totals: BTreeMap<&str, Row> = BTreeMap::new();
     let mut per: Vec<(String, &str, Row)> = Vec::new();
     for c in &f.conditions {
@@ -177,7 +196,10 @@ fn mechanisms() {
         }
     }
     let n = f.conditions.len() * Variant::ALL.len();
-    println!("mechanisms: {n} condition-variant runs over {} conditions", f.conditions.len());
+    println!(
+        "mechanisms: {n} condition-variant runs over {} conditions",
+        f.conditions.len()
+    );
     println!(
         "  {:<18} {:>16} {:>16} {:>14} {:>19}",
         "variant", "supported-kept↑", "stale-dispatch↓", "orphan-leak↓", "supported-blocked↓"
@@ -195,7 +217,10 @@ fn mechanisms() {
     }
     for (c, v, r) in &per {
         if r.stale + r.orphan + r.blocked > 0 {
-            println!("    {c:<36} {v:<18} stale {} orphan {} blocked {}", r.stale, r.orphan, r.blocked);
+            println!(
+                "    {c:<36} {v:<18} stale {} orphan {} blocked {}",
+                r.stale, r.orphan, r.blocked
+            );
         }
     }
     let full = totals["Full"];

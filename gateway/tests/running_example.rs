@@ -104,3 +104,43 @@ fn epoch_change_after_admission_is_caught_by_the_final_recheck() {
         (Phase::Withheld, Some(ReasonCode::EPOCH_CHANGED))
     );
 }
+
+#[test]
+fn every_decision_leaves_a_hash_linked_receipt() {
+    let mut gw = Gateway::new(uav_catalog(), Config::default());
+    healthy_uav(&mut gw, 1_000);
+    let resp = running_example("r1", 1);
+    certify(&mut gw, 1_000, &resp, "e3", "cert-9f2c", 20_000);
+    gw.handle_response(Nanos::from_ms(1_100), resp.as_bytes())
+        .unwrap();
+    let tok = gw.poll_dispatch().unwrap();
+    let wire = tok.to_wire();
+    let mut ad = RecordingAdapter::new();
+    assert!(
+        gw.final_gate(Nanos::from_ms(1_120), tok, &mut ad)
+            .is_dispatched()
+    );
+    let replay = halo_gateway::core::DispatchToken::from_wire(&wire).unwrap();
+    assert_eq!(
+        gw.final_gate(Nanos::from_ms(1_130), replay, &mut ad).code(),
+        Some(ReasonCode::TOKEN_USED)
+    );
+    let receipts: Vec<_> = std::iter::from_fn(|| gw.poll_receipt()).collect();
+    assert_eq!(
+        halo_gateway::core::receipt::verify_chain(&receipts),
+        Ok(receipts.len() as u64)
+    );
+    let kinds: Vec<&str> = receipts
+        .iter()
+        .map(|r| r.body["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"admitted"));
+    assert!(kinds.contains(&"gate"));
+    assert!(kinds.contains(&"gate_refused"));
+    assert_eq!(kinds.iter().filter(|k| **k == "source_update").count(), 12);
+    // One JSON line per receipt, and a tampered line no longer verifies.
+    let mut tampered = receipts.clone();
+    let last = tampered.len() - 1;
+    tampered[last].body["code"] = serde_json::json!("TOKEN_REVOKED");
+    assert!(halo_gateway::core::receipt::verify_chain(&tampered).is_err());
+}

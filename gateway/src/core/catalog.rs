@@ -504,6 +504,36 @@ impl Ctx<'_> {
     }
 }
 
+/// The dotted path of the key on the line holding `offset`: the nearest `[table]` header above
+/// it, plus the line's own key when it has one.
+fn field_at(src: &str, offset: usize) -> String {
+    let before = src.get(..offset).unwrap_or(src);
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = src
+        .get(line_start..)
+        .unwrap_or("")
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim();
+    let table = before
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+    let key = line
+        .split_once('=')
+        .map(|(k, _)| k.trim().to_string())
+        .filter(|k| !k.is_empty() && !k.starts_with('['));
+    match (table, key) {
+        (Some(t), Some(k)) => format!("{t}.{k}"),
+        (Some(t), None) => t,
+        (None, Some(k)) => k,
+        (None, None) => "catalog".to_string(),
+    }
+}
+
 impl Catalog {
     /// Parses and validates a catalog. `file` is only used in error messages.
     ///
@@ -514,8 +544,8 @@ impl Catalog {
         let raw: RawCatalog = toml::from_str(src).map_err(|e| {
             let span = e.span().unwrap_or(0..0);
             let msg = e.message().trim().to_string();
-            // toml reports the key path inside the message when it knows it.
-            cx.err(span, "catalog", msg)
+            let field = field_at(src, span.start);
+            cx.err(span, field, msg)
         })?;
 
         let head_span = raw.catalog.span();
@@ -1098,4 +1128,136 @@ fn build_rule(
         }
     };
     Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+[catalog]
+id = "t"
+version = 1
+
+[sources]
+a = { value = "flag" }
+b = { value = "none" }
+
+[types.n]
+class = "non_action"
+payload = "notice"
+output = "log"
+footprint = { a = 100 }
+temporal = "point"
+"#;
+
+    fn err(src: &str) -> CatalogError {
+        Catalog::parse(src, "t.toml").unwrap_err()
+    }
+
+    #[test]
+    fn the_base_catalog_loads() {
+        let c = Catalog::parse(BASE, "t.toml").unwrap();
+        assert_eq!(c.types().len(), 1);
+        assert_eq!(c.sources().len(), 2);
+    }
+
+    #[test]
+    fn unknown_footprint_source_names_file_line_and_field() {
+        let src = BASE.replace("footprint = { a = 100 }", "footprint = { a = 100, zz = 5 }");
+        let e = err(&src);
+        assert_eq!(e.file(), "t.toml");
+        assert_eq!(e.field(), "types.n.footprint.zz");
+        assert_eq!(e.line(), 14, "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("t.toml:14: types.n.footprint.zz: unknown source `zz`")
+        );
+    }
+
+    #[test]
+    fn unknown_field_is_refused_with_its_line() {
+        let src = BASE.replace(
+            "temporal = \"point\"",
+            "temporal = \"point\"\ncolour = \"red\"",
+        );
+        let e = err(&src);
+        assert!(e.message().contains("colour"), "{e}");
+        assert_eq!(e.line(), 16, "{e}");
+        assert_eq!(e.field(), "types.n.colour", "{e}");
+    }
+
+    #[test]
+    fn semantic_errors_are_refused() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "class = \"non_action\"",
+                "class = \"action\"",
+                "types.n.class",
+            ),
+            (
+                "temporal = \"point\"",
+                "temporal = \"interval\"",
+                "types.n.temporal",
+            ),
+            (
+                "temporal = \"point\"",
+                "temporal = \"point\"\nrules = [{ kind = \"flag\", source = \"b\" }]",
+                "types.n.rules[0].source",
+            ),
+            (
+                "temporal = \"point\"",
+                "temporal = \"point\"\nprerequisites = [{ type = \"n\", phases = [\"dispatched\"] }]",
+                "types.n.prerequisites[0].phases",
+            ),
+            (
+                "temporal = \"point\"",
+                "temporal = \"point\"\nclaims_required = [\"b\"]",
+                "types.n.claims_required",
+            ),
+        ];
+        for (from, to, field) in cases {
+            let e = err(&BASE.replace(from, to));
+            assert_eq!(e.field(), *field, "{e}");
+        }
+    }
+
+    #[test]
+    fn interval_needs_a_certificate_and_a_duration() {
+        let src = BASE.to_string()
+            + r#"
+[types.go]
+class = "action"
+payload = "route_action"
+adapter = "px4"
+footprint = { a = 100 }
+temporal = "interval"
+"#;
+        assert_eq!(err(&src).field(), "types.go.requires_certificate");
+        let ok = src.replace(
+            "temporal = \"interval\"",
+            "temporal = \"interval\"\nrequires_certificate = true",
+        );
+        assert!(Catalog::parse(&ok, "t.toml").is_ok());
+    }
+
+    #[test]
+    fn the_shipped_uav_catalog_loads() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../catalogs/uav-px4.toml");
+        let src = std::fs::read_to_string(path).unwrap();
+        let c = Catalog::parse(&src, "uav-px4.toml").unwrap();
+        assert_eq!((c.id().as_str(), c.version()), ("uav-px4", 3));
+        for t in [
+            "notice",
+            "report",
+            "refresh_request",
+            "route_action",
+            "hold",
+            "land",
+            "status",
+        ] {
+            assert!(c.type_ix(t).is_some(), "missing type {t}");
+        }
+    }
 }

@@ -131,7 +131,7 @@ pub enum Event {
         /// Output path from the catalog.
         path: Id,
         /// The payload.
-        payload: Payload,
+        payload: std::sync::Arc<Payload>,
     },
     /// A new obligation: send its refresh request to the assignee.
     ObligationCreated {
@@ -150,74 +150,74 @@ pub enum Event {
 /// Records pushed onto the receipt chain.
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub(crate) enum Record<'a> {
+pub(crate) enum Record {
     Rejected {
-        response: &'a str,
+        response: String,
         code: ReasonCode,
-        ids: &'a [String],
+        ids: Vec<String>,
     },
     Admitted {
-        response: &'a Id,
-        agent: &'a Id,
+        response: Id,
+        agent: Id,
         generation: u64,
-        catalog: &'a Id,
+        catalog: Id,
         catalog_version: u32,
-        components: &'a [ComponentReport],
+        components: Vec<ComponentReport>,
     },
     SourceUpdate {
-        source: &'a Id,
+        source: Id,
         epoch: u64,
-        provenance: &'a Id,
+        provenance: Id,
         generated_at_ns: u64,
     },
     UpdateRefused {
-        source: &'a str,
+        source: String,
         code: ReasonCode,
     },
     Certificate {
-        id: &'a Id,
-        covers: &'a Digest,
+        id: Id,
+        covers: Digest,
         valid_until_ns: u64,
         revoked: bool,
     },
     Phase {
-        response: &'a Id,
-        component: &'a Id,
+        response: Id,
+        component: Id,
         phase: Phase,
         reason: Option<ReasonCode>,
         generation: u32,
     },
     Gate {
-        response: &'a Id,
-        component: &'a Id,
+        response: Id,
+        component: Id,
         seq: Seq,
-        binding: &'a Digest,
+        binding: Digest,
         outcome: &'static str,
         code: Option<ReasonCode>,
     },
     GateRefused {
-        response: &'a Id,
-        component: &'a Id,
+        response: Id,
+        component: Id,
         seq: Seq,
         code: ReasonCode,
     },
     Obligation {
         id: ObligationId,
-        response: &'a Id,
-        component: &'a Id,
+        response: Id,
+        component: Id,
         state: ObligationState,
         reason: ReasonCode,
     },
     Readmitted {
-        response: &'a Id,
+        response: Id,
         obligation: ObligationId,
-        components: &'a [ComponentReport],
+        components: Vec<ComponentReport>,
     },
     CandidateRejected {
-        response: &'a str,
+        response: String,
         obligation: u64,
         code: ReasonCode,
-        ids: &'a [String],
+        ids: Vec<String>,
     },
 }
 
@@ -290,6 +290,8 @@ pub(crate) struct Resp {
     pub(crate) agent: Id,
     pub(crate) expires_at: Nanos,
     pub(crate) done_at: Option<Nanos>,
+    /// The support deadline currently scheduled for this response ([`Nanos::MAX`] when none).
+    pub(crate) deadline: Nanos,
     pub(crate) graph: Graph,
     pub(crate) inst: Vec<Inst>,
 }
@@ -312,7 +314,8 @@ impl Resp {
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum TimerKey {
-    Component(Id, u16),
+    /// The earliest instant a component of this response may lose support by time alone.
+    Support(Id),
     Obligation(ObligationId),
     ResponseTtl(Id),
     Retire(Id),
@@ -330,8 +333,11 @@ pub(crate) struct Shared {
     pub(crate) timers: BinaryHeap<Reverse<(Nanos, TimerKey)>>,
     pub(crate) events: VecDeque<Event>,
     pub(crate) ready: VecDeque<(Id, u16)>,
-    pub(crate) receipts: ReceiptChain,
+    pub(crate) receipts: ReceiptChain<Record>,
     pub(crate) buf: Vec<u8>,
+    /// True while one admission (or readmission) runs: its phase changes are recorded once, in
+    /// the summary receipt and report, not one event per transition.
+    pub(crate) summarizing: bool,
 }
 
 /// The sans-IO HALO gateway. See the module documentation for the call order.
@@ -359,6 +365,7 @@ impl Gateway {
                 ready: VecDeque::new(),
                 receipts: ReceiptChain::new(),
                 buf: Vec::with_capacity(512),
+                summarizing: false,
             },
             responses: BTreeMap::new(),
         }
@@ -404,10 +411,10 @@ impl Gateway {
                     .unwrap_or_default();
                 self.sh.receipts.push(
                     now,
-                    &Record::Rejected {
-                        response: &rid,
+                    Record::Rejected {
+                        response: (rid).clone(),
                         code: rej.code(),
-                        ids: rej.ids(),
+                        ids: rej.ids().to_vec(),
                     },
                 );
                 Err(rej)
@@ -434,10 +441,10 @@ impl Gateway {
             );
             self.sh.receipts.push(
                 now,
-                &Record::Rejected {
-                    response: v.response_id.as_str(),
+                Record::Rejected {
+                    response: v.response_id.as_str().to_string(),
                     code: rej.code(),
-                    ids: rej.ids(),
+                    ids: rej.ids().to_vec(),
                 },
             );
             return Err(rej);
@@ -454,10 +461,10 @@ impl Gateway {
             );
             self.sh.receipts.push(
                 now,
-                &Record::Rejected {
-                    response: v.response_id.as_str(),
+                Record::Rejected {
+                    response: v.response_id.as_str().to_string(),
                     code: rej.code(),
-                    ids: rej.ids(),
+                    ids: rej.ids().to_vec(),
                 },
             );
             return Err(rej);
@@ -482,23 +489,26 @@ impl Gateway {
             agent: v.agent_id,
             expires_at,
             done_at: None,
+            deadline: Nanos::MAX,
             graph: v.graph,
             inst,
         };
         let all = r.all_mask();
+        self.sh.summarizing = true;
         self.sh.evaluate(&mut r, all, now);
         self.sh.recompute(&mut r, all, now);
+        self.sh.summarizing = false;
 
         let report = report(&self.sh.cat, &r);
         self.sh.receipts.push(
             now,
-            &Record::Admitted {
-                response: &r.id,
-                agent: &r.agent,
+            Record::Admitted {
+                response: (r.id).clone(),
+                agent: (r.agent).clone(),
                 generation: v.generation,
-                catalog: self.sh.cat.id(),
+                catalog: self.sh.cat.id().clone(),
                 catalog_version: self.sh.cat.version(),
-                components: &report.components,
+                components: (report.components).clone(),
             },
         );
         self.sh
@@ -522,8 +532,8 @@ impl Gateway {
             let n = name.as_ref().map_or("?", Id::as_str);
             self.sh.receipts.push(
                 now,
-                &Record::UpdateRefused {
-                    source: n,
+                Record::UpdateRefused {
+                    source: n.to_string(),
                     code: e.code(),
                 },
             );
@@ -532,10 +542,10 @@ impl Gateway {
         if let (Some(n), Some(st)) = (name.as_ref(), self.sh.snap.source(source)) {
             self.sh.receipts.push(
                 now,
-                &Record::SourceUpdate {
-                    source: n,
+                Record::SourceUpdate {
+                    source: n.clone(),
                     epoch: st.epoch,
-                    provenance: &st.provenance,
+                    provenance: (st.provenance).clone(),
                     generated_at_ns: st.generated_at.0,
                 },
             );
@@ -573,9 +583,9 @@ impl Gateway {
         let id = cert.id.clone();
         self.sh.receipts.push(
             now,
-            &Record::Certificate {
-                id: &cert.id,
-                covers: &cert.covers,
+            Record::Certificate {
+                id: (cert.id).clone(),
+                covers: (cert.covers),
                 valid_until_ns: cert.valid_until.0,
                 revoked: false,
             },
@@ -590,9 +600,9 @@ impl Gateway {
         if self.sh.snap.revoke_certificate(id) {
             self.sh.receipts.push(
                 now,
-                &Record::Certificate {
-                    id,
-                    covers: &Digest::default(),
+                Record::Certificate {
+                    id: id.clone(),
+                    covers: (Digest::default()),
                     valid_until_ns: 0,
                     revoked: true,
                 },
@@ -678,19 +688,28 @@ impl Gateway {
                 break;
             };
             match key {
-                TimerKey::Component(rid, i) => {
+                TimerKey::Support(rid) => {
                     let Some(r) = self.responses.get_mut(&rid) else {
                         continue;
                     };
-                    let live = r.inst(i).is_some_and(|x| {
-                        x.local.changes_at == at
+                    if r.deadline != at {
+                        continue;
+                    }
+                    r.deadline = Nanos::MAX;
+                    let mut due = 0u64;
+                    for (i, x) in r.inst.iter().enumerate() {
+                        if x.local.changes_at <= now
                             && !matches!(x.phase, Phase::Failed | Phase::Invalidated)
-                    });
-                    if live && self.sh.cfg.variant.reevaluates() {
-                        let changed = self.sh.evaluate(r, 1u64 << i, now);
+                        {
+                            due |= 1u64 << i;
+                        }
+                    }
+                    if self.sh.cfg.variant.reevaluates() {
+                        let changed = self.sh.evaluate(r, due, now);
                         self.sh.recompute(r, changed, now);
                         self.sh.check_done(r, now);
                     }
+                    self.sh.schedule_support(r);
                 }
                 TimerKey::Obligation(oid) => {
                     let due = self
@@ -766,10 +785,10 @@ impl Gateway {
             .push_back(Event::ObligationChanged { id: oid, state });
         self.sh.receipts.push(
             now,
-            &Record::Obligation {
+            Record::Obligation {
                 id: oid,
-                response: &rid,
-                component: &cid,
+                response: (rid).clone(),
+                component: (cid).clone(),
                 state,
                 reason,
             },
@@ -927,21 +946,36 @@ impl Shared {
             };
             let v = local_ok(&self.cat, spec, c, &self.snap, now, timing);
             let first = x.phase == Phase::Proposed;
-            let new_deadline = first || v.changes_at != x.local.changes_at;
             if let Some(x) = r.inst_mut(i) {
                 if first || v.ok != x.local.ok || v.code != x.local.code {
                     changed |= 1u64 << i;
                 }
                 x.local = v;
             }
-            if v.ok && v.changes_at != Nanos::MAX && new_deadline {
-                self.timers.push(Reverse((
-                    v.changes_at,
-                    TimerKey::Component(r.id.clone(), i),
-                )));
-            }
         }
+        self.schedule_support(r);
         changed
+    }
+
+    /// Keeps one timer per response at the earliest instant any of its components may lose
+    /// support by time alone.
+    pub(crate) fn schedule_support(&mut self, r: &mut Resp) {
+        if !self.cfg.variant.reevaluates() {
+            // Admission-time decisions only: time never re-decides anything.
+            return;
+        }
+        let next = r
+            .inst
+            .iter()
+            .filter(|x| x.local.ok && !matches!(x.phase, Phase::Failed | Phase::Invalidated))
+            .map(|x| x.local.changes_at)
+            .min()
+            .unwrap_or(Nanos::MAX);
+        if next != Nanos::MAX && next < r.deadline {
+            r.deadline = next;
+            self.timers
+                .push(Reverse((next, TimerKey::Support(r.id.clone()))));
+        }
     }
 
     /// Recomputes membership in `A*_t` for `changed` and every dependent, in topological
@@ -956,6 +990,7 @@ impl Shared {
         let affected = match variant {
             Variant::WholeResponse => r.all_mask(),
             Variant::IndependentFilter => changed,
+            Variant::Full | Variant::AdmissionOnly if changed == r.all_mask() => changed,
             Variant::Full | Variant::AdmissionOnly => changed | r.graph.descendants(changed),
         };
         let whole_ok =
@@ -990,7 +1025,11 @@ impl Shared {
             }
         }
         let _ = flipped;
-        let kids = r.graph.descendants(affected);
+        let kids = if affected == r.all_mask() {
+            0
+        } else {
+            r.graph.descendants(affected)
+        };
         self.readiness(r, affected | kids, now);
     }
 
@@ -1194,10 +1233,10 @@ impl Shared {
             .push(Reverse((o.expiry, TimerKey::Obligation(id))));
         self.receipts.push(
             now,
-            &Record::Obligation {
+            Record::Obligation {
                 id,
-                response: &o.response,
-                component: &o.component,
+                response: (o.response).clone(),
+                component: (o.component).clone(),
                 state: o.state,
                 reason,
             },
@@ -1232,10 +1271,10 @@ impl Shared {
                 });
                 self.receipts.push(
                     now,
-                    &Record::Obligation {
+                    Record::Obligation {
                         id: o.id,
-                        response: &o.response,
-                        component: &o.component,
+                        response: (o.response).clone(),
+                        component: (o.component).clone(),
                         state: next,
                         reason: o.reason,
                     },
@@ -1325,6 +1364,10 @@ impl Shared {
         x.phase = phase;
         x.reason = reason;
         let generation = x.generation;
+        if self.summarizing {
+            // Inside one admission the summary receipt lists every resulting phase.
+            return;
+        }
         let Some(c) = r.graph.component(i) else {
             return;
         };
@@ -1336,9 +1379,9 @@ impl Shared {
         });
         self.receipts.push(
             now,
-            &Record::Phase {
-                response: &r.id,
-                component: &c.id,
+            Record::Phase {
+                response: (r.id).clone(),
+                component: (c.id).clone(),
                 phase,
                 reason,
                 generation,

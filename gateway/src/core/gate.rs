@@ -149,7 +149,111 @@ impl GateOutcome {
     }
 }
 
+/// What the gate decides before acting.
+enum Decision {
+    /// The token is not fresh: refuse it, change nothing.
+    Refuse(ReasonCode),
+    /// A conjunct failed for the instance, with the footprint sources to refresh.
+    Deny(ReasonCode, u64),
+    /// Every conjunct holds.
+    Allow,
+}
+
 impl Gateway {
+    /// Evaluates `DispatchOK_t(e)` for a presented token at `now`, read-only: nothing is
+    /// consumed, withheld or recorded. [`Gateway::final_gate`] runs exactly this decision after
+    /// bringing timers up to `now`; call [`Gateway::handle_timeout`] first for the same answer.
+    ///
+    /// # Errors
+    /// The refusal or denial code the gate would give.
+    pub fn dispatch_ok(&self, now: Nanos, token: &DispatchToken) -> Result<(), ReasonCode> {
+        match self.decide(now, token) {
+            Decision::Allow => Ok(()),
+            Decision::Refuse(code) | Decision::Deny(code, _) => Err(code),
+        }
+    }
+
+    fn decide(&self, now: Nanos, token: &DispatchToken) -> Decision {
+        // FreshAuth, ledger half.
+        if let Err(code) = self.sh.ledger.check(token) {
+            return Decision::Refuse(code);
+        }
+        let Some(r) = self.responses.get(token.response()) else {
+            return Decision::Refuse(ReasonCode::SEQUENCE_REUSED);
+        };
+        let Some(i) = r.graph.index_of(token.component()) else {
+            return Decision::Refuse(ReasonCode::TOKEN_MISMATCH);
+        };
+        let (Some(c), Some(x)) = (r.graph.component(i), r.inst(i)) else {
+            return Decision::Refuse(ReasonCode::TOKEN_MISMATCH);
+        };
+        // FreshAuth, instance half: the current instance, its generation and binding.
+        if x.generation != token.generation() || x.seq != Some(token.seq()) {
+            return Decision::Refuse(ReasonCode::GENERATION_STALE);
+        }
+        if x.binding.as_ref() != Some(token.binding()) || c.digest != *token.digest() {
+            return Decision::Refuse(ReasonCode::TOKEN_MISMATCH);
+        }
+        let Some(spec) = self.sh.cat.type_spec(c.ty) else {
+            return Decision::Refuse(ReasonCode::TOKEN_MISMATCH);
+        };
+        if x.phase != Phase::Retained {
+            return Decision::Deny(ReasonCode::INSTANCE_ENDED, 0);
+        }
+        let variant = self.sh.cfg.variant;
+
+        // e ∈ A*_t: local support at the decision instant, and the closure condition.
+        if variant.rechecks() {
+            let v = local_ok(
+                &self.sh.cat,
+                spec,
+                c,
+                &self.sh.snap,
+                now,
+                Timing::BeforeEffect,
+            );
+            if !v.ok {
+                return Decision::Deny(v.code.unwrap_or(ReasonCode::RULE_FAILED), v.failing);
+            }
+            match variant {
+                Variant::Full | Variant::AdmissionOnly => {
+                    let parents_in = r
+                        .graph
+                        .parents(i)
+                        .iter()
+                        .all(|&(p, _)| r.inst(p).is_some_and(|y| y.member));
+                    if !parents_in {
+                        return Decision::Deny(ReasonCode::PARENT_WITHHELD, 0);
+                    }
+                }
+                Variant::WholeResponse => {
+                    let whole =
+                        r.inst.iter().enumerate().all(|(j, y)| {
+                            j == usize::from(i) || y.phase.has_proceeded() || y.member
+                        });
+                    if !whole {
+                        return Decision::Deny(ReasonCode::NOT_RETAINED, 0);
+                    }
+                }
+                Variant::IndependentFilter => {}
+            }
+        }
+        // DepsReady_t(e).
+        if !self.sh.deps_ready(r, i) {
+            return Decision::Deny(ReasonCode::DEPS_NOT_READY, 0);
+        }
+        // WitnessOK_t(W_e).
+        if variant.rechecks() {
+            let Some(w) = x.witness.as_ref() else {
+                return Decision::Deny(ReasonCode::TOKEN_MISMATCH, 0);
+            };
+            if let Err((code, s)) = w.check(&self.sh.cat, spec, c, &self.sh.snap) {
+                return Decision::Deny(code, s.map_or(0, |s| 1u64 << s.0));
+            }
+        }
+        Decision::Allow
+    }
+
     /// The final dispatch gate. See the module documentation.
     pub fn final_gate(
         &mut self,
@@ -157,97 +261,37 @@ impl Gateway {
         token: DispatchToken,
         adapter: &mut dyn Adapter,
     ) -> GateOutcome {
-        // FreshAuth, ledger half. A stale token changes nothing.
+        // A stale token is refused before anything else runs.
         if let Err(code) = self.sh.ledger.check(&token) {
             return self.refuse(now, &token, code);
         }
         // Bring time-driven support changes up to `now` through the ordinary incremental path,
         // so retention flags and phases are exact at the decision instant.
         self.handle_timeout(now);
-        if let Err(code) = self.sh.ledger.check(&token) {
+        let decision = self.decide(now, &token);
+        if let Decision::Refuse(code) = decision {
             return self.refuse(now, &token, code);
         }
-
-        let Some(r) = self.responses.get_mut(token.response()) else {
+        let (Some(r), rid, cid) = (
+            self.responses.get_mut(token.response()),
+            token.response().clone(),
+            token.component().clone(),
+        ) else {
             return self.refuse(now, &token, ReasonCode::SEQUENCE_REUSED);
         };
-        let Some(i) = r.graph.index_of(token.component()) else {
+        let Some(i) = r.graph.index_of(&cid) else {
             return self.refuse(now, &token, ReasonCode::TOKEN_MISMATCH);
         };
-        let (Some(c), Some(x)) = (r.graph.component(i), r.inst(i)) else {
-            return self.refuse(now, &token, ReasonCode::TOKEN_MISMATCH);
-        };
-        // FreshAuth, instance half: the current instance, its generation and binding.
-        if x.generation != token.generation() || x.seq != Some(token.seq()) {
-            return self.refuse(now, &token, ReasonCode::GENERATION_STALE);
-        }
-        if x.binding.as_ref() != Some(token.binding()) || c.digest != *token.digest() {
-            return self.refuse(now, &token, ReasonCode::TOKEN_MISMATCH);
-        }
+        let seq = token.seq();
+        let binding = *token.binding();
+        // The token is spent by this call whatever happens next.
+        drop(token);
 
-        let Some(spec) = self.sh.cat.type_spec(c.ty) else {
-            return self.refuse(now, &token, ReasonCode::TOKEN_MISMATCH);
-        };
-        let variant = self.sh.cfg.variant;
-
-        // e ∈ A*_t ∧ DepsReady_t(e) ∧ WitnessOK_t(W_e), in that order. A denial carries the
-        // footprint sources to refresh, for the obligation.
-        let verdict: Result<(), (ReasonCode, u64)> = (|| {
-            if x.phase != Phase::Retained {
-                return Err((ReasonCode::INSTANCE_ENDED, 0));
-            }
-            if variant.rechecks() {
-                let v = local_ok(
-                    &self.sh.cat,
-                    spec,
-                    c,
-                    &self.sh.snap,
-                    now,
-                    Timing::BeforeEffect,
-                );
-                if !v.ok {
-                    return Err((v.code.unwrap_or(ReasonCode::RULE_FAILED), v.failing));
-                }
-                match variant {
-                    Variant::Full | Variant::AdmissionOnly => {
-                        let parents_in = r
-                            .graph
-                            .parents(i)
-                            .iter()
-                            .all(|&(p, _)| r.inst(p).is_some_and(|y| y.member));
-                        if !parents_in {
-                            return Err((ReasonCode::PARENT_WITHHELD, 0));
-                        }
-                    }
-                    Variant::WholeResponse => {
-                        let whole = r.inst.iter().enumerate().all(|(j, y)| {
-                            j == usize::from(i) || y.phase.has_proceeded() || y.member
-                        });
-                        if !whole {
-                            return Err((ReasonCode::NOT_RETAINED, 0));
-                        }
-                    }
-                    Variant::IndependentFilter => {}
-                }
-            }
-            if !self.sh.deps_ready(r, i) {
-                return Err((ReasonCode::DEPS_NOT_READY, 0));
-            }
-            if variant.rechecks() {
-                let w = x.witness.as_ref().ok_or((ReasonCode::TOKEN_MISMATCH, 0))?;
-                w.check(&self.sh.cat, spec, c, &self.sh.snap)
-                    .map_err(|(code, s)| (code, s.map_or(0, |s| 1u64 << s.0)))?;
-            }
-            Ok(())
-        })();
-
-        let rid = r.id.clone();
-        let cid = c.id.clone();
-        match verdict {
-            Err((code, failing)) => {
-                let seq = token.seq();
-                let binding = *token.binding();
-                drop(token);
+        match decision {
+            Decision::Refuse(_) => GateOutcome::Refused {
+                code: ReasonCode::TOKEN_MISMATCH,
+            },
+            Decision::Deny(code, failing) => {
                 if let Some(x) = r.inst_mut(i) {
                     x.local.failing = failing;
                 }
@@ -257,11 +301,11 @@ impl Gateway {
                 let obligation = r.inst(i).and_then(|x| x.obligation);
                 self.sh.receipts.push(
                     now,
-                    &Record::Gate {
-                        response: &rid,
-                        component: &cid,
+                    Record::Gate {
+                        response: rid.clone(),
+                        component: cid.clone(),
                         seq,
-                        binding: &binding,
+                        binding,
                         outcome: "denied",
                         code: Some(code),
                     },
@@ -273,9 +317,21 @@ impl Gateway {
                     obligation,
                 }
             }
-            Ok(()) => {
+            Decision::Allow => {
+                let (Some(c), Some(spec)) = (
+                    r.graph.component(i),
+                    r.graph
+                        .component(i)
+                        .and_then(|c| self.sh.cat.type_spec(c.ty)),
+                ) else {
+                    return GateOutcome::Refused {
+                        code: ReasonCode::TOKEN_MISMATCH,
+                    };
+                };
                 let Some(command) = c.payload.command() else {
-                    return self.refuse(now, &token, ReasonCode::NOT_AN_ACTION);
+                    return GateOutcome::Refused {
+                        code: ReasonCode::NOT_AN_ACTION,
+                    };
                 };
                 let span = match spec.temporal {
                     Temporal::Rolling { window } => window,
@@ -284,12 +340,10 @@ impl Gateway {
                     }
                 };
                 let valid_until = now.saturating_add(span);
-                let seq = token.seq();
-                let binding = *token.binding();
+                let recoverable = spec.recovery.is_recoverable(ReasonCode::ADAPTER_REJECTED);
                 // INVARIANT (one dispatch): the token is consumed before the adapter is called,
                 // so a failed or repeated call can never reuse it.
                 self.sh.ledger.consume(seq);
-                drop(token);
                 let req = EnqueueRequest {
                     now,
                     response: &rid,
@@ -299,8 +353,7 @@ impl Gateway {
                     seq,
                     valid_until,
                 };
-                let result = adapter.try_enqueue(&req);
-                match result {
+                match adapter.try_enqueue(&req) {
                     Ok(()) => {
                         self.sh.set_phase(r, i, Phase::Dispatched, None, now);
                         let kids = r.graph.descendants(1u64 << i);
@@ -308,11 +361,11 @@ impl Gateway {
                         self.sh.check_done(r, now);
                         self.sh.receipts.push(
                             now,
-                            &Record::Gate {
-                                response: &rid,
-                                component: &cid,
+                            Record::Gate {
+                                response: rid.clone(),
+                                component: cid.clone(),
                                 seq,
-                                binding: &binding,
+                                binding,
                                 outcome: "dispatched",
                                 code: None,
                             },
@@ -327,7 +380,6 @@ impl Gateway {
                     }
                     Err(error) => {
                         let code = ReasonCode::ADAPTER_REJECTED;
-                        let recoverable = spec.recovery.is_recoverable(code);
                         if let Some(x) = r.inst_mut(i) {
                             x.member = false;
                             x.token = None;
@@ -343,11 +395,11 @@ impl Gateway {
                         let obligation = r.inst(i).and_then(|x| x.obligation);
                         self.sh.receipts.push(
                             now,
-                            &Record::Gate {
-                                response: &rid,
-                                component: &cid,
+                            Record::Gate {
+                                response: rid.clone(),
+                                component: cid.clone(),
                                 seq,
-                                binding: &binding,
+                                binding,
                                 outcome: "enqueue_failed",
                                 code: Some(code),
                             },
@@ -367,9 +419,9 @@ impl Gateway {
     fn refuse(&mut self, now: Nanos, token: &DispatchToken, code: ReasonCode) -> GateOutcome {
         self.sh.receipts.push(
             now,
-            &Record::GateRefused {
-                response: token.response(),
-                component: token.component(),
+            Record::GateRefused {
+                response: token.response().clone(),
+                component: token.component().clone(),
                 seq: token.seq(),
                 code,
             },

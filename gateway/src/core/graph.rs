@@ -26,8 +26,8 @@ pub struct Component {
     pub id: Id,
     /// Catalog type.
     pub ty: TypeIx,
-    /// Typed payload.
-    pub payload: Payload,
+    /// Typed payload, shared with the events that emit it.
+    pub payload: std::sync::Arc<Payload>,
     /// Declared prerequisites `(parent id, phase)`, sorted by parent id.
     pub requires: Vec<(Id, Phase)>,
     /// Support claims by source, sorted by source.
@@ -199,7 +199,7 @@ pub fn build_component(
     let mut c = Component {
         id,
         ty,
-        payload,
+        payload: std::sync::Arc::new(payload),
         requires,
         claims,
         certificate,
@@ -221,7 +221,20 @@ pub struct Graph {
     child_off: Vec<u32>,
     children: Vec<u16>,
     topo: Vec<u16>,
-    by_id: Vec<(Id, u16)>,
+    by_id: Vec<(u64, u16)>,
+}
+
+/// Finds `id` in a fingerprint index sorted by `(fingerprint, index)`.
+fn lookup<'a>(by_id: &[(u64, u16)], id: &Id, id_at: impl Fn(u16) -> Option<&'a Id>) -> Option<u16> {
+    let h = id.fingerprint();
+    let start = by_id.partition_point(|(x, _)| *x < h);
+    by_id
+        .get(start..)
+        .unwrap_or(&[])
+        .iter()
+        .take_while(|(x, _)| *x == h)
+        .find(|(_, ix)| id_at(*ix) == Some(id))
+        .map(|(_, ix)| *ix)
 }
 
 impl Graph {
@@ -246,19 +259,27 @@ impl Graph {
                 format!("{n} components; the limit is {MAX_COMPONENTS}"),
             ));
         }
-        let mut by_id: Vec<(Id, u16)> = comps
+        // Lookup by fingerprint; equal fingerprints are confirmed by comparing the ids.
+        let mut by_id: Vec<(u64, u16)> = comps
             .iter()
             .enumerate()
-            .map(|(i, c)| (c.id.clone(), u16::try_from(i).unwrap_or(u16::MAX)))
+            .map(|(i, c)| (c.id.fingerprint(), u16::try_from(i).unwrap_or(u16::MAX)))
             .collect();
-        by_id.sort_by(|a, b| a.0.cmp(&b.0));
-        let dups: Vec<String> = by_id
-            .windows(2)
-            .filter_map(|w| match w {
-                [a, b] if a.0 == b.0 => Some(a.0.to_string()),
-                _ => None,
-            })
-            .collect();
+        by_id.sort_unstable();
+        let id_at = |ix: u16| comps.get(usize::from(ix)).map(|c| &c.id);
+        let mut dups: Vec<String> = Vec::new();
+        for (k, &(h, a)) in by_id.iter().enumerate() {
+            for &(h2, b) in by_id.get(k + 1..).unwrap_or(&[]) {
+                if h2 != h {
+                    break;
+                }
+                if let (Some(x), Some(y)) = (id_at(a), id_at(b)) {
+                    if x == y && !dups.contains(&x.to_string()) {
+                        dups.push(x.to_string());
+                    }
+                }
+            }
+        }
         if !dups.is_empty() {
             return Err(Rejection::new(
                 ReasonCode::DUPLICATE_ID,
@@ -266,13 +287,7 @@ impl Graph {
                 "component ids must be unique",
             ));
         }
-        let find = |id: &Id| -> Option<u16> {
-            by_id
-                .binary_search_by(|(x, _)| x.cmp(id))
-                .ok()
-                .and_then(|i| by_id.get(i))
-                .map(|(_, ix)| *ix)
-        };
+        let find = |id: &Id| -> Option<u16> { lookup(&by_id, id, id_at) };
 
         // References, in envelope order.
         let mut parent_off = Vec::with_capacity(n + 1);
@@ -492,11 +507,9 @@ impl Graph {
     }
     /// The index of a component id.
     pub fn index_of(&self, id: &Id) -> Option<u16> {
-        self.by_id
-            .binary_search_by(|(x, _)| x.cmp(id))
-            .ok()
-            .and_then(|i| self.by_id.get(i))
-            .map(|(_, ix)| *ix)
+        lookup(&self.by_id, id, |ix| {
+            self.comps.get(usize::from(ix)).map(|c| &c.id)
+        })
     }
     /// Every transitive dependent of the given roots (roots excluded unless reachable from
     /// another root), as a bit set over component indices.

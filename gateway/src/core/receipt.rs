@@ -61,29 +61,39 @@ impl Receipt {
     }
 }
 
-/// A chain under construction: pending bodies and the sealed tail.
-#[derive(Clone, Debug, Default)]
-pub struct ReceiptChain {
+/// A chain under construction: pending records and the sealed tail.
+#[derive(Clone, Debug)]
+pub struct ReceiptChain<R> {
     next_index: u64,
     prev: Digest,
-    pending: VecDeque<(Nanos, serde_json::Value)>,
+    pending: VecDeque<(Nanos, R)>,
 }
 
-impl ReceiptChain {
+impl<R> Default for ReceiptChain<R> {
+    fn default() -> Self {
+        ReceiptChain {
+            next_index: 0,
+            prev: Digest::default(),
+            pending: VecDeque::new(),
+        }
+    }
+}
+
+impl<R: Serialize> ReceiptChain<R> {
     /// An empty chain.
-    pub fn new() -> ReceiptChain {
+    pub fn new() -> ReceiptChain<R> {
         ReceiptChain::default()
     }
 
-    /// Queues a body. Serialization to JSON happens here; hashing happens in [`Self::seal`].
-    pub fn push<B: Serialize>(&mut self, at: Nanos, body: &B) {
-        let v = serde_json::to_value(body).unwrap_or(serde_json::Value::Null);
-        self.pending.push_back((at, v));
+    /// Queues a record. Nothing is serialized or hashed here, so decision paths stay cheap.
+    pub fn push(&mut self, at: Nanos, body: R) {
+        self.pending.push_back((at, body));
     }
 
-    /// Seals and returns the oldest pending receipt.
+    /// Serializes, hashes, links and returns the oldest pending record.
     pub fn seal(&mut self) -> Option<Receipt> {
-        let (at, body) = self.pending.pop_front()?;
+        let (at, record) = self.pending.pop_front()?;
+        let body = serde_json::to_value(&record).unwrap_or(serde_json::Value::Null);
         let index = self.next_index;
         let hash = Digest::of(
             tag::RECEIPT,
@@ -101,7 +111,7 @@ impl ReceiptChain {
         Some(r)
     }
 
-    /// Bodies waiting to be sealed.
+    /// Records waiting to be sealed.
     pub fn pending(&self) -> usize {
         self.pending.len()
     }
@@ -141,7 +151,7 @@ mod tests {
     fn chain_links_and_detects_tampering() {
         let mut c = ReceiptChain::new();
         for i in 0..5u64 {
-            c.push(Nanos(i * 10), &serde_json::json!({"kind": "x", "i": i}));
+            c.push(Nanos(i * 10), serde_json::json!({"kind": "x", "i": i}));
         }
         let mut rs: Vec<Receipt> = std::iter::from_fn(|| c.seal()).collect();
         assert_eq!(verify_chain(&rs), Ok(5));

@@ -52,11 +52,11 @@ impl Gateway {
                 .unwrap_or_default();
             self.sh.receipts.push(
                 now,
-                &Record::CandidateRejected {
-                    response: &rid,
+                Record::CandidateRejected {
+                    response: (rid).clone(),
                     obligation: obl,
                     code: rej.code(),
-                    ids: rej.ids(),
+                    ids: rej.ids().to_vec(),
                 },
             );
         }
@@ -320,10 +320,10 @@ impl Gateway {
         if let Some(o) = self.sh.obligations.get(&oid) {
             self.sh.receipts.push(
                 now,
-                &Record::Obligation {
+                Record::Obligation {
                     id: oid,
-                    response: &o.response,
-                    component: &o.component,
+                    response: (o.response).clone(),
+                    component: (o.component).clone(),
                     state: ObligationState::Discharged,
                     reason: o.reason,
                 },
@@ -339,10 +339,10 @@ impl Gateway {
             .collect();
         self.sh.receipts.push(
             now,
-            &Record::Readmitted {
-                response: &rid,
+            Record::Readmitted {
+                response: (rid).clone(),
                 obligation: oid,
-                components: &components,
+                components: (components).clone(),
             },
         );
         Ok(ReadmissionReport {
@@ -427,6 +427,7 @@ impl Gateway {
             x.local = v;
             x.member = true;
         }
+        self.sh.schedule_support(r);
         self.sh.set_phase(r, i, Phase::Retained, None, now);
         self.sh.bind(r, i, now);
         self.sh.readiness(r, 1u64 << i, now);

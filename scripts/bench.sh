@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Runs the criterion benchmarks of the protocol core. Pass a filter to run a subset, e.g.
+#   scripts/bench.sh 'admission/V32_E200'
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo bench -p halo-gateway --bench core -- "$@"
