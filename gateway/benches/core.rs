@@ -189,8 +189,9 @@ fn gate_response(d: usize, f: usize) -> String {
     let mut comps: Vec<serde_json::Value> = (0..d)
         .map(|i| serde_json::json!({"id": format!("p{i}"), "type": "n", "payload": {"text": "p"}}))
         .collect();
-    let reqs: Vec<serde_json::Value> =
-        (0..d).map(|i| serde_json::json!({"id": format!("p{i}"), "phase": "emitted"})).collect();
+    let reqs: Vec<serde_json::Value> = (0..d)
+        .map(|i| serde_json::json!({"id": format!("p{i}"), "phase": "emitted"}))
+        .collect();
     comps.push(serde_json::json!({"id": "act", "type": format!("f{f}"), "payload": {"duration_s": 2.0}, "requires": reqs}));
     serde_json::json!({"response_id": "g", "agent_id": "a", "generation": 1,
                        "catalog": {"id": "bench", "version": 1}, "components": comps})
@@ -205,7 +206,8 @@ fn gate(c: &mut Criterion) {
         for f in [1usize, 2, 4, 8, 16, 32] {
             let text = gate_response(d, f);
             let mut gw = fresh_gateway(&cat);
-            gw.handle_response(Nanos::from_ms(1_100), text.as_bytes()).unwrap();
+            gw.handle_response(Nanos::from_ms(1_100), text.as_bytes())
+                .unwrap();
             while gw.poll_event().is_some() {}
             let tok = gw.poll_dispatch().unwrap();
             let now = Nanos::from_ms(1_200);
@@ -225,7 +227,8 @@ fn gate(c: &mut Criterion) {
             b.iter_batched(
                 || {
                     let mut gw = fresh_gateway(&cat);
-                    gw.handle_response(Nanos::from_ms(1_100), text.as_bytes()).unwrap();
+                    gw.handle_response(Nanos::from_ms(1_100), text.as_bytes())
+                        .unwrap();
                     while gw.poll_event().is_some() {}
                     let tok = gw.poll_dispatch().unwrap();
                     (gw, tok)
