@@ -1,0 +1,1074 @@
+//! The offboard state machine: pure, with time passed in and outputs polled.
+//!
+//! # Call order
+//!
+//! Feed every received message to [`Offboard::handle_message`], call
+//! [`Offboard::handle_timeout`] when [`Offboard::poll_timeout`] passes, and after each call drain
+//! [`Offboard::poll_transmit`] (messages to send, with [`Offboard::header`]) and
+//! [`Offboard::poll_event`]. [`Offboard::try_enqueue`], [`Offboard::hold`] and
+//! [`Offboard::command`] are inputs too.
+//!
+//! # Safety behaviour
+//!
+//! - A dispatched target is streamed only until the `valid_until` its dispatch certified. Then
+//!   the bridge holds and says so ([`Event::TargetExpired`], [`Event::Holding`]): by default it
+//!   streams a hold at the position the vehicle was at for at most `hold_stream_ms`, then
+//!   switches PX4 to HOLD (AUTO.LOITER) and stops streaming. It never re-sends an expired target.
+//! - If the process stops, nothing is streamed, so PX4's own offboard-loss failsafe
+//!   (`COM_OF_LOSS_T`) fires. The bridge never streams while the link is down.
+//! - It never takes the vehicle away from a pilot, a failsafe, or an autopilot procedure
+//!   (land, return, takeoff): [`Offboard::try_enqueue`] refuses with
+//!   [`EnqueueError::NotOffboardCapable`], and it re-enters OFFBOARD on its own only from HOLD.
+//! - A mode change is reported accepted only once the HEARTBEAT shows it.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use mavlink::MavHeader;
+use mavlink::dialects::common::{
+    HEARTBEAT_DATA, MavAutopilot, MavFrame, MavLandedState, MavMessage, MavModeFlag, MavState,
+    MavType, PositionTargetTypemask, SET_POSITION_TARGET_LOCAL_NED_DATA, TIMESYNC_DATA,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Command, CommandId, CommandOutcome, CommandTracker};
+use crate::mode::Px4Mode;
+use crate::setpoint::{Fingerprint, Setpoint, TYPE_MASK_POSITION_YAW};
+use crate::telemetry::{LandedState, Telemetry, TelemetryUpdate, TimeSource};
+use crate::time::Mono;
+use crate::timesync::TimeSync;
+
+/// MAVLink message ids used for rate requests.
+pub mod msg_id {
+    /// `SYS_STATUS`.
+    pub const SYS_STATUS: u32 = 1;
+    /// `ATTITUDE`.
+    pub const ATTITUDE: u32 = 30;
+    /// `LOCAL_POSITION_NED`.
+    pub const LOCAL_POSITION_NED: u32 = 32;
+    /// `GLOBAL_POSITION_INT`.
+    pub const GLOBAL_POSITION_INT: u32 = 33;
+    /// `POSITION_TARGET_LOCAL_NED`.
+    pub const POSITION_TARGET_LOCAL_NED: u32 = 85;
+    /// `BATTERY_STATUS`.
+    pub const BATTERY_STATUS: u32 = 147;
+    /// `EXTENDED_SYS_STATE`.
+    pub const EXTENDED_SYS_STATE: u32 = 245;
+}
+
+/// What the bridge does when a target's interval ends or a hold is requested.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldPolicy {
+    /// Stream a hold at the vehicle's position for at most `max_ms`, then PX4 HOLD.
+    PositionThenPx4 {
+        /// Longest position-hold stream, ms.
+        max_ms: u64,
+    },
+    /// Switch PX4 to HOLD (AUTO.LOITER) at once and stop streaming.
+    Px4Hold,
+}
+
+/// Bridge configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// Our system id.
+    pub system_id: u8,
+    /// Our component id (`MAV_COMP_ID_ONBOARD_COMPUTER` = 191 by default).
+    pub component_id: u8,
+    /// Only accept this autopilot system id; `None` takes the first PX4 heartbeat.
+    pub autopilot_system: Option<u8>,
+    /// Setpoint stream rate, Hz (PX4 needs more than 2 Hz).
+    pub stream_hz: f64,
+    /// Our heartbeat period, ms.
+    pub heartbeat_ms: u64,
+    /// The link is down after this long without an autopilot heartbeat, ms.
+    pub link_timeout_ms: u64,
+    /// Command ACK timeout, ms.
+    pub command_timeout_ms: u64,
+    /// Command retries after the first send.
+    pub command_retries: u8,
+    /// How long a mode change may take to show in the heartbeat, ms.
+    pub mode_confirm_ms: u64,
+    /// Stream this long before asking PX4 for OFFBOARD, ms.
+    pub offboard_warmup_ms: u64,
+    /// Re-enter OFFBOARD from HOLD when a target is active and the warm-up has streamed.
+    pub auto_offboard: bool,
+    /// What to do when a target expires.
+    pub hold: HoldPolicy,
+    /// Telemetry rates to request with `MAV_CMD_SET_MESSAGE_INTERVAL`: (message id, Hz).
+    pub message_rates: Vec<(u32, f64)>,
+    /// TIMESYNC request period while unsynced and after, ms.
+    pub timesync_ms: u64,
+    /// Unanswered TIMESYNC requests before falling back to arrival time.
+    pub timesync_give_up: u32,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            system_id: 1,
+            component_id: 191,
+            autopilot_system: None,
+            stream_hz: 20.0,
+            heartbeat_ms: 1000,
+            link_timeout_ms: 1500,
+            command_timeout_ms: 500,
+            command_retries: 3,
+            mode_confirm_ms: 2000,
+            offboard_warmup_ms: 1000,
+            auto_offboard: true,
+            hold: HoldPolicy::PositionThenPx4 { max_ms: 5000 },
+            message_rates: vec![
+                (msg_id::LOCAL_POSITION_NED, 50.0),
+                (msg_id::POSITION_TARGET_LOCAL_NED, 10.0),
+                (msg_id::ATTITUDE, 20.0),
+                (msg_id::GLOBAL_POSITION_INT, 10.0),
+                // PX4's onboard profile sends BATTERY_STATUS at 0.5 Hz: too slow for a 5 s limit.
+                (msg_id::BATTERY_STATUS, 2.0),
+                (msg_id::EXTENDED_SYS_STATE, 2.0),
+                (msg_id::SYS_STATUS, 2.0),
+            ],
+            timesync_ms: 1000,
+            timesync_give_up: 5,
+        }
+    }
+}
+
+/// Why an enqueue was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnqueueError {
+    /// No autopilot heartbeat within the link timeout.
+    LinkDown,
+    /// The bounded command queue is full.
+    QueueFull,
+    /// A pilot, a failsafe or an autopilot procedure owns the vehicle.
+    NotOffboardCapable,
+    /// The setpoint has a non-finite field.
+    InvalidSetpoint,
+    /// `valid_until` is not in the future.
+    Expired,
+}
+
+impl std::fmt::Display for EnqueueError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EnqueueError::LinkDown => "link to the autopilot is down",
+            EnqueueError::QueueFull => "bridge queue is full",
+            EnqueueError::NotOffboardCapable => "vehicle is not in an offboard-capable state",
+            EnqueueError::InvalidSetpoint => "setpoint has a non-finite field",
+            EnqueueError::Expired => "the certified interval already ended",
+        })
+    }
+}
+
+impl std::error::Error for EnqueueError {}
+
+/// Why the bridge holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldReason {
+    /// The target's certified interval ended.
+    TargetExpired,
+    /// The gateway asked for a hold.
+    Requested,
+    /// The position-hold stream reached its limit.
+    HoldStreamLimit,
+}
+
+/// How the bridge holds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "how", rename_all = "snake_case")]
+pub enum HoldKind {
+    /// Streaming a fixed position and yaw.
+    PositionSetpoint {
+        /// What is streamed.
+        fingerprint: Fingerprint,
+    },
+    /// PX4 HOLD mode requested; nothing is streamed.
+    Px4Hold,
+}
+
+/// Something the shell should know.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The autopilot was found.
+    AutopilotDiscovered {
+        /// System id.
+        system_id: u8,
+        /// Component id.
+        component_id: u8,
+    },
+    /// Link health changed.
+    Link {
+        /// Up or down.
+        up: bool,
+        /// Time since the last autopilot heartbeat, ms.
+        silent_ms: u64,
+    },
+    /// A telemetry update.
+    Telemetry(TelemetryUpdate),
+    /// The autopilot's mode changed.
+    ModeChanged {
+        /// Previous mode, if known.
+        from: Option<Px4Mode>,
+        /// New mode.
+        to: Px4Mode,
+    },
+    /// Armed state changed.
+    ArmedChanged {
+        /// Armed now.
+        armed: bool,
+    },
+    /// A command ended.
+    Command {
+        /// Its id.
+        id: CommandId,
+        /// The command.
+        command: Command,
+        /// How it ended.
+        outcome: CommandOutcome,
+    },
+    /// A dispatched target started streaming.
+    TargetStarted {
+        /// The gateway's binding.
+        binding: [u8; 32],
+        /// Its fingerprint.
+        fingerprint: Fingerprint,
+        /// End of its certified interval.
+        valid_until: Mono,
+    },
+    /// The autopilot echoed the active target (POSITION_TARGET_LOCAL_NED in OFFBOARD).
+    TargetObserved {
+        /// The gateway's binding.
+        binding: [u8; 32],
+        /// Its fingerprint.
+        fingerprint: Fingerprint,
+    },
+    /// A target's certified interval ended; it is no longer sent.
+    TargetExpired {
+        /// The gateway's binding.
+        binding: [u8; 32],
+        /// Its fingerprint.
+        fingerprint: Fingerprint,
+    },
+    /// The bridge holds.
+    Holding {
+        /// How.
+        kind: HoldKind,
+        /// Why.
+        reason: HoldReason,
+    },
+    /// An enqueued target was dropped when it was processed.
+    EnqueueDropped {
+        /// The gateway's binding.
+        binding: [u8; 32],
+        /// Why.
+        reason: EnqueueError,
+    },
+    /// TIMESYNC state.
+    TimeSync {
+        /// Whether an offset is known.
+        synced: bool,
+        /// Offset (autopilot minus companion), ns.
+        offset_ns: Option<i64>,
+        /// Last round trip, ns.
+        rtt_ns: Option<u64>,
+    },
+    /// A STATUSTEXT from the autopilot.
+    StatusText {
+        /// `MAV_SEVERITY`.
+        severity: u8,
+        /// Text.
+        text: String,
+    },
+}
+
+/// Counters, for observability and the bad-input tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Messages handled.
+    pub messages: u64,
+    /// Messages from the autopilot's system.
+    pub from_autopilot: u64,
+    /// Messages from other systems, dropped.
+    pub other_systems: u64,
+    /// Frames the link layer could not parse, counted by the shell.
+    pub parse_errors: u64,
+    /// Setpoints sent.
+    pub setpoints_sent: u64,
+    /// Heartbeats sent.
+    pub heartbeats_sent: u64,
+    /// TIMESYNC requests sent.
+    pub timesync_sent: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Active {
+    sp: Setpoint,
+    binding: [u8; 32],
+    valid_until: Mono,
+    observed: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Hold {
+    sp: Setpoint,
+    since: Mono,
+    max_ns: u64,
+}
+
+/// The bridge's state machine. See the module documentation.
+#[derive(Debug)]
+pub struct Offboard {
+    cfg: Config,
+    autopilot: Option<(u8, u8)>,
+    last_heartbeat: Option<Mono>,
+    link_up: bool,
+    armed: bool,
+    mode: Option<Px4Mode>,
+    landed: LandedState,
+    target: Option<Active>,
+    hold: Option<Hold>,
+    stream_since: Option<Mono>,
+    last_position: Option<(Setpoint, Mono)>,
+    next_stream: Mono,
+    next_heartbeat: Mono,
+    next_timesync: Mono,
+    timesync: TimeSync,
+    timesync_outstanding: BTreeSet<i64>,
+    timesync_unanswered: u32,
+    timesync_given_up: bool,
+    rates_requested: bool,
+    commands: CommandTracker,
+    outbox: VecDeque<MavMessage>,
+    events: VecDeque<Event>,
+    stats: Stats,
+}
+
+fn clamp_rate_ns(hz: f64) -> u64 {
+    let hz = if hz.is_finite() && hz > 0.0 {
+        hz.clamp(2.5, 200.0)
+    } else {
+        20.0
+    };
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "clamped positive"
+    )]
+    let ns = (1e9 / hz) as u64;
+    ns
+}
+
+impl Offboard {
+    /// A bridge that has heard nothing yet.
+    pub fn new(cfg: Config, now: Mono) -> Offboard {
+        let commands = CommandTracker::new(
+            cfg.command_timeout_ms * 1_000_000,
+            cfg.command_retries,
+            cfg.mode_confirm_ms * 1_000_000,
+        );
+        Offboard {
+            cfg,
+            autopilot: None,
+            last_heartbeat: None,
+            link_up: false,
+            armed: false,
+            mode: None,
+            landed: LandedState::Undefined,
+            target: None,
+            hold: None,
+            stream_since: None,
+            last_position: None,
+            next_stream: Mono::NEVER,
+            next_heartbeat: now,
+            next_timesync: Mono::NEVER,
+            timesync: TimeSync::new(),
+            timesync_outstanding: BTreeSet::new(),
+            timesync_unanswered: 0,
+            timesync_given_up: false,
+            rates_requested: false,
+            commands,
+            outbox: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The header our messages carry (the link layer fills the sequence).
+    pub fn header(&self) -> MavHeader {
+        MavHeader {
+            system_id: u32::from(self.cfg.system_id),
+            component_id: self.cfg.component_id,
+            sequence: 0,
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Counts a frame the link layer could not parse.
+    pub fn note_parse_error(&mut self) {
+        self.stats.parse_errors += 1;
+    }
+
+    /// Whether the link is up.
+    pub fn link_up(&self) -> bool {
+        self.link_up
+    }
+
+    /// The autopilot's (system, component), once discovered.
+    pub fn autopilot(&self) -> Option<(u8, u8)> {
+        self.autopilot
+    }
+
+    /// The autopilot's mode, once heard.
+    pub fn mode(&self) -> Option<Px4Mode> {
+        self.mode
+    }
+
+    /// Whether the autopilot reports armed.
+    pub fn armed(&self) -> bool {
+        self.armed
+    }
+
+    /// Time since the last autopilot heartbeat, if one was heard.
+    pub fn silent_ns(&self, now: Mono) -> Option<u64> {
+        self.last_heartbeat.map(|h| now.since(h))
+    }
+
+    /// Whether a dispatched setpoint would be taken now.
+    pub fn offboard_capable(&self) -> bool {
+        self.link_up && !(self.armed && self.mode.is_some_and(Px4Mode::owned_by_autopilot_or_pilot))
+    }
+
+    /// The target being streamed, with its binding and end.
+    pub fn active_target(&self) -> Option<(Setpoint, [u8; 32], Mono)> {
+        self.target.map(|t| (t.sp, t.binding, t.valid_until))
+    }
+
+    fn target_ids(&self) -> (u8, u8) {
+        self.autopilot
+            .unwrap_or((self.cfg.autopilot_system.unwrap_or(1), 1))
+    }
+
+    /// Takes one exact setpoint, to be streamed until `valid_until`. Returns at once.
+    ///
+    /// # Errors
+    /// [`EnqueueError`] when the link is down, the vehicle is owned by a pilot, a failsafe or
+    /// an autopilot procedure, the setpoint is not finite, or the interval already ended.
+    pub fn try_enqueue(
+        &mut self,
+        now: Mono,
+        sp: Setpoint,
+        binding: [u8; 32],
+        valid_until: Mono,
+    ) -> Result<(), EnqueueError> {
+        if !sp.is_finite() {
+            return Err(EnqueueError::InvalidSetpoint);
+        }
+        if valid_until <= now {
+            return Err(EnqueueError::Expired);
+        }
+        if !self.link_up {
+            return Err(EnqueueError::LinkDown);
+        }
+        if !self.offboard_capable() {
+            return Err(EnqueueError::NotOffboardCapable);
+        }
+        self.target = Some(Active {
+            sp,
+            binding,
+            valid_until,
+            observed: false,
+        });
+        self.hold = None;
+        if self.stream_since.is_none() {
+            self.stream_since = Some(now);
+        }
+        self.next_stream = now;
+        self.events.push_back(Event::TargetStarted {
+            binding,
+            fingerprint: sp.fingerprint(),
+            valid_until,
+        });
+        Ok(())
+    }
+
+    /// Stops the current target and holds (per the hold policy).
+    pub fn hold(&mut self, now: Mono) {
+        self.target = None;
+        self.enter_hold(now, HoldReason::Requested);
+    }
+
+    /// Sends a command; its outcome arrives as [`Event::Command`].
+    pub fn command(&mut self, now: Mono, command: Command) -> CommandId {
+        let target = self.target_ids();
+        let id = self.commands.submit(now, command, target);
+        self.flush_commands();
+        id
+    }
+
+    fn flush_commands(&mut self) {
+        while let Some(c) = self.commands.poll_transmit() {
+            self.outbox.push_back(MavMessage::COMMAND_LONG(c));
+        }
+        while let Some((id, command, outcome)) = self.commands.poll_done() {
+            self.events.push_back(Event::Command {
+                id,
+                command,
+                outcome,
+            });
+        }
+    }
+
+    fn enter_hold(&mut self, now: Mono, reason: HoldReason) {
+        let max_ns = match self.cfg.hold {
+            HoldPolicy::PositionThenPx4 { max_ms } => max_ms * 1_000_000,
+            HoldPolicy::Px4Hold => 0,
+        };
+        let position = self.last_position.map(|(p, _)| p);
+        match (max_ns, position) {
+            (m, Some(p)) if m > 0 && self.link_up => {
+                self.hold = Some(Hold {
+                    sp: p,
+                    since: now,
+                    max_ns: m,
+                });
+                self.next_stream = now;
+                self.events.push_back(Event::Holding {
+                    kind: HoldKind::PositionSetpoint {
+                        fingerprint: p.fingerprint(),
+                    },
+                    reason,
+                });
+            }
+            _ => self.px4_hold(now, reason),
+        }
+    }
+
+    fn px4_hold(&mut self, now: Mono, reason: HoldReason) {
+        self.hold = None;
+        self.stream_since = None;
+        self.next_stream = Mono::NEVER;
+        if self.link_up && self.armed && self.mode != Some(Px4Mode::HOLD) {
+            self.command(
+                now,
+                Command::SetMode {
+                    mode: Px4Mode::HOLD,
+                },
+            );
+        }
+        self.events.push_back(Event::Holding {
+            kind: HoldKind::Px4Hold,
+            reason,
+        });
+    }
+
+    fn map_time(&self, now: Mono, time_boot_ms: u32) -> (Mono, TimeSource) {
+        let remote_ns = i64::from(time_boot_ms) * 1_000_000;
+        match self.timesync.to_local(remote_ns) {
+            // A mapped time in the future is clock error; never report data newer than now.
+            Some(t) if t <= now => (t, TimeSource::Mapped),
+            Some(_) => (now, TimeSource::Mapped),
+            None => (now, TimeSource::Arrival),
+        }
+    }
+
+    fn telemetry(
+        &mut self,
+        generated_at: Mono,
+        received_at: Mono,
+        time_source: TimeSource,
+        data: Telemetry,
+    ) {
+        self.events.push_back(Event::Telemetry(TelemetryUpdate {
+            generated_at,
+            received_at,
+            time_source,
+            data,
+        }));
+    }
+
+    /// Feeds one received message.
+    pub fn handle_message(&mut self, now: Mono, header: &MavHeader, msg: &MavMessage) {
+        self.stats.messages += 1;
+        let sys = u8::try_from(header.system_id).unwrap_or(0);
+        if self.autopilot.is_none() {
+            if let MavMessage::HEARTBEAT(hb) = msg {
+                let is_autopilot = hb.autopilot != MavAutopilot::MAV_AUTOPILOT_INVALID
+                    && !matches!(
+                        hb.mavtype,
+                        MavType::MAV_TYPE_GCS | MavType::MAV_TYPE_ONBOARD_CONTROLLER
+                    );
+                let wanted = self.cfg.autopilot_system.is_none_or(|s| s == sys);
+                if is_autopilot && wanted {
+                    self.autopilot = Some((sys, header.component_id));
+                    self.events.push_back(Event::AutopilotDiscovered {
+                        system_id: sys,
+                        component_id: header.component_id,
+                    });
+                    self.next_timesync = now;
+                }
+            }
+        }
+        let Some((ap_sys, ap_comp)) = self.autopilot else {
+            self.stats.other_systems += 1;
+            return;
+        };
+        if sys != ap_sys {
+            self.stats.other_systems += 1;
+            return;
+        }
+        self.stats.from_autopilot += 1;
+        let target = (ap_sys, ap_comp);
+        match msg {
+            MavMessage::HEARTBEAT(hb) => {
+                if header.component_id != ap_comp {
+                    return;
+                }
+                self.last_heartbeat = Some(now);
+                if !self.link_up {
+                    self.link_up = true;
+                    self.events.push_back(Event::Link {
+                        up: true,
+                        silent_ms: 0,
+                    });
+                }
+                let armed = hb
+                    .base_mode
+                    .contains(MavModeFlag::MAV_MODE_FLAG_SAFETY_ARMED);
+                let mode = Px4Mode::from_custom_mode(hb.custom_mode);
+                if armed != self.armed {
+                    self.armed = armed;
+                    self.events.push_back(Event::ArmedChanged { armed });
+                }
+                if self.mode != Some(mode) {
+                    self.events.push_back(Event::ModeChanged {
+                        from: self.mode,
+                        to: mode,
+                    });
+                    self.mode = Some(mode);
+                }
+                self.commands.handle_mode(mode);
+                self.telemetry(
+                    now,
+                    now,
+                    TimeSource::Arrival,
+                    Telemetry::Heartbeat {
+                        armed,
+                        mode,
+                        system_status: hb.system_status as u8,
+                    },
+                );
+                if !self.rates_requested {
+                    self.rates_requested = true;
+                    for (id, hz) in self.cfg.message_rates.clone() {
+                        #[allow(
+                            clippy::cast_possible_truncation,
+                            reason = "interval in µs of a positive rate"
+                        )]
+                        let interval_us = if hz > 0.0 { (1e6 / hz) as i32 } else { -1 };
+                        self.commands.submit(
+                            now,
+                            Command::SetMessageInterval {
+                                message_id: id,
+                                interval_us,
+                            },
+                            target,
+                        );
+                    }
+                }
+                // If the vehicle left OFFBOARD while a target streams (pilot, failsafe), stop.
+                if self.armed
+                    && mode.owned_by_autopilot_or_pilot()
+                    && (self.target.is_some() || self.hold.is_some())
+                {
+                    self.target = None;
+                    self.hold = None;
+                    self.stream_since = None;
+                    self.next_stream = Mono::NEVER;
+                    self.events.push_back(Event::StatusText {
+                        severity: 4,
+                        text: format!("{mode} owns the vehicle: stopped streaming"),
+                    });
+                }
+            }
+            MavMessage::LOCAL_POSITION_NED(p) => {
+                let (t, src) = self.map_time(now, p.time_boot_ms);
+                let yaw = self.last_position.map_or(0.0, |(s, _)| s.yaw_deg);
+                self.last_position = Some((
+                    Setpoint {
+                        north_m: p.x,
+                        east_m: p.y,
+                        down_m: p.z,
+                        yaw_deg: yaw,
+                    },
+                    t,
+                ));
+                self.telemetry(
+                    t,
+                    now,
+                    src,
+                    Telemetry::LocalPosition {
+                        north_m: p.x,
+                        east_m: p.y,
+                        down_m: p.z,
+                        vn: p.vx,
+                        ve: p.vy,
+                        vd: p.vz,
+                    },
+                );
+            }
+            MavMessage::ATTITUDE(a) => {
+                let (t, src) = self.map_time(now, a.time_boot_ms);
+                if let Some((sp, _)) = self.last_position.as_mut() {
+                    sp.yaw_deg = a.yaw.to_degrees();
+                }
+                self.telemetry(
+                    t,
+                    now,
+                    src,
+                    Telemetry::Attitude {
+                        roll: a.roll,
+                        pitch: a.pitch,
+                        yaw: a.yaw,
+                    },
+                );
+            }
+            MavMessage::GLOBAL_POSITION_INT(g) => {
+                let (t, src) = self.map_time(now, g.time_boot_ms);
+                #[allow(clippy::cast_precision_loss, reason = "1e-7 degree and mm units")]
+                self.telemetry(
+                    t,
+                    now,
+                    src,
+                    Telemetry::GlobalPosition {
+                        lat_deg: f64::from(g.lat) / 1e7,
+                        lon_deg: f64::from(g.lon) / 1e7,
+                        alt_m: g.alt as f32 / 1000.0,
+                        relative_alt_m: g.relative_alt as f32 / 1000.0,
+                    },
+                );
+            }
+            MavMessage::BATTERY_STATUS(b) => {
+                let voltage = b
+                    .voltages
+                    .first()
+                    .copied()
+                    .filter(|v| *v != u16::MAX)
+                    .map(|v| f32::from(v) / 1000.0);
+                let remaining = (b.battery_remaining >= 0).then(|| f32::from(b.battery_remaining));
+                self.telemetry(
+                    now,
+                    now,
+                    TimeSource::Arrival,
+                    Telemetry::Battery {
+                        remaining_pct: remaining,
+                        voltage_v: voltage,
+                    },
+                );
+            }
+            MavMessage::SYS_STATUS(s) => {
+                let voltage =
+                    (s.voltage_battery != u16::MAX).then(|| f32::from(s.voltage_battery) / 1000.0);
+                let remaining = (s.battery_remaining >= 0).then(|| f32::from(s.battery_remaining));
+                self.telemetry(
+                    now,
+                    now,
+                    TimeSource::Arrival,
+                    Telemetry::Battery {
+                        remaining_pct: remaining,
+                        voltage_v: voltage,
+                    },
+                );
+            }
+            MavMessage::EXTENDED_SYS_STATE(e) => {
+                let state = match e.landed_state {
+                    MavLandedState::MAV_LANDED_STATE_ON_GROUND => LandedState::OnGround,
+                    MavLandedState::MAV_LANDED_STATE_IN_AIR => LandedState::InAir,
+                    MavLandedState::MAV_LANDED_STATE_TAKEOFF => LandedState::Takeoff,
+                    MavLandedState::MAV_LANDED_STATE_LANDING => LandedState::Landing,
+                    MavLandedState::MAV_LANDED_STATE_UNDEFINED => LandedState::Undefined,
+                };
+                self.landed = state;
+                self.telemetry(now, now, TimeSource::Arrival, Telemetry::Landed { state });
+            }
+            MavMessage::POSITION_TARGET_LOCAL_NED(p) => {
+                let (t, src) = self.map_time(now, p.time_boot_ms);
+                let set = p.x.is_finite() && p.y.is_finite() && p.z.is_finite();
+                let yaw_deg = if p.yaw.is_finite() {
+                    p.yaw.to_degrees()
+                } else {
+                    f32::NAN
+                };
+                let fingerprint = set.then(|| {
+                    Fingerprint::of(
+                        p.x,
+                        p.y,
+                        p.z,
+                        if yaw_deg.is_finite() { yaw_deg } else { 0.0 },
+                    )
+                });
+                if let (Some(fp), Some(active)) = (fingerprint, self.target.as_mut()) {
+                    if !active.observed
+                        && self.mode == Some(Px4Mode::OFFBOARD)
+                        && fp == active.sp.fingerprint()
+                    {
+                        active.observed = true;
+                        self.events.push_back(Event::TargetObserved {
+                            binding: active.binding,
+                            fingerprint: fp,
+                        });
+                    }
+                }
+                self.telemetry(
+                    t,
+                    now,
+                    src,
+                    Telemetry::PositionTarget {
+                        north_m: p.x,
+                        east_m: p.y,
+                        down_m: p.z,
+                        yaw_deg,
+                        type_mask: p.type_mask.bits(),
+                        frame: p.coordinate_frame as u8,
+                        fingerprint,
+                    },
+                );
+            }
+            MavMessage::COMMAND_ACK(ack) => {
+                let ours = ack.target_system == 0 || ack.target_system == self.cfg.system_id;
+                if ours {
+                    self.commands
+                        .handle_ack(now, ack.command, ack.result, target);
+                    self.flush_commands();
+                }
+            }
+            MavMessage::TIMESYNC(ts) => {
+                if ts.tc1 == 0 {
+                    // A request from the autopilot: answer with our clock.
+                    self.outbox.push_back(MavMessage::TIMESYNC(TIMESYNC_DATA {
+                        tc1: i64::try_from(now.0).unwrap_or(i64::MAX),
+                        ts1: ts.ts1,
+                        target_system: ap_sys,
+                        target_component: ap_comp,
+                    }));
+                } else if self.timesync_outstanding.remove(&ts.ts1) {
+                    self.timesync_unanswered = 0;
+                    if self.timesync.handle_reply(now, ts.tc1, ts.ts1) {
+                        self.timesync_given_up = false;
+                        self.events.push_back(Event::TimeSync {
+                            synced: true,
+                            offset_ns: self.timesync.offset_ns(),
+                            rtt_ns: self.timesync.last_rtt_ns(),
+                        });
+                    }
+                }
+            }
+            MavMessage::STATUSTEXT(st) => {
+                let text = st
+                    .text
+                    .to_str()
+                    .unwrap_or("")
+                    .trim_end_matches('\0')
+                    .to_string();
+                self.events.push_back(Event::StatusText {
+                    severity: st.severity as u8,
+                    text,
+                });
+            }
+            _ => {}
+        }
+        self.flush_commands();
+    }
+
+    /// Timers due at `now`: link health, heartbeat, TIMESYNC, commands, the setpoint stream.
+    pub fn handle_timeout(&mut self, now: Mono) {
+        // Link health.
+        if self.link_up {
+            let silent = self.last_heartbeat.map_or(u64::MAX, |h| now.since(h));
+            if silent > self.cfg.link_timeout_ms * 1_000_000 {
+                self.link_up = false;
+                self.events.push_back(Event::Link {
+                    up: false,
+                    silent_ms: silent / 1_000_000,
+                });
+                self.commands.handle_link_lost();
+                // Nothing is streamed without a link; a target that is still valid resumes
+                // when the link returns, an expired one never does.
+                self.stream_since = None;
+            }
+        }
+        // Our heartbeat.
+        if now >= self.next_heartbeat {
+            self.outbox.push_back(MavMessage::HEARTBEAT(HEARTBEAT_DATA {
+                custom_mode: 0,
+                mavtype: MavType::MAV_TYPE_ONBOARD_CONTROLLER,
+                autopilot: MavAutopilot::MAV_AUTOPILOT_INVALID,
+                base_mode: MavModeFlag::empty(),
+                system_status: MavState::MAV_STATE_ACTIVE,
+                mavlink_version: 3,
+            }));
+            self.stats.heartbeats_sent += 1;
+            self.next_heartbeat = now.add_ms(self.cfg.heartbeat_ms);
+        }
+        // TIMESYNC.
+        if let Some((sys, comp)) = self.autopilot {
+            if now >= self.next_timesync && !self.link_up {
+                // Nothing to synchronise with; look again after a period.
+                self.next_timesync = now.add_ms(self.cfg.timesync_ms);
+            }
+            if now >= self.next_timesync && self.link_up {
+                if self.timesync_unanswered >= self.cfg.timesync_give_up && !self.timesync_given_up
+                {
+                    self.timesync_given_up = true;
+                    self.events.push_back(Event::TimeSync {
+                        synced: self.timesync.is_synced(),
+                        offset_ns: self.timesync.offset_ns(),
+                        rtt_ns: None,
+                    });
+                }
+                let ts1 = i64::try_from(now.0).unwrap_or(i64::MAX);
+                self.outbox.push_back(MavMessage::TIMESYNC(TIMESYNC_DATA {
+                    tc1: 0,
+                    ts1,
+                    target_system: sys,
+                    target_component: comp,
+                }));
+                self.timesync_outstanding.insert(ts1);
+                while self.timesync_outstanding.len() > 16 {
+                    self.timesync_outstanding.pop_first();
+                }
+                self.timesync_unanswered = self.timesync_unanswered.saturating_add(1);
+                self.stats.timesync_sent += 1;
+                let period = if self.timesync.is_synced() {
+                    self.cfg.timesync_ms * 5
+                } else {
+                    self.cfg.timesync_ms
+                };
+                self.next_timesync = now.add_ms(period);
+            }
+        }
+        // Commands.
+        let target = self.target_ids();
+        self.commands.handle_timeout(now, target);
+        self.flush_commands();
+        // The stream.
+        if now >= self.next_stream {
+            self.stream_tick(now);
+        }
+    }
+
+    fn stream_tick(&mut self, now: Mono) {
+        let period = clamp_rate_ns(self.cfg.stream_hz);
+        if let Some(t) = self.target {
+            if now >= t.valid_until {
+                // INVARIANT (no stale target): past its certified interval a target is never
+                // sent again.
+                self.target = None;
+                self.events.push_back(Event::TargetExpired {
+                    binding: t.binding,
+                    fingerprint: t.sp.fingerprint(),
+                });
+                self.enter_hold(now, HoldReason::TargetExpired);
+            }
+        }
+        if let Some(h) = self.hold {
+            if now.since(h.since) >= h.max_ns {
+                self.px4_hold(now, HoldReason::HoldStreamLimit);
+            }
+        }
+        let sp = self.target.map(|t| t.sp).or(self.hold.map(|h| h.sp));
+        let Some(sp) = sp else {
+            self.stream_since = None;
+            self.next_stream = Mono::NEVER;
+            return;
+        };
+        if self.link_up {
+            let (sys, comp) = self.target_ids();
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "time_boot_ms wraps by design"
+            )]
+            let time_boot_ms = now.as_ms() as u32;
+            self.outbox
+                .push_back(MavMessage::SET_POSITION_TARGET_LOCAL_NED(
+                    SET_POSITION_TARGET_LOCAL_NED_DATA {
+                        time_boot_ms,
+                        x: sp.north_m,
+                        y: sp.east_m,
+                        z: sp.down_m,
+                        vx: 0.0,
+                        vy: 0.0,
+                        vz: 0.0,
+                        afx: 0.0,
+                        afy: 0.0,
+                        afz: 0.0,
+                        yaw: sp.yaw_rad(),
+                        yaw_rate: 0.0,
+                        type_mask: PositionTargetTypemask::from_bits_truncate(
+                            TYPE_MASK_POSITION_YAW,
+                        ),
+                        target_system: sys,
+                        target_component: comp,
+                        coordinate_frame: MavFrame::MAV_FRAME_LOCAL_NED,
+                    },
+                ));
+            self.stats.setpoints_sent += 1;
+            if self.stream_since.is_none() {
+                self.stream_since = Some(now);
+            }
+            // Re-enter OFFBOARD from HOLD once the warm-up has streamed.
+            let warm = self
+                .stream_since
+                .is_some_and(|s| now.since(s) >= self.cfg.offboard_warmup_ms * 1_000_000);
+            if self.cfg.auto_offboard
+                && self.target.is_some()
+                && self.armed
+                && self.mode == Some(Px4Mode::HOLD)
+                && warm
+                && !self.commands.mode_change_pending()
+            {
+                self.command(
+                    now,
+                    Command::SetMode {
+                        mode: Px4Mode::OFFBOARD,
+                    },
+                );
+            }
+        }
+        self.next_stream = now.add_ns(period);
+    }
+
+    /// The next message to send, with [`Offboard::header`].
+    pub fn poll_transmit(&mut self) -> Option<MavMessage> {
+        self.outbox.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Offboard::handle_timeout`] must next run.
+    pub fn poll_timeout(&self) -> Mono {
+        let mut t = self.next_heartbeat.min(self.next_stream);
+        if self.autopilot.is_some() {
+            t = t.min(self.next_timesync);
+        }
+        if self.link_up {
+            if let Some(h) = self.last_heartbeat {
+                t = t.min(h.add_ms(self.cfg.link_timeout_ms).add_ns(1));
+            }
+        }
+        if let Some(c) = self.commands.poll_timeout() {
+            t = t.min(c);
+        }
+        t
+    }
+}

@@ -1,0 +1,355 @@
+//! The tokio shell: opens the transport, runs [`Offboard`], moves bytes.
+//!
+//! One task owns the state machine. A second task only receives frames (the `mavlink` crate's
+//! `try_recv`, so parse errors surface and are counted) and hands them over a bounded channel.
+//! The main loop is `biased` towards its timer, so a flood of input never stalls the heartbeat
+//! or the setpoint stream. The gateway talks to it through a [`BridgeHandle`], whose
+//! [`BridgeHandle::try_enqueue`] checks the last known link state and does a bounded
+//! `try_send`: it returns at once, never blocks and never awaits.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use mavlink::dialects::common::MavMessage;
+use mavlink::{AsyncMavConnection, MavHeader};
+use tokio::sync::{broadcast, mpsc};
+use tokio::task::JoinHandle;
+
+use crate::command::Command;
+use crate::offboard::{Config, EnqueueError, Event, Offboard};
+use crate::setpoint::Setpoint;
+use crate::time::Mono;
+use crate::url::TransportUrl;
+
+/// Shell options.
+#[derive(Clone, Debug)]
+pub struct BridgeOptions {
+    /// Transport URL (see [`crate::url`]).
+    pub url: String,
+    /// State-machine configuration.
+    pub config: Config,
+    /// Capacity of the command queue the gateway enqueues into.
+    pub queue: usize,
+    /// Capacity of the event queue towards the gateway; when full, events are dropped and
+    /// counted, the bridge never waits.
+    pub event_queue: usize,
+    /// Append every enqueued setpoint here as a JSON line.
+    pub setpoint_log: Option<PathBuf>,
+    /// The clock origin shared with the gateway (both measure `Mono` from it).
+    pub origin: Instant,
+}
+
+impl BridgeOptions {
+    /// Options for `url` with defaults.
+    pub fn new(url: &str) -> BridgeOptions {
+        BridgeOptions {
+            url: url.to_string(),
+            config: Config::default(),
+            queue: 16,
+            event_queue: 4096,
+            setpoint_log: None,
+            origin: Instant::now(),
+        }
+    }
+}
+
+/// Why the bridge could not start or stopped.
+#[derive(Debug)]
+pub enum BridgeError {
+    /// The URL is invalid.
+    Url(crate::url::UrlError),
+    /// The transport could not be opened.
+    Connect {
+        /// The URL.
+        url: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The setpoint log could not be opened.
+    Log {
+        /// The path.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for BridgeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BridgeError::Url(e) => write!(f, "{e}"),
+            BridgeError::Connect { url, source } => write!(f, "cannot open `{url}`: {source}"),
+            BridgeError::Log { path, source } => {
+                write!(f, "cannot open setpoint log `{}`: {source}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for BridgeError {}
+
+enum Input {
+    Enqueue {
+        sp: Setpoint,
+        binding: [u8; 32],
+        valid_until: Mono,
+    },
+    Hold,
+    Command(Command),
+}
+
+struct Shared {
+    link_up: AtomicBool,
+    capable: AtomicBool,
+    dropped_events: AtomicU64,
+    parse_errors: AtomicU64,
+    setpoints_sent: AtomicU64,
+}
+
+/// The gateway's handle on a running bridge. Cheap to clone.
+#[derive(Clone)]
+pub struct BridgeHandle {
+    tx: mpsc::Sender<Input>,
+    shared: Arc<Shared>,
+    origin: Instant,
+}
+
+impl BridgeHandle {
+    /// Now, on the clock shared with the gateway.
+    pub fn now(&self) -> Mono {
+        Mono(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Enqueues one exact setpoint with the gateway's binding, to be streamed until
+    /// `valid_until`. Returns at once.
+    ///
+    /// # Errors
+    /// [`EnqueueError::LinkDown`] or [`EnqueueError::NotOffboardCapable`] from the last known
+    /// state, [`EnqueueError::InvalidSetpoint`] or [`EnqueueError::Expired`] for a bad request,
+    /// [`EnqueueError::QueueFull`] when the bounded queue is full. A request taken here may
+    /// still be dropped when processed if the state changed meanwhile; that is reported as
+    /// [`Event::EnqueueDropped`].
+    pub fn try_enqueue(
+        &self,
+        sp: Setpoint,
+        binding: [u8; 32],
+        valid_until: Mono,
+    ) -> Result<(), EnqueueError> {
+        if !sp.is_finite() {
+            return Err(EnqueueError::InvalidSetpoint);
+        }
+        if valid_until <= self.now() {
+            return Err(EnqueueError::Expired);
+        }
+        if !self.shared.link_up.load(Ordering::Acquire) {
+            return Err(EnqueueError::LinkDown);
+        }
+        if !self.shared.capable.load(Ordering::Acquire) {
+            return Err(EnqueueError::NotOffboardCapable);
+        }
+        self.tx
+            .try_send(Input::Enqueue {
+                sp,
+                binding,
+                valid_until,
+            })
+            .map_err(|_| EnqueueError::QueueFull)
+    }
+
+    /// Asks the bridge to stop the current target and hold. Returns at once.
+    ///
+    /// # Errors
+    /// [`EnqueueError::QueueFull`].
+    pub fn hold(&self) -> Result<(), EnqueueError> {
+        self.tx
+            .try_send(Input::Hold)
+            .map_err(|_| EnqueueError::QueueFull)
+    }
+
+    /// Sends a command; the outcome arrives as [`Event::Command`]. Returns at once.
+    ///
+    /// # Errors
+    /// [`EnqueueError::QueueFull`].
+    pub fn command(&self, c: Command) -> Result<(), EnqueueError> {
+        self.tx
+            .try_send(Input::Command(c))
+            .map_err(|_| EnqueueError::QueueFull)
+    }
+
+    /// Whether the autopilot link is up, as last seen.
+    pub fn link_up(&self) -> bool {
+        self.shared.link_up.load(Ordering::Acquire)
+    }
+
+    /// Events dropped because the gateway did not drain them.
+    pub fn dropped_events(&self) -> u64 {
+        self.shared.dropped_events.load(Ordering::Relaxed)
+    }
+
+    /// Frames that did not parse.
+    pub fn parse_errors(&self) -> u64 {
+        self.shared.parse_errors.load(Ordering::Relaxed)
+    }
+
+    /// Setpoints sent so far.
+    pub fn setpoints_sent(&self) -> u64 {
+        self.shared.setpoints_sent.load(Ordering::Relaxed)
+    }
+}
+
+enum Rx {
+    Msg(MavHeader, Box<MavMessage>),
+    ParseError,
+    Closed,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Opens the transport and starts the bridge. Returns the handle, the event stream and the task;
+/// the task ends when `shutdown` fires (or is dropped).
+///
+/// # Errors
+/// [`BridgeError`] when the URL is invalid or the transport or log cannot be opened.
+pub async fn start(
+    opts: BridgeOptions,
+    mut shutdown: broadcast::Receiver<()>,
+) -> Result<(BridgeHandle, mpsc::Receiver<Event>, JoinHandle<()>), BridgeError> {
+    let url = TransportUrl::parse(&opts.url).map_err(BridgeError::Url)?;
+    let mut log = match &opts.setpoint_log {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|source| BridgeError::Log {
+                    path: p.clone(),
+                    source,
+                })?,
+        )),
+        None => None,
+    };
+    let conn = mavlink::connect_async::<MavMessage>(&url.to_mavlink())
+        .await
+        .map_err(|source| BridgeError::Connect {
+            url: opts.url.clone(),
+            source,
+        })?;
+    let conn = Arc::new(conn);
+    let origin = opts.origin;
+    let now = move || Mono(u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX));
+
+    let (tx, mut rx_cmd) = mpsc::channel::<Input>(opts.queue.max(1));
+    let (tx_ev, rx_ev) = mpsc::channel::<Event>(opts.event_queue.max(1));
+    let (tx_in, mut rx_in) = mpsc::channel::<Rx>(1024);
+    let shared = Arc::new(Shared {
+        link_up: AtomicBool::new(false),
+        capable: AtomicBool::new(false),
+        dropped_events: AtomicU64::new(0),
+        parse_errors: AtomicU64::new(0),
+        setpoints_sent: AtomicU64::new(0),
+    });
+
+    let recv_conn = Arc::clone(&conn);
+    let recv_task = tokio::spawn(async move {
+        loop {
+            let item = match recv_conn.try_recv().await {
+                Ok((h, m)) => Rx::Msg(h, Box::new(m)),
+                Err(mavlink::error::MessageReadError::Io(e))
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof =>
+                {
+                    Rx::Closed
+                }
+                Err(mavlink::error::MessageReadError::Io(_)) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+                Err(_) => Rx::ParseError,
+            };
+            let closed = matches!(item, Rx::Closed);
+            if tx_in.send(item).await.is_err() || closed {
+                break;
+            }
+        }
+    });
+
+    let sh = Arc::clone(&shared);
+    let task = tokio::spawn(async move {
+        let mut sm = Offboard::new(opts.config, now());
+        let header = sm.header();
+        loop {
+            let deadline = sm.poll_timeout();
+            let wait = std::time::Duration::from_nanos(deadline.since(now()).min(1_000_000_000));
+            tokio::select! {
+                biased;
+                _ = shutdown.recv() => break,
+                () = tokio::time::sleep(wait) => sm.handle_timeout(now()),
+                Some(inp) = rx_cmd.recv() => {
+                    let t = now();
+                    match inp {
+                        Input::Enqueue { sp, binding, valid_until } => {
+                            if let Err(reason) = sm.try_enqueue(t, sp, binding, valid_until) {
+                                if tx_ev.try_send(Event::EnqueueDropped { binding, reason }).is_err() {
+                                    sh.dropped_events.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                        Input::Hold => sm.hold(t),
+                        Input::Command(c) => {
+                            sm.command(t, c);
+                        }
+                    }
+                    sm.handle_timeout(t);
+                }
+                Some(item) = rx_in.recv() => match item {
+                    Rx::Msg(h, m) => sm.handle_message(now(), &h, &m),
+                    Rx::ParseError => {
+                        sm.note_parse_error();
+                        sh.parse_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Rx::Closed => {
+                        tracing::warn!("transport closed");
+                        break;
+                    }
+                },
+            }
+            while let Some(m) = sm.poll_transmit() {
+                if let Err(e) = conn.send(&header, &m).await {
+                    tracing::debug!(error = %e, "send failed");
+                }
+            }
+            while let Some(ev) = sm.poll_event() {
+                if let Event::TargetStarted {
+                    binding,
+                    fingerprint,
+                    valid_until,
+                } = &ev
+                {
+                    tracing::info!(binding = %hex(binding), %fingerprint, valid_until = %valid_until, "setpoint enqueued");
+                    if let (Some(w), Some((sp, _, _))) = (log.as_mut(), sm.active_target()) {
+                        let line = serde_json::json!({
+                            "t_ns": now().0, "binding": hex(binding), "fingerprint": fingerprint.to_string(),
+                            "north_m": sp.north_m, "east_m": sp.east_m, "down_m": sp.down_m, "yaw_deg": sp.yaw_deg,
+                            "valid_until_ns": valid_until.0,
+                        });
+                        let _ = writeln!(w, "{line}");
+                        let _ = w.flush();
+                    }
+                }
+                if tx_ev.try_send(ev).is_err() {
+                    sh.dropped_events.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            sh.link_up.store(sm.link_up(), Ordering::Release);
+            sh.capable.store(sm.offboard_capable(), Ordering::Release);
+            sh.setpoints_sent
+                .store(sm.stats().setpoints_sent, Ordering::Relaxed);
+        }
+        recv_task.abort();
+    });
+    Ok((BridgeHandle { tx, shared, origin }, rx_ev, task))
+}

@@ -1,0 +1,606 @@
+//! The bridge's state machine against the simulated PX4, over MAVLink 2 bytes on a virtual-time
+//! link: arm, enter offboard, take off to 5 m, fly to a target, hold, land; link loss and the
+//! vehicle's failsafe; reconnect; TIMESYNC under offset and delay; bad input.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
+
+use px4_bridge::offboard::HoldPolicy;
+use px4_bridge::{
+    Command, CommandOutcome, Config, Event, Mono, Offboard, Px4Mode, Setpoint, Telemetry,
+    TimeSource,
+};
+use sitl::pair::{Endpoint, Pair};
+use sitl::px4::{Px4Sim, SimConfig};
+use sitl::{SimEndpoint, wire};
+
+const S: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
+
+struct Bridge {
+    ob: Offboard,
+    seq: u8,
+    events: Vec<(u64, Event)>,
+    sent: Vec<(u64, mavlink::dialects::common::MavMessage)>,
+}
+
+impl Bridge {
+    fn drain(&mut self, now: u64) {
+        while let Some(e) = self.ob.poll_event() {
+            self.events.push((now, e));
+        }
+    }
+}
+
+impl Endpoint for Bridge {
+    fn handle_datagram(&mut self, now_ns: u64, bytes: &[u8]) {
+        let (msgs, errors) = wire::decode(bytes);
+        for _ in 0..errors {
+            self.ob.note_parse_error();
+        }
+        for (h, m) in msgs {
+            self.ob.handle_message(Mono(now_ns), &h, &m);
+        }
+        self.drain(now_ns);
+    }
+    fn handle_timeout(&mut self, now_ns: u64) {
+        self.ob.handle_timeout(Mono(now_ns));
+        self.drain(now_ns);
+    }
+    fn poll_datagram(&mut self) -> Option<Vec<u8>> {
+        let m = self.ob.poll_transmit()?;
+        self.sent.push((0, m.clone()));
+        Some(wire::encode(self.ob.header(), &m, &mut self.seq))
+    }
+    fn poll_timeout(&self) -> u64 {
+        self.ob.poll_timeout().0
+    }
+}
+
+fn pair_with(sim_cfg: SimConfig, cfg: Config) -> Pair<Bridge, SimEndpoint> {
+    let t0 = S;
+    let bridge = Bridge {
+        ob: Offboard::new(cfg, Mono(t0)),
+        seq: 0,
+        events: Vec::new(),
+        sent: Vec::new(),
+    };
+    let sim = SimEndpoint::new(Px4Sim::new(sim_cfg, t0));
+    Pair::new(bridge, sim, t0, 7)
+}
+
+fn command(p: &mut Pair<Bridge, SimEndpoint>, c: Command) -> CommandOutcome {
+    let id = p.a.ob.command(Mono(p.now), c);
+    let mut out = None;
+    let ok = p.run_until_cond(5 * S, |p| {
+        out = p.a.events.iter().find_map(|(_, e)| match e {
+            Event::Command { id: i, outcome, .. } if *i == id => Some(*outcome),
+            _ => None,
+        });
+        out.is_some()
+    });
+    assert!(ok, "command {c:?} had no outcome");
+    out.unwrap()
+}
+
+fn alt(p: &Pair<Bridge, SimEndpoint>) -> f64 {
+    -p.b.sim.position()[2]
+}
+
+fn binding(k: u8) -> [u8; 32] {
+    [k; 32]
+}
+
+/// Brings the pair to: link up, synced, airborne at 5 m in OFFBOARD. Returns the takeoff time.
+fn take_off(p: &mut Pair<Bridge, SimEndpoint>) -> f64 {
+    assert!(p.run_until_cond(5 * S, |p| p.a.ob.link_up()), "no link");
+    p.run_for(2 * S); // estimator ready, rates requested, TIMESYNC converged
+    let sp = Setpoint {
+        north_m: 0.0,
+        east_m: 0.0,
+        down_m: -5.0,
+        yaw_deg: 0.0,
+    };
+    p.a.ob
+        .try_enqueue(Mono(p.now), sp, binding(1), Mono(p.now + 60 * S))
+        .unwrap();
+    p.run_for(1200 * MS); // stream before asking for OFFBOARD
+    assert_eq!(
+        command(
+            p,
+            Command::SetMode {
+                mode: Px4Mode::OFFBOARD
+            }
+        ),
+        CommandOutcome::Accepted
+    );
+    let armed_at = p.now;
+    assert_eq!(command(p, Command::Arm), CommandOutcome::Accepted);
+    assert!(
+        p.run_until_cond(20 * S, |p| (alt(p) - 5.0).abs() < 0.2),
+        "did not reach 5 m"
+    );
+    (p.now - armed_at) as f64 / 1e9
+}
+
+#[test]
+fn arm_offboard_takeoff_fly_hold_land() {
+    let mut p = pair_with(SimConfig::default(), Config::default());
+    let climb = take_off(&mut p);
+    assert!((5.5..9.0).contains(&climb), "climb to 5 m took {climb} s");
+
+    // Fly 5 m north.
+    let t0 = p.now;
+    let target = Setpoint {
+        north_m: 5.0,
+        east_m: 0.0,
+        down_m: -5.0,
+        yaw_deg: 0.0,
+    };
+    let valid_until = p.now + 8 * S;
+    p.a.ob
+        .try_enqueue(Mono(p.now), target, binding(2), Mono(valid_until))
+        .unwrap();
+    assert!(p.run_until_cond(10 * S, |p| (p.b.sim.position()[0] - 5.0).abs() < 0.2));
+    let move_s = (p.now - t0) as f64 / 1e9;
+    assert!((2.0..4.0).contains(&move_s), "5 m move took {move_s} s");
+    assert!(
+        p.run_until_cond(2 * S, |p| p.a.events.iter().any(
+            |(_, e)| matches!(e, Event::TargetObserved { binding, .. } if *binding == [2; 32])
+        )),
+        "the autopilot's target echo was not matched"
+    );
+
+    // The interval ends: the bridge stops sending the target and holds.
+    p.run_until(valid_until + 200 * MS);
+    assert!(
+        p.a.events
+            .iter()
+            .any(|(_, e)| matches!(e, Event::TargetExpired { binding, .. } if *binding == [2; 32]))
+    );
+    assert!(
+        p.a.events
+            .iter()
+            .any(|(_, e)| matches!(e, Event::Holding { .. }))
+    );
+    let fp = target.fingerprint().to_string();
+    let hold_fp =
+        p.a.events
+            .iter()
+            .find_map(|(_, e)| match e {
+                Event::Holding {
+                    kind: px4_bridge::HoldKind::PositionSetpoint { fingerprint },
+                    ..
+                } => Some(fingerprint.to_string()),
+                _ => None,
+            })
+            .expect("a position hold");
+    // After the interval the vehicle takes nothing but the declared hold at its own position
+    // (which may round to the same fingerprint when it sits exactly on the target).
+    let stray: Vec<_> =
+        p.b.setpoints
+            .iter()
+            .filter(|r| r.t_ns > valid_until + 100 * MS && r.fingerprint != hold_fp)
+            .collect();
+    assert!(
+        stray.is_empty(),
+        "the vehicle took {} setpoints other than the hold after the interval",
+        stray.len()
+    );
+    let before =
+        p.b.setpoints
+            .iter()
+            .filter(|r| r.fingerprint == fp && r.t_ns <= valid_until)
+            .count();
+    assert!(
+        before > 100,
+        "the target reached the vehicle {before} times while valid"
+    );
+    // After the position-hold stream limit the bridge switches PX4 to HOLD and stops streaming.
+    p.run_for(6 * S);
+    assert_eq!(p.b.sim.mode(), (4, 3), "PX4 HOLD (AUTO.LOITER)");
+    let last = p.b.setpoints.last().unwrap().t_ns;
+    p.run_for(S);
+    assert_eq!(
+        p.b.setpoints.last().unwrap().t_ns,
+        last,
+        "nothing streamed in HOLD"
+    );
+    assert!((alt(&p) - 5.0).abs() < 0.3);
+
+    // Land; PX4 disarms by itself 2 s after touchdown.
+    assert_eq!(command(&mut p, Command::Land), CommandOutcome::Accepted);
+    assert!(
+        p.run_until_cond(30 * S, |p| !p.b.sim.armed()),
+        "did not land and disarm"
+    );
+    assert!(p.b.sim.on_ground());
+    assert!(p.run_until_cond(2 * S, |p| {
+        p.a.events
+            .iter()
+            .any(|(_, e)| matches!(e, Event::ArmedChanged { armed: false }))
+    }));
+    // Every record the vehicle took matches a fingerprint the bridge started or held.
+    let known: std::collections::BTreeSet<String> =
+        p.a.events
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Event::TargetStarted { fingerprint, .. } => Some(fingerprint.to_string()),
+                Event::Holding {
+                    kind: px4_bridge::HoldKind::PositionSetpoint { fingerprint },
+                    ..
+                } => Some(fingerprint.to_string()),
+                _ => None,
+            })
+            .collect();
+    assert!(p.b.setpoints.iter().all(|r| known.contains(&r.fingerprint)));
+}
+
+#[test]
+fn link_loss_fires_the_vehicle_failsafe_and_reconnect_is_reported() {
+    let mut p = pair_with(SimConfig::default(), Config::default());
+    take_off(&mut p);
+    let lost_at = p.now;
+    p.a_to_b.down = true;
+    p.b_to_a.down = true;
+    // PX4: COM_OF_LOSS_T plus detection, then POSCTL (main mode 3), descend and disarm.
+    assert!(p.run_until_cond(3 * S, |p| p.b.sim.mode().0 == 3));
+    let failsafe_after = (p.now - lost_at) as f64 / 1e9;
+    assert!(
+        (1.0..2.5).contains(&failsafe_after),
+        "failsafe after {failsafe_after} s"
+    );
+    // The bridge says the vehicle is stale and refuses new targets.
+    assert!(!p.a.ob.link_up());
+    let down =
+        p.a.events
+            .iter()
+            .find(|(_, e)| matches!(e, Event::Link { up: false, .. }))
+            .map(|(t, _)| *t)
+            .unwrap();
+    assert!((down - lost_at) < 2 * S);
+    let sp = Setpoint {
+        north_m: 1.0,
+        east_m: 0.0,
+        down_m: -5.0,
+        yaw_deg: 0.0,
+    };
+    assert_eq!(
+        p.a.ob
+            .try_enqueue(Mono(p.now), sp, binding(9), Mono(p.now + 5 * S)),
+        Err(px4_bridge::EnqueueError::LinkDown)
+    );
+    assert!(
+        p.run_until_cond(20 * S, |p| !p.b.sim.armed()),
+        "failsafe did not land and disarm"
+    );
+    // Reconnect.
+    p.a_to_b.down = false;
+    p.b_to_a.down = false;
+    assert!(p.run_until_cond(3 * S, |p| p.a.ob.link_up()));
+    assert!(
+        p.a.events
+            .iter()
+            .any(|(t, e)| *t > down && matches!(e, Event::Link { up: true, .. }))
+    );
+    assert!(!p.a.ob.armed());
+}
+
+#[test]
+fn a_dead_gateway_stops_the_stream_and_px4_takes_over() {
+    let mut p = pair_with(SimConfig::default(), Config::default());
+    take_off(&mut p);
+    let stopped = p.now;
+    // The companion process dies: nothing it would send reaches the vehicle any more.
+    p.a_to_b.down = true;
+    assert!(p.run_until_cond(3 * S, |p| p.b.sim.mode().0 == 3));
+    assert!(p.b.sim.stats().failsafes == 1);
+    assert!(p.b.setpoints.iter().all(|r| r.t_ns <= stopped + 10 * MS));
+}
+
+#[test]
+fn offboard_needs_a_stream_once_armed_and_the_ack_is_not_proof_while_disarmed() {
+    let mut p = pair_with(SimConfig::default(), Config::default());
+    assert!(p.run_until_cond(5 * S, |p| p.a.ob.link_up()));
+    p.run_for(2 * S);
+    // Disarmed, no stream: PX4 accepts OFFBOARD (measured), the heartbeat shows mode 6.
+    assert_eq!(
+        command(
+            &mut p,
+            Command::SetMode {
+                mode: Px4Mode::OFFBOARD
+            }
+        ),
+        CommandOutcome::Accepted
+    );
+    assert_eq!(p.b.sim.mode().0, 6);
+    // Arming in OFFBOARD without a stream is refused.
+    assert_eq!(
+        command(&mut p, Command::Arm),
+        CommandOutcome::TemporarilyRejected
+    );
+    assert!(
+        p.a.events
+            .iter()
+            .any(|(_, e)| matches!(e, Event::StatusText { text, .. } if text.contains("offboard")))
+    );
+}
+
+#[test]
+fn arming_before_the_estimator_is_ready_is_rejected() {
+    let mut p = pair_with(
+        SimConfig {
+            ready_after_ms: 4000,
+            ..SimConfig::default()
+        },
+        Config::default(),
+    );
+    assert!(p.run_until_cond(5 * S, |p| p.a.ob.link_up()));
+    assert_eq!(
+        command(&mut p, Command::Arm),
+        CommandOutcome::TemporarilyRejected
+    );
+    p.run_for(4 * S);
+    assert_eq!(command(&mut p, Command::Arm), CommandOutcome::Accepted);
+    // Armed but no takeoff within 10 s: PX4 disarms by itself.
+    assert!(p.run_until_cond(12 * S, |p| !p.b.sim.armed()));
+}
+
+#[test]
+fn commands_retry_with_increasing_confirmation_and_time_out() {
+    let mut p = pair_with(SimConfig::default(), Config::default());
+    assert!(p.run_until_cond(5 * S, |p| p.a.ob.link_up()));
+    p.b_to_a.drop = 1.0; // the vehicle hears us but its answers are lost
+    let id = p.a.ob.command(Mono(p.now), Command::Arm);
+    p.run_for(3 * S);
+    let confirmations: Vec<u8> = p
+        .a
+        .sent
+        .iter()
+        .filter_map(|(_, m)| match m {
+            mavlink::dialects::common::MavMessage::COMMAND_LONG(c)
+                if c.command == mavlink::dialects::common::MavCmd::MAV_CMD_COMPONENT_ARM_DISARM =>
+            {
+                Some(c.confirmation)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(confirmations, vec![0, 1, 2, 3]);
+    assert!(p.a.events.iter().any(|(_, e)| matches!(e, Event::Command { id: i, outcome: CommandOutcome::TimedOut | CommandOutcome::LinkLost, .. } if *i == id)));
+}
+
+#[test]
+fn timesync_maps_generation_time_within_a_few_milliseconds() {
+    let sim = SimConfig {
+        clock_offset_ms: 123_456_789,
+        ..SimConfig::default()
+    };
+    let mut p = pair_with(sim, Config::default());
+    p.a_to_b.delay_ns = 15 * MS;
+    p.b_to_a.delay_ns = 15 * MS;
+    p.run_for(6 * S);
+    let synced = p.a.events.iter().filter_map(|(t, e)| match e {
+        Event::TimeSync { synced: true, .. } => Some(*t),
+        _ => None,
+    });
+    let first_sync = synced.min().expect("TIMESYNC never converged");
+    let mut checked = 0;
+    let mut worst = 0i64;
+    for (t, e) in &p.a.events {
+        if let Event::Telemetry(u) = e {
+            if *t > first_sync + S && matches!(u.data, Telemetry::LocalPosition { .. }) {
+                assert_eq!(u.time_source, TimeSource::Mapped);
+                // Truth: generated one link delay before it arrived.
+                let truth = u.received_at.0 as i64 - (15 * MS) as i64;
+                let err = u.generated_at.0 as i64 - truth;
+                worst = worst.max(err.abs());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 100, "{checked}");
+    assert!(
+        worst <= 3 * MS as i64,
+        "worst mapping error {} ms",
+        worst as f64 / 1e6
+    );
+}
+
+#[test]
+fn without_timesync_answers_updates_fall_back_to_arrival_time_and_say_so() {
+    let sim = SimConfig {
+        answer_timesync: false,
+        ..SimConfig::default()
+    };
+    let mut p = pair_with(sim, Config::default());
+    p.run_for(8 * S);
+    assert!(
+        p.a.events
+            .iter()
+            .any(|(_, e)| matches!(e, Event::TimeSync { synced: false, .. }))
+    );
+    let pos: Vec<_> =
+        p.a.events
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Event::Telemetry(u) if matches!(u.data, Telemetry::LocalPosition { .. }) => {
+                    Some(u.clone())
+                }
+                _ => None,
+            })
+            .collect();
+    assert!(!pos.is_empty());
+    assert!(
+        pos.iter()
+            .all(|u| u.time_source == TimeSource::Arrival && u.generated_at == u.received_at)
+    );
+}
+
+#[test]
+fn requested_telemetry_rates_are_honoured() {
+    let mut p = pair_with(SimConfig::default(), Config::default());
+    p.run_for(4 * S);
+    let from = p.now;
+    let n0 = p.a.events.len();
+    p.run_for(5 * S);
+    let count = |pred: &dyn Fn(&Telemetry) -> bool| {
+        p.a.events[n0..]
+            .iter()
+            .filter(|(t, e)| *t >= from && matches!(e, Event::Telemetry(u) if pred(&u.data)))
+            .count() as f64
+            / 5.0
+    };
+    let lpn = count(&|d| matches!(d, Telemetry::LocalPosition { .. }));
+    let bat = count(&|d| matches!(d, Telemetry::Battery { .. }));
+    assert!(
+        (45.0..=55.0).contains(&lpn),
+        "LOCAL_POSITION_NED at {lpn} Hz, asked 50"
+    );
+    // BATTERY_STATUS raised from PX4's 0.5 Hz to 2 Hz, plus SYS_STATUS at 2 Hz.
+    assert!(bat >= 3.5, "battery updates at {bat} Hz");
+}
+
+#[test]
+fn bad_input_is_counted_and_dropped_and_the_stream_keeps_its_rate() {
+    let mut p = pair_with(
+        SimConfig::default(),
+        Config {
+            hold: HoldPolicy::Px4Hold,
+            ..Config::default()
+        },
+    );
+    assert!(p.run_until_cond(5 * S, |p| p.a.ob.link_up()));
+    p.run_for(2 * S);
+    let sp = Setpoint {
+        north_m: 0.0,
+        east_m: 0.0,
+        down_m: -2.0,
+        yaw_deg: 45.0,
+    };
+    p.a.ob
+        .try_enqueue(Mono(p.now), sp, binding(3), Mono(p.now + 30 * S))
+        .unwrap();
+    let start = p.a.ob.stats().setpoints_sent;
+    let t_start = p.now;
+    // A flood of garbage, bad-CRC frames and another system's heartbeats between steps.
+    let mut seq = 0u8;
+    let other = mavlink::MavHeader {
+        system_id: 42,
+        component_id: 1,
+        sequence: 0,
+    };
+    let hb = mavlink::dialects::common::MavMessage::HEARTBEAT(
+        mavlink::dialects::common::HEARTBEAT_DATA {
+            autopilot: mavlink::dialects::common::MavAutopilot::MAV_AUTOPILOT_PX4,
+            mavtype: mavlink::dialects::common::MavType::MAV_TYPE_QUADROTOR,
+            ..mavlink::dialects::common::HEARTBEAT_DATA::DEFAULT
+        },
+    );
+    for k in 0..4000u64 {
+        let now = p.now;
+        p.a.handle_datagram(now, &[0xFD, (k % 251) as u8, 0, 0, 0, 0xFF, 0x13]);
+        let mut bad = wire::encode(other, &hb, &mut seq);
+        if let Some(b) = bad.get_mut(12) {
+            *b ^= 0x55;
+        }
+        p.a.handle_datagram(now, &bad);
+        p.a.handle_datagram(now, &wire::encode(other, &hb, &mut seq));
+        p.step_until(now + MS);
+    }
+    p.run_until(t_start + 5 * S);
+    let sent = p.a.ob.stats().setpoints_sent - start;
+    let hz = sent as f64 / ((p.now - t_start) as f64 / 1e9);
+    assert!(
+        (19.0..=21.0).contains(&hz),
+        "stream rate under flood: {hz} Hz"
+    );
+    let st = p.a.ob.stats();
+    assert!(st.other_systems >= 4000, "{st:?}");
+    assert!(p.a.ob.link_up());
+    assert_eq!(
+        p.a.ob.autopilot(),
+        Some((1, 1)),
+        "the flood did not change the autopilot"
+    );
+}
+
+#[test]
+fn enqueue_is_refused_when_a_pilot_or_procedure_owns_the_vehicle() {
+    let mut p = pair_with(SimConfig::default(), Config::default());
+    take_off(&mut p);
+    assert_eq!(command(&mut p, Command::Land), CommandOutcome::Accepted);
+    assert_eq!(
+        p.a.ob.mode(),
+        Some(Px4Mode::LAND),
+        "accepted means the heartbeat shows it"
+    );
+    let sp = Setpoint {
+        north_m: 3.0,
+        east_m: 0.0,
+        down_m: -5.0,
+        yaw_deg: 0.0,
+    };
+    assert_eq!(
+        p.a.ob
+            .try_enqueue(Mono(p.now), sp, binding(5), Mono(p.now + 5 * S)),
+        Err(px4_bridge::EnqueueError::NotOffboardCapable)
+    );
+    assert_eq!(
+        p.a.ob.try_enqueue(
+            Mono(p.now),
+            Setpoint {
+                north_m: f32::NAN,
+                ..sp
+            },
+            binding(5),
+            Mono(p.now + 5 * S)
+        ),
+        Err(px4_bridge::EnqueueError::InvalidSetpoint)
+    );
+    assert_eq!(
+        p.a.ob.try_enqueue(Mono(p.now), sp, binding(5), Mono(p.now)),
+        Err(px4_bridge::EnqueueError::Expired)
+    );
+}
+
+#[test]
+fn with_px4_hold_nothing_reaches_the_vehicle_after_the_interval() {
+    let mut p = pair_with(
+        SimConfig::default(),
+        Config {
+            hold: HoldPolicy::Px4Hold,
+            ..Config::default()
+        },
+    );
+    take_off(&mut p);
+    let target = Setpoint {
+        north_m: 4.0,
+        east_m: 2.0,
+        down_m: -6.0,
+        yaw_deg: 30.0,
+    };
+    let valid_until = p.now + 5 * S;
+    p.a.ob
+        .try_enqueue(Mono(p.now), target, binding(7), Mono(valid_until))
+        .unwrap();
+    p.run_until(valid_until + 3 * S);
+    let last = p.b.setpoints.iter().map(|r| r.t_ns).max().unwrap();
+    assert!(
+        last < valid_until,
+        "a setpoint reached the vehicle {} ms after the interval",
+        (last - valid_until) / MS
+    );
+    assert_eq!(p.b.sim.mode(), (4, 3), "PX4 HOLD");
+    assert!(
+        p.b.setpoints
+            .iter()
+            .rev()
+            .take(10)
+            .all(|r| r.fingerprint == target.fingerprint().to_string())
+    );
+}

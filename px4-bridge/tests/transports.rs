@@ -1,0 +1,350 @@
+//! The tokio shell over real transports: UDP against the simulator on a socket, and a serial
+//! link through a pseudo-terminal pair. Real time; a few seconds each.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use px4_bridge::shell::{BridgeOptions, start};
+use px4_bridge::{Command, CommandOutcome, Event, Mono, Px4Mode, Setpoint};
+use sitl::px4::{Px4Sim, SimConfig};
+use sitl::udp::{SimControl, UdpOptions};
+use tokio::sync::{broadcast, mpsc};
+
+async fn wait_for(
+    rx: &mut mpsc::Receiver<Event>,
+    log: &mut Vec<Event>,
+    secs: u64,
+    mut f: impl FnMut(&Event) -> bool,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    if log.iter().any(&mut f) {
+        return true;
+    }
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(e)) => {
+                let hit = f(&e);
+                log.push(e);
+                if hit {
+                    return true;
+                }
+            }
+            _ => return false,
+        }
+    }
+}
+
+async fn command(
+    h: &px4_bridge::shell::BridgeHandle,
+    rx: &mut mpsc::Receiver<Event>,
+    log: &mut Vec<Event>,
+    c: Command,
+) -> CommandOutcome {
+    let before = log.len();
+    h.command(c).unwrap();
+    let mut out = None;
+    assert!(
+        wait_for(rx, log, 6, |e| match e {
+            Event::Command {
+                command, outcome, ..
+            } if *command == c => {
+                out = Some(*outcome);
+                true
+            }
+            _ => false,
+        })
+        .await,
+        "no outcome for {c:?}"
+    );
+    let _ = before;
+    out.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_bridge_flies_the_simulator_and_survives_a_link_loss() {
+    let (tx, _) = broadcast::channel(1);
+    let sock = sitl::udp::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let sim_addr: SocketAddr = sock.local_addr().unwrap();
+    let control = SimControl::default();
+    let opts = UdpOptions {
+        bind: sim_addr,
+        remote: "127.0.0.1:9".parse().unwrap(),
+        config: SimConfig {
+            ready_after_ms: 500,
+            ..SimConfig::default()
+        },
+        setpoint_log: None,
+        seed: 3,
+    };
+    let sim_task = tokio::spawn(sitl::udp::run(sock, opts, control.clone(), tx.subscribe()));
+
+    let bopts = BridgeOptions::new(&format!("udpout:{sim_addr}"));
+    let (h, mut rx, task) = start(bopts, tx.subscribe()).await.unwrap();
+    let mut log = Vec::new();
+    assert!(
+        wait_for(&mut rx, &mut log, 5, |e| matches!(
+            e,
+            Event::Link { up: true, .. }
+        ))
+        .await,
+        "no link"
+    );
+    assert!(
+        wait_for(&mut rx, &mut log, 5, |e| matches!(
+            e,
+            Event::TimeSync { synced: true, .. }
+        ))
+        .await,
+        "no TIMESYNC"
+    );
+
+    // Stream, enter OFFBOARD, arm, climb to 3 m.
+    let climb = Setpoint {
+        north_m: 0.0,
+        east_m: 0.0,
+        down_m: -3.0,
+        yaw_deg: 0.0,
+    };
+    h.try_enqueue(climb, [1; 32], Mono(h.now().0 + 30_000_000_000))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        command(
+            &h,
+            &mut rx,
+            &mut log,
+            Command::SetMode {
+                mode: Px4Mode::OFFBOARD
+            }
+        )
+        .await,
+        CommandOutcome::Accepted
+    );
+    assert_eq!(
+        command(&h, &mut rx, &mut log, Command::Arm).await,
+        CommandOutcome::Accepted
+    );
+    let t0 = Instant::now();
+    while -control.view().position[2] < 2.8 {
+        assert!(t0.elapsed() < Duration::from_secs(12), "did not climb");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Fly 3 m east for a 4 s interval; the vehicle's log shows the exact target.
+    let go = Setpoint {
+        north_m: 0.0,
+        east_m: 3.0,
+        down_m: -3.0,
+        yaw_deg: 90.0,
+    };
+    let until = Mono(h.now().0 + 4_000_000_000);
+    h.try_enqueue(go, [2; 32], until).unwrap();
+    assert!(
+        wait_for(
+            &mut rx,
+            &mut log,
+            6,
+            |e| matches!(e, Event::TargetObserved { binding, .. } if *binding == [2; 32])
+        )
+        .await
+    );
+    assert!(
+        wait_for(
+            &mut rx,
+            &mut log,
+            6,
+            |e| matches!(e, Event::TargetExpired { binding, .. } if *binding == [2; 32])
+        )
+        .await
+    );
+    let v = control.view();
+    let fp = go.fingerprint().to_string();
+    assert!(v.setpoints.iter().filter(|r| r.fingerprint == fp).count() > 20);
+    assert!((v.position[1] - 3.0).abs() < 0.3, "east {}", v.position[1]);
+
+    // Link loss: the vehicle fails safe (POSCTL), the bridge reports the link down.
+    control
+        .link_down
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let t1 = Instant::now();
+    while control.view().mode.0 != 3 {
+        assert!(t1.elapsed() < Duration::from_secs(4), "no failsafe");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        wait_for(&mut rx, &mut log, 3, |e| matches!(
+            e,
+            Event::Link { up: false, .. }
+        ))
+        .await
+    );
+    assert_eq!(
+        h.try_enqueue(go, [3; 32], Mono(h.now().0 + 5_000_000_000)),
+        Err(px4_bridge::EnqueueError::LinkDown)
+    );
+    control
+        .link_down
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    log.clear();
+    assert!(
+        wait_for(&mut rx, &mut log, 3, |e| matches!(
+            e,
+            Event::Link { up: true, .. }
+        ))
+        .await,
+        "no reconnect"
+    );
+    assert!(h.link_up());
+
+    let _ = tx.send(());
+    let _ = task.await;
+    let _ = sim_task.await;
+}
+
+#[test]
+fn serial_transport_through_a_pseudo_terminal() {
+    // The vehicle side runs on the pty master in a plain thread; the bridge opens the slave.
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let slave_path = nix::unistd::ttyname(&pty.slave).unwrap();
+    let mut master = std::fs::File::from(pty.master);
+    // Raw mode on the line, so no byte is translated.
+    let mut t = nix::sys::termios::tcgetattr(&pty.slave).unwrap();
+    nix::sys::termios::cfmakeraw(&mut t);
+    nix::sys::termios::tcsetattr(&pty.slave, nix::sys::termios::SetArg::TCSANOW, &t).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let taken = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let taken2 = taken.clone();
+    let fd = master.try_clone().unwrap();
+    let vehicle = std::thread::spawn(move || {
+        let origin = Instant::now();
+        let now = || u64::try_from(origin.elapsed().as_nanos()).unwrap();
+        let mut sim = Px4Sim::new(
+            SimConfig {
+                ready_after_ms: 0,
+                ..SimConfig::default()
+            },
+            now(),
+        );
+        let mut seq = 0u8;
+        let mut pending: Vec<u8> = Vec::new();
+        let mut buf = [0u8; 512];
+        // Non-blocking reads so the vehicle keeps its own schedule.
+        nix::fcntl::fcntl(
+            &fd,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )
+        .unwrap();
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            match master.read(&mut buf) {
+                Ok(n) if n > 0 => pending.extend_from_slice(&buf[..n]),
+                _ => std::thread::sleep(Duration::from_millis(2)),
+            }
+            // Decode whole frames from the stream; keep a partial frame for the next read.
+            loop {
+                let Some(start) = pending.iter().position(|b| *b == 0xFD) else {
+                    pending.clear();
+                    break;
+                };
+                pending.drain(..start);
+                if pending.len() < 12 {
+                    break;
+                }
+                let len = 12 + usize::from(pending[1]) + if pending[2] & 1 == 1 { 13 } else { 0 };
+                if pending.len() < len {
+                    break;
+                }
+                let frame: Vec<u8> = pending.drain(..len).collect();
+                let (msgs, _) = sitl::wire::decode(&frame);
+                if msgs.is_empty() {
+                    continue;
+                }
+                for (h, m) in msgs {
+                    sim.handle_message(now(), &h, &m);
+                }
+            }
+            sim.handle_timeout(now());
+            while let Some(m) = sim.poll_transmit() {
+                let bytes = sitl::wire::encode(sim.header(), &m, &mut seq);
+                let _ = master.write_all(&bytes);
+            }
+            while sim.poll_setpoint().is_some() {
+                taken2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    });
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (tx, _) = broadcast::channel(1);
+        let url = format!("serial:{}:921600", slave_path.display());
+        let (h, mut rx, task) = start(BridgeOptions::new(&url), tx.subscribe())
+            .await
+            .unwrap();
+        let mut log = Vec::new();
+        assert!(
+            wait_for(&mut rx, &mut log, 5, |e| matches!(
+                e,
+                Event::AutopilotDiscovered {
+                    system_id: 1,
+                    component_id: 1
+                }
+            ))
+            .await
+        );
+        assert!(
+            wait_for(&mut rx, &mut log, 5, |e| matches!(
+                e,
+                Event::Link { up: true, .. }
+            ))
+            .await
+        );
+        let sp = Setpoint {
+            north_m: 0.0,
+            east_m: 0.0,
+            down_m: -2.0,
+            yaw_deg: 0.0,
+        };
+        h.try_enqueue(sp, [4; 32], Mono(h.now().0 + 20_000_000_000))
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(
+            command(
+                &h,
+                &mut rx,
+                &mut log,
+                Command::SetMode {
+                    mode: Px4Mode::OFFBOARD
+                }
+            )
+            .await,
+            CommandOutcome::Accepted
+        );
+        assert_eq!(
+            command(&h, &mut rx, &mut log, Command::Arm).await,
+            CommandOutcome::Accepted
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            taken.load(std::sync::atomic::Ordering::Relaxed) > 5,
+            "setpoints did not reach the vehicle over serial"
+        );
+        let _ = tx.send(());
+        let _ = task.await;
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    vehicle.join().unwrap();
+}

@@ -1,0 +1,160 @@
+//! `halo-sitl`: start a simulated vehicle by hand.
+//!
+//! ```text
+//! halo-sitl px4 --port 14540            # send to 127.0.0.1:14540 from 0.0.0.0:14580, like PX4 SITL
+//! halo-sitl px4 --instance 1            # ports + 1, like a second PX4 SITL instance
+//! halo-sitl px4 --log setpoints.jsonl --drop 0.05 --delay-ms 20 --clock-offset-ms 5000
+//! ```
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use clap::{Parser, Subcommand};
+use sitl::px4::{LossAction, SimConfig};
+use sitl::udp::{SimControl, UdpOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "halo-sitl",
+    version,
+    about = "Simulated vehicles for halo-gateway"
+)]
+struct Cli {
+    #[command(subcommand)]
+    vehicle: Vehicle,
+}
+
+#[derive(Subcommand)]
+enum Vehicle {
+    /// A PX4 multicopter over MAVLink 2 / UDP.
+    Px4 {
+        /// Offboard port the vehicle sends to (PX4 SITL: 14540).
+        #[arg(long, default_value_t = 14540)]
+        port: u16,
+        /// Host the vehicle sends to.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: IpAddr,
+        /// Local port the vehicle sends from (PX4 SITL: 14580).
+        #[arg(long, default_value_t = 14580)]
+        bind_port: u16,
+        /// Instance number; adds N to both ports, like PX4 SITL's `-i`.
+        #[arg(long, default_value_t = 0)]
+        instance: u16,
+        /// Append every setpoint the controller takes to this JSON-lines file.
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// Packet loss probability, both directions.
+        #[arg(long, default_value_t = 0.0)]
+        drop: f64,
+        /// One-way delay on what the vehicle sends, ms.
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u64,
+        /// The autopilot clock runs this far ahead, ms.
+        #[arg(long, default_value_t = 0)]
+        clock_offset_ms: i64,
+        /// What to do when the offboard stream stops in the air.
+        #[arg(long, value_enum, default_value = "posctl")]
+        loss_action: Loss,
+        /// Stop after this many seconds (runs until Ctrl-C otherwise).
+        #[arg(long)]
+        duration_s: Option<u64>,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Loss {
+    Posctl,
+    Hold,
+    Land,
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+    let cli = Cli::parse();
+    let Vehicle::Px4 {
+        port,
+        host,
+        bind_port,
+        instance,
+        log,
+        drop,
+        delay_ms,
+        clock_offset_ms,
+        loss_action,
+        duration_s,
+    } = cli.vehicle;
+    if !(0.0..=1.0).contains(&drop) {
+        eprintln!("error: --drop must be between 0 and 1");
+        return std::process::ExitCode::from(2);
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        let bind: SocketAddr = SocketAddr::new([0, 0, 0, 0].into(), bind_port.saturating_add(instance));
+        let remote = SocketAddr::new(host, port.saturating_add(instance));
+        let socket = sitl::udp::bind(bind).await?;
+        let control = SimControl::default();
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "checked range")]
+        control.drop_ppm.store((drop * 1e6) as u32, Ordering::Relaxed);
+        control.delay_ms.store(delay_ms, Ordering::Relaxed);
+        let config = SimConfig {
+            clock_offset_ms,
+            loss_action: match loss_action {
+                Loss::Posctl => LossAction::Posctl,
+                Loss::Hold => LossAction::Hold,
+                Loss::Land => LossAction::Land,
+            },
+            ..SimConfig::default()
+        };
+        println!("halo-sitl px4: system 1 on udp {bind}, sending to {remote}");
+        let (tx, rx) = tokio::sync::broadcast::channel(1);
+        let opts = UdpOptions { bind, remote, config, setpoint_log: log, seed: 1 };
+        let c2 = control.clone();
+        let sim = tokio::spawn(async move { sitl::udp::run(socket, opts, c2, rx).await });
+        let status = control.clone();
+        let reporter = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                let v = status.view();
+                println!(
+                    "mode {}.{} {} alt {:.2} m  n {:.2} e {:.2}  battery {:.1}%  setpoints taken {}",
+                    v.mode.0,
+                    v.mode.1,
+                    if v.armed { "armed" } else { "disarmed" },
+                    -v.position[2],
+                    v.position[0],
+                    v.position[1],
+                    v.battery_pct,
+                    v.stats.setpoints_accepted
+                );
+            }
+        });
+        match duration_s {
+            Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+        let _ = tx.send(());
+        reporter.abort();
+        sim.await.map_err(std::io::Error::other)?
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,1005 @@
+//! A simulated PX4 multicopter, faithful to the PX4 behaviour the gateway relies on.
+//!
+//! Sans-IO: time comes in as nanoseconds, messages in and out as values.
+//!
+//! Matched to PX4 v1.16.0 SITL (SIH quadrotor), as measured:
+//! - system 1, component 1, HEARTBEAT type 2 (quadrotor), autopilot 12 (PX4); starts in AUTO
+//!   (main 4) LOITER (sub 3); OFFBOARD is main mode 6;
+//! - LOCAL_POSITION_NED at 30 Hz and POSITION_TARGET_LOCAL_NED at 10 Hz by default;
+//!   `MAV_CMD_SET_MESSAGE_INTERVAL` is honoured; in OFFBOARD the target echo carries the
+//!   commanded target exactly (frame 1, type mask 0) plus the controller's velocity and
+//!   acceleration; disarmed it carries NaN positions with type mask 63;
+//! - `DO_SET_MODE(1, 6)` is ACKed 0 and shown in the heartbeat even while disarmed with no
+//!   setpoint stream; armed, OFFBOARD (or arming in it) is accepted only after about 1 s of
+//!   stream;
+//! - arming is ACKed 0 once the system is ready (`TEMPORARILY_REJECTED` with a STATUSTEXT
+//!   before); armed without taking off for 10 s it disarms (`COM_DISARM_PRFLT`); after landing
+//!   it disarms after 2 s (`COM_DISARM_LAND`);
+//! - with the stream stopped in the air, after `COM_OF_LOSS_T` (1 s) plus detection the
+//!   heartbeat shows POSCTL (main 3) and, with no manual control, it descends and disarms;
+//! - commands sent to component 0 are accepted and ACKed twice.
+//!
+//! Every setpoint the controller takes in OFFBOARD is recorded (PX4's `trajectory_setpoint`
+//! topic): the evidence of what reached the vehicle.
+
+use std::collections::VecDeque;
+
+use mavlink::MavHeader;
+use mavlink::dialects::common::{
+    ATTITUDE_DATA, BATTERY_STATUS_DATA, COMMAND_ACK_DATA, EXTENDED_SYS_STATE_DATA,
+    GLOBAL_POSITION_INT_DATA, HEARTBEAT_DATA, LOCAL_POSITION_NED_DATA, MavAutopilot,
+    MavBatteryFunction, MavBatteryType, MavCmd, MavFrame, MavLandedState, MavMessage, MavModeFlag,
+    MavResult, MavSeverity, MavState, MavSysStatusSensor, MavType, MavVtolState,
+    POSITION_TARGET_LOCAL_NED_DATA, PositionTargetTypemask, STATUSTEXT_DATA, SYS_STATUS_DATA,
+    TIMESYNC_DATA,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::dynamics::{Body, Demand, Limits};
+
+/// PX4 main modes.
+pub const MAIN_POSCTL: u8 = 3;
+/// AUTO.
+pub const MAIN_AUTO: u8 = 4;
+/// OFFBOARD.
+pub const MAIN_OFFBOARD: u8 = 6;
+/// AUTO.TAKEOFF.
+pub const SUB_TAKEOFF: u8 = 2;
+/// AUTO.LOITER (HOLD).
+pub const SUB_LOITER: u8 = 3;
+/// AUTO.RTL.
+pub const SUB_RTL: u8 = 5;
+/// AUTO.LAND.
+pub const SUB_LAND: u8 = 6;
+
+const MS: u64 = 1_000_000;
+
+/// What the vehicle does when the offboard stream stops in the air.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossAction {
+    /// Show POSCTL and, with no manual control, descend and disarm (measured default).
+    Posctl,
+    /// AUTO.LOITER.
+    Hold,
+    /// AUTO.LAND.
+    Land,
+}
+
+/// Simulator settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimConfig {
+    /// System id.
+    pub system_id: u8,
+    /// Component id.
+    pub component_id: u8,
+    /// The autopilot's boot clock runs this far ahead of simulation time, ms (a clock offset
+    /// for TIMESYNC tests).
+    pub clock_offset_ms: i64,
+    /// Arming is refused until this long after boot (estimator not ready), ms.
+    pub ready_after_ms: u64,
+    /// Arming is refused below this battery level, percent.
+    pub min_arm_battery_pct: f64,
+    /// `COM_OF_LOSS_T`, ms.
+    pub offboard_loss_ms: u64,
+    /// Extra time PX4 takes to act on the loss, ms.
+    pub loss_detection_ms: u64,
+    /// `COM_OBL_RC_ACT`-like action.
+    pub loss_action: LossAction,
+    /// Stream this long before OFFBOARD (or arming in it) is accepted while armed, ms.
+    pub offboard_warmup_ms: u64,
+    /// `COM_DISARM_PRFLT`, ms.
+    pub disarm_preflight_ms: u64,
+    /// `COM_DISARM_LAND`, ms.
+    pub disarm_land_ms: u64,
+    /// `MIS_TAKEOFF_ALT`, m above home.
+    pub takeoff_alt_m: f64,
+    /// Motor spool-up before leaving the ground, ms.
+    pub spoolup_ms: u64,
+    /// `MPC_LAND_SPEED`, m/s.
+    pub land_speed: f64,
+    /// Home latitude, degrees.
+    pub home_lat: f64,
+    /// Home longitude, degrees.
+    pub home_lon: f64,
+    /// Home altitude AMSL, m.
+    pub home_alt_m: f64,
+    /// Initial battery, percent.
+    pub battery_pct: f64,
+    /// Battery drain while armed on the ground, percent per second.
+    pub drain_idle: f64,
+    /// Battery drain while flying, percent per second.
+    pub drain_flying: f64,
+    /// Answer TIMESYNC requests (off to test a companion's fallback to arrival time).
+    pub answer_timesync: bool,
+    /// Dynamics.
+    #[serde(skip)]
+    pub limits: Limits,
+}
+
+impl Default for SimConfig {
+    fn default() -> SimConfig {
+        SimConfig {
+            system_id: 1,
+            component_id: 1,
+            clock_offset_ms: 0,
+            ready_after_ms: 2000,
+            min_arm_battery_pct: 20.0,
+            offboard_loss_ms: 1000,
+            loss_detection_ms: 500,
+            loss_action: LossAction::Posctl,
+            offboard_warmup_ms: 1000,
+            disarm_preflight_ms: 10_000,
+            disarm_land_ms: 2000,
+            takeoff_alt_m: 2.5,
+            spoolup_ms: 1000,
+            land_speed: 0.7,
+            home_lat: 47.397_742,
+            home_lon: 8.545_594,
+            home_alt_m: 488.0,
+            battery_pct: 100.0,
+            drain_idle: 0.02,
+            drain_flying: 0.15,
+            answer_timesync: true,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// One setpoint the controller took (the counterpart of PX4's `trajectory_setpoint`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SetpointRecord {
+    /// Simulation time, ns.
+    pub t_ns: u64,
+    /// The autopilot's `time_boot_ms` at that instant.
+    pub time_boot_ms: u64,
+    /// North, m.
+    pub x: f32,
+    /// East, m.
+    pub y: f32,
+    /// Down, m.
+    pub z: f32,
+    /// Yaw, degrees.
+    pub yaw_deg: f32,
+    /// Type mask as received.
+    pub type_mask: u16,
+    /// `MAV_FRAME` as received.
+    pub frame: u8,
+    /// The rounded fingerprint: `n{cm}_e{cm}_d{cm}_y{deci-degrees}`.
+    pub fingerprint: String,
+}
+
+/// The fingerprint rule, written here independently of the bridge: centimetres and tenths of
+/// a degree, yaw normalised to (-180, 180].
+#[allow(clippy::cast_possible_truncation, reason = "rounded bounded values")]
+pub fn fingerprint(x: f32, y: f32, z: f32, yaw_deg: f32) -> String {
+    let r = |v: f64| v.round() as i64;
+    let mut yaw = f64::from(yaw_deg) % 360.0;
+    if yaw <= -180.0 {
+        yaw += 360.0;
+    } else if yaw > 180.0 {
+        yaw -= 360.0;
+    }
+    let mut yd = r(yaw * 10.0);
+    if yd == -1800 {
+        yd = 1800;
+    }
+    format!(
+        "n{}_e{}_d{}_y{}",
+        r(f64::from(x) * 100.0),
+        r(f64::from(y) * 100.0),
+        r(f64::from(z) * 100.0),
+        yd
+    )
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Sp {
+    pos: [f64; 3],
+    yaw_deg: f64,
+    type_mask: u16,
+    frame: u8,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Stream {
+    msg_id: u32,
+    interval_ns: u64,
+    next_at: u64,
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimStats {
+    /// Setpoint messages received.
+    pub setpoints_received: u64,
+    /// Setpoints the controller took (in OFFBOARD).
+    pub setpoints_accepted: u64,
+    /// Setpoint messages ignored (wrong target, unsupported mask or frame).
+    pub setpoints_ignored: u64,
+    /// Commands handled.
+    pub commands: u64,
+    /// Offboard-loss failsafes.
+    pub failsafes: u64,
+}
+
+/// The simulated vehicle. See the module documentation.
+#[derive(Debug)]
+pub struct Px4Sim {
+    cfg: SimConfig,
+    boot_ns: u64,
+    last_ns: u64,
+    armed: bool,
+    armed_at: u64,
+    main: u8,
+    sub: u8,
+    body: Body,
+    on_ground: bool,
+    flew: bool,
+    landed_at: Option<u64>,
+    liftoff_at: Option<u64>,
+    battery_pct: f64,
+    sp: Option<Sp>,
+    sp_first_ns: Option<u64>,
+    sp_last_ns: Option<u64>,
+    hold_at: [f64; 3],
+    hold_yaw: f64,
+    takeoff_to: f64,
+    failsafe: bool,
+    streams: Vec<Stream>,
+    outbox: VecDeque<MavMessage>,
+    log: VecDeque<SetpointRecord>,
+    stats: SimStats,
+}
+
+fn rate_ns(hz: f64) -> u64 {
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "positive rates"
+    )]
+    let ns = (1e9 / hz) as u64;
+    ns
+}
+
+impl Px4Sim {
+    /// A vehicle booting at `now_ns`, on the ground at home, disarmed, in AUTO.LOITER.
+    pub fn new(cfg: SimConfig, now_ns: u64) -> Px4Sim {
+        let streams = [
+            (0, 1.0),   // HEARTBEAT
+            (32, 30.0), // LOCAL_POSITION_NED
+            (85, 10.0), // POSITION_TARGET_LOCAL_NED
+            (30, 50.0), // ATTITUDE
+            (33, 10.0), // GLOBAL_POSITION_INT
+            (147, 0.5), // BATTERY_STATUS (PX4's onboard profile rate)
+            (1, 1.0),   // SYS_STATUS
+            (245, 5.0), // EXTENDED_SYS_STATE
+            (111, 1.0), // TIMESYNC requests
+        ]
+        .into_iter()
+        .map(|(msg_id, hz)| Stream {
+            msg_id,
+            interval_ns: rate_ns(hz),
+            next_at: now_ns,
+        })
+        .collect();
+        let battery = cfg.battery_pct;
+        Px4Sim {
+            cfg,
+            boot_ns: now_ns,
+            last_ns: now_ns,
+            armed: false,
+            armed_at: 0,
+            main: MAIN_AUTO,
+            sub: SUB_LOITER,
+            body: Body::default(),
+            on_ground: true,
+            flew: false,
+            landed_at: None,
+            liftoff_at: None,
+            battery_pct: battery,
+            sp: None,
+            sp_first_ns: None,
+            sp_last_ns: None,
+            hold_at: [0.0; 3],
+            hold_yaw: 0.0,
+            takeoff_to: 0.0,
+            failsafe: false,
+            streams,
+            outbox: VecDeque::new(),
+            log: VecDeque::new(),
+            stats: SimStats::default(),
+        }
+    }
+
+    /// The autopilot clock (`time_boot_ms` in ns) at simulation time `now_ns`.
+    pub fn boot_time_ns(&self, now_ns: u64) -> u64 {
+        let since = now_ns.saturating_sub(self.boot_ns);
+        let off = self.cfg.clock_offset_ms.saturating_mul(1_000_000);
+        u64::try_from(i64::try_from(since).unwrap_or(i64::MAX).saturating_add(off)).unwrap_or(0)
+    }
+
+    /// Position, NED metres.
+    pub fn position(&self) -> [f64; 3] {
+        self.body.pos
+    }
+
+    /// Armed.
+    pub fn armed(&self) -> bool {
+        self.armed
+    }
+
+    /// (main, sub) mode.
+    pub fn mode(&self) -> (u8, u8) {
+        (self.main, self.sub)
+    }
+
+    /// On the ground.
+    pub fn on_ground(&self) -> bool {
+        self.on_ground
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SimStats {
+        self.stats
+    }
+
+    /// Battery, percent.
+    pub fn battery_pct(&self) -> f64 {
+        self.battery_pct
+    }
+
+    /// Sets the battery level (test control).
+    pub fn set_battery_pct(&mut self, pct: f64) {
+        self.battery_pct = pct.clamp(0.0, 100.0);
+    }
+
+    fn set_mode(&mut self, main: u8, sub: u8) {
+        if (main, sub) == (MAIN_AUTO, SUB_LOITER) || main == MAIN_POSCTL {
+            self.hold_at = self.body.pos;
+            self.hold_yaw = self.body.yaw_deg;
+        }
+        self.main = main;
+        self.sub = sub;
+    }
+
+    fn status_text(&mut self, severity: MavSeverity, text: &str) {
+        let mut st = STATUSTEXT_DATA {
+            severity,
+            ..STATUSTEXT_DATA::DEFAULT
+        };
+        st.text = text.into();
+        self.outbox.push_back(MavMessage::STATUSTEXT(st));
+    }
+
+    fn offboard_signal_ok(&self, now: u64) -> bool {
+        match (self.sp_first_ns, self.sp_last_ns) {
+            (Some(first), Some(last)) => {
+                now.saturating_sub(last) <= self.cfg.offboard_loss_ms * MS
+                    && last.saturating_sub(first) + 100 * MS >= self.cfg.offboard_warmup_ms * MS
+            }
+            _ => false,
+        }
+    }
+
+    /// Feeds one received message from system `header.system_id`.
+    pub fn handle_message(&mut self, now_ns: u64, header: &MavHeader, msg: &MavMessage) {
+        self.advance(now_ns);
+        let ours = |sys: u8, comp: u8| {
+            (sys == self.cfg.system_id || sys == 0) && (comp == self.cfg.component_id || comp == 0)
+        };
+        match msg {
+            MavMessage::SET_POSITION_TARGET_LOCAL_NED(s) => {
+                self.stats.setpoints_received += 1;
+                if !ours(s.target_system, s.target_component) {
+                    self.stats.setpoints_ignored += 1;
+                    return;
+                }
+                let mask = s.type_mask.bits();
+                let uses_position = mask & 0x7 == 0;
+                let local = s.coordinate_frame == MavFrame::MAV_FRAME_LOCAL_NED;
+                if !(uses_position
+                    && local
+                    && s.x.is_finite()
+                    && s.y.is_finite()
+                    && s.z.is_finite())
+                {
+                    self.stats.setpoints_ignored += 1;
+                    return;
+                }
+                // The offboard signal is "alive" from the first of a continuous stream.
+                let gap = self
+                    .sp_last_ns
+                    .map_or(u64::MAX, |l| now_ns.saturating_sub(l));
+                if gap > self.cfg.offboard_loss_ms * MS {
+                    self.sp_first_ns = Some(now_ns);
+                }
+                self.sp_last_ns = Some(now_ns);
+                let yaw_deg = if mask & 0x400 == 0 && s.yaw.is_finite() {
+                    f64::from(s.yaw).to_degrees()
+                } else {
+                    self.body.yaw_deg
+                };
+                let sp = Sp {
+                    pos: [f64::from(s.x), f64::from(s.y), f64::from(s.z)],
+                    yaw_deg,
+                    type_mask: mask,
+                    frame: s.coordinate_frame as u8,
+                };
+                self.sp = Some(sp);
+                if self.main == MAIN_OFFBOARD {
+                    self.stats.setpoints_accepted += 1;
+                    #[allow(clippy::cast_possible_truncation, reason = "f32 as received")]
+                    let yaw = yaw_deg as f32;
+                    self.log.push_back(SetpointRecord {
+                        t_ns: now_ns,
+                        time_boot_ms: self.boot_time_ns(now_ns) / MS,
+                        x: s.x,
+                        y: s.y,
+                        z: s.z,
+                        yaw_deg: yaw,
+                        type_mask: mask,
+                        frame: s.coordinate_frame as u8,
+                        fingerprint: fingerprint(s.x, s.y, s.z, yaw),
+                    });
+                }
+            }
+            MavMessage::COMMAND_LONG(c) => {
+                if !ours(c.target_system, c.target_component) {
+                    return;
+                }
+                self.stats.commands += 1;
+                let result = self.handle_command(
+                    now_ns,
+                    c.command,
+                    [c.param1, c.param2, c.param3, c.param7],
+                );
+                let sender = u8::try_from(header.system_id).unwrap_or(0);
+                let ack = MavMessage::COMMAND_ACK(COMMAND_ACK_DATA {
+                    command: c.command,
+                    result,
+                    progress: 0,
+                    result_param2: 0,
+                    target_system: sender,
+                    target_component: header.component_id,
+                });
+                if c.target_component == 0 {
+                    // Measured on PX4 v1.16: a broadcast-component command is ACKed twice.
+                    self.outbox.push_back(ack.clone());
+                }
+                self.outbox.push_back(ack);
+            }
+            MavMessage::TIMESYNC(t) if t.tc1 == 0 && self.cfg.answer_timesync => {
+                let sender = u8::try_from(header.system_id).unwrap_or(0);
+                self.outbox.push_back(MavMessage::TIMESYNC(TIMESYNC_DATA {
+                    tc1: i64::try_from(self.boot_time_ns(now_ns)).unwrap_or(i64::MAX),
+                    ts1: t.ts1,
+                    target_system: sender,
+                    target_component: header.component_id,
+                }));
+            }
+            _ => {}
+        }
+    }
+
+    fn handle_command(&mut self, now: u64, cmd: MavCmd, p: [f32; 4]) -> MavResult {
+        match cmd {
+            MavCmd::MAV_CMD_COMPONENT_ARM_DISARM => {
+                let forced = (p[1] - 21196.0).abs() < 0.5;
+                if p[0] > 0.5 {
+                    if self.armed {
+                        return MavResult::MAV_RESULT_ACCEPTED;
+                    }
+                    let reason = if now.saturating_sub(self.boot_ns) < self.cfg.ready_after_ms * MS
+                    {
+                        Some("Arming denied: system not ready")
+                    } else if self.battery_pct < self.cfg.min_arm_battery_pct {
+                        Some("Arming denied: battery low")
+                    } else if self.main == MAIN_OFFBOARD && !self.offboard_signal_ok(now) {
+                        Some("Arming denied: no offboard signal")
+                    } else {
+                        None
+                    };
+                    if let (Some(r), false) = (reason, forced) {
+                        self.status_text(MavSeverity::MAV_SEVERITY_CRITICAL, r);
+                        return MavResult::MAV_RESULT_TEMPORARILY_REJECTED;
+                    }
+                    self.armed = true;
+                    self.armed_at = now;
+                    self.flew = false;
+                    self.liftoff_at = None;
+                    self.landed_at = None;
+                    self.failsafe = false;
+                    self.hold_at = self.body.pos;
+                    MavResult::MAV_RESULT_ACCEPTED
+                } else {
+                    if !self.armed {
+                        return MavResult::MAV_RESULT_ACCEPTED;
+                    }
+                    if !self.on_ground && !forced {
+                        self.status_text(
+                            MavSeverity::MAV_SEVERITY_CRITICAL,
+                            "Disarming denied: not landed",
+                        );
+                        return MavResult::MAV_RESULT_TEMPORARILY_REJECTED;
+                    }
+                    self.disarm();
+                    MavResult::MAV_RESULT_ACCEPTED
+                }
+            }
+            MavCmd::MAV_CMD_DO_SET_MODE => {
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss,
+                    reason = "mode numbers"
+                )]
+                let (main, sub) = (p[1].round() as u8, p[2].round() as u8);
+                match (main, sub) {
+                    (MAIN_OFFBOARD, _) => {
+                        // Measured: accepted while disarmed even without a stream.
+                        if self.armed && !self.offboard_signal_ok(now) {
+                            self.status_text(
+                                MavSeverity::MAV_SEVERITY_CRITICAL,
+                                "Switching to Offboard is currently not possible",
+                            );
+                            return MavResult::MAV_RESULT_TEMPORARILY_REJECTED;
+                        }
+                        self.set_mode(MAIN_OFFBOARD, 0);
+                        self.failsafe = false;
+                        MavResult::MAV_RESULT_ACCEPTED
+                    }
+                    (MAIN_AUTO, SUB_LOITER) | (MAIN_POSCTL, 0) => {
+                        self.set_mode(main, sub);
+                        self.failsafe = false;
+                        MavResult::MAV_RESULT_ACCEPTED
+                    }
+                    (MAIN_AUTO, SUB_LAND | SUB_RTL | SUB_TAKEOFF) => {
+                        if !self.armed {
+                            return MavResult::MAV_RESULT_TEMPORARILY_REJECTED;
+                        }
+                        if sub == SUB_TAKEOFF {
+                            self.takeoff_to = -self.cfg.takeoff_alt_m;
+                        }
+                        self.set_mode(main, sub);
+                        MavResult::MAV_RESULT_ACCEPTED
+                    }
+                    _ => MavResult::MAV_RESULT_UNSUPPORTED,
+                }
+            }
+            MavCmd::MAV_CMD_NAV_TAKEOFF => {
+                if !self.armed {
+                    self.status_text(
+                        MavSeverity::MAV_SEVERITY_CRITICAL,
+                        "Takeoff denied: disarmed",
+                    );
+                    return MavResult::MAV_RESULT_TEMPORARILY_REJECTED;
+                }
+                let alt = if p[3].is_finite() {
+                    f64::from(p[3]) - self.cfg.home_alt_m
+                } else {
+                    self.cfg.takeoff_alt_m
+                };
+                self.takeoff_to = -alt.max(0.5);
+                self.set_mode(MAIN_AUTO, SUB_TAKEOFF);
+                MavResult::MAV_RESULT_ACCEPTED
+            }
+            MavCmd::MAV_CMD_NAV_LAND => {
+                if !self.armed {
+                    return MavResult::MAV_RESULT_DENIED;
+                }
+                self.set_mode(MAIN_AUTO, SUB_LAND);
+                MavResult::MAV_RESULT_ACCEPTED
+            }
+            MavCmd::MAV_CMD_NAV_RETURN_TO_LAUNCH => {
+                if !self.armed {
+                    return MavResult::MAV_RESULT_DENIED;
+                }
+                self.set_mode(MAIN_AUTO, SUB_RTL);
+                MavResult::MAV_RESULT_ACCEPTED
+            }
+            MavCmd::MAV_CMD_SET_MESSAGE_INTERVAL => {
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss,
+                    reason = "message ids"
+                )]
+                let id = p[0].round() as u32;
+                let Some(s) = self.streams.iter_mut().find(|s| s.msg_id == id) else {
+                    return MavResult::MAV_RESULT_UNSUPPORTED;
+                };
+                let us = f64::from(p[1]);
+                if us < 0.0 {
+                    s.interval_ns = u64::MAX;
+                    s.next_at = u64::MAX;
+                } else if us > 0.0 {
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        clippy::cast_sign_loss,
+                        reason = "positive interval"
+                    )]
+                    let ns = (us * 1000.0) as u64;
+                    s.interval_ns = ns.max(MS);
+                    s.next_at = now;
+                }
+                MavResult::MAV_RESULT_ACCEPTED
+            }
+            _ => MavResult::MAV_RESULT_UNSUPPORTED,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+        self.failsafe = false;
+        if self.main == MAIN_POSCTL || (self.main == MAIN_AUTO && self.sub != SUB_LOITER) {
+            self.set_mode(MAIN_AUTO, SUB_LOITER);
+        }
+    }
+
+    /// Runs the vehicle up to `now_ns` and emits the streams due.
+    pub fn handle_timeout(&mut self, now_ns: u64) {
+        self.advance(now_ns);
+        self.emit_streams(now_ns);
+    }
+
+    /// When [`Px4Sim::handle_timeout`] must next run.
+    pub fn poll_timeout(&self) -> u64 {
+        let next_stream = self
+            .streams
+            .iter()
+            .map(|s| s.next_at)
+            .min()
+            .unwrap_or(u64::MAX);
+        next_stream.min(self.last_ns + 5 * MS)
+    }
+
+    fn advance(&mut self, now_ns: u64) {
+        const STEP: u64 = 5 * MS;
+        while self.last_ns + STEP <= now_ns {
+            self.last_ns += STEP;
+            self.step(self.last_ns, 0.005);
+        }
+    }
+
+    fn step(&mut self, now: u64, dt: f64) {
+        // Offboard-loss failsafe.
+        if self.armed && self.main == MAIN_OFFBOARD && !self.on_ground {
+            let silent = self.sp_last_ns.map_or(u64::MAX, |l| now.saturating_sub(l));
+            if silent > (self.cfg.offboard_loss_ms + self.cfg.loss_detection_ms) * MS {
+                self.stats.failsafes += 1;
+                self.failsafe = true;
+                self.status_text(
+                    MavSeverity::MAV_SEVERITY_CRITICAL,
+                    "Failsafe activated: offboard signal lost",
+                );
+                match self.cfg.loss_action {
+                    LossAction::Posctl => self.set_mode(MAIN_POSCTL, 0),
+                    LossAction::Hold => self.set_mode(MAIN_AUTO, SUB_LOITER),
+                    LossAction::Land => self.set_mode(MAIN_AUTO, SUB_LAND),
+                }
+            }
+        }
+        let lim = self.cfg.limits;
+        let demand = if !self.armed {
+            Demand::Idle
+        } else {
+            let spooling =
+                self.on_ground && now.saturating_sub(self.armed_at) < self.cfg.spoolup_ms * MS;
+            match (self.main, self.sub) {
+                _ if spooling => Demand::Idle,
+                (MAIN_OFFBOARD, _) => match self.sp {
+                    Some(sp) => Demand::Position {
+                        target: sp.pos,
+                        yaw_deg: sp.yaw_deg,
+                    },
+                    None => Demand::Position {
+                        target: self.hold_at,
+                        yaw_deg: self.hold_yaw,
+                    },
+                },
+                (MAIN_AUTO, SUB_TAKEOFF) => {
+                    if (self.body.pos[2] - self.takeoff_to).abs() < 0.2 {
+                        self.set_mode(MAIN_AUTO, SUB_LOITER);
+                    }
+                    Demand::Position {
+                        target: [self.hold_at[0], self.hold_at[1], self.takeoff_to],
+                        yaw_deg: self.hold_yaw,
+                    }
+                }
+                (MAIN_AUTO, SUB_LAND) | (MAIN_POSCTL, _) => Demand::Descend {
+                    speed: self.cfg.land_speed,
+                    hold_ne: [self.hold_at[0], self.hold_at[1]],
+                },
+                (MAIN_AUTO, SUB_RTL) => {
+                    let d = self.body.pos[0].hypot(self.body.pos[1]);
+                    if d < 0.5 {
+                        Demand::Descend {
+                            speed: self.cfg.land_speed,
+                            hold_ne: [0.0, 0.0],
+                        }
+                    } else {
+                        Demand::Position {
+                            target: [0.0, 0.0, self.body.pos[2].min(-5.0)],
+                            yaw_deg: self.body.yaw_deg,
+                        }
+                    }
+                }
+                _ => Demand::Position {
+                    target: self.hold_at,
+                    yaw_deg: self.hold_yaw,
+                },
+            }
+        };
+        // On the ground, only an upward demand lifts off.
+        let lifts = match demand {
+            Demand::Position { target, .. } => target[2] < self.body.pos[2] - 0.05,
+            _ => false,
+        };
+        if self.on_ground && !lifts {
+            self.body.vel = [0.0; 3];
+            self.body.acc = [0.0; 3];
+            self.body.vel_cmd = [0.0; 3];
+        } else {
+            self.body.step(dt, demand, &lim);
+        }
+        // Land detection.
+        let airborne = self.body.pos[2] < -0.1;
+        if airborne && self.on_ground {
+            self.on_ground = false;
+            self.flew = true;
+            self.liftoff_at = Some(now);
+            self.landed_at = None;
+        } else if !airborne && !self.on_ground && self.body.vel[2] >= -0.05 {
+            let descending_mode = matches!(
+                (self.main, self.sub),
+                (MAIN_AUTO, SUB_LAND | SUB_RTL) | (MAIN_POSCTL, _)
+            );
+            if descending_mode || self.body.pos[2] >= -0.02 {
+                self.on_ground = true;
+                self.body.pos[2] = 0.0;
+                self.landed_at = Some(now);
+            }
+        }
+        // Automatic disarms.
+        if self.armed && self.on_ground {
+            if !self.flew && now.saturating_sub(self.armed_at) > self.cfg.disarm_preflight_ms * MS {
+                self.status_text(
+                    MavSeverity::MAV_SEVERITY_INFO,
+                    "Disarmed: no takeoff (COM_DISARM_PRFLT)",
+                );
+                self.disarm();
+            } else if let Some(l) = self.landed_at {
+                if self.flew && now.saturating_sub(l) > self.cfg.disarm_land_ms * MS {
+                    self.status_text(
+                        MavSeverity::MAV_SEVERITY_INFO,
+                        "Landing detected: disarmed (COM_DISARM_LAND)",
+                    );
+                    self.disarm();
+                }
+            }
+        }
+        // Battery.
+        if self.armed {
+            let drain = if self.on_ground {
+                self.cfg.drain_idle
+            } else {
+                self.cfg.drain_flying
+            };
+            self.battery_pct = (self.battery_pct - drain * dt).max(0.0);
+        }
+    }
+
+    fn landed_state(&self) -> MavLandedState {
+        if self.on_ground {
+            MavLandedState::MAV_LANDED_STATE_ON_GROUND
+        } else if self.main == MAIN_AUTO && self.sub == SUB_LAND || self.main == MAIN_POSCTL {
+            MavLandedState::MAV_LANDED_STATE_LANDING
+        } else if self.main == MAIN_AUTO && self.sub == SUB_TAKEOFF {
+            MavLandedState::MAV_LANDED_STATE_TAKEOFF
+        } else {
+            MavLandedState::MAV_LANDED_STATE_IN_AIR
+        }
+    }
+
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "telemetry encodings"
+    )]
+    fn emit_streams(&mut self, now: u64) {
+        let boot_ms = (self.boot_time_ns(now) / MS) as u32;
+        for k in 0..self.streams.len() {
+            let Some(s) = self.streams.get(k).copied() else {
+                continue;
+            };
+            if s.interval_ns == u64::MAX {
+                if let Some(sm) = self.streams.get_mut(k) {
+                    sm.next_at = u64::MAX;
+                }
+                continue;
+            }
+            if now < s.next_at {
+                continue;
+            }
+            if let Some(sm) = self.streams.get_mut(k) {
+                // Catch up without a burst after a long gap.
+                sm.next_at = if now - s.next_at > s.interval_ns {
+                    now + s.interval_ns
+                } else {
+                    s.next_at + s.interval_ns
+                };
+            }
+            let b = self.body;
+            let msg = match s.msg_id {
+                0 => {
+                    let mut base = MavModeFlag::MAV_MODE_FLAG_CUSTOM_MODE_ENABLED;
+                    if self.armed {
+                        base |= MavModeFlag::MAV_MODE_FLAG_SAFETY_ARMED;
+                    }
+                    let status = if self.failsafe {
+                        MavState::MAV_STATE_CRITICAL
+                    } else if self.armed {
+                        MavState::MAV_STATE_ACTIVE
+                    } else {
+                        MavState::MAV_STATE_STANDBY
+                    };
+                    MavMessage::HEARTBEAT(HEARTBEAT_DATA {
+                        custom_mode: (u32::from(self.sub) << 24) | (u32::from(self.main) << 16),
+                        mavtype: MavType::MAV_TYPE_QUADROTOR,
+                        autopilot: MavAutopilot::MAV_AUTOPILOT_PX4,
+                        base_mode: base,
+                        system_status: status,
+                        mavlink_version: 3,
+                    })
+                }
+                32 => MavMessage::LOCAL_POSITION_NED(LOCAL_POSITION_NED_DATA {
+                    time_boot_ms: boot_ms,
+                    x: b.pos[0] as f32,
+                    y: b.pos[1] as f32,
+                    z: b.pos[2] as f32,
+                    vx: b.vel[0] as f32,
+                    vy: b.vel[1] as f32,
+                    vz: b.vel[2] as f32,
+                }),
+                85 => {
+                    let (pos, yaw, mask, vel, acc) = match (self.armed, self.main, self.sp) {
+                        (_, MAIN_OFFBOARD, Some(sp)) => (
+                            [sp.pos[0] as f32, sp.pos[1] as f32, sp.pos[2] as f32],
+                            sp.yaw_deg.to_radians() as f32,
+                            0u16,
+                            b.vel_cmd,
+                            b.acc,
+                        ),
+                        (true, _, _) => (
+                            [
+                                self.hold_at[0] as f32,
+                                self.hold_at[1] as f32,
+                                self.hold_at[2] as f32,
+                            ],
+                            self.hold_yaw.to_radians() as f32,
+                            0u16,
+                            b.vel_cmd,
+                            b.acc,
+                        ),
+                        _ => ([f32::NAN; 3], f32::NAN, 63u16, [0.0; 3], [0.0; 3]),
+                    };
+                    MavMessage::POSITION_TARGET_LOCAL_NED(POSITION_TARGET_LOCAL_NED_DATA {
+                        time_boot_ms: boot_ms,
+                        x: pos[0],
+                        y: pos[1],
+                        z: pos[2],
+                        vx: vel[0] as f32,
+                        vy: vel[1] as f32,
+                        vz: vel[2] as f32,
+                        afx: acc[0] as f32,
+                        afy: acc[1] as f32,
+                        afz: acc[2] as f32,
+                        yaw,
+                        yaw_rate: 0.0,
+                        type_mask: PositionTargetTypemask::from_bits_truncate(mask),
+                        coordinate_frame: MavFrame::MAV_FRAME_LOCAL_NED,
+                    })
+                }
+                30 => MavMessage::ATTITUDE(ATTITUDE_DATA {
+                    time_boot_ms: boot_ms,
+                    roll: (b.acc[1] / 9.81).atan() as f32,
+                    pitch: (-b.acc[0] / 9.81).atan() as f32,
+                    yaw: b.yaw_deg.to_radians() as f32,
+                    rollspeed: 0.0,
+                    pitchspeed: 0.0,
+                    yawspeed: 0.0,
+                }),
+                33 => {
+                    let lat = self.cfg.home_lat + b.pos[0] / 111_320.0;
+                    let lon = self.cfg.home_lon
+                        + b.pos[1] / (111_320.0 * self.cfg.home_lat.to_radians().cos());
+                    MavMessage::GLOBAL_POSITION_INT(GLOBAL_POSITION_INT_DATA {
+                        time_boot_ms: boot_ms,
+                        lat: (lat * 1e7) as i32,
+                        lon: (lon * 1e7) as i32,
+                        alt: ((self.cfg.home_alt_m - b.pos[2]) * 1000.0) as i32,
+                        relative_alt: (-b.pos[2] * 1000.0) as i32,
+                        vx: (b.vel[0] * 100.0) as i16,
+                        vy: (b.vel[1] * 100.0) as i16,
+                        vz: (b.vel[2] * 100.0) as i16,
+                        hdg: ((b.yaw_deg.rem_euclid(360.0)) * 100.0) as u16,
+                    })
+                }
+                147 => {
+                    let mv = self.voltage_mv();
+                    let mut voltages = [u16::MAX; 10];
+                    if let Some(v) = voltages.first_mut() {
+                        *v = mv;
+                    }
+                    MavMessage::BATTERY_STATUS(BATTERY_STATUS_DATA {
+                        current_consumed: -1,
+                        energy_consumed: -1,
+                        temperature: i16::MAX,
+                        voltages,
+                        current_battery: if self.armed { 1200 } else { 50 },
+                        id: 0,
+                        battery_function: MavBatteryFunction::MAV_BATTERY_FUNCTION_ALL,
+                        mavtype: MavBatteryType::MAV_BATTERY_TYPE_LIPO,
+                        battery_remaining: self.battery_pct.round() as i8,
+                        ..BATTERY_STATUS_DATA::DEFAULT
+                    })
+                }
+                1 => MavMessage::SYS_STATUS(SYS_STATUS_DATA {
+                    onboard_control_sensors_present: MavSysStatusSensor::empty(),
+                    onboard_control_sensors_enabled: MavSysStatusSensor::empty(),
+                    onboard_control_sensors_health: MavSysStatusSensor::empty(),
+                    load: 300,
+                    voltage_battery: self.voltage_mv(),
+                    current_battery: if self.armed { 1200 } else { 50 },
+                    drop_rate_comm: 0,
+                    errors_comm: 0,
+                    errors_count1: 0,
+                    errors_count2: 0,
+                    errors_count3: 0,
+                    errors_count4: 0,
+                    battery_remaining: self.battery_pct.round() as i8,
+                    ..SYS_STATUS_DATA::DEFAULT
+                }),
+                245 => MavMessage::EXTENDED_SYS_STATE(EXTENDED_SYS_STATE_DATA {
+                    vtol_state: MavVtolState::MAV_VTOL_STATE_UNDEFINED,
+                    landed_state: self.landed_state(),
+                }),
+                111 => MavMessage::TIMESYNC(TIMESYNC_DATA {
+                    tc1: 0,
+                    ts1: i64::try_from(self.boot_time_ns(now)).unwrap_or(i64::MAX),
+                    target_system: 0,
+                    target_component: 0,
+                }),
+                _ => continue,
+            };
+            self.outbox.push_back(msg);
+        }
+    }
+
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "millivolts"
+    )]
+    fn voltage_mv(&self) -> u16 {
+        (14_000.0 + 2_800.0 * self.battery_pct / 100.0) as u16
+    }
+
+    /// The next message to send, from [`Px4Sim::header`].
+    pub fn poll_transmit(&mut self) -> Option<MavMessage> {
+        self.outbox.pop_front()
+    }
+
+    /// The header of every message the vehicle sends (the link layer fills the sequence).
+    pub fn header(&self) -> MavHeader {
+        MavHeader {
+            system_id: u32::from(self.cfg.system_id),
+            component_id: self.cfg.component_id,
+            sequence: 0,
+        }
+    }
+
+    /// The next accepted-setpoint record.
+    pub fn poll_setpoint(&mut self) -> Option<SetpointRecord> {
+        self.log.pop_front()
+    }
+}

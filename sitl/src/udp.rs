@@ -1,0 +1,191 @@
+//! The simulated PX4 on a real UDP socket, as PX4 SITL runs: it sends from its bind port to the
+//! offboard port (14540 by default) and replies to whoever sends to it.
+//!
+//! Test controls (link loss, delay, packet drop) are live through [`SimControl`]; the clock
+//! offset is part of [`SimConfig`]. Every setpoint the vehicle's controller takes is appended to
+//! a JSON-lines log when one is given.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::net::UdpSocket;
+use tokio::sync::broadcast;
+
+use crate::px4::{Px4Sim, SetpointRecord, SimConfig, SimStats};
+use crate::wire;
+
+/// Live controls and a view of the vehicle.
+#[derive(Clone, Default)]
+pub struct SimControl {
+    /// Drop everything in both directions.
+    pub link_down: Arc<AtomicBool>,
+    /// One-way delay added to what the vehicle sends, ms.
+    pub delay_ms: Arc<AtomicU64>,
+    /// Loss probability in parts per million, both directions.
+    pub drop_ppm: Arc<AtomicU32>,
+    view: Arc<Mutex<SimView>>,
+}
+
+/// A snapshot of the vehicle, refreshed by the running simulator.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SimView {
+    /// Position, NED m.
+    pub position: [f64; 3],
+    /// Armed.
+    pub armed: bool,
+    /// (main, sub) mode.
+    pub mode: (u8, u8),
+    /// On the ground.
+    pub on_ground: bool,
+    /// Battery, percent.
+    pub battery_pct: f64,
+    /// Counters.
+    pub stats: SimStats,
+    /// Every accepted setpoint so far.
+    pub setpoints: Vec<SetpointRecord>,
+}
+
+impl SimControl {
+    /// The latest snapshot.
+    pub fn view(&self) -> SimView {
+        self.view.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+/// How to run the simulator.
+#[derive(Clone, Debug)]
+pub struct UdpOptions {
+    /// Local address to bind (PX4 SITL: 0.0.0.0:14580).
+    pub bind: SocketAddr,
+    /// Where to send until someone sends to us (PX4 SITL: 127.0.0.1:14540).
+    pub remote: SocketAddr,
+    /// The vehicle.
+    pub config: SimConfig,
+    /// Accepted-setpoint log (JSON lines).
+    pub setpoint_log: Option<PathBuf>,
+    /// Seed for packet loss.
+    pub seed: u64,
+}
+
+fn rand(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    #[allow(clippy::cast_precision_loss, reason = "a uniform draw")]
+    let u = (z >> 11) as f64 / (1u64 << 53) as f64;
+    u
+}
+
+/// Binds the socket. Separate from [`run`] so callers can learn the bound port first.
+///
+/// # Errors
+/// The OS error when the address cannot be bound.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    UdpSocket::bind(addr).await
+}
+
+/// Runs the simulator on `socket` until `shutdown` fires.
+///
+/// # Errors
+/// An I/O error from the socket or the log.
+pub async fn run(
+    socket: UdpSocket,
+    opts: UdpOptions,
+    control: SimControl,
+    mut shutdown: broadcast::Receiver<()>,
+) -> std::io::Result<()> {
+    let origin = Instant::now();
+    let now = || u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let mut sim = Px4Sim::new(opts.config, now());
+    let mut log = match &opts.setpoint_log {
+        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p)?)),
+        None => None,
+    };
+    let mut peer: Option<SocketAddr> = None;
+    let mut seq = 0u8;
+    let mut rng = opts.seed;
+    let mut delayed: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
+    let mut buf = vec![0u8; 2048];
+    let mut records: Vec<SetpointRecord> = Vec::new();
+    let mut last_view = 0u64;
+    loop {
+        let wake = sim
+            .poll_timeout()
+            .min(delayed.front().map_or(u64::MAX, |d| d.0));
+        let wait = Duration::from_nanos(wake.saturating_sub(now()).min(50_000_000));
+        tokio::select! {
+            biased;
+            _ = shutdown.recv() => break,
+            () = tokio::time::sleep(wait) => sim.handle_timeout(now()),
+            r = socket.recv_from(&mut buf) => {
+                let (n, from) = r?;
+                let down = control.link_down.load(Ordering::Relaxed);
+                let p = f64::from(control.drop_ppm.load(Ordering::Relaxed)) / 1e6;
+                if !down && rand(&mut rng) >= p {
+                    peer = Some(from);
+                    let (msgs, _) = wire::decode(buf.get(..n).unwrap_or(&[]));
+                    let t = now();
+                    for (h, m) in msgs {
+                        sim.handle_message(t, &h, &m);
+                    }
+                }
+            }
+        }
+        let t = now();
+        let delay = control.delay_ms.load(Ordering::Relaxed) * 1_000_000;
+        while let Some(m) = sim.poll_transmit() {
+            delayed.push_back((t + delay, wire::encode(sim.header(), &m, &mut seq)));
+        }
+        let to = peer.unwrap_or(opts.remote);
+        while delayed.front().is_some_and(|d| d.0 <= t) {
+            let Some((_, bytes)) = delayed.pop_front() else {
+                break;
+            };
+            let down = control.link_down.load(Ordering::Relaxed);
+            let p = f64::from(control.drop_ppm.load(Ordering::Relaxed)) / 1e6;
+            if down || rand(&mut rng) < p {
+                continue;
+            }
+            // A send error (nobody listening yet) is not fatal for a UDP autopilot.
+            let _ = socket.send_to(&bytes, to).await;
+        }
+        while let Some(r) = sim.poll_setpoint() {
+            if let Some(w) = log.as_mut() {
+                if let Ok(line) = serde_json::to_string(&r) {
+                    writeln!(w, "{line}")?;
+                    w.flush()?;
+                }
+            }
+            records.push(r);
+        }
+        if t.saturating_sub(last_view) > 20_000_000 {
+            last_view = t;
+            if let Ok(mut v) = control.view.lock() {
+                *v = SimView {
+                    position: sim.position(),
+                    armed: sim.armed(),
+                    mode: sim.mode(),
+                    on_ground: sim.on_ground(),
+                    battery_pct: sim.battery_pct(),
+                    stats: sim.stats(),
+                    setpoints: records.clone(),
+                };
+            }
+        }
+    }
+    if let Ok(mut v) = control.view.lock() {
+        v.setpoints = records;
+        v.stats = sim.stats();
+        v.position = sim.position();
+        v.armed = sim.armed();
+        v.mode = sim.mode();
+    }
+    Ok(())
+}
