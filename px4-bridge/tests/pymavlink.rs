@@ -1,0 +1,146 @@
+//! An independent MAVLink peer: pymavlink (installed by `scripts/test.sh` from PyPI) plays the
+//! autopilot and decodes what the bridge sends: heartbeat identity and rate, the setpoint's
+//! fields, type mask, frame, target ids and rate, the rate requests, and TIMESYNC.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command as Proc, Stdio};
+use std::time::Duration;
+
+use px4_bridge::shell::{BridgeOptions, start};
+use px4_bridge::{Event, Mono, Setpoint};
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pymavlink_decodes_what_the_bridge_sends() {
+    let port = free_udp_port();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/fake_autopilot.py");
+    let mut child = Proc::new("python3")
+        .arg(&script)
+        .arg(port.to_string())
+        .arg("6")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 is needed for the pymavlink peer tests");
+    let stdout = child.stdout.take().unwrap();
+    let lines = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    // Give the script time to import pymavlink and bind.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let (tx, _) = tokio::sync::broadcast::channel(1);
+    let (h, mut rx, task) = start(
+        BridgeOptions::new(&format!("udpout:127.0.0.1:{port}")),
+        tx.subscribe(),
+    )
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+    let mut up = false;
+    while !up {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(Event::Link { up: true, .. })) => up = true,
+            Ok(Some(_)) => {}
+            _ => break,
+        }
+    }
+    let status = child.try_wait().unwrap();
+    assert!(
+        up,
+        "no link with the pymavlink autopilot (script status {status:?}); is pymavlink installed? run ./scripts/test.sh"
+    );
+    let sp = Setpoint {
+        north_m: 1.5,
+        east_m: -2.25,
+        down_m: -3.0,
+        yaw_deg: 45.0,
+    };
+    h.try_enqueue(sp, [8; 32], Mono(h.now().0 + 20_000_000_000))
+        .unwrap();
+    let lines = lines.await.unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "peer failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = tx.send(());
+    let _ = task.await;
+
+    let json: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    println!("pymavlink saw: {json}");
+    // Heartbeat: an onboard controller, not an autopilot, from system 1 component 191, at 1 Hz.
+    assert_eq!(json["heartbeat_types"], serde_json::json!([18]));
+    assert_eq!(json["heartbeat_autopilots"], serde_json::json!([8]));
+    assert_eq!(json["heartbeat_sources"], serde_json::json!([[1, 191]]));
+    let hbs = json["heartbeats"].as_f64().unwrap();
+    let span = json["heartbeat_span_s"].as_f64().unwrap();
+    assert!(
+        hbs >= 3.0 && ((hbs - 1.0) / span - 1.0).abs() < 0.2,
+        "{hbs} heartbeats over {span} s"
+    );
+    // The setpoint: position + yaw mask, local NED, addressed to the autopilot, exact values.
+    assert_eq!(json["type_masks"], serde_json::json!([0x09F8]));
+    assert_eq!(json["frames"], serde_json::json!([1]));
+    assert_eq!(json["targets"], serde_json::json!([[1, 1]]));
+    let last = &json["last_setpoint"];
+    assert_eq!(
+        (
+            last["x"].as_f64().unwrap(),
+            last["y"].as_f64().unwrap(),
+            last["z"].as_f64().unwrap()
+        ),
+        (1.5, -2.25, -3.0)
+    );
+    assert!((last["yaw"].as_f64().unwrap() - std::f64::consts::FRAC_PI_4).abs() < 1e-6);
+    let rate = json["setpoint_rate_hz"].as_f64().unwrap();
+    assert!((18.0..=22.0).contains(&rate), "setpoint rate {rate} Hz");
+    // Telemetry rates requested: LOCAL_POSITION_NED at 50 Hz (20000 µs), BATTERY_STATUS at 2 Hz.
+    let intervals: Vec<(f64, f64)> = json["interval_commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["params"][0].as_f64().unwrap(),
+                c["params"][1].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(intervals.contains(&(32.0, 20000.0)), "{intervals:?}");
+    assert!(intervals.contains(&(147.0, 500000.0)), "{intervals:?}");
+    assert!(
+        json["interval_commands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["target"] == serde_json::json!([1, 1]))
+    );
+    // TIMESYNC requests (pymavlink's dialect may not decode the target extension fields).
+    assert!(json["timesync_requests"].as_u64().unwrap() >= 1);
+    let targets = &json["timesync_targets"];
+    assert!(
+        *targets == serde_json::json!([[1, 1]]) || *targets == serde_json::json!([[null, null]]),
+        "{targets}"
+    );
+    assert_eq!(json["bad_data"], 0);
+}
