@@ -30,3 +30,4 @@
 pub mod cli;
 pub mod core;
 pub mod io;
+pub mod runtime;

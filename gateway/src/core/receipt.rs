@@ -12,13 +12,14 @@
 
 use std::collections::VecDeque;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::digest::{Digest, tag};
 use super::time::Nanos;
 
 /// A sealed receipt.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Receipt {
     /// Position in the chain, from 0.
     pub index: u64,
