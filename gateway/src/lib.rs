@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod contract;
 pub mod core;
 pub mod io;
 pub mod runtime;

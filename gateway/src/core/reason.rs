@@ -136,6 +136,47 @@ reasons! {
 
     // --- mission contracts ---
     PROFILE_LIMIT(700) "an input exceeds a finite-profile limit";
+    WRONG_ROLE(701) "this caller's role may not perform this operation";
+    NOT_APPROVED(702) "the root contract carries no principal approval";
+    ROOT_EXISTS(703) "a root contract is already registered";
+    NO_ROOT(704) "no root contract is registered";
+    ROOT_SUSPENDED(705) "the root is suspended; reauthorize first";
+    ROOT_CLOSED(706) "the root is closed";
+    SCHEMA_INVALID(707) "the request does not match the registered domain or schema";
+    EMPTY_LANGUAGE(708) "the permitted trace language is empty";
+    INITIAL_UNSAFE(709) "the initial contract is not safe in its own terms";
+    WITNESS_MISMATCH(710) "the witness does not bind this root, edit or revision";
+    CROSS_ROOT(711) "the operation crosses authorization roots";
+    PARENT_NOT_ACTIVE(712) "the parent goal is not active";
+    DUPLICATE_GOAL(713) "a goal with this id exists";
+    UNKNOWN_GOAL(714) "no goal has this id";
+    TRACE_EXPANSION(715) "the continuation is not included in the parent and root languages";
+    POLICY_VIOLATION(716) "the current policy forbids the continuation";
+    FORBIDDEN_REACHABLE(717) "a forbidden state is reachable";
+    FRAME_VIOLATION(718) "an active frame predicate fails on a reachable prefix";
+    EFFECT_NOT_APPLICABLE(719) "an effect's precondition fails on a reachable prefix";
+    RESOURCE_EXPANSION(720) "the resources exceed the parent's or the root's envelope";
+    OBLIGATION_MINTED(721) "the edit introduces an obligation the parent does not carry";
+    OBLIGATION_DROPPED(722) "the edit drops an obligation without trusted discharge evidence";
+    SUCCESS_NOT_REFINED(723) "closing the edit does not entail the parent's closing predicate";
+    STALE_VERSION(724) "a version changed since the witness or reservation was issued";
+    JOIN_COMPOSITION(725) "the supplied join is not the complete composition";
+    JOIN_NOT_SIBLINGS(726) "join sources must be distinct active siblings";
+    EFFECT_NOT_ADMITTED(727) "the effect is not admitted by the selected path's residual languages";
+    NO_CURRENT_WITNESS(728) "there is no current witness; reauthorize a path";
+    NOT_SELECTED_PATH(729) "the goal is not the leaf of the current witness path";
+    RESERVATION_UNKNOWN(730) "no reservation has this id";
+    RESERVATION_USED(731) "the reservation was already committed";
+    EFFECT_MISMATCH(732) "the committed effect is not the reserved one";
+    IDEMPOTENCY_CONFLICT(733) "the idempotency key was used with a different request";
+    DESCENDANTS_UNRESOLVED(734) "a descendant goal is still active";
+    NOT_COMPLETE(735) "the goal's continuation has not reached a closing trace";
+    CLOSING_PREDICATE_FALSE(736) "the closing predicate does not hold";
+    OBLIGATIONS_OPEN(737) "an obligation is not discharged";
+    MISSING_OBSERVATION(738) "a trusted observation needed by the decision is missing";
+    NOT_REPLACEABLE_GOAL(739) "only active or cancelled goals may be replaced";
+    EFFECT_UNKNOWN(740) "the effect is not registered in the domain";
+    TRACE_NOT_PERMITTED(741) "the committed trace is not a permitted completion";
 }
 
 impl std::fmt::Display for ReasonCode {
