@@ -4,6 +4,7 @@
 //!   behaviour, recording every setpoint its controller takes;
 //! - [`pair::Pair`]: two endpoints on a virtual-time datagram link with loss, delay and outages;
 //! - [`udp`]: the simulator on a real UDP socket, as PX4 SITL runs (`halo-sitl px4`).
+//! - [`contract_audit`]: an independent replay of mission-contract receipt streams.
 //!
 //! This crate judges the gateway from outside: it imports none of the gateway's decision code
 //! and none of the bridge's; the two sides share only the MAVLink wire format and the documented
@@ -15,6 +16,7 @@
 
 #![warn(missing_docs)]
 
+pub mod contract_audit;
 pub mod dynamics;
 pub mod pair;
 pub mod px4;

@@ -1,0 +1,767 @@
+//! `contract-audit` and `contract-mutants`: the independent checker (`sitl::contract_audit`,
+//! which imports nothing from this crate) replays every receipt stream the monitor writes for
+//! the 96 workflow cases and a protocol scenario, and must accept each one; then a semantic
+//! mutation suite changes fields inside receipts, recomputes every outer hash so the chain is
+//! intact, and the checker must reject every mutant.
+//!
+//! Families (after the registered categories: effect mediation; root, parent and worker
+//! identity; trace order and multiplicity; resource scope; success and forbidden predicates;
+//! active frames; inherited obligations; residual completion; policy and state versions;
+//! same-root composition; reservation-to-commit binding; idempotency) are listed in `FAMILIES`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use halo_gateway::contract::monitor::edit_digest;
+use halo_gateway::contract::workflow::{Runner, Step};
+use halo_gateway::contract::{ContractSpec, Domain, GoalSpec, Monitor, Op, Request, Role};
+use halo_gateway::core::digest::{Digest, tag};
+use halo_gateway::core::receipt::Receipt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sitl::contract_audit::{AuditDomain, audit};
+
+#[derive(Deserialize)]
+struct Pair {
+    id: String,
+    contract: ContractSpec,
+    benign: Vec<Step>,
+    drifted: Vec<Step>,
+}
+
+fn domain_file(id: &str) -> &'static str {
+    match id {
+        "uav-survey" => "catalogs/contract-uav.toml",
+        "ground-depot" => "catalogs/contract-ground.toml",
+        other => panic!("no domain {other}"),
+    }
+}
+
+fn text(file: &str) -> String {
+    std::fs::read_to_string(common::repo_root().join(file)).unwrap()
+}
+
+fn drain(m: &mut Monitor) -> Vec<Value> {
+    let mut out = Vec::new();
+    while let Some(r) = m.poll_receipt() {
+        out.push(serde_json::to_value(&r).unwrap());
+    }
+    out
+}
+
+struct Stream {
+    name: String,
+    domain: String,
+    receipts: Vec<Value>,
+    commits: usize,
+}
+
+/// Runs every step, not stopping at refusals, so streams hold accepted and refused operations.
+fn run(name: &str, d: &Domain, c: &ContractSpec, steps: &[Step]) -> Stream {
+    let mut r = Runner::new(Monitor::new(d.clone()), name);
+    r.register(c, "ops-lead");
+    for s in steps {
+        r.step(s);
+    }
+    let commits = r.monitor().trace().len();
+    Stream {
+        name: name.into(),
+        domain: c.domain.clone(),
+        receipts: drain(r.monitor_mut()),
+        commits,
+    }
+}
+
+/// A scenario with what the workflows lack: exact retries, key conflicts, frames, delegation.
+fn scenario(d: &Domain, c: &ContractSpec) -> Stream {
+    let mut m = Monitor::new(d.clone());
+    let send = |m: &mut Monitor, caller: Role, op: Op| m.handle(Request { caller, op });
+    send(
+        &mut m,
+        Role::Operator,
+        Op::RegisterRoot {
+            approved_by: "ops-lead".into(),
+            contract: c.clone(),
+        },
+    );
+    let t1: Vec<String> = c.traces[0].clone();
+    let goal = GoalSpec {
+        closing: c.closing.clone(),
+        completion: vec![Vec::new()],
+        discharged: Vec::new(),
+        frames: vec![vec![c.forbidden[0][0].replace("==", "!=")]],
+        id: "g1".into(),
+        obligations: c.obligations.clone(),
+        parent: c.root.clone(),
+        resources: vec![c.resources[0].clone()],
+        text: Some("scenario".into()),
+        traces: vec![t1.clone()],
+    };
+    let w = m.witness_for(&c.root, &edit_digest(&goal));
+    assert!(send(&mut m, Role::Agent, Op::ProposeGoal { goal, witness: w }).allowed());
+    let wd = m.witness_for(
+        &c.root,
+        &halo_gateway::contract::monitor::delegation_digest("g1", &[c.resources[0].clone()], "w1"),
+    );
+    assert!(
+        send(
+            &mut m,
+            Role::Agent,
+            Op::DelegateGoal {
+                goal: "g1".into(),
+                resources: vec![c.resources[0].clone()],
+                root: c.root.clone(),
+                witness: wd,
+                worker: "w1".into()
+            }
+        )
+        .allowed()
+    );
+    for (i, e) in t1.iter().enumerate() {
+        let a = send(
+            &mut m,
+            Role::Agent,
+            Op::AuthorizeEffect {
+                effect: e.clone(),
+                goal: "g1".into(),
+            },
+        );
+        let r = a.reservation.unwrap();
+        let commit = Op::CommitEffect {
+            effect: e.clone(),
+            key: format!("k{i}"),
+            reservation: r,
+        };
+        assert!(send(&mut m, Role::Agent, commit.clone()).allowed());
+        // An exact retry, then a conflicting body under the same key.
+        assert!(send(&mut m, Role::Agent, commit).replayed);
+        let conflict = Op::CommitEffect {
+            effect: e.clone(),
+            key: format!("k{i}"),
+            reservation: r + 100,
+        };
+        assert!(!send(&mut m, Role::Agent, conflict).allowed());
+    }
+    let review: BTreeMap<String, Value> = c
+        .discharge
+        .values()
+        .flatten()
+        .map(|cond| {
+            let parts: Vec<&str> = cond.split_whitespace().collect();
+            (parts[0].to_string(), json!(parts[2] == "true"))
+        })
+        .collect();
+    assert!(
+        send(
+            &mut m,
+            Role::Provider,
+            Op::ChangeVersion {
+                policy: None,
+                observe: Some(review)
+            }
+        )
+        .allowed()
+    );
+    assert!(send(&mut m, Role::Agent, Op::Reauthorize { goal: "g1".into() }).allowed());
+    assert!(send(&mut m, Role::Agent, Op::CloseGoal { goal: "g1".into() }).allowed());
+    assert!(send(&mut m, Role::Agent, Op::CloseRoot {}).allowed());
+    let commits = m.trace().len();
+    Stream {
+        name: format!("scenario-{}", c.domain),
+        domain: c.domain.clone(),
+        receipts: drain(&mut m),
+        commits,
+    }
+}
+
+/// Re-links and re-hashes a stream after a mutation: the chain itself stays valid.
+fn rehash(rs: &mut [Value]) {
+    let mut prev = Digest::default();
+    for (i, r) in rs.iter_mut().enumerate() {
+        r["index"] = json!(i);
+        r["prev"] = json!(prev.to_hex());
+        let at = r["at_ns"].as_u64().unwrap();
+        let h = Digest::of(
+            tag::RECEIPT,
+            &[&Receipt::hash_input(i as u64, &prev, at, &r["body"])],
+        );
+        r["hash"] = json!(h.to_hex());
+        prev = h;
+    }
+}
+
+fn op(r: &Value) -> &str {
+    r["body"]["request"]["op"]["op"].as_str().unwrap_or("")
+}
+
+fn allowed(r: &Value) -> bool {
+    r["body"]["verdict"] == "allow" && r["body"]["replay_of"].is_null()
+}
+
+fn is_edit(r: &Value) -> bool {
+    matches!(op(r), "propose_goal" | "replace_goal" | "join_goals")
+}
+
+fn goal_key(r: &Value) -> &'static str {
+    if op(r) == "join_goals" {
+        "joined"
+    } else {
+        "goal"
+    }
+}
+
+/// Changes an accepted edit's goal spec and re-binds its digest in the witness and the record,
+/// so only semantic checking can reject it.
+fn rebind(r: &mut Value, f: &dyn Fn(&mut Value)) {
+    let k = goal_key(r);
+    f(&mut r["body"]["request"]["op"][k]);
+    let g: GoalSpec = serde_json::from_value(r["body"]["request"]["op"][k].clone()).unwrap();
+    let d = edit_digest(&g).to_hex();
+    r["body"]["request"]["op"]["witness"]["edit"] = json!(d);
+    r["body"]["edit"] = json!(d);
+}
+
+fn previous_state(rs: &[Value], i: usize) -> Value {
+    rs[i.saturating_sub(1)]["body"]["state"].clone()
+}
+
+type Family = (&'static str, fn(&[Value]) -> Vec<Vec<Value>>);
+
+fn each(
+    rs: &[Value],
+    pick: impl Fn(&Value) -> bool,
+    f: impl Fn(&mut Vec<Value>, usize),
+) -> Vec<Vec<Value>> {
+    let mut out = Vec::new();
+    for i in 0..rs.len() {
+        if pick(&rs[i]) {
+            let mut m = rs.to_vec();
+            f(&mut m, i);
+            out.push(m);
+        }
+    }
+    out
+}
+
+fn reservation_of(r: &Value) -> u64 {
+    r["body"]["reservation"].as_u64().unwrap_or(0)
+}
+
+const FAMILIES: &[Family] = &[
+    (
+        "omitted mediation: the reservation before a commit removed",
+        |rs| {
+            each(
+                rs,
+                |r| allowed(r) && op(r) == "commit_effect",
+                |m, i| {
+                    let res = reservation_of(&m[i]);
+                    let a = (0..i)
+                        .rev()
+                        .find(|j| op(&m[*j]) == "authorize_effect" && reservation_of(&m[*j]) == res)
+                        .unwrap();
+                    m.remove(a);
+                },
+            )
+        },
+    ),
+    ("detached commit: another reservation id", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && op(r) == "commit_effect",
+            |m, i| {
+                let r = reservation_of(&m[i]) + 1000;
+                m[i]["body"]["request"]["op"]["reservation"] = json!(r);
+                m[i]["body"]["reservation"] = json!(r);
+            },
+        )
+    }),
+    (
+        "effect mediation: a commit of another effect than reserved",
+        |rs| {
+            each(
+                rs,
+                |r| allowed(r) && op(r) == "commit_effect",
+                |m, i| {
+                    let e = m[i]["body"]["request"]["op"]["effect"]
+                        .as_str()
+                        .unwrap()
+                        .to_string();
+                    let other = m
+                        .iter()
+                        .filter(|r| op(r) == "commit_effect")
+                        .filter_map(|r| r["body"]["request"]["op"]["effect"].as_str())
+                        .find(|x| *x != e)
+                        .unwrap_or("hold")
+                        .to_string();
+                    m[i]["body"]["request"]["op"]["effect"] = json!(other);
+                },
+            )
+        },
+    ),
+    ("trace order: two committed effects swapped", |rs| {
+        let commits: Vec<usize> = (0..rs.len())
+            .filter(|i| allowed(&rs[*i]) && op(&rs[*i]) == "commit_effect")
+            .collect();
+        let mut out = Vec::new();
+        for w in commits.windows(2) {
+            let (i, j) = (w[0], w[1]);
+            let (ei, ej) = (
+                rs[i]["body"]["request"]["op"]["effect"].clone(),
+                rs[j]["body"]["request"]["op"]["effect"].clone(),
+            );
+            if ei == ej {
+                continue;
+            }
+            let mut m = rs.to_vec();
+            for x in m.iter_mut() {
+                if matches!(op(x), "authorize_effect" | "commit_effect") {
+                    let res = reservation_of(x);
+                    if res == reservation_of(&rs[i]) {
+                        x["body"]["request"]["op"]["effect"] = ej.clone();
+                    } else if res == reservation_of(&rs[j]) {
+                        x["body"]["request"]["op"]["effect"] = ei.clone();
+                    }
+                }
+            }
+            out.push(m);
+        }
+        out
+    }),
+    ("multiplicity: a committed effect repeated", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && op(r) == "commit_effect",
+            |m, i| {
+                let mut dup = m[i].clone();
+                dup["body"]["request"]["op"]["key"] = json!("mutant-key");
+                m.insert(i + 1, dup);
+            },
+        )
+    }),
+    ("versions: a stale state version in a witness", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && (is_edit(r) || op(r) == "delegate_goal"),
+            |m, i| {
+                let w = &mut m[i]["body"]["request"]["op"]["witness"];
+                w["state_version"] = json!(w["state_version"].as_u64().unwrap() + 1);
+            },
+        )
+    }),
+    ("versions: a stale policy version in a witness", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && (is_edit(r) || op(r) == "delegate_goal"),
+            |m, i| {
+                let w = &mut m[i]["body"]["request"]["op"]["witness"];
+                w["policy_version"] = json!(w["policy_version"].as_u64().unwrap() + 1);
+            },
+        )
+    }),
+    ("versions: a stale graph revision in a witness", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && is_edit(r),
+            |m, i| {
+                let w = &mut m[i]["body"]["request"]["op"]["witness"];
+                w["base_revision"] = json!(w["base_revision"].as_u64().unwrap() - 1);
+                w["new_revision"] = json!(w["new_revision"].as_u64().unwrap() - 1);
+            },
+        )
+    }),
+    ("versions: recorded versions after an operation", |rs| {
+        each(rs, allowed, |m, i| {
+            let a = &mut m[i]["body"]["after"];
+            a["graph"] = json!(a["graph"].as_u64().unwrap() + 1);
+        })
+    }),
+    ("root identity: a witness for another root", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && is_edit(r),
+            |m, i| {
+                m[i]["body"]["request"]["op"]["witness"]["root"] = json!("mutant-root");
+            },
+        )
+    }),
+    ("root identity: a delegation into another root", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && op(r) == "delegate_goal",
+            |m, i| {
+                m[i]["body"]["request"]["op"]["root"] = json!("mutant-root");
+            },
+        )
+    }),
+    ("worker identity: a delegation to another worker", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && op(r) == "delegate_goal",
+            |m, i| {
+                m[i]["body"]["request"]["op"]["worker"] = json!("mutant-worker");
+            },
+        )
+    }),
+    ("parent identity: an edit under another parent", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && is_edit(r),
+            |m, i| {
+                rebind(&mut m[i], &|g| g["parent"] = json!("mutant-parent"));
+                m[i]["body"]["request"]["op"]["witness"]["parent"] = json!("mutant-parent");
+            },
+        )
+    }),
+    (
+        "resource scope: an accepted goal given a resource outside its envelope",
+        |rs| {
+            each(
+                rs,
+                |r| allowed(r) && is_edit(r),
+                |m, i| {
+                    rebind(&mut m[i], &|g| {
+                        g["resources"]
+                            .as_array_mut()
+                            .unwrap()
+                            .push(json!("mutant:scope"))
+                    })
+                },
+            )
+        },
+    ),
+    ("resource scope: a delegation widened", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && op(r) == "delegate_goal",
+            |m, i| {
+                m[i]["body"]["request"]["op"]["resources"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!("mutant:scope"));
+            },
+        )
+    }),
+    ("obligations: an inherited obligation dropped", |rs| {
+        each(
+            rs,
+            |r| {
+                allowed(r)
+                    && is_edit(r)
+                    && r["body"]["request"]["op"][goal_key(r)]["obligations"]
+                        .as_array()
+                        .is_some_and(|a| !a.is_empty())
+            },
+            |m, i| {
+                rebind(&mut m[i], &|g| g["obligations"] = json!([]));
+            },
+        )
+    }),
+    ("obligations: an obligation minted", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && is_edit(r),
+            |m, i| {
+                rebind(&mut m[i], &|g| {
+                    g["obligations"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!("mutant-obligation"))
+                })
+            },
+        )
+    }),
+    (
+        "success predicate: replaced by one the traces never reach",
+        |rs| {
+            each(
+                rs,
+                |r| allowed(r) && is_edit(r),
+                |m, i| {
+                    let st = previous_state(m, i);
+                    let int_var = st
+                        .as_object()
+                        .unwrap()
+                        .iter()
+                        .find(|(_, v)| v.as_str().unwrap().parse::<i64>().is_ok())
+                        .map(|(k, _)| k.clone())
+                        .unwrap();
+                    rebind(&mut m[i], &|g| {
+                        g["closing"] = json!([format!("{int_var} >= 8")])
+                    });
+                },
+            )
+        },
+    ),
+    (
+        "active frames: a frame that fails on the witnessed prefix",
+        |rs| {
+            each(
+                rs,
+                |r| allowed(r) && is_edit(r),
+                |m, i| {
+                    let st = previous_state(m, i);
+                    let (k, v) = st
+                        .as_object()
+                        .unwrap()
+                        .iter()
+                        .next()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                        .unwrap();
+                    rebind(&mut m[i], &|g| {
+                        g["frames"] = json!([[format!("{k} != {v}")]])
+                    });
+                },
+            )
+        },
+    ),
+    (
+        "residual completion: work appended beyond the parent's",
+        |rs| {
+            each(
+                rs,
+                |r| allowed(r) && is_edit(r),
+                |m, i| {
+                    rebind(&mut m[i], &|g| {
+                        let last = g["traces"][0]
+                            .as_array()
+                            .and_then(|t| t.last().cloned())
+                            .unwrap_or(json!("hold"));
+                        g["completion"] = json!([[last]]);
+                    });
+                },
+            )
+        },
+    ),
+    ("same-root composition: a join's precedence changed", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && op(r) == "join_goals",
+            |m, i| {
+                let p = &mut m[i]["body"]["request"]["op"]["precedence"];
+                *p = if p.as_array().unwrap().is_empty() {
+                    json!([["a", "b"]])
+                } else {
+                    json!([])
+                };
+            },
+        )
+    }),
+    ("same-root composition: a join source omitted", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && op(r) == "join_goals",
+            |m, i| {
+                m[i]["body"]["request"]["op"]["sources"]
+                    .as_array_mut()
+                    .unwrap()
+                    .pop();
+                m[i]["body"]["request"]["op"]["precedence"] = json!([]);
+            },
+        )
+    }),
+    (
+        "forbidden predicates: a committed state made forbidden in the contract",
+        |rs| {
+            let last = rs
+                .iter()
+                .rev()
+                .find(|r| allowed(r) && op(r) == "commit_effect");
+            let Some(last) = last else { return Vec::new() };
+            let conds: Vec<String> = last["body"]["state"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| format!("{k} == {}", v.as_str().unwrap()))
+                .collect();
+            each(
+                rs,
+                |r| allowed(r) && op(r) == "register_root",
+                |m, i| {
+                    m[i]["body"]["request"]["op"]["contract"]["forbidden"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!(conds.clone()));
+                },
+            )
+        },
+    ),
+    ("modeled state: a recorded state value changed", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && op(r) == "commit_effect",
+            |m, i| {
+                let st = m[i]["body"]["state"].as_object_mut().unwrap();
+                let (k, v) = st
+                    .iter()
+                    .find(|(_, v)| v.as_str().unwrap().parse::<i64>().is_ok())
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap().parse::<i64>().unwrap()))
+                    .unwrap();
+                st.insert(k, json!((v + 1).to_string()));
+            },
+        )
+    }),
+    ("committed trace: a recorded trace digest changed", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && op(r) == "commit_effect",
+            |m, i| m[i]["body"]["trace"] = json!("0".repeat(64)),
+        )
+    }),
+    ("decisions: a refusal recorded as allow", |rs| {
+        each(
+            rs,
+            |r| r["body"]["verdict"] != "allow",
+            |m, i| {
+                m[i]["body"]["verdict"] = json!("allow");
+                m[i]["body"]["reason"] = Value::Null;
+            },
+        )
+    }),
+    ("decisions: an allowed operation recorded as denied", |rs| {
+        each(rs, allowed, |m, i| {
+            m[i]["body"]["verdict"] = json!("deny");
+            m[i]["body"]["reason"] = json!("POLICY_VIOLATION");
+        })
+    }),
+    ("roles: an operator-only operation by the agent", |rs| {
+        each(
+            rs,
+            |r| allowed(r) && (op(r) == "register_root" || op(r) == "change_version"),
+            |m, i| {
+                m[i]["body"]["request"]["caller"] = json!("agent");
+            },
+        )
+    }),
+    ("idempotency: a replay whose body differs", |rs| {
+        each(
+            rs,
+            |r| !r["body"]["replay_of"].is_null(),
+            |m, i| {
+                let res = reservation_of(&m[i]) + 7;
+                m[i]["body"]["request"]["op"]["reservation"] = json!(res);
+            },
+        )
+    }),
+    (
+        "idempotency: a conflicting key recorded as an exact replay",
+        |rs| {
+            let mut out = Vec::new();
+            for i in 0..rs.len() {
+                if rs[i]["body"]["reason"] == "IDEMPOTENCY_CONFLICT" {
+                    let orig = (0..i)
+                        .rev()
+                        .find(|j| !rs[*j]["body"]["replay_of"].is_null())
+                        .map(|j| rs[j]["body"]["replay_of"].clone())
+                        .unwrap();
+                    let mut m = rs.to_vec();
+                    m[i]["body"]["verdict"] = json!("allow");
+                    m[i]["body"]["reason"] = Value::Null;
+                    m[i]["body"]["replay_of"] = orig;
+                    out.push(m);
+                }
+            }
+            out
+        },
+    ),
+    (
+        "profile limits: an accepted edit with 257 continuations",
+        |rs| {
+            each(
+                rs,
+                |r| allowed(r) && is_edit(r),
+                |m, i| {
+                    rebind(&mut m[i], &|g| {
+                        let t = g["traces"][0].clone();
+                        g["traces"] = json!(vec![t; 257]);
+                    });
+                },
+            )
+        },
+    ),
+];
+
+#[test]
+fn contract_audit_and_mutants() {
+    let mut streams = Vec::new();
+    let mut domains: BTreeMap<String, (Domain, AuditDomain)> = BTreeMap::new();
+    for v in ["uav", "ground"] {
+        let path = common::data_dir().join(format!("contract/pairs-{v}.json"));
+        let pairs: Vec<Pair> =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let id = pairs[0].contract.domain.clone();
+        let file = domain_file(&id);
+        let d = Domain::parse(&text(file), file).unwrap();
+        domains.insert(
+            id.clone(),
+            (d.clone(), AuditDomain::from_toml(&text(file)).unwrap()),
+        );
+        for p in &pairs {
+            streams.push(run(&format!("{}/benign", p.id), &d, &p.contract, &p.benign));
+            streams.push(run(
+                &format!("{}/drifted", p.id),
+                &d,
+                &p.contract,
+                &p.drifted,
+            ));
+        }
+        streams.push(scenario(&d, &pairs[0].contract));
+    }
+
+    // Agreement: every honest stream verifies, and the checker's counts match the monitor's.
+    let mut verified = 0;
+    let mut receipts = 0;
+    for s in &streams {
+        let ad = &domains[&s.domain].1;
+        let rep = audit(ad, &s.receipts)
+            .unwrap_or_else(|e| panic!("{}: honest stream rejected: {e}", s.name));
+        assert_eq!(rep.receipts, s.receipts.len(), "{}", s.name);
+        assert_eq!(rep.commits, s.commits, "{}: commits", s.name);
+        receipts += rep.receipts;
+        verified += 1;
+    }
+    println!("\ncontract-audit: {receipts} receipts replayed");
+    println!("contract-audit: {verified}/{} matched", streams.len());
+
+    // A hash-only corruption is rejected too, but is not counted as a semantic mutant.
+    let mut broken = streams[0].receipts.clone();
+    broken[1]["hash"] = json!("f".repeat(64));
+    assert!(audit(&domains[&streams[0].domain].1, &broken).is_err());
+
+    let mut total = 0;
+    let mut rejected = 0;
+    let mut survivors = Vec::new();
+    println!("contract-mutants: by family (outer hashes recomputed for every mutant)");
+    for (name, f) in FAMILIES {
+        let (mut n, mut r) = (0, 0);
+        for s in &streams {
+            let ad = &domains[&s.domain].1;
+            for mut m in f(&s.receipts) {
+                rehash(&mut m);
+                n += 1;
+                match audit(ad, &m) {
+                    Err(_) => r += 1,
+                    Ok(_) => survivors.push(format!("{name} in {}", s.name)),
+                }
+            }
+        }
+        println!("  {name:<72} {r:>5}/{n:<5}");
+        assert!(n > 0, "family `{name}` produced no mutant");
+        total += n;
+        rejected += r;
+    }
+    for s in survivors.iter().take(10) {
+        println!("  SURVIVED {s}");
+    }
+    println!("contract-mutants: {} families", FAMILIES.len());
+    println!("contract-mutants: {rejected}/{total} matched");
+    assert_eq!(rejected, total, "{} mutants survived", total - rejected);
+}

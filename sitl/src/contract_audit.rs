@@ -1,0 +1,1648 @@
+//! An independent audit of a mission-contract receipt stream.
+//!
+//! The checker receives only the registered domain (its TOML file), and the receipts; the root
+//! contract and the initial state come from the first receipt. It shares no decision,
+//! reachability or graph-update code with the gateway's monitor: the domain is re-read from its
+//! text, states are name → value maps, traces are effect texts, and every operation's outcome is
+//! re-derived here from the registered semantics. It then requires, receipt by receipt:
+//!
+//! - the hash chain: index, link and SHA-256 over the canonical JSON of each receipt;
+//! - the same Allow / not-Allow decision the checker derives (reason codes are not re-derived);
+//! - refusals change nothing: versions, state, trace digest and root lifecycle are as before;
+//! - an accepted operation produces exactly the versions, modeled state, committed-trace digest,
+//!   root lifecycle, edit digest and reservation the checker computes;
+//! - every commit spends exactly one earlier reservation for the same effect, trace and versions
+//!   (reservation ↔ commit correspondence), and every witness is fresh when it is used;
+//! - an idempotent replay repeats its original exactly and changes nothing.
+//!
+//! Conventions shared with the gateway are the documented wire facts only: the receipt and edit
+//! digest encodings, the committed-trace digest, effect texts `name(arg,...)` with arguments in
+//! parameter-name order, and the profile limits.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
+
+/// Why a stream was rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditError {
+    /// Receipt index (the stream position).
+    pub index: usize,
+    /// What failed.
+    pub what: String,
+}
+
+impl std::fmt::Display for AuditError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "receipt {}: {}", self.index, self.what)
+    }
+}
+
+impl std::error::Error for AuditError {}
+
+/// What an accepted stream contained.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AuditReport {
+    /// Receipts replayed.
+    pub receipts: usize,
+    /// Operations allowed.
+    pub allowed: usize,
+    /// Goals created.
+    pub goals: usize,
+    /// Effects committed (each matched to its reservation).
+    pub commits: usize,
+    /// Exact idempotent replays.
+    pub replays: usize,
+    /// Whether the root was closed.
+    pub closed: bool,
+}
+
+/// Profile limits (the published finite profile).
+mod limit {
+    pub const GOALS: usize = 64;
+    pub const CONTINUATIONS: usize = 256;
+    pub const EFFECTS: usize = 64;
+    pub const ARRAY: usize = 256;
+    pub const JOIN_SOURCES: usize = 8;
+    pub const PRECEDENCE: usize = 28;
+    pub const GUARD: usize = 4096;
+}
+
+fn sha(parts: &[&[u8]]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize().into()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+// --- the domain, re-read from its text ------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Ty {
+    Bool,
+    Names(Vec<String>),
+    Range(i64, i64),
+}
+
+#[derive(Clone, Debug)]
+struct EffectType {
+    params: Vec<(String, Vec<String>)>,
+    pre: Vec<String>,
+    post: Vec<String>,
+}
+
+/// A registered domain as the checker understands it.
+#[derive(Clone, Debug)]
+pub struct AuditDomain {
+    id: String,
+    vars: BTreeMap<String, Ty>,
+    effects: BTreeMap<String, EffectType>,
+}
+
+type World = BTreeMap<String, String>;
+
+impl AuditDomain {
+    /// Reads a domain file.
+    ///
+    /// # Errors
+    /// A message when the text is not a domain.
+    pub fn from_toml(text: &str) -> Result<AuditDomain, String> {
+        let v: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        let id = v
+            .get("domain")
+            .and_then(|d| d.get("id"))
+            .and_then(|x| x.as_str())
+            .ok_or("domain.id missing")?
+            .to_string();
+        let mut vars = BTreeMap::new();
+        for (name, t) in v
+            .get("variables")
+            .and_then(|x| x.as_table())
+            .ok_or("variables missing")?
+        {
+            let ty = if t.as_str() == Some("bool") {
+                Ty::Bool
+            } else if let Some(a) = t.as_array() {
+                Ty::Names(
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect(),
+                )
+            } else if let Some(tb) = t.as_table() {
+                let lo = tb.get("min").and_then(|x| x.as_integer()).ok_or("min")?;
+                let hi = tb.get("max").and_then(|x| x.as_integer()).ok_or("max")?;
+                Ty::Range(lo, hi)
+            } else {
+                return Err(format!("variable {name}"));
+            };
+            vars.insert(name.clone(), ty);
+        }
+        let mut effects = BTreeMap::new();
+        for (name, e) in v
+            .get("effects")
+            .and_then(|x| x.as_table())
+            .ok_or("effects missing")?
+        {
+            let strs = |k: &str| -> Vec<String> {
+                e.get(k)
+                    .and_then(|x| x.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            let mut params = Vec::new();
+            if let Some(p) = e.get("params").and_then(|x| x.as_table()) {
+                for (pn, pt) in p {
+                    let vals = if let Some(var) = pt.as_str() {
+                        match vars.get(var) {
+                            Some(Ty::Names(n)) => n.clone(),
+                            _ => return Err(format!("param {pn}")),
+                        }
+                    } else {
+                        pt.as_array()
+                            .map(|a| {
+                                a.iter()
+                                    .filter_map(|x| x.as_str().map(String::from))
+                                    .collect()
+                            })
+                            .unwrap_or_default()
+                    };
+                    params.push((pn.clone(), vals));
+                }
+            }
+            effects.insert(
+                name.clone(),
+                EffectType {
+                    params,
+                    pre: strs("pre"),
+                    post: strs("post"),
+                },
+            );
+        }
+        Ok(AuditDomain { id, vars, effects })
+    }
+
+    /// Canonical effect text, or `None` when the effect is not registered.
+    fn canon(&self, text: &str) -> Option<String> {
+        let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+        let (name, args) = match t.split_once('(') {
+            Some((n, rest)) => (n.to_string(), rest.strip_suffix(')')?.to_string()),
+            None => (t.clone(), String::new()),
+        };
+        let et = self.effects.get(&name)?;
+        let args: Vec<&str> = if args.is_empty() {
+            Vec::new()
+        } else {
+            args.split(',').collect()
+        };
+        if args.len() != et.params.len() {
+            return None;
+        }
+        for (a, (_, vals)) in args.iter().zip(&et.params) {
+            if !vals.iter().any(|v| v == a) {
+                return None;
+            }
+        }
+        Some(format!("{name}({})", args.join(",")))
+    }
+
+    fn norm_value(&self, var: &str, raw: &str) -> Option<String> {
+        match self.vars.get(var)? {
+            Ty::Bool => matches!(raw, "true" | "false").then(|| raw.to_string()),
+            Ty::Names(n) => n.iter().any(|x| x == raw).then(|| raw.to_string()),
+            Ty::Range(lo, hi) => raw
+                .parse::<i64>()
+                .ok()
+                .filter(|x| x >= lo && x <= hi)
+                .map(|x| x.to_string()),
+        }
+    }
+
+    fn value_text(v: &Value) -> String {
+        match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    /// One condition `VAR OP VALUE` in `w`; `args` binds `$param` names. `None` when malformed.
+    fn cond(&self, w: &World, text: &str, args: &BTreeMap<String, String>) -> Option<bool> {
+        let parts: Vec<&str> = text.split_whitespace().collect();
+        let [var, op, rhs] = parts.as_slice() else {
+            return None;
+        };
+        let rhs = match rhs.strip_prefix('$') {
+            Some(p) => args.get(p)?.clone(),
+            None => self.norm_value(var, rhs)?,
+        };
+        let cur = w.get(*var)?;
+        match self.vars.get(*var)? {
+            Ty::Range(..) => {
+                let (a, b) = (cur.parse::<i64>().ok()?, rhs.parse::<i64>().ok()?);
+                Some(match *op {
+                    "==" => a == b,
+                    "!=" => a != b,
+                    "<" => a < b,
+                    "<=" => a <= b,
+                    ">" => a > b,
+                    ">=" => a >= b,
+                    _ => return None,
+                })
+            }
+            _ => match *op {
+                "==" => Some(*cur == rhs),
+                "!=" => Some(*cur != rhs),
+                _ => None,
+            },
+        }
+    }
+
+    /// A conjunction; `None` when any condition is malformed.
+    fn all(&self, w: &World, conds: &[String]) -> Option<bool> {
+        let none = BTreeMap::new();
+        let mut ok = true;
+        for c in conds {
+            ok &= self.cond(w, c, &none)?;
+        }
+        Some(ok)
+    }
+
+    fn wellformed(&self, conds: &[String]) -> bool {
+        let probe: World = self
+            .vars
+            .iter()
+            .map(|(k, t)| {
+                let v = match t {
+                    Ty::Bool => "false".to_string(),
+                    Ty::Names(n) => n.first().cloned().unwrap_or_default(),
+                    Ty::Range(lo, _) => lo.to_string(),
+                };
+                (k.clone(), v)
+            })
+            .collect();
+        self.all(&probe, conds).is_some()
+    }
+
+    /// The successor of `w` under canonical effect `e`, or `None` when not applicable.
+    fn step(&self, w: &World, e: &str) -> Option<World> {
+        let (name, rest) = e.split_once('(')?;
+        let et = self.effects.get(name)?;
+        let argv: Vec<&str> = rest
+            .trim_end_matches(')')
+            .split(',')
+            .filter(|x| !x.is_empty())
+            .collect();
+        let args: BTreeMap<String, String> = et
+            .params
+            .iter()
+            .map(|(p, _)| p.clone())
+            .zip(argv.iter().map(|x| x.to_string()))
+            .collect();
+        for c in &et.pre {
+            if !self.cond(w, c, &args)? {
+                return None;
+            }
+        }
+        let mut out = w.clone();
+        for a in &et.post {
+            let parts: Vec<&str> = a.split_whitespace().collect();
+            let [var, op, rhs] = parts.as_slice() else {
+                return None;
+            };
+            match *op {
+                "=" => {
+                    let v = match rhs.strip_prefix('$') {
+                        Some(p) => args.get(p)?.clone(),
+                        None => rhs.to_string(),
+                    };
+                    let v = self.norm_value(var, &v)?;
+                    out.insert(var.to_string(), v);
+                }
+                "+=" | "-=" => {
+                    let cur: i64 = out.get(*var)?.parse().ok()?;
+                    let d: i64 = rhs.parse().ok()?;
+                    let n = if *op == "+=" {
+                        cur.checked_add(d)?
+                    } else {
+                        cur.checked_sub(d)?
+                    };
+                    let v = self.norm_value(var, &n.to_string())?;
+                    out.insert(var.to_string(), v);
+                }
+                _ => return None,
+            }
+        }
+        Some(out)
+    }
+}
+
+// --- the replayed configuration --------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    Active,
+    Closed,
+    Cancelled,
+    Replaced,
+    Joined,
+}
+
+#[derive(Clone, Debug)]
+struct Node {
+    parent: Option<String>,
+    revision: u64,
+    status: Status,
+    residual: Vec<Vec<String>>,
+    closing: Vec<String>,
+    resources: BTreeSet<String>,
+    obligations: BTreeSet<String>,
+    frames: Vec<Vec<String>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+struct Ver {
+    epoch: u64,
+    policy: u64,
+    state: u64,
+    graph: u64,
+}
+
+impl Ver {
+    fn of(v: &Value) -> Option<Ver> {
+        Some(Ver {
+            epoch: v.get("epoch")?.as_u64()?,
+            policy: v.get("policy")?.as_u64()?,
+            state: v.get("state")?.as_u64()?,
+            graph: v.get("graph")?.as_u64()?,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Hold {
+    goal: String,
+    effect: String,
+    trace: [u8; 32],
+    ver: Ver,
+    spent: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Rules {
+    deny: BTreeSet<String>,
+    max_len: Option<usize>,
+    forbid: Vec<Vec<String>>,
+}
+
+#[derive(Clone, Debug)]
+struct Root {
+    id: String,
+    epoch: u64,
+    language: BTreeSet<Vec<String>>,
+    forbidden: Vec<Vec<String>>,
+    closing: Vec<String>,
+    envelope: BTreeSet<String>,
+    obligations: BTreeSet<String>,
+    discharge: BTreeMap<String, Vec<String>>,
+}
+
+struct Replay<'d> {
+    d: &'d AuditDomain,
+    root: Option<Root>,
+    rules: Rules,
+    world: World,
+    trace: Vec<String>,
+    trace_digest: [u8; 32],
+    nodes: BTreeMap<String, Node>,
+    created: usize,
+    ver: Ver,
+    path: Option<(Vec<String>, Ver)>,
+    lifecycle: Option<&'static str>,
+    holds: BTreeMap<u64, Hold>,
+    next_hold: u64,
+    keys: BTreeMap<String, (Value, usize, String)>,
+    report: AuditReport,
+}
+
+/// The result of re-deriving one operation: `Err` carries why it must not be allowed.
+type Judged = Result<Effects, String>;
+
+/// What an allowed operation changes, computed before anything is applied.
+#[derive(Default)]
+struct Effects {
+    edit: Option<String>,
+    reservation: Option<u64>,
+    apply: Vec<Change>,
+}
+
+enum Change {
+    Register(Root, World, Rules),
+    Node(String, Node),
+    SetStatus(String, Status),
+    BumpRevision(String),
+    Resources(String, BTreeSet<String>),
+    Graph,
+    Path(Vec<String>),
+    NoPath,
+    Lifecycle(&'static str),
+    Hold(u64, Hold),
+    Commit(u64, String, World),
+    Policy(Rules),
+    Observe(World),
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn string_lists(v: &Value) -> Vec<Vec<String>> {
+    v.as_array()
+        .map(|a| a.iter().map(strings).collect())
+        .unwrap_or_default()
+}
+
+fn edit_hash(goal: &Value) -> String {
+    let bytes = serde_json::to_vec(goal).unwrap_or_default();
+    hex(&sha(&[b"halo/component/v1\0", b"contract-edit\0", &bytes]))
+}
+
+fn delegation_hash(goal: &str, resources: &Value, worker: &str) -> String {
+    let spec = json!({"goal": goal, "resources": resources, "worker": worker});
+    hex(&sha(&[
+        b"halo/component/v1\0",
+        b"contract-delegation\0",
+        spec.to_string().as_bytes(),
+    ]))
+}
+
+/// Every interleaving of one trace per component, each component's order kept, and a component
+/// wholly before another where `before` says so. `Err(true)` is a guard, `Err(false)` a cycle.
+fn interleavings(
+    parts: &[Vec<Vec<String>>],
+    before: &[(usize, usize)],
+) -> Result<BTreeSet<Vec<String>>, bool> {
+    let n = parts.len();
+    // Cycle check by repeated removal of sources.
+    let mut left: BTreeSet<usize> = (0..n).collect();
+    while !left.is_empty() {
+        let free: Vec<usize> = left
+            .iter()
+            .copied()
+            .filter(|i| !before.iter().any(|(a, b)| b == i && left.contains(a)))
+            .collect();
+        if free.is_empty() {
+            return Err(false);
+        }
+        for f in free {
+            left.remove(&f);
+        }
+    }
+    // Count linear extensions of the component order (stop above the guard).
+    fn count(n: usize, before: &[(usize, usize)], done: &mut Vec<usize>, c: &mut usize) {
+        if *c > limit::GUARD {
+            return;
+        }
+        if done.len() == n {
+            *c += 1;
+            return;
+        }
+        for i in 0..n {
+            if !done.contains(&i) && before.iter().all(|(a, b)| *b != i || done.contains(a)) {
+                done.push(i);
+                count(n, before, done, c);
+                done.pop();
+            }
+        }
+    }
+    let mut orders = 0;
+    count(n, before, &mut Vec::new(), &mut orders);
+    if orders > limit::GUARD {
+        return Err(true);
+    }
+    let product = parts.iter().try_fold(1usize, |acc, p| {
+        acc.checked_mul(p.len().max(1))
+            .filter(|x| *x <= limit::GUARD)
+    });
+    if product.is_none() {
+        return Err(true);
+    }
+    let mut out = BTreeSet::new();
+    let mut raw = 0usize;
+    // Enumerate choices with an explicit index vector.
+    let mut pick = vec![0usize; n];
+    loop {
+        let chosen: Vec<&Vec<String>> = parts
+            .iter()
+            .zip(&pick)
+            .filter_map(|(p, k)| p.get(*k))
+            .collect();
+        if chosen.len() == n {
+            let mut at = vec![0usize; n];
+            let mut cur = Vec::new();
+            weave(&chosen, before, &mut at, &mut cur, &mut out, &mut raw)?;
+        }
+        let mut k = 0;
+        loop {
+            if k == n {
+                return if out.len() > limit::CONTINUATIONS {
+                    Err(true)
+                } else {
+                    Ok(out)
+                };
+            }
+            if let Some(x) = pick.get_mut(k) {
+                *x += 1;
+                if *x < parts.get(k).map_or(0, Vec::len) {
+                    break;
+                }
+                *x = 0;
+            }
+            k += 1;
+        }
+    }
+}
+
+fn weave(
+    chosen: &[&Vec<String>],
+    before: &[(usize, usize)],
+    at: &mut Vec<usize>,
+    cur: &mut Vec<String>,
+    out: &mut BTreeSet<Vec<String>>,
+    raw: &mut usize,
+) -> Result<(), bool> {
+    let finished = |i: usize, at: &[usize]| {
+        at.get(i).copied().unwrap_or(0) >= chosen.get(i).map_or(0, |t| t.len())
+    };
+    let mut moved = false;
+    for i in 0..chosen.len() {
+        if finished(i, at) || before.iter().any(|(a, b)| *b == i && !finished(*a, at)) {
+            continue;
+        }
+        let Some(e) = chosen
+            .get(i)
+            .and_then(|t| t.get(at.get(i).copied().unwrap_or(0)))
+        else {
+            continue;
+        };
+        moved = true;
+        cur.push(e.clone());
+        if let Some(x) = at.get_mut(i) {
+            *x += 1;
+        }
+        weave(chosen, before, at, cur, out, raw)?;
+        if let Some(x) = at.get_mut(i) {
+            *x -= 1;
+        }
+        cur.pop();
+    }
+    if !moved {
+        *raw += 1;
+        if *raw > limit::GUARD {
+            return Err(true);
+        }
+        out.insert(cur.clone());
+    }
+    Ok(())
+}
+
+fn prefix_of_some(lang: &[Vec<String>], x: &[String]) -> bool {
+    lang.iter().any(|m| m.starts_with(x))
+}
+
+impl<'d> Replay<'d> {
+    fn new(d: &'d AuditDomain) -> Replay<'d> {
+        Replay {
+            d,
+            root: None,
+            rules: Rules::default(),
+            world: World::new(),
+            trace: Vec::new(),
+            trace_digest: [0; 32],
+            nodes: BTreeMap::new(),
+            created: 0,
+            ver: Ver::default(),
+            path: None,
+            lifecycle: None,
+            holds: BTreeMap::new(),
+            next_hold: 1,
+            keys: BTreeMap::new(),
+            report: AuditReport::default(),
+        }
+    }
+
+    fn canon_all(&self, traces: &[Vec<String>]) -> Result<Vec<Vec<String>>, String> {
+        traces
+            .iter()
+            .map(|t| {
+                t.iter()
+                    .map(|e| {
+                        self.d
+                            .canon(e)
+                            .ok_or_else(|| format!("`{e}` is not registered"))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn bad_state(&self, w: &World, frames: &[&Vec<String>]) -> Result<(), String> {
+        let root = self.root.as_ref().ok_or("no root")?;
+        for f in root.forbidden.iter().chain(&self.rules.forbid) {
+            if self.d.all(w, f).ok_or("malformed predicate")? {
+                return Err(format!("forbidden state {w:?}"));
+            }
+        }
+        for f in frames {
+            if !self.d.all(w, f).ok_or("malformed frame")? {
+                return Err(format!("frame fails in {w:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every prefix of every trace from `w`: applicable, not forbidden, frames kept, policy kept.
+    fn safe(
+        &self,
+        w: &World,
+        traces: &[Vec<String>],
+        frames: &[&Vec<String>],
+        rules: &Rules,
+    ) -> Result<(), String> {
+        self.bad_state(w, frames)?;
+        for t in traces {
+            if let Some(m) = rules.max_len {
+                if self.trace.len() + t.len() > m {
+                    return Err("policy length".into());
+                }
+            }
+            let mut cur = w.clone();
+            for e in t {
+                if rules.deny.contains(e) {
+                    return Err(format!("policy denies {e}"));
+                }
+                cur = self
+                    .d
+                    .step(&cur, e)
+                    .ok_or_else(|| format!("{e} not applicable"))?;
+                self.bad_state(&cur, frames)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn after(&self, w: &World, t: &[String]) -> Option<World> {
+        let mut cur = w.clone();
+        for e in t {
+            cur = self.d.step(&cur, e)?;
+        }
+        Some(cur)
+    }
+
+    fn ancestry(&self, id: &str) -> Vec<String> {
+        let mut out = vec![id.to_string()];
+        let mut cur = id.to_string();
+        while let Some(p) = self.nodes.get(&cur).and_then(|n| n.parent.clone()) {
+            if out.contains(&p) || out.len() > limit::GOALS + 1 {
+                break;
+            }
+            out.push(p.clone());
+            cur = p;
+        }
+        out
+    }
+
+    fn has_active_below(&self, id: &str) -> bool {
+        self.nodes.iter().any(|(k, n)| {
+            k != id
+                && n.status == Status::Active
+                && self.ancestry(k).iter().skip(1).any(|a| a == id)
+        })
+    }
+
+    fn any_active_goal(&self) -> bool {
+        let root = self.root.as_ref().map(|r| r.id.as_str()).unwrap_or("");
+        self.nodes
+            .iter()
+            .any(|(k, n)| k != root && n.status == Status::Active)
+    }
+
+    fn can_edit(&self) -> Result<(), String> {
+        match self.lifecycle {
+            Some("runnable") => Ok(()),
+            Some("suspended") if !self.any_active_goal() => Ok(()),
+            _ => Err("root not runnable".into()),
+        }
+    }
+
+    fn fresh_path(&self) -> Result<&Vec<String>, String> {
+        if self.lifecycle != Some("runnable") {
+            return Err("root not runnable".into());
+        }
+        match &self.path {
+            Some((p, v)) if *v == self.ver => Ok(p),
+            _ => Err("no fresh witness".into()),
+        }
+    }
+
+    fn witness_ok(&self, w: &Value, parent: &str, edit: &str) -> Result<(), String> {
+        let root = self.root.as_ref().ok_or("no root")?;
+        let g = |k: &str| {
+            w.get(k)
+                .and_then(Value::as_u64)
+                .ok_or(format!("witness {k}"))
+        };
+        let p = self.nodes.get(parent).ok_or("witness parent unknown")?;
+        let ok = w.get("root").and_then(Value::as_str) == Some(root.id.as_str())
+            && g("epoch")? == root.epoch
+            && w.get("edit").and_then(Value::as_str) == Some(edit)
+            && w.get("parent").and_then(Value::as_str) == Some(parent)
+            && g("base_revision")? == self.ver.graph
+            && g("new_revision")? == self.ver.graph + 1
+            && g("policy_version")? == self.ver.policy
+            && g("state_version")? == self.ver.state
+            && g("parent_revision")? == p.revision;
+        if ok {
+            Ok(())
+        } else {
+            Err("witness does not bind this root, edit and current versions".into())
+        }
+    }
+
+    fn goal_limits(g: &Value) -> Result<(), String> {
+        let arr = |k: &str| g.get(k).and_then(Value::as_array).map_or(0, Vec::len);
+        if arr("traces") > limit::CONTINUATIONS || arr("completion") > limit::CONTINUATIONS {
+            return Err("profile: continuations".into());
+        }
+        for t in string_lists(&g["traces"])
+            .iter()
+            .chain(&string_lists(&g["completion"]))
+        {
+            if t.len() > limit::EFFECTS {
+                return Err("profile: continuation length".into());
+            }
+        }
+        for k in [
+            "resources",
+            "obligations",
+            "frames",
+            "closing",
+            "discharged",
+        ] {
+            if arr(k) > limit::ARRAY {
+                return Err(format!("profile: {k}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// W3–W6 for a goal spec below `parent`; returns the new node.
+    fn refine(
+        &self,
+        g: &Value,
+        parent: &str,
+        extra_resource_bound: Option<&BTreeSet<String>>,
+    ) -> Result<Node, String> {
+        let root = self.root.as_ref().ok_or("no root")?;
+        let p = self.nodes.get(parent).ok_or("parent unknown")?;
+        let own = self.canon_all(&string_lists(&g["traces"]))?;
+        let rest = self.canon_all(&string_lists(&g["completion"]))?;
+        let closing = strings(&g["closing"]);
+        let frames = string_lists(&g["frames"]);
+        if !self.d.wellformed(&closing) || !frames.iter().all(|f| self.d.wellformed(f)) {
+            return Err("malformed predicate".into());
+        }
+        let mut composed = Vec::new();
+        for u in &own {
+            for v in &rest {
+                let mut x = u.clone();
+                x.extend(v.iter().cloned());
+                if x.len() > 2 * limit::EFFECTS {
+                    return Err("profile: composed length".into());
+                }
+                composed.push(x);
+            }
+        }
+        for a in self.ancestry(parent) {
+            let res = &self.nodes.get(&a).ok_or("ancestor")?.residual;
+            if let Some(x) = composed.iter().find(|x| !prefix_of_some(res, x)) {
+                return Err(format!("{x:?} outside {a}'s residual language"));
+            }
+        }
+        if let Some(x) = composed.iter().find(|x| !p.residual.contains(x)) {
+            return Err(format!("{x:?} does not complete {parent}'s work"));
+        }
+        let mut all_frames: Vec<&Vec<String>> = frames.iter().collect();
+        for a in self.ancestry(parent) {
+            if let Some(n) = self.nodes.get(&a) {
+                all_frames.extend(n.frames.iter());
+            }
+        }
+        self.safe(&self.world, &composed, &all_frames, &self.rules)?;
+        let resources: BTreeSet<String> = strings(&g["resources"]).into_iter().collect();
+        if resources
+            .iter()
+            .any(|r| !p.resources.contains(r) || !root.envelope.contains(r))
+        {
+            return Err("resources exceed the envelope".into());
+        }
+        if let Some(b) = extra_resource_bound {
+            if !resources.is_subset(b) {
+                return Err("joined resources exceed the sources'".into());
+            }
+        }
+        let obligations: BTreeSet<String> = strings(&g["obligations"]).into_iter().collect();
+        if !obligations.is_subset(&p.obligations) {
+            return Err("obligation minted".into());
+        }
+        let discharged = strings(&g["discharged"]);
+        for o in p.obligations.difference(&obligations) {
+            let evidence = discharged.contains(o)
+                && root
+                    .discharge
+                    .get(o)
+                    .and_then(|pr| self.d.all(&self.world, pr))
+                    == Some(true);
+            if !evidence {
+                return Err(format!("obligation {o} dropped"));
+            }
+        }
+        for u in &own {
+            let end = self.after(&self.world, u).ok_or("not applicable")?;
+            if self.d.all(&end, &closing) != Some(true) {
+                return Err("own closing predicate fails".into());
+            }
+        }
+        for x in &composed {
+            let end = self.after(&self.world, x).ok_or("not applicable")?;
+            if self.d.all(&end, &p.closing) != Some(true) {
+                return Err("parent closing predicate fails".into());
+            }
+            if p.parent.is_none() && self.d.all(&end, &root.closing) != Some(true) {
+                return Err("root closing predicate fails".into());
+            }
+        }
+        Ok(Node {
+            parent: Some(parent.to_string()),
+            revision: 1,
+            status: Status::Active,
+            residual: own,
+            closing,
+            resources,
+            obligations,
+            frames,
+        })
+    }
+
+    fn gate(&self, leaf: &str, e: &str) -> Result<World, String> {
+        let path = self.fresh_path()?;
+        if path.first().map(String::as_str) != Some(leaf) {
+            return Err("not the leaf of the current path".into());
+        }
+        for h in path {
+            let n = self.nodes.get(h).ok_or("path node")?;
+            if !n
+                .residual
+                .iter()
+                .any(|t| t.first().map(String::as_str) == Some(e))
+            {
+                return Err(format!("{e} not next for {h}"));
+            }
+        }
+        if self.rules.deny.contains(e) {
+            return Err("policy denies".into());
+        }
+        let next = self.d.step(&self.world, e).ok_or("not applicable")?;
+        let frames: Vec<&Vec<String>> = path
+            .iter()
+            .filter_map(|h| self.nodes.get(h))
+            .flat_map(|n| n.frames.iter())
+            .collect();
+        self.bad_state(&next, &frames)?;
+        Ok(next)
+    }
+
+    fn parse_rules(&self, rules: &Value) -> Result<Rules, String> {
+        let mut r = Rules::default();
+        for x in rules.as_array().ok_or("policy is a list")? {
+            match x.get("rule").and_then(Value::as_str) {
+                Some("deny_effect") => {
+                    let e = x.get("effect").and_then(Value::as_str).ok_or("effect")?;
+                    r.deny.insert(self.d.canon(e).ok_or("unknown effect")?);
+                }
+                Some("max_trace_len") => {
+                    let m = x.get("max").and_then(Value::as_u64).ok_or("max")? as usize;
+                    r.max_len = Some(r.max_len.map_or(m, |o| o.min(m)));
+                }
+                Some("forbid") => {
+                    let w = strings(&x["when"]);
+                    if !self.d.wellformed(&w) {
+                        return Err("malformed".into());
+                    }
+                    r.forbid.push(w);
+                }
+                _ => return Err("unknown rule".into()),
+            }
+        }
+        Ok(r)
+    }
+
+    fn judge(&self, caller: &str, op: &Value) -> Judged {
+        let kind = op.get("op").and_then(Value::as_str).ok_or("no op")?;
+        let mut fx = Effects::default();
+        match kind {
+            "register_root" => {
+                if caller != "operator" {
+                    return Err("role".into());
+                }
+                if self.root.is_some() {
+                    return Err("root exists".into());
+                }
+                if op
+                    .get("approved_by")
+                    .and_then(Value::as_str)
+                    .is_none_or(|s| s.trim().is_empty())
+                {
+                    return Err("not approved".into());
+                }
+                let c = &op["contract"];
+                if c.get("domain").and_then(Value::as_str) != Some(self.d.id.as_str()) {
+                    return Err("domain".into());
+                }
+                let traces = string_lists(&c["traces"]);
+                if traces.len() > limit::CONTINUATIONS
+                    || traces.iter().any(|t| t.len() > limit::EFFECTS)
+                {
+                    return Err("profile".into());
+                }
+                for k in ["resources", "obligations", "forbidden", "closing"] {
+                    if c.get(k).and_then(Value::as_array).map_or(0, Vec::len) > limit::ARRAY {
+                        return Err("profile".into());
+                    }
+                }
+                let language: BTreeSet<Vec<String>> =
+                    self.canon_all(&traces)?.into_iter().collect();
+                if language.is_empty() {
+                    return Err("empty language".into());
+                }
+                let init = c
+                    .get("initial")
+                    .and_then(Value::as_object)
+                    .ok_or("initial")?;
+                let mut w = World::new();
+                for var in self.d.vars.keys() {
+                    let raw = init.get(var).ok_or("initial incomplete")?;
+                    w.insert(
+                        var.clone(),
+                        self.d
+                            .norm_value(var, &AuditDomain::value_text(raw))
+                            .ok_or("initial ill-typed")?,
+                    );
+                }
+                if init.keys().any(|k| !self.d.vars.contains_key(k)) {
+                    return Err("initial names an unknown variable".into());
+                }
+                let forbidden = string_lists(&c["forbidden"]);
+                let closing = strings(&c["closing"]);
+                let mut discharge = BTreeMap::new();
+                for (o, p) in c
+                    .get("discharge")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                {
+                    discharge.insert(o.clone(), strings(p));
+                }
+                if !forbidden
+                    .iter()
+                    .chain(std::iter::once(&closing))
+                    .chain(discharge.values())
+                    .all(|p| self.d.wellformed(p))
+                {
+                    return Err("malformed predicate".into());
+                }
+                let rules = self.parse_rules(c.get("policy").unwrap_or(&json!([])))?;
+                let root = Root {
+                    id: c
+                        .get("root")
+                        .and_then(Value::as_str)
+                        .ok_or("root id")?
+                        .to_string(),
+                    epoch: c.get("epoch").and_then(Value::as_u64).ok_or("epoch")?,
+                    language,
+                    forbidden,
+                    closing,
+                    envelope: strings(&c["resources"]).into_iter().collect(),
+                    obligations: strings(&c["obligations"]).into_iter().collect(),
+                    discharge,
+                };
+                // The initial contract must be safe in its own terms.
+                let mut probe = Replay::new(self.d);
+                probe.root = Some(root.clone());
+                let lang: Vec<Vec<String>> = root.language.iter().cloned().collect();
+                probe.safe(&w, &lang, &[], &rules)?;
+                fx.apply.push(Change::Register(root, w, rules));
+            }
+            "change_version" => {
+                let policy = op.get("policy").filter(|p| !p.is_null());
+                let observe = op.get("observe").filter(|p| !p.is_null());
+                match (policy, observe) {
+                    (Some(_), _) if caller != "operator" => return Err("role".into()),
+                    (None, Some(_)) if !matches!(caller, "operator" | "provider") => {
+                        return Err("role".into());
+                    }
+                    (None, None) => return Err("empty change".into()),
+                    _ => {}
+                }
+                if self.root.is_none() || self.lifecycle == Some("closed") {
+                    return Err("no open root".into());
+                }
+                if let Some(p) = policy {
+                    fx.apply.push(Change::Policy(self.parse_rules(p)?));
+                }
+                if let Some(o) = observe {
+                    let mut w = self.world.clone();
+                    for (k, v) in o.as_object().ok_or("observe")? {
+                        let val = self
+                            .d
+                            .norm_value(k, &AuditDomain::value_text(v))
+                            .ok_or("ill-typed observation")?;
+                        w.insert(k.clone(), val);
+                    }
+                    fx.apply.push(Change::Observe(w));
+                }
+                fx.apply.push(Change::Lifecycle("suspended"));
+                fx.apply.push(Change::NoPath);
+            }
+            _ => {
+                if !matches!(caller, "agent" | "operator") {
+                    return Err("role".into());
+                }
+                if self.root.is_none() {
+                    return Err("no root".into());
+                }
+                if self.lifecycle == Some("closed") {
+                    return Err("root closed".into());
+                }
+                self.judge_agent(kind, op, &mut fx)?;
+            }
+        }
+        Ok(fx)
+    }
+
+    fn judge_agent(&self, kind: &str, op: &Value, fx: &mut Effects) -> Result<(), String> {
+        let root = self.root.as_ref().ok_or("no root")?;
+        let s = |k: &str| op.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        match kind {
+            "propose_goal" | "replace_goal" => {
+                let g = &op["goal"];
+                Replay::goal_limits(g)?;
+                if self.created >= limit::GOALS {
+                    return Err("profile: goals".into());
+                }
+                let id = g.get("id").and_then(Value::as_str).ok_or("id")?.to_string();
+                let parent = g
+                    .get("parent")
+                    .and_then(Value::as_str)
+                    .ok_or("parent")?
+                    .to_string();
+                if self.nodes.get(&parent).map(|n| n.status) != Some(Status::Active) {
+                    return Err("parent not active".into());
+                }
+                let mut revision = 1;
+                if kind == "replace_goal" {
+                    let old = s("old");
+                    let o = self.nodes.get(&old).ok_or("old unknown")?;
+                    if o.parent.as_deref() != Some(parent.as_str())
+                        || !matches!(o.status, Status::Active | Status::Cancelled)
+                        || self.has_active_below(&old)
+                    {
+                        return Err("not replaceable".into());
+                    }
+                    if self.nodes.contains_key(&id) && id != old {
+                        return Err("duplicate".into());
+                    }
+                    revision = o.revision + 1;
+                    fx.apply.push(Change::SetStatus(old, Status::Replaced));
+                } else if self.nodes.contains_key(&id) {
+                    return Err("duplicate".into());
+                }
+                let edit = edit_hash(g);
+                self.witness_ok(&op["witness"], &parent, &edit)?;
+                self.can_edit()?;
+                let mut node = self.refine(g, &parent, None)?;
+                node.revision = revision;
+                fx.edit = Some(edit);
+                self.install(fx, id, parent, node);
+            }
+            "join_goals" => {
+                let g = &op["joined"];
+                let sources = strings(&op["sources"]);
+                let prec: Vec<(String, String)> = op["precedence"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|p| {
+                                Some((
+                                    p.get(0)?.as_str()?.to_string(),
+                                    p.get(1)?.as_str()?.to_string(),
+                                ))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if sources.len() > limit::JOIN_SOURCES
+                    || op["precedence"].as_array().map_or(0, Vec::len) > limit::PRECEDENCE
+                {
+                    return Err("profile: join".into());
+                }
+                Replay::goal_limits(g)?;
+                if self.created >= limit::GOALS {
+                    return Err("profile: goals".into());
+                }
+                let id = g.get("id").and_then(Value::as_str).ok_or("id")?.to_string();
+                let parent = g
+                    .get("parent")
+                    .and_then(Value::as_str)
+                    .ok_or("parent")?
+                    .to_string();
+                if !self.nodes.contains_key(&parent) {
+                    return Err("parent unknown".into());
+                }
+                let mut seen = BTreeSet::new();
+                for x in &sources {
+                    let n = self.nodes.get(x).ok_or("source unknown")?;
+                    if n.status != Status::Active
+                        || n.parent.as_deref() != Some(parent.as_str())
+                        || !seen.insert(x.clone())
+                    {
+                        return Err("sources are not distinct active siblings".into());
+                    }
+                }
+                if sources.len() < 2 || self.nodes.contains_key(&id) {
+                    return Err("join shape".into());
+                }
+                let edit = edit_hash(g);
+                self.witness_ok(&op["witness"], &parent, &edit)?;
+                self.can_edit()?;
+                let mut edges = Vec::new();
+                for (a, b) in &prec {
+                    let ia = sources
+                        .iter()
+                        .position(|x| x == a)
+                        .ok_or("precedence names a non-source")?;
+                    let ib = sources
+                        .iter()
+                        .position(|x| x == b)
+                        .ok_or("precedence names a non-source")?;
+                    if ia == ib {
+                        return Err("self precedence".into());
+                    }
+                    edges.push((ia, ib));
+                }
+                let parts: Vec<Vec<Vec<String>>> = sources
+                    .iter()
+                    .filter_map(|x| self.nodes.get(x).map(|n| n.residual.clone()))
+                    .collect();
+                let all = interleavings(&parts, &edges).map_err(|guard| {
+                    if guard {
+                        "profile: join guard"
+                    } else {
+                        "precedence cycle"
+                    }
+                    .to_string()
+                })?;
+                let supplied: BTreeSet<Vec<String>> = self
+                    .canon_all(&string_lists(&g["traces"]))?
+                    .into_iter()
+                    .collect();
+                if supplied != all {
+                    return Err("not the complete composition".into());
+                }
+                let held: BTreeSet<String> = sources
+                    .iter()
+                    .filter_map(|x| self.nodes.get(x))
+                    .flat_map(|n| n.resources.iter().cloned())
+                    .collect();
+                let node = self.refine(g, &parent, Some(&held))?;
+                for x in &sources {
+                    fx.apply.push(Change::SetStatus(x.clone(), Status::Joined));
+                }
+                fx.edit = Some(edit);
+                self.install(fx, id, parent, node);
+            }
+            "delegate_goal" => {
+                if op["resources"].as_array().map_or(0, Vec::len) > limit::ARRAY {
+                    return Err("profile".into());
+                }
+                if s("root") != root.id {
+                    return Err("cross-root".into());
+                }
+                let goal = s("goal");
+                let n = self.nodes.get(&goal).ok_or("unknown goal")?;
+                let parent = n.parent.clone().ok_or("the root goal is not delegable")?;
+                if n.status != Status::Active || s("worker").trim().is_empty() {
+                    return Err("not delegable".into());
+                }
+                let edit = delegation_hash(&goal, &op["resources"], &s("worker"));
+                self.witness_ok(&op["witness"], &parent, &edit)?;
+                self.can_edit()?;
+                let res: BTreeSet<String> = strings(&op["resources"]).into_iter().collect();
+                if !res.is_subset(&n.resources) {
+                    return Err("delegation widens resources".into());
+                }
+                fx.apply.push(Change::Graph);
+                fx.apply.push(Change::Resources(goal.clone(), res));
+                fx.apply.push(Change::BumpRevision(goal.clone()));
+                fx.apply.push(Change::BumpRevision(parent));
+                fx.apply.push(Change::Path(self.ancestry(&goal)));
+                fx.apply.push(Change::Lifecycle("runnable"));
+            }
+            "authorize_effect" => {
+                let goal = s("goal");
+                if !self.nodes.contains_key(&goal) {
+                    return Err("unknown goal".into());
+                }
+                let e = self.d.canon(&s("effect")).ok_or("unknown effect")?;
+                self.gate(&goal, &e)?;
+                let id = self.next_hold;
+                fx.reservation = Some(id);
+                fx.apply.push(Change::Hold(
+                    id,
+                    Hold {
+                        goal,
+                        effect: e,
+                        trace: self.trace_digest,
+                        ver: self.ver,
+                        spent: false,
+                    },
+                ));
+            }
+            "commit_effect" => {
+                let id = op
+                    .get("reservation")
+                    .and_then(Value::as_u64)
+                    .ok_or("reservation")?;
+                let h = self
+                    .holds
+                    .get(&id)
+                    .ok_or("detached commit: no such reservation")?;
+                if h.spent {
+                    return Err("reservation spent".into());
+                }
+                let e = self.d.canon(&s("effect")).ok_or("unknown effect")?;
+                if e != h.effect || h.ver != self.ver || h.trace != self.trace_digest {
+                    return Err("commit does not match its reservation".into());
+                }
+                let next = self.gate(&h.goal, &e)?;
+                fx.reservation = Some(id);
+                fx.apply.push(Change::Commit(id, e, next));
+            }
+            "reauthorize" => {
+                let goal = s("goal");
+                let n = self.nodes.get(&goal).ok_or("unknown goal")?;
+                if n.status != Status::Active {
+                    return Err("not active".into());
+                }
+                if goal == root.id {
+                    if self.any_active_goal() {
+                        return Err("goals active".into());
+                    }
+                } else if self.has_active_below(&goal) {
+                    return Err("not a leaf".into());
+                }
+                let path = self.ancestry(&goal);
+                for a in path.iter().skip(1) {
+                    let res = &self.nodes.get(a).ok_or("ancestor")?.residual;
+                    if n.residual.iter().any(|x| !prefix_of_some(res, x)) {
+                        return Err("left an ancestor's language".into());
+                    }
+                }
+                let frames: Vec<&Vec<String>> = path
+                    .iter()
+                    .filter_map(|h| self.nodes.get(h))
+                    .flat_map(|x| x.frames.iter())
+                    .collect();
+                self.safe(&self.world, &n.residual, &frames, &self.rules)?;
+                for u in &n.residual {
+                    let end = self.after(&self.world, u).ok_or("not applicable")?;
+                    if self.d.all(&end, &n.closing) != Some(true) {
+                        return Err("cannot close".into());
+                    }
+                }
+                fx.apply.push(Change::Path(path));
+                fx.apply.push(Change::Lifecycle("runnable"));
+            }
+            "cancel_goal" => {
+                let goal = s("goal");
+                let n = self.nodes.get(&goal).ok_or("unknown goal")?;
+                if n.parent.is_none() || n.status != Status::Active || self.has_active_below(&goal)
+                {
+                    return Err("not cancellable".into());
+                }
+                fx.apply.push(Change::SetStatus(goal, Status::Cancelled));
+                fx.apply.push(Change::Graph);
+                fx.apply.push(Change::NoPath);
+            }
+            "close_goal" => {
+                let goal = s("goal");
+                let n = self.nodes.get(&goal).ok_or("unknown goal")?;
+                if n.parent.is_none() {
+                    return Err("root via closeRoot".into());
+                }
+                let path = self.fresh_path()?;
+                if path.first() != Some(&goal) || self.has_active_below(&goal) {
+                    return Err("not the current leaf".into());
+                }
+                if !n.residual.iter().any(Vec::is_empty)
+                    || self.d.all(&self.world, &n.closing) != Some(true)
+                {
+                    return Err("not complete".into());
+                }
+                if n.obligations.iter().any(|o| {
+                    root.discharge
+                        .get(o)
+                        .and_then(|p| self.d.all(&self.world, p))
+                        != Some(true)
+                }) {
+                    return Err("obligation open".into());
+                }
+                fx.apply.push(Change::SetStatus(goal, Status::Closed));
+                fx.apply.push(Change::Graph);
+                fx.apply.push(Change::NoPath);
+            }
+            "close_root" => {
+                if self.lifecycle != Some("runnable") || self.any_active_goal() {
+                    return Err("not closable".into());
+                }
+                if !root.language.contains(&self.trace) {
+                    return Err("trace not permitted".into());
+                }
+                let g0 = self.nodes.get(&root.id).ok_or("root goal")?;
+                if g0.obligations.iter().any(|o| {
+                    root.discharge
+                        .get(o)
+                        .and_then(|p| self.d.all(&self.world, p))
+                        != Some(true)
+                }) {
+                    return Err("obligation open".into());
+                }
+                if self.d.all(&self.world, &root.closing) != Some(true) {
+                    return Err("closing predicate".into());
+                }
+                fx.apply.push(Change::Lifecycle("closed"));
+                fx.apply.push(Change::NoPath);
+            }
+            other => return Err(format!("unknown operation {other}")),
+        }
+        Ok(())
+    }
+
+    fn install(&self, fx: &mut Effects, id: String, parent: String, node: Node) {
+        fx.apply.push(Change::Graph);
+        fx.apply.push(Change::Node(id.clone(), node));
+        fx.apply.push(Change::BumpRevision(parent.clone()));
+        let mut path = vec![id];
+        path.extend(self.ancestry(&parent));
+        fx.apply.push(Change::Path(path));
+        fx.apply.push(Change::Lifecycle("runnable"));
+    }
+
+    fn apply(&mut self, fx: Effects) {
+        for c in fx.apply {
+            match c {
+                Change::Register(root, w, rules) => {
+                    self.ver = Ver {
+                        epoch: root.epoch,
+                        policy: 1,
+                        state: 1,
+                        graph: 1,
+                    };
+                    self.world = w;
+                    self.rules = rules;
+                    self.nodes.insert(
+                        root.id.clone(),
+                        Node {
+                            parent: None,
+                            revision: 1,
+                            status: Status::Active,
+                            residual: root.language.iter().cloned().collect(),
+                            closing: root.closing.clone(),
+                            resources: root.envelope.clone(),
+                            obligations: root.obligations.clone(),
+                            frames: Vec::new(),
+                        },
+                    );
+                    self.created = 1;
+                    self.path = Some((vec![root.id.clone()], self.ver));
+                    self.lifecycle = Some("runnable");
+                    self.root = Some(root);
+                }
+                Change::Node(id, n) => {
+                    self.nodes.insert(id, n);
+                    self.created += 1;
+                    self.report.goals += 1;
+                }
+                Change::SetStatus(id, st) => {
+                    if let Some(n) = self.nodes.get_mut(&id) {
+                        n.status = st;
+                    }
+                }
+                Change::BumpRevision(id) => {
+                    if let Some(n) = self.nodes.get_mut(&id) {
+                        n.revision += 1;
+                    }
+                }
+                Change::Resources(id, r) => {
+                    if let Some(n) = self.nodes.get_mut(&id) {
+                        n.resources = r;
+                    }
+                }
+                Change::Graph => self.ver.graph += 1,
+                Change::Path(p) => self.path = Some((p, self.ver)),
+                Change::NoPath => self.path = None,
+                Change::Lifecycle(l) => self.lifecycle = Some(l),
+                Change::Hold(id, h) => {
+                    self.holds.insert(id, h);
+                    self.next_hold += 1;
+                }
+                Change::Commit(id, e, next) => {
+                    let mut input = self.trace_digest.to_vec();
+                    input.extend_from_slice(e.as_bytes());
+                    self.trace_digest = sha(&[b"halo/trace/v1\0", &input]);
+                    self.trace.push(e.clone());
+                    self.world = next;
+                    if let Some(h) = self.holds.get_mut(&id) {
+                        h.spent = true;
+                    }
+                    let path = self
+                        .path
+                        .as_ref()
+                        .map(|(p, _)| p.clone())
+                        .unwrap_or_default();
+                    for g in &path {
+                        if let Some(n) = self.nodes.get_mut(g) {
+                            n.residual = n
+                                .residual
+                                .iter()
+                                .filter(|t| t.first() == Some(&e))
+                                .map(|t| t.iter().skip(1).cloned().collect())
+                                .collect();
+                        }
+                    }
+                    self.ver.graph += 1;
+                    self.path = Some((path, self.ver));
+                    self.report.commits += 1;
+                }
+                Change::Policy(r) => {
+                    self.rules = r;
+                    self.ver.policy += 1;
+                }
+                Change::Observe(w) => {
+                    self.world = w;
+                    self.ver.state += 1;
+                }
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Value {
+        json!({
+            "after": {"epoch": self.ver.epoch, "policy": self.ver.policy, "state": self.ver.state, "graph": self.ver.graph},
+            "root": self.lifecycle,
+            "state": self.world,
+            "trace": hex(&self.trace_digest),
+        })
+    }
+}
+
+fn claimed(body: &Value) -> Value {
+    json!({
+        "after": body["after"],
+        "root": body["root"],
+        "state": body["state"],
+        "trace": body["trace"],
+    })
+}
+
+/// Audits a receipt stream (each a parsed JSON receipt line) against a domain.
+///
+/// # Errors
+/// The first receipt that does not verify, and why.
+pub fn audit(domain: &AuditDomain, receipts: &[Value]) -> Result<AuditReport, AuditError> {
+    let mut r = Replay::new(domain);
+    let mut prev = "0".repeat(64);
+    for (i, rec) in receipts.iter().enumerate() {
+        let fail = |what: String| AuditError { index: i, what };
+        // The chain.
+        let input = json!({
+            "at_ns": rec["at_ns"],
+            "body": rec["body"],
+            "index": rec["index"],
+            "prev": rec["prev"],
+        });
+        let bytes = serde_json::to_vec(&input).map_err(|e| fail(e.to_string()))?;
+        let hash = hex(&sha(&[b"halo/receipt/v1\0", &bytes]));
+        if rec["index"].as_u64() != Some(i as u64)
+            || rec["prev"].as_str() != Some(prev.as_str())
+            || rec["hash"].as_str() != Some(hash.as_str())
+        {
+            return Err(fail("hash chain broken".into()));
+        }
+        prev = hash;
+        let body = &rec["body"];
+        let req = &body["request"];
+        let caller = req["caller"].as_str().unwrap_or("");
+        let op = &req["op"];
+        let verdict = body["verdict"].as_str().unwrap_or("");
+        if Ver::of(&body["before"]) != Some(r.ver) {
+            return Err(fail("versions before do not continue the stream".into()));
+        }
+        let before = r.snapshot();
+        // Idempotent replays of a commit key.
+        if op["op"] == "commit_effect" {
+            if let Some(key) = op["key"].as_str() {
+                if let Some((orig, idx, v)) = r.keys.get(key).cloned() {
+                    let exact = orig == *req;
+                    let ok = if exact {
+                        verdict == v && body["replay_of"].as_u64() == Some(idx as u64)
+                    } else {
+                        verdict == "deny" && body["replay_of"].is_null()
+                    };
+                    if !ok || claimed(body) != before {
+                        return Err(fail(
+                            "an idempotency-key reuse that is not an exact, inert replay".into(),
+                        ));
+                    }
+                    if exact {
+                        r.report.replays += 1;
+                    }
+                    r.report.receipts += 1;
+                    continue;
+                }
+            }
+        }
+        if !body["replay_of"].is_null() {
+            return Err(fail("a replay with no original".into()));
+        }
+        match r.judge(caller, op) {
+            Ok(fx) => {
+                if verdict != "allow" {
+                    return Err(fail(format!(
+                        "recorded {verdict}; the checker derives allow"
+                    )));
+                }
+                let edit = fx.edit.clone();
+                let reservation = fx.reservation;
+                r.apply(fx);
+                if body["edit"].as_str().map(String::from) != edit {
+                    return Err(fail("edit digest differs".into()));
+                }
+                if body["reservation"].as_u64() != reservation {
+                    return Err(fail("reservation differs".into()));
+                }
+                if claimed(body) != r.snapshot() {
+                    return Err(fail(format!(
+                        "state after differs: recorded {} derived {}",
+                        claimed(body),
+                        r.snapshot()
+                    )));
+                }
+                if op["op"] == "commit_effect" {
+                    if let Some(k) = op["key"].as_str() {
+                        r.keys
+                            .insert(k.to_string(), (req.clone(), i, verdict.to_string()));
+                    }
+                }
+                r.report.allowed += 1;
+            }
+            Err(why) => {
+                if verdict == "allow" {
+                    return Err(fail(format!(
+                        "recorded allow; the checker derives a refusal: {why}"
+                    )));
+                }
+                if claimed(body) != before {
+                    return Err(fail("a refusal changed the configuration".into()));
+                }
+            }
+        }
+        r.report.receipts += 1;
+    }
+    r.report.closed = r.lifecycle == Some("closed");
+    Ok(r.report)
+}
