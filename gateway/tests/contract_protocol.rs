@@ -1199,6 +1199,23 @@ fn checks() -> Vec<Check> {
         },
     ));
     v.push(check(
+        "delegate: not over a path a sibling's commits have left",
+        Deny,
+        Some(R::TRACE_EXPANSION),
+        move || {
+            // Found by the bounded explorer: g1 was authorized, then sibling `a` advanced the root's
+            // work; selecting g1's path again by delegating it must recheck that path.
+            let mut f = with_g1();
+            f.ok(&[effect("g1", "takeoff")]);
+            let mut a = goal("a", "survey", &[&["goto(wp1)", "photograph(wp1)"]]);
+            a.completion = vec![s(&["goto(wp2)", "photograph(wp2)", "return", "land"])];
+            a.closing = s(&["photos >= 1"]);
+            f.ok(&[propose(a), effect("a", "goto(wp1)")]);
+            let op = delegate_op(&f, "g1", &["camera"], "survey", "cam-1");
+            (f, Role::Agent, op)
+        },
+    ));
+    v.push(check(
         "delegate: a witness for another worker",
         Deny,
         Some(R::WITNESS_MISMATCH),

@@ -58,6 +58,58 @@ pub struct AuditReport {
     pub closed: bool,
 }
 
+/// A single deliberate defect in the replayed checker, for the bounded explorer
+/// (`contract_explorer`): each variant drops exactly one obligation, and the explorer must find
+/// a reachable configuration that breaks an invariant. [`audit`] never uses one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Defect {
+    /// A join is accepted because each source was valid alone; the composition is not checked.
+    LocalOnlyComposition,
+    /// Trace inclusion compares effect multisets, not sequences.
+    IgnoreOrder,
+    /// Trace inclusion ignores repeated effects.
+    IgnoreMultiplicity,
+    /// Frame predicates are not evaluated.
+    NoFrames,
+    /// A witness's root and epoch are not compared.
+    NoRootIdentity,
+    /// A delegation's root is not compared.
+    NoDelegationLineage,
+    /// Resource attenuation is not checked.
+    NoResourceCheck,
+    /// Obligation inheritance is not checked.
+    NoObligationCheck,
+    /// Success refinement (W6) is not checked.
+    NoSuccessRefinement,
+    /// A witness's policy version is not compared.
+    NoPolicyFreshness,
+    /// A witness's state version is not compared.
+    NoStateFreshness,
+    /// A witness's graph and parent revisions are not compared.
+    NoGraphFreshness,
+    /// A commit needs no matching reservation and skips the gate.
+    NoMediation,
+}
+
+impl Defect {
+    /// Every defect.
+    pub const ALL: [Defect; 13] = [
+        Defect::LocalOnlyComposition,
+        Defect::IgnoreOrder,
+        Defect::IgnoreMultiplicity,
+        Defect::NoFrames,
+        Defect::NoRootIdentity,
+        Defect::NoDelegationLineage,
+        Defect::NoResourceCheck,
+        Defect::NoObligationCheck,
+        Defect::NoSuccessRefinement,
+        Defect::NoPolicyFreshness,
+        Defect::NoStateFreshness,
+        Defect::NoGraphFreshness,
+        Defect::NoMediation,
+    ];
+}
+
 /// Profile limits (the published finite profile).
 mod limit {
     pub const GOALS: usize = 64;
@@ -105,7 +157,7 @@ pub struct AuditDomain {
     effects: BTreeMap<String, EffectType>,
 }
 
-type World = BTreeMap<String, String>;
+pub(crate) type World = BTreeMap<String, String>;
 
 impl AuditDomain {
     /// Reads a domain file.
@@ -189,6 +241,16 @@ impl AuditDomain {
             );
         }
         Ok(AuditDomain { id, vars, effects })
+    }
+
+    /// A conjunction holds in `w` (a malformed one does not).
+    pub(crate) fn holds(&self, w: &World, conds: &[String]) -> bool {
+        self.all(w, conds) == Some(true)
+    }
+
+    /// The successor of `w` under canonical effect text `e`.
+    pub(crate) fn apply_effect(&self, w: &World, e: &str) -> Option<World> {
+        self.step(w, e)
     }
 
     /// Canonical effect text, or `None` when the effect is not registered.
@@ -348,7 +410,7 @@ impl AuditDomain {
 // --- the replayed configuration --------------------------------------------------------------
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Status {
+pub(crate) enum Status {
     Active,
     Closed,
     Cancelled,
@@ -357,23 +419,23 @@ enum Status {
 }
 
 #[derive(Clone, Debug)]
-struct Node {
-    parent: Option<String>,
-    revision: u64,
-    status: Status,
-    residual: Vec<Vec<String>>,
-    closing: Vec<String>,
-    resources: BTreeSet<String>,
-    obligations: BTreeSet<String>,
-    frames: Vec<Vec<String>>,
+pub(crate) struct Node {
+    pub(crate) parent: Option<String>,
+    pub(crate) revision: u64,
+    pub(crate) status: Status,
+    pub(crate) residual: Vec<Vec<String>>,
+    pub(crate) closing: Vec<String>,
+    pub(crate) resources: BTreeSet<String>,
+    pub(crate) obligations: BTreeSet<String>,
+    pub(crate) frames: Vec<Vec<String>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-struct Ver {
-    epoch: u64,
-    policy: u64,
-    state: u64,
-    graph: u64,
+pub(crate) struct Ver {
+    pub(crate) epoch: u64,
+    pub(crate) policy: u64,
+    pub(crate) state: u64,
+    pub(crate) graph: u64,
 }
 
 impl Ver {
@@ -388,49 +450,57 @@ impl Ver {
 }
 
 #[derive(Clone, Debug)]
-struct Hold {
-    goal: String,
-    effect: String,
-    trace: [u8; 32],
-    ver: Ver,
-    spent: bool,
+pub(crate) struct Hold {
+    pub(crate) goal: String,
+    pub(crate) effect: String,
+    pub(crate) trace: [u8; 32],
+    pub(crate) ver: Ver,
+    pub(crate) spent: bool,
 }
 
 #[derive(Clone, Debug, Default)]
-struct Rules {
-    deny: BTreeSet<String>,
-    max_len: Option<usize>,
-    forbid: Vec<Vec<String>>,
+pub(crate) struct Rules {
+    pub(crate) deny: BTreeSet<String>,
+    pub(crate) max_len: Option<usize>,
+    pub(crate) forbid: Vec<Vec<String>>,
 }
 
 #[derive(Clone, Debug)]
-struct Root {
-    id: String,
-    epoch: u64,
-    language: BTreeSet<Vec<String>>,
-    forbidden: Vec<Vec<String>>,
-    closing: Vec<String>,
-    envelope: BTreeSet<String>,
-    obligations: BTreeSet<String>,
-    discharge: BTreeMap<String, Vec<String>>,
+pub(crate) struct Root {
+    pub(crate) id: String,
+    pub(crate) epoch: u64,
+    pub(crate) language: BTreeSet<Vec<String>>,
+    pub(crate) forbidden: Vec<Vec<String>>,
+    pub(crate) closing: Vec<String>,
+    pub(crate) envelope: BTreeSet<String>,
+    pub(crate) obligations: BTreeSet<String>,
+    pub(crate) discharge: BTreeMap<String, Vec<String>>,
 }
 
-struct Replay<'d> {
-    d: &'d AuditDomain,
-    root: Option<Root>,
-    rules: Rules,
-    world: World,
-    trace: Vec<String>,
-    trace_digest: [u8; 32],
-    nodes: BTreeMap<String, Node>,
-    created: usize,
-    ver: Ver,
-    path: Option<(Vec<String>, Ver)>,
-    lifecycle: Option<&'static str>,
-    holds: BTreeMap<u64, Hold>,
-    next_hold: u64,
-    keys: BTreeMap<String, (Value, usize, String)>,
-    report: AuditReport,
+#[derive(Clone)]
+pub(crate) struct Replay<'d> {
+    pub(crate) defect: Option<Defect>,
+    /// Invariant evidence: an edit or delegation was accepted on a stale witness.
+    pub(crate) stale_accepted: bool,
+    /// Invariant evidence: an accepted witness or delegation named another root.
+    pub(crate) foreign_accepted: bool,
+    /// Invariant evidence: an effect was committed without its reservation.
+    pub(crate) unmediated: bool,
+    pub(crate) d: &'d AuditDomain,
+    pub(crate) root: Option<Root>,
+    pub(crate) rules: Rules,
+    pub(crate) world: World,
+    pub(crate) trace: Vec<String>,
+    pub(crate) trace_digest: [u8; 32],
+    pub(crate) nodes: BTreeMap<String, Node>,
+    pub(crate) created: usize,
+    pub(crate) ver: Ver,
+    pub(crate) path: Option<(Vec<String>, Ver)>,
+    pub(crate) lifecycle: Option<&'static str>,
+    pub(crate) holds: BTreeMap<u64, Hold>,
+    pub(crate) next_hold: u64,
+    pub(crate) keys: BTreeMap<String, (Value, usize, String)>,
+    pub(crate) report: AuditReport,
 }
 
 /// The result of re-deriving one operation: `Err` carries why it must not be allowed.
@@ -458,6 +528,10 @@ enum Change {
     Commit(u64, String, World),
     Policy(Rules),
     Observe(World),
+    /// A witness was accepted: (fresh, names this root).
+    Witnessed(bool, bool),
+    /// A commit was accepted without its reservation.
+    Unmediated(bool),
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -474,6 +548,16 @@ fn string_lists(v: &Value) -> Vec<Vec<String>> {
     v.as_array()
         .map(|a| a.iter().map(strings).collect())
         .unwrap_or_default()
+}
+
+/// The edit digest of a goal spec, hex (for the explorer's witnesses).
+pub(crate) fn edit_hash_of(goal: &Value) -> String {
+    edit_hash(goal)
+}
+
+/// The digest a delegation's witness binds, hex.
+pub(crate) fn delegation_hash_of(goal: &str, resources: &Value, worker: &str) -> String {
+    delegation_hash(goal, resources, worker)
 }
 
 fn edit_hash(goal: &Value) -> String {
@@ -625,8 +709,12 @@ fn prefix_of_some(lang: &[Vec<String>], x: &[String]) -> bool {
 }
 
 impl<'d> Replay<'d> {
-    fn new(d: &'d AuditDomain) -> Replay<'d> {
+    pub(crate) fn new(d: &'d AuditDomain) -> Replay<'d> {
         Replay {
+            defect: None,
+            stale_accepted: false,
+            foreign_accepted: false,
+            unmediated: false,
             d,
             root: None,
             rules: Rules::default(),
@@ -668,6 +756,9 @@ impl<'d> Replay<'d> {
             }
         }
         for f in frames {
+            if self.defect == Some(Defect::NoFrames) {
+                break;
+            }
             if !self.d.all(w, f).ok_or("malformed frame")? {
                 return Err(format!("frame fails in {w:?}"));
             }
@@ -759,7 +850,9 @@ impl<'d> Replay<'d> {
         }
     }
 
-    fn witness_ok(&self, w: &Value, parent: &str, edit: &str) -> Result<(), String> {
+    /// W1, W2 and W7 for a witness; on success, whether it was fresh and named this root (both
+    /// always true unless a defect skipped the comparison).
+    fn witness_ok(&self, w: &Value, parent: &str, edit: &str) -> Result<Change, String> {
         let root = self.root.as_ref().ok_or("no root")?;
         let g = |k: &str| {
             w.get(k)
@@ -767,20 +860,73 @@ impl<'d> Replay<'d> {
                 .ok_or(format!("witness {k}"))
         };
         let p = self.nodes.get(parent).ok_or("witness parent unknown")?;
-        let ok = w.get("root").and_then(Value::as_str) == Some(root.id.as_str())
-            && g("epoch")? == root.epoch
-            && w.get("edit").and_then(Value::as_str) == Some(edit)
+        let identity = w.get("root").and_then(Value::as_str) == Some(root.id.as_str())
+            && g("epoch")? == root.epoch;
+        let binding = w.get("edit").and_then(Value::as_str) == Some(edit)
             && w.get("parent").and_then(Value::as_str) == Some(parent)
-            && g("base_revision")? == self.ver.graph
-            && g("new_revision")? == self.ver.graph + 1
-            && g("policy_version")? == self.ver.policy
-            && g("state_version")? == self.ver.state
-            && g("parent_revision")? == p.revision;
+            && g("new_revision")? == g("base_revision")?.saturating_add(1);
+        let graph = g("base_revision")? == self.ver.graph && g("parent_revision")? == p.revision;
+        let policy = g("policy_version")? == self.ver.policy;
+        let state = g("state_version")? == self.ver.state;
+        let skip = |d: Defect| self.defect == Some(d);
+        let ok = (identity || skip(Defect::NoRootIdentity))
+            && binding
+            && (graph || skip(Defect::NoGraphFreshness))
+            && (policy || skip(Defect::NoPolicyFreshness))
+            && (state || skip(Defect::NoStateFreshness));
         if ok {
-            Ok(())
+            Ok(Change::Witnessed(graph && policy && state, identity))
         } else {
             Err("witness does not bind this root, edit and current versions".into())
         }
+    }
+
+    fn same(&self, a: &[String], b: &[String]) -> bool {
+        match self.defect {
+            Some(Defect::IgnoreOrder) => {
+                let (mut x, mut y) = (a.to_vec(), b.to_vec());
+                x.sort();
+                y.sort();
+                x == y
+            }
+            Some(Defect::IgnoreMultiplicity) => {
+                let (mut x, mut y) = (a.to_vec(), b.to_vec());
+                x.dedup();
+                y.dedup();
+                x == y
+            }
+            _ => a == b,
+        }
+    }
+
+    /// `x` is a prefix of some trace in `lang` (as the defect, if any, compares traces).
+    fn in_prefixes(&self, lang: &[Vec<String>], x: &[String]) -> bool {
+        match self.defect {
+            Some(Defect::IgnoreOrder) => lang
+                .iter()
+                .any(|m| m.len() >= x.len() && self.same(m.get(..x.len()).unwrap_or(&[]), x)),
+            Some(Defect::IgnoreMultiplicity) => lang.iter().any(|m| {
+                let (mut a, mut b) = (m.clone(), x.to_vec());
+                a.dedup();
+                b.dedup();
+                a.starts_with(&b)
+            }),
+            _ => prefix_of_some(lang, x),
+        }
+    }
+
+    /// A goal spec's node, unchecked (the local-only composition defect).
+    fn unchecked_node(&self, g: &Value, parent: &str) -> Result<Node, String> {
+        Ok(Node {
+            parent: Some(parent.to_string()),
+            revision: 1,
+            status: Status::Active,
+            residual: self.canon_all(&string_lists(&g["traces"]))?,
+            closing: strings(&g["closing"]),
+            resources: strings(&g["resources"]).into_iter().collect(),
+            obligations: strings(&g["obligations"]).into_iter().collect(),
+            frames: string_lists(&g["frames"]),
+        })
     }
 
     fn goal_limits(g: &Value) -> Result<(), String> {
@@ -839,11 +985,14 @@ impl<'d> Replay<'d> {
         }
         for a in self.ancestry(parent) {
             let res = &self.nodes.get(&a).ok_or("ancestor")?.residual;
-            if let Some(x) = composed.iter().find(|x| !prefix_of_some(res, x)) {
+            if let Some(x) = composed.iter().find(|x| !self.in_prefixes(res, x)) {
                 return Err(format!("{x:?} outside {a}'s residual language"));
             }
         }
-        if let Some(x) = composed.iter().find(|x| !p.residual.contains(x)) {
+        if let Some(x) = composed
+            .iter()
+            .find(|x| !p.residual.iter().any(|m| self.same(m, x)))
+        {
             return Err(format!("{x:?} does not complete {parent}'s work"));
         }
         let mut all_frames: Vec<&Vec<String>> = frames.iter().collect();
@@ -854,23 +1003,30 @@ impl<'d> Replay<'d> {
         }
         self.safe(&self.world, &composed, &all_frames, &self.rules)?;
         let resources: BTreeSet<String> = strings(&g["resources"]).into_iter().collect();
-        if resources
-            .iter()
-            .any(|r| !p.resources.contains(r) || !root.envelope.contains(r))
+        let check_resources = self.defect != Some(Defect::NoResourceCheck);
+        if check_resources
+            && resources
+                .iter()
+                .any(|r| !p.resources.contains(r) || !root.envelope.contains(r))
         {
             return Err("resources exceed the envelope".into());
         }
-        if let Some(b) = extra_resource_bound {
+        if let Some(b) = extra_resource_bound.filter(|_| check_resources) {
             if !resources.is_subset(b) {
                 return Err("joined resources exceed the sources'".into());
             }
         }
         let obligations: BTreeSet<String> = strings(&g["obligations"]).into_iter().collect();
-        if !obligations.is_subset(&p.obligations) {
+        let check_obligations = self.defect != Some(Defect::NoObligationCheck);
+        if check_obligations && !obligations.is_subset(&p.obligations) {
             return Err("obligation minted".into());
         }
         let discharged = strings(&g["discharged"]);
-        for o in p.obligations.difference(&obligations) {
+        for o in p
+            .obligations
+            .difference(&obligations)
+            .filter(|_| check_obligations)
+        {
             let evidence = discharged.contains(o)
                 && root
                     .discharge
@@ -881,13 +1037,14 @@ impl<'d> Replay<'d> {
                 return Err(format!("obligation {o} dropped"));
             }
         }
-        for u in &own {
+        let check_success = self.defect != Some(Defect::NoSuccessRefinement);
+        for u in own.iter().filter(|_| check_success) {
             let end = self.after(&self.world, u).ok_or("not applicable")?;
             if self.d.all(&end, &closing) != Some(true) {
                 return Err("own closing predicate fails".into());
             }
         }
-        for x in &composed {
+        for x in composed.iter().filter(|_| check_success) {
             let end = self.after(&self.world, x).ok_or("not applicable")?;
             if self.d.all(&end, &p.closing) != Some(true) {
                 return Err("parent closing predicate fails".into());
@@ -1142,7 +1299,8 @@ impl<'d> Replay<'d> {
                     return Err("duplicate".into());
                 }
                 let edit = edit_hash(g);
-                self.witness_ok(&op["witness"], &parent, &edit)?;
+                fx.apply
+                    .push(self.witness_ok(&op["witness"], &parent, &edit)?);
                 self.can_edit()?;
                 let mut node = self.refine(g, &parent, None)?;
                 node.revision = revision;
@@ -1197,7 +1355,8 @@ impl<'d> Replay<'d> {
                     return Err("join shape".into());
                 }
                 let edit = edit_hash(g);
-                self.witness_ok(&op["witness"], &parent, &edit)?;
+                fx.apply
+                    .push(self.witness_ok(&op["witness"], &parent, &edit)?);
                 self.can_edit()?;
                 let mut edges = Vec::new();
                 for (a, b) in &prec {
@@ -1213,6 +1372,15 @@ impl<'d> Replay<'d> {
                         return Err("self precedence".into());
                     }
                     edges.push((ia, ib));
+                }
+                if self.defect == Some(Defect::LocalOnlyComposition) {
+                    let node = self.unchecked_node(g, &parent)?;
+                    for x in &sources {
+                        fx.apply.push(Change::SetStatus(x.clone(), Status::Joined));
+                    }
+                    fx.edit = Some(edit);
+                    self.install(fx, id, parent, node);
+                    return Ok(());
                 }
                 let parts: Vec<Vec<Vec<String>>> = sources
                     .iter()
@@ -1249,9 +1417,11 @@ impl<'d> Replay<'d> {
                 if op["resources"].as_array().map_or(0, Vec::len) > limit::ARRAY {
                     return Err("profile".into());
                 }
-                if s("root") != root.id {
+                let own_root = s("root") == root.id;
+                if !own_root && self.defect != Some(Defect::NoDelegationLineage) {
                     return Err("cross-root".into());
                 }
+                fx.apply.push(Change::Witnessed(true, own_root));
                 let goal = s("goal");
                 let n = self.nodes.get(&goal).ok_or("unknown goal")?;
                 let parent = n.parent.clone().ok_or("the root goal is not delegable")?;
@@ -1259,12 +1429,14 @@ impl<'d> Replay<'d> {
                     return Err("not delegable".into());
                 }
                 let edit = delegation_hash(&goal, &op["resources"], &s("worker"));
-                self.witness_ok(&op["witness"], &parent, &edit)?;
+                fx.apply
+                    .push(self.witness_ok(&op["witness"], &parent, &edit)?);
                 self.can_edit()?;
                 let res: BTreeSet<String> = strings(&op["resources"]).into_iter().collect();
-                if !res.is_subset(&n.resources) {
+                if !res.is_subset(&n.resources) && self.defect != Some(Defect::NoResourceCheck) {
                     return Err("delegation widens resources".into());
                 }
+                self.whole_path(&goal)?;
                 fx.apply.push(Change::Graph);
                 fx.apply.push(Change::Resources(goal.clone(), res));
                 fx.apply.push(Change::BumpRevision(goal.clone()));
@@ -1297,6 +1469,21 @@ impl<'d> Replay<'d> {
                     .get("reservation")
                     .and_then(Value::as_u64)
                     .ok_or("reservation")?;
+                if self.defect == Some(Defect::NoMediation) {
+                    let e = self.d.canon(&s("effect")).ok_or("unknown effect")?;
+                    let next = self.d.step(&self.world, &e).ok_or("not applicable")?;
+                    let mediated = self.holds.get(&id).is_some_and(|h| {
+                        !h.spent
+                            && h.effect == e
+                            && h.ver == self.ver
+                            && h.trace == self.trace_digest
+                            && self.gate(&h.goal, &e).is_ok()
+                    });
+                    fx.reservation = Some(id);
+                    fx.apply.push(Change::Commit(id, e, next));
+                    fx.apply.push(Change::Unmediated(!mediated));
+                    return Ok(());
+                }
                 let h = self
                     .holds
                     .get(&id)
@@ -1325,25 +1512,7 @@ impl<'d> Replay<'d> {
                 } else if self.has_active_below(&goal) {
                     return Err("not a leaf".into());
                 }
-                let path = self.ancestry(&goal);
-                for a in path.iter().skip(1) {
-                    let res = &self.nodes.get(a).ok_or("ancestor")?.residual;
-                    if n.residual.iter().any(|x| !prefix_of_some(res, x)) {
-                        return Err("left an ancestor's language".into());
-                    }
-                }
-                let frames: Vec<&Vec<String>> = path
-                    .iter()
-                    .filter_map(|h| self.nodes.get(h))
-                    .flat_map(|x| x.frames.iter())
-                    .collect();
-                self.safe(&self.world, &n.residual, &frames, &self.rules)?;
-                for u in &n.residual {
-                    let end = self.after(&self.world, u).ok_or("not applicable")?;
-                    if self.d.all(&end, &n.closing) != Some(true) {
-                        return Err("cannot close".into());
-                    }
-                }
+                let path = self.whole_path(&goal)?;
                 fx.apply.push(Change::Path(path));
                 fx.apply.push(Change::Lifecycle("runnable"));
             }
@@ -1410,6 +1579,39 @@ impl<'d> Replay<'d> {
             other => return Err(format!("unknown operation {other}")),
         }
         Ok(())
+    }
+
+    /// Judges one request and applies it when allowed (no receipt, no idempotency replay).
+    pub(crate) fn step(&mut self, req: &Value) -> Result<(), String> {
+        let fx = self.judge(req["caller"].as_str().unwrap_or(""), &req["op"])?;
+        self.apply(fx);
+        Ok(())
+    }
+
+    /// The path from `goal` to the root, when it is a whole witness path now: the goal's
+    /// residual work lies in every ancestor's, is safe from the current state, and closes it.
+    fn whole_path(&self, goal: &str) -> Result<Vec<String>, String> {
+        let n = self.nodes.get(goal).ok_or("unknown goal")?;
+        let path = self.ancestry(goal);
+        for a in path.iter().skip(1) {
+            let res = &self.nodes.get(a).ok_or("ancestor")?.residual;
+            if n.residual.iter().any(|x| !prefix_of_some(res, x)) {
+                return Err("left an ancestor's language".into());
+            }
+        }
+        let frames: Vec<&Vec<String>> = path
+            .iter()
+            .filter_map(|h| self.nodes.get(h))
+            .flat_map(|x| x.frames.iter())
+            .collect();
+        self.safe(&self.world, &n.residual, &frames, &self.rules)?;
+        for u in &n.residual {
+            let end = self.after(&self.world, u).ok_or("not applicable")?;
+            if self.d.all(&end, &n.closing) != Some(true) {
+                return Err("cannot close".into());
+            }
+        }
+        Ok(path)
     }
 
     fn install(&self, fx: &mut Effects, id: String, parent: String, node: Node) {
@@ -1516,6 +1718,11 @@ impl<'d> Replay<'d> {
                     self.world = w;
                     self.ver.state += 1;
                 }
+                Change::Witnessed(fresh, own_root) => {
+                    self.stale_accepted |= !fresh;
+                    self.foreign_accepted |= !own_root;
+                }
+                Change::Unmediated(u) => self.unmediated |= u,
             }
         }
     }

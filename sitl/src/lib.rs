@@ -5,6 +5,7 @@
 //! - [`pair::Pair`]: two endpoints on a virtual-time datagram link with loss, delay and outages;
 //! - [`udp`]: the simulator on a real UDP socket, as PX4 SITL runs (`halo-sitl px4`).
 //! - [`contract_audit`]: an independent replay of mission-contract receipt streams.
+//! - [`contract_explorer`]: a bounded explorer of the contract protocol over a small abstraction.
 //!
 //! This crate judges the gateway from outside: it imports none of the gateway's decision code
 //! and none of the bridge's; the two sides share only the MAVLink wire format and the documented
@@ -17,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod contract_audit;
+pub mod contract_explorer;
 pub mod dynamics;
 pub mod pair;
 pub mod px4;

@@ -224,6 +224,7 @@ struct Edit {
     discharged: Vec<String>,
 }
 
+#[derive(Clone)]
 struct Contract {
     spec: ContractSpec,
     traces: Vec<Trace>,
@@ -233,13 +234,15 @@ struct Contract {
     discharge: BTreeMap<String, Pred>,
 }
 
+#[derive(Clone)]
 struct Policy {
     deny: BTreeSet<u32>,
     max_len: Option<usize>,
     forbid: Vec<Pred>,
 }
 
-/// The monitor.
+/// The monitor. Cloning it forks the whole configuration (used by explorers and tests).
+#[derive(Clone)]
 pub struct Monitor {
     domain: Domain,
     contract: Option<Contract>,
@@ -1303,6 +1306,9 @@ impl Monitor {
                 format!("`{r}` is not the delegated goal's to give"),
             ));
         }
+        // The delegation selects the goal's path as the new witness: it must still be one (a
+        // sibling may have advanced the parent's work since the goal was authorized).
+        self.path_valid(i)?;
         self.versions.graph += 1;
         let v = self.versions;
         if let Some(g) = self.goals.get_mut(i) {
@@ -1737,9 +1743,23 @@ impl Monitor {
                 "reauthorize a leaf",
             ));
         }
-        // Recheck the complete path at current versions: the leaf's residual continuations are
-        // included in every ancestor's, safe from the current state under current policy and
-        // frames, and close the leaf.
+        let path = self.path_valid(leaf)?;
+        self.witness = Some(Witness {
+            path,
+            versions: self.versions,
+        });
+        self.root = Some(RootState::Runnable);
+        Ok(())
+    }
+
+    /// Rechecks the complete path from `leaf` at current versions: the leaf's residual
+    /// continuations are included in every ancestor's, safe from the current state under the
+    /// current policy and the path's frames, and close the leaf. Returns the path.
+    fn path_valid(&self, leaf: usize) -> Result<Vec<usize>, Failure> {
+        let g = self
+            .goals
+            .get(leaf)
+            .ok_or_else(|| deny(ReasonCode::UNKNOWN_GOAL, "goal"))?;
         let path = self.path_of(leaf);
         let mut frames: Vec<&Pred> = Vec::new();
         for &h in &path {
@@ -1774,16 +1794,11 @@ impl Monitor {
             if !g.closing.holds(&s_end) {
                 return Err(deny(
                     ReasonCode::SUCCESS_NOT_REFINED,
-                    format!("`{goal}` cannot close after `{}`", self.show_trace(u)),
+                    format!("`{}` cannot close after `{}`", g.id, self.show_trace(u)),
                 ));
             }
         }
-        self.witness = Some(Witness {
-            path,
-            versions: self.versions,
-        });
-        self.root = Some(RootState::Runnable);
-        Ok(())
+        Ok(path)
     }
 
     fn cancel(&mut self, goal: &str) -> Result<(), Failure> {
