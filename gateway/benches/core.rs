@@ -24,6 +24,9 @@
 )]
 #![allow(missing_docs, reason = "criterion macros generate undocumented items")]
 
+#[path = "../tests/common/contract_scale.rs"]
+mod contract_scale;
+
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use halo_gateway::core::engine::{Config, Gateway};
 use halo_gateway::core::envelope::parse_envelope;
@@ -346,5 +349,51 @@ fn readmission(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, admission, gate, readmission);
+/// The mission-contract targets: transition authorization on the baseline fixture, effect
+/// authorization, commit, and the T-256 / F-256 cells. Each call runs on a fresh clone of the
+/// prepared monitor (cloned outside the timed routine).
+fn contract(c: &mut Criterion) {
+    let mut g = c.benchmark_group("contract");
+    let cells: Vec<(&str, contract_scale::Prepared)> = vec![
+        (
+            "transition_baseline",
+            contract_scale::transition(&contract_scale::BASE),
+        ),
+        (
+            "effect_authorization",
+            contract_scale::effect_authorization(),
+        ),
+        ("commit", contract_scale::commit()),
+        (
+            "transition_T256",
+            contract_scale::transition(&contract_scale::Shape {
+                t: 256,
+                ..contract_scale::BASE
+            }),
+        ),
+        (
+            "transition_F256",
+            contract_scale::transition(&contract_scale::Shape {
+                f: 256,
+                ..contract_scale::BASE
+            }),
+        ),
+    ];
+    for (name, p) in &cells {
+        g.bench_function(*name, |b| {
+            b.iter_batched(
+                || (p.monitor.clone(), p.request.clone()),
+                |(mut m, r)| {
+                    // Returned, so the monitor is dropped after timing, not inside it.
+                    let d = m.handle(r);
+                    (m, black_box(d))
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, admission, gate, readmission, contract);
 criterion_main!(benches);

@@ -6,7 +6,7 @@
 //! An effect is written `name(arg, ...)`, e.g. `goto(wp1)`; its normalized form is an index into
 //! the domain's effect table.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
 
@@ -42,7 +42,7 @@ pub struct Var {
 pub type State = Vec<i64>;
 
 /// A comparison.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum CmpOp {
     /// `==`
     Eq,
@@ -72,7 +72,7 @@ impl CmpOp {
 }
 
 /// The right-hand side of a condition or assignment inside an effect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Rhs {
     /// A constant.
     Const(i64),
@@ -81,7 +81,7 @@ pub enum Rhs {
 }
 
 /// One atom: `var op rhs`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Cond {
     /// Variable index.
     pub var: u16,
@@ -92,7 +92,7 @@ pub struct Cond {
 }
 
 /// A typed predicate: a conjunction of atoms with constant right-hand sides.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Pred(pub Vec<Cond>);
 
 impl Pred {
@@ -153,7 +153,7 @@ pub struct Domain {
     pub effects: Vec<EffectSpec>,
     /// Every normalized effect, by interned id.
     pub table: Vec<Effect>,
-    names: BTreeMap<String, u32>,
+    names: HashMap<String, u32>,
 }
 
 /// Why a domain, predicate or effect did not parse.
@@ -256,7 +256,7 @@ impl Domain {
             vars,
             effects: Vec::new(),
             table: Vec::new(),
-            names: BTreeMap::new(),
+            names: HashMap::new(),
         };
         for (name, e) in &raw.effects {
             let mut params = Vec::new();
@@ -379,14 +379,16 @@ impl Domain {
     }
 
     fn parse_cond(&self, text: &str, effect: Option<&EffectSpec>) -> Result<Cond, String> {
-        let toks: Vec<&str> = text.split_whitespace().collect();
-        let [var, op, rhs] = toks.as_slice() else {
+        let mut toks = text.split_whitespace();
+        let (Some(var), Some(op), Some(rhs), None) =
+            (toks.next(), toks.next(), toks.next(), toks.next())
+        else {
             return Err(format!("`{text}`: a condition is `VAR OP VALUE`"));
         };
         let (vi, v) = self
             .var(var)
             .ok_or_else(|| format!("`{text}`: unknown variable `{var}`"))?;
-        let op = match *op {
+        let op = match op {
             "==" => CmpOp::Eq,
             "!=" => CmpOp::Ne,
             "<" => CmpOp::Lt,
@@ -521,6 +523,9 @@ impl Domain {
 
     /// Looks up a normalized effect by its text, e.g. `goto(wp1)` (whitespace ignored).
     pub fn effect_id(&self, text: &str) -> Option<u32> {
+        if text.contains('(') && !text.contains(char::is_whitespace) {
+            return self.names.get(text).copied();
+        }
         let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
         let key = if compact.contains('(') {
             compact

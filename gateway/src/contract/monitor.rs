@@ -7,6 +7,7 @@
 //! continuation and every prefix state (W1–W7).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -112,14 +113,12 @@ pub struct Goal {
     #[serde(skip)]
     pub residual: Vec<Trace>,
     /// `Q_g`.
-    #[serde(skip)]
     pub closing: Pred,
     /// `R_g`.
     pub resources: BTreeSet<String>,
     /// `O_g`.
     pub obligations: BTreeSet<String>,
     /// `F_g`.
-    #[serde(skip)]
     pub frames: Vec<Pred>,
     /// Executing worker, after delegation.
     pub executor: Option<String>,
@@ -145,6 +144,21 @@ struct Reservation {
     used: bool,
 }
 
+/// A modeled state with its domain, serialized as `{var: value}` text. Rendering happens when
+/// the receipt is sealed, off the decision path.
+#[derive(Clone, Debug)]
+pub struct StateView {
+    domain: Arc<Domain>,
+    /// The state.
+    pub state: State,
+}
+
+impl Serialize for StateView {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.domain.show(&self.state).serialize(s)
+    }
+}
+
 /// What a receipt records.
 #[derive(Clone, Debug, Serialize)]
 pub struct ContractRecord {
@@ -164,8 +178,8 @@ pub struct ContractRecord {
     pub reservation: Option<u64>,
     /// Committed trace digest after the operation.
     pub trace: Digest,
-    /// Modeled state after the operation, as `{var: value}` text.
-    pub state: BTreeMap<String, String>,
+    /// Modeled state after the operation, serialized as `{var: value}` text.
+    pub state: StateView,
     /// Root lifecycle after.
     pub root: Option<RootState>,
     /// For an exact idempotent retry: the index of the original receipt.
@@ -209,8 +223,10 @@ pub fn extend_trace_digest(d: &Digest, effect: &str) -> Digest {
 
 /// The digest of an edit: SHA-256 over the canonical JSON of the goal spec (keys sorted).
 pub fn edit_digest(goal: &GoalSpec) -> Digest {
-    let bytes = serde_json::to_vec(goal).unwrap_or_default();
-    Digest::of(tag::COMPONENT, &[b"contract-edit\0", &bytes])
+    let mut buf = Vec::with_capacity(1024);
+    // Serializing these plain structs cannot fail; an error would only shorten the input.
+    let _ = serde_json::to_writer(&mut buf, goal);
+    Digest::of(tag::COMPONENT, &[b"contract-edit\0", &buf])
 }
 
 /// A parsed, checked edit.
@@ -244,7 +260,7 @@ struct Policy {
 /// The monitor. Cloning it forks the whole configuration (used by explorers and tests).
 #[derive(Clone)]
 pub struct Monitor {
-    domain: Domain,
+    domain: Arc<Domain>,
     contract: Option<Contract>,
     policy: Policy,
     state: State,
@@ -278,7 +294,7 @@ impl Monitor {
     /// A monitor over a registered domain, before any root is registered.
     pub fn new(domain: Domain) -> Monitor {
         Monitor {
-            domain,
+            domain: Arc::new(domain),
             contract: None,
             policy: Policy {
                 deny: BTreeSet::new(),
@@ -379,7 +395,9 @@ impl Monitor {
         self.receipts.seal()
     }
 
-    /// The retained authorization state as canonical JSON (for the scale study's byte counts).
+    /// The retained authorization state as canonical JSON: the contract, every goal with its
+    /// residual continuations (interned effect ids), predicates, resources and obligations, the
+    /// reservations, the committed trace and the versions. The scale study reports its size.
     pub fn retained_state_json(&self) -> String {
         let goals: Vec<serde_json::Value> = self
             .goals
@@ -387,8 +405,7 @@ impl Monitor {
             .map(|g| {
                 serde_json::json!({
                     "goal": g,
-                    "residual": g.residual.iter().map(|t| t.iter().map(|e| self.domain.name(*e)).collect::<Vec<_>>()).collect::<Vec<_>>(),
-                    "frames": g.frames.len(),
+                    "residual": g.residual,
                 })
             })
             .collect();
@@ -541,7 +558,10 @@ impl Monitor {
             edit,
             reservation,
             trace: self.trace_digest,
-            state: self.domain.show(&self.state),
+            state: StateView {
+                domain: Arc::clone(&self.domain),
+                state: self.state.clone(),
+            },
             root: self.root,
             replay_of,
         };
@@ -795,6 +815,16 @@ impl Monitor {
     /// W4 and the policy over a set of maximal traces from `s`: every prefix applicable, no
     /// prefix state forbidden (contract or policy), every frame true on every prefix state.
     fn safe_future(&self, s: &State, traces: &[Trace], frames: &[&Pred]) -> Result<(), Failure> {
+        self.safe_future_ends(s, traces, frames).map(|_| ())
+    }
+
+    /// [`Monitor::safe_future`], returning the end state of each trace (in input order).
+    fn safe_future_ends(
+        &self,
+        s: &State,
+        traces: &[Trace],
+        frames: &[&Pred],
+    ) -> Result<Vec<State>, Failure> {
         let Some(c) = self.contract.as_ref() else {
             return Err(deny(ReasonCode::NO_ROOT, "no contract"));
         };
@@ -823,11 +853,12 @@ impl Monitor {
             return Err(f);
         }
         // Walk the traces in sorted order, reusing the states of the common prefix.
-        let mut sorted_traces: Vec<&Trace> = traces.iter().collect();
-        sorted_traces.sort_unstable();
+        let mut order: Vec<(usize, &Trace)> = traces.iter().enumerate().collect();
+        order.sort_unstable_by(|a, b| a.1.cmp(b.1));
+        let mut ends: Vec<State> = vec![Vec::new(); traces.len()];
         let mut stack: Vec<(u32, State)> = Vec::new();
         let mut prev: &[u32] = &[];
-        for t in sorted_traces {
+        for (ix, t) in order {
             if let Some(max) = self.policy.max_len {
                 if self.trace.len() + t.len() > max {
                     return Err(deny(
@@ -866,9 +897,12 @@ impl Monitor {
                 }
                 stack.push((e, next));
             }
+            if let Some(slot) = ends.get_mut(ix) {
+                *slot = stack.last().map_or_else(|| s.clone(), |(_, st)| st.clone());
+            }
             prev = t;
         }
-        Ok(())
+        Ok(ends)
     }
 
     fn state_after(&self, s: &State, t: &[u32]) -> Option<State> {
@@ -903,7 +937,7 @@ impl Monitor {
                 format!("the witness names root `{}` epoch {}", w.root, w.epoch),
             ));
         }
-        if w.edit != edit.to_hex() {
+        if Digest::from_hex(&w.edit).ok() != Some(*edit) {
             return Err(deny(
                 ReasonCode::WITNESS_MISMATCH,
                 "the witness does not bind this canonical edit",
@@ -978,9 +1012,9 @@ impl Monitor {
                 .goals
                 .get(h)
                 .ok_or_else(|| deny(ReasonCode::UNKNOWN_GOAL, "ancestor"))?;
-            let m = sorted(g.residual.clone());
+            let m = &g.residual;
             for x in &composed {
-                if !in_prefix_closure(&m, x) {
+                if !in_prefix_closure(m, x) {
                     return Err(deny(
                         ReasonCode::TRACE_EXPANSION,
                         format!(
@@ -992,7 +1026,7 @@ impl Monitor {
                 }
             }
         }
-        let pm = sorted(p.residual.clone());
+        let pm = &p.residual;
         for x in &composed {
             if pm.binary_search(x).is_err() {
                 return Err(deny(
@@ -1012,7 +1046,7 @@ impl Monitor {
                 frames.extend(g.frames.iter());
             }
         }
-        self.safe_future(&self.state, &composed, &frames)?;
+        let ends = self.safe_future_ends(&self.state, &composed, &frames)?;
         // W5: resources and obligations.
         if let Some(r) = e
             .resources
@@ -1045,11 +1079,16 @@ impl Monitor {
                 ));
             }
         }
-        // W6: success refinement in the common closing state.
-        for u in &e.residual {
-            let s_child = self
-                .state_after(&self.state, u)
-                .ok_or_else(|| deny(ReasonCode::EFFECT_NOT_APPLICABLE, "child trace"))?;
+        // W6: success refinement in the common closing state. Composed trace `i * |completion|`
+        // starts with child trace `i`; with an empty completion it is that trace.
+        let only_empty = e.completion.len() == 1 && e.completion.first().is_some_and(Vec::is_empty);
+        for (i, u) in e.residual.iter().enumerate() {
+            let s_child = match ends.get(i).filter(|_| only_empty) {
+                Some(st) => st.clone(),
+                None => self
+                    .state_after(&self.state, u)
+                    .ok_or_else(|| deny(ReasonCode::EFFECT_NOT_APPLICABLE, "child trace"))?,
+            };
             if !e.closing.holds(&s_child) {
                 return Err(deny(
                     ReasonCode::SUCCESS_NOT_REFINED,
@@ -1060,11 +1099,8 @@ impl Monitor {
                 ));
             }
         }
-        for x in &composed {
-            let s_end = self
-                .state_after(&self.state, x)
-                .ok_or_else(|| deny(ReasonCode::EFFECT_NOT_APPLICABLE, "composed trace"))?;
-            if !p.closing.holds(&s_end) {
+        for (x, s_end) in composed.iter().zip(&ends) {
+            if !p.closing.holds(s_end) {
                 return Err(deny(
                     ReasonCode::SUCCESS_NOT_REFINED,
                     format!(
@@ -1074,7 +1110,7 @@ impl Monitor {
                     ),
                 ));
             }
-            if p.parent.is_none() && !c.closing.holds(&s_end) {
+            if p.parent.is_none() && !c.closing.holds(s_end) {
                 return Err(deny(
                     ReasonCode::SUCCESS_NOT_REFINED,
                     "the root's closing predicate fails",
@@ -1093,7 +1129,7 @@ impl Monitor {
 
     fn parse_edit(&self, g: &GoalSpec) -> Result<Edit, Failure> {
         Ok(Edit {
-            residual: self.parse_traces(&g.traces)?,
+            residual: sorted(self.parse_traces(&g.traces)?),
             completion: self.parse_traces(&g.completion)?,
             closing: self.parse_pred(&g.closing)?,
             frames: g
@@ -1440,7 +1476,7 @@ impl Monitor {
             }
         };
         let edit = self.parse_edit(joined)?;
-        if sorted(edit.residual.clone()) != composed {
+        if edit.residual != composed {
             return Err(deny(
                 ReasonCode::JOIN_COMPOSITION,
                 format!(
@@ -1772,9 +1808,9 @@ impl Monitor {
                 .goals
                 .get(h)
                 .ok_or_else(|| deny(ReasonCode::UNKNOWN_GOAL, "ancestor"))?;
-            let m = sorted(a.residual.clone());
+            let m = &a.residual;
             for x in &g.residual {
-                if !in_prefix_closure(&m, x) {
+                if !in_prefix_closure(m, x) {
                     return Err(deny(
                         ReasonCode::TRACE_EXPANSION,
                         format!(

@@ -8,6 +8,8 @@
     reason = "test fixtures"
 )]
 
+pub mod contract_scale;
+
 use std::path::PathBuf;
 
 use halo_gateway::core::statefile::ProviderUpdate;
