@@ -317,6 +317,16 @@ def main():
             json.dump(pairs, f, indent=1, sort_keys=True)
             f.write("\n")
         print(f"wrote {len(pairs)} pairs to {os.path.relpath(path, ROOT)}")
+        if vocab == "uav":
+            # Two runnable examples for `halo-gateway contract run` (docs/contracts.md).
+            ex = next(p for p in pairs if p["id"] == "uav-replan-1")
+            for member, name in (("benign", "contract-workflow.json"), ("drifted", "contract-workflow-drifted.json")):
+                out = os.path.join(ROOT, "docs", "examples", name)
+                with open(out, "w") as f:
+                    json.dump({"approved_by": "ops-lead", "contract": ex["contract"], "steps": ex[member]},
+                              f, indent=1, sort_keys=True)
+                    f.write("\n")
+                print(f"wrote {os.path.relpath(out, ROOT)}")
 
 
 if __name__ == "__main__":

@@ -84,6 +84,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: AuditCmd,
     },
+    /// Mission contracts: run a workflow through the monitor, or audit its receipts.
+    Contract {
+        #[command(subcommand)]
+        cmd: ContractCmd,
+    },
     /// Validate a catalog file and print a summary.
     Catalog {
         /// Catalog file (TOML).
@@ -97,6 +102,36 @@ enum AuditCmd {
     Verify {
         /// The receipt log.
         path: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ContractCmd {
+    /// Register a workflow's root contract (as the operator) and run its steps through the
+    /// mission-contract monitor, printing every decision. Stops at the first refusal unless
+    /// `--keep-going`. Exit 0 when every step was allowed, 1 when one was refused.
+    Run {
+        /// The registered domain (TOML).
+        #[arg(long, default_value = "catalogs/contract-uav.toml")]
+        domain: PathBuf,
+        /// Workflow (JSON: `approved_by`, `contract`, `steps`); see docs/contracts.md.
+        workflow: PathBuf,
+        /// Where to write the receipt log (JSON lines).
+        #[arg(long, default_value = "target/halo-contract/receipts.jsonl")]
+        receipts: PathBuf,
+        /// Run every step even after a refusal (as an agent that does not listen would).
+        #[arg(long)]
+        keep_going: bool,
+    },
+    /// Replay a contract receipt log with the independent checker (it shares no decision code
+    /// with the monitor): every decision, version, state, trace digest and reservation. Exit 0
+    /// when the log verifies, 2 when it does not.
+    Audit {
+        /// The registered domain (TOML).
+        #[arg(long, default_value = "catalogs/contract-uav.toml")]
+        domain: PathBuf,
+        /// The receipt log.
+        receipts: PathBuf,
     },
 }
 
@@ -151,6 +186,18 @@ where
                 EXIT_ERROR
             }
         },
+        Cmd::Contract {
+            cmd:
+                ContractCmd::Run {
+                    domain,
+                    workflow,
+                    receipts,
+                    keep_going,
+                },
+        } => contract_run(&domain, &workflow, &receipts, keep_going),
+        Cmd::Contract {
+            cmd: ContractCmd::Audit { domain, receipts },
+        } => contract_audit(&domain, &receipts),
         Cmd::Catalog { path } => match crate::io::load_catalog(&path) {
             Ok(cat) => {
                 println!(
@@ -181,6 +228,165 @@ where
                 EXIT_ERROR
             }
         },
+    }
+}
+
+/// A contract workflow file.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkflowFile {
+    approved_by: String,
+    contract: crate::contract::ContractSpec,
+    steps: Vec<crate::contract::workflow::Step>,
+}
+
+fn contract_run(domain: &Path, workflow: &Path, receipts: &Path, keep_going: bool) -> i32 {
+    use crate::contract::workflow::{Runner, Step};
+    let loaded = read(domain)
+        .and_then(|b| String::from_utf8(b).map_err(|e| format!("{}: {e}", domain.display())))
+        .and_then(|t| {
+            crate::contract::Domain::parse(&t, &domain.display().to_string()).map_err(|e| e.0)
+        })
+        .and_then(|d| {
+            let wf: WorkflowFile = read(workflow).and_then(|b| {
+                serde_json::from_slice(&b).map_err(|e| format!("{}: {e}", workflow.display()))
+            })?;
+            Ok((d, wf))
+        });
+    let (d, wf) = match loaded {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let mut runner = Runner::new(crate::contract::Monitor::new(d), "cli");
+    let reg = runner.register(&wf.contract, &wf.approved_by);
+    println!(
+        "register root `{}` (epoch {}): {:?}{}",
+        wf.contract.root,
+        wf.contract.epoch,
+        reg.verdict,
+        reg.reason
+            .map(|r| format!(" {r}: {}", reg.detail))
+            .unwrap_or_default()
+    );
+    let mut refused = !reg.allowed();
+    if reg.allowed() {
+        for (i, step) in wf.steps.iter().enumerate() {
+            let o = runner.step(step);
+            let what = match step {
+                Step::Effect { goal, effect, .. } => format!("effect {effect} on {goal}"),
+                Step::Propose { goal, .. } => format!("propose {} under {}", goal.id, goal.parent),
+                Step::Replace { old, goal, .. } => format!("replace {old} by {}", goal.id),
+                Step::Delegate { goal, worker, .. } => format!("delegate {goal} to {worker}"),
+                Step::Join {
+                    joined, sources, ..
+                } => format!("join {} into {}", sources.join(", "), joined.id),
+                Step::Observe { values, .. } => format!(
+                    "observe {}",
+                    serde_json::to_string(values).unwrap_or_default()
+                ),
+                Step::Policy { rules, .. } => format!("policy ({} rules)", rules.len()),
+                Step::Reauthorize { goal, .. } => format!("reauthorize {goal}"),
+                Step::Cancel { goal, .. } => format!("cancel {goal}"),
+                Step::Close { goal, .. } => format!("close {goal}"),
+                Step::CloseRoot { .. } => "close the root".to_string(),
+                Step::Plan { label } => format!("plan `{label}`"),
+            };
+            match o.reason {
+                None => println!("{:>3}  {what:<48} {:?}", i + 1, o.verdict),
+                Some(r) => println!("{:>3}  {what:<48} {:?} {r}: {}", i + 1, o.verdict, o.detail),
+            }
+            if !o.allowed() {
+                refused = true;
+                if !keep_going {
+                    println!("stopped at the first refusal (use --keep-going to continue)");
+                    break;
+                }
+            }
+        }
+    }
+    let m = runner.monitor();
+    println!(
+        "trace: {}
+root: {}
+versions: {:?}",
+        m.trace().join(" "),
+        m.root_state()
+            .map(|r| format!("{r:?}"))
+            .unwrap_or_else(|| "not registered".into()),
+        m.versions()
+    );
+    let mut lines = String::new();
+    let mut n = 0;
+    while let Some(r) = runner.monitor_mut().poll_receipt() {
+        lines.push_str(&r.to_json_line());
+        lines.push('\n');
+        n += 1;
+    }
+    let written = receipts
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(receipts, lines));
+    match written {
+        Ok(()) => println!("{n} receipts written to {}", receipts.display()),
+        Err(e) => {
+            eprintln!("error: {}: {e}", receipts.display());
+            return EXIT_ERROR;
+        }
+    }
+    if refused { EXIT_PARTIAL } else { EXIT_OK }
+}
+
+fn contract_audit(domain: &Path, receipts: &Path) -> i32 {
+    let text = read(domain).and_then(|b| String::from_utf8(b).map_err(|e| e.to_string()));
+    let d = match text.and_then(|t| sitl::contract_audit::AuditDomain::from_toml(&t)) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {}: {e}", domain.display());
+            return EXIT_ERROR;
+        }
+    };
+    let log = match std::fs::read_to_string(receipts) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {}: cannot read: {e}", receipts.display());
+            return EXIT_ERROR;
+        }
+    };
+    let mut values = Vec::new();
+    for (i, line) in log
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(v) => values.push(v),
+            Err(e) => {
+                eprintln!("error: {}:{}: {e}", receipts.display(), i + 1);
+                return EXIT_ERROR;
+            }
+        }
+    }
+    match sitl::contract_audit::audit(&d, &values) {
+        Ok(r) => {
+            println!(
+                "{}: {} receipts verify independently: {} allowed, {} goals created, {} effects committed against their reservations, {} exact replays, root {}",
+                receipts.display(),
+                r.receipts,
+                r.allowed,
+                r.goals,
+                r.commits,
+                r.replays,
+                if r.closed { "closed" } else { "open" }
+            );
+            EXIT_OK
+        }
+        Err(e) => {
+            println!("{}: {e}", receipts.display());
+            EXIT_REJECTED
+        }
     }
 }
 

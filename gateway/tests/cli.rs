@@ -112,3 +112,96 @@ fn digest_and_catalog_commands() {
         EXIT_ERROR
     );
 }
+
+#[test]
+fn contract_run_and_independent_audit() {
+    let dir = std::env::temp_dir().join(format!("halo-contract-cli-{}", std::process::id()));
+    let log = dir.join("receipts.jsonl").display().to_string();
+    let domain = path("catalogs/contract-uav.toml");
+    let run = |wf: &str, extra: &[&str]| {
+        let mut a = vec![
+            "halo-gateway".to_string(),
+            "contract".into(),
+            "run".into(),
+            "--domain".into(),
+            domain.clone(),
+            "--receipts".into(),
+            log.clone(),
+            path(wf),
+        ];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        run_with(a)
+    };
+    let audit = || {
+        run_with([
+            "halo-gateway",
+            "contract",
+            "audit",
+            "--domain",
+            &domain,
+            &log,
+        ])
+    };
+
+    assert_eq!(run("docs/examples/contract-workflow.json", &[]), EXIT_OK);
+    assert_eq!(audit(), EXIT_OK);
+    let honest = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(honest.lines().count(), 19);
+
+    // The drifted workflow is refused; its log (with the refusals) still verifies.
+    assert_eq!(
+        run(
+            "docs/examples/contract-workflow-drifted.json",
+            &["--keep-going"]
+        ),
+        EXIT_PARTIAL
+    );
+    assert_eq!(audit(), EXIT_OK);
+
+    // A log whose refusal was rewritten as an allow is rejected, even with a valid chain: the
+    // checker re-derives the decision.
+    let mut lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let i = lines
+        .iter()
+        .position(|r| r["body"]["verdict"] == "deny")
+        .unwrap();
+    lines[i]["body"]["verdict"] = serde_json::json!("allow");
+    lines[i]["body"]["reason"] = serde_json::Value::Null;
+    let mut prev = halo_gateway::core::digest::Digest::default();
+    for (k, r) in lines.iter_mut().enumerate() {
+        r["prev"] = serde_json::json!(prev.to_hex());
+        let h = halo_gateway::core::digest::Digest::of(
+            halo_gateway::core::digest::tag::RECEIPT,
+            &[&halo_gateway::core::receipt::Receipt::hash_input(
+                k as u64,
+                &prev,
+                r["at_ns"].as_u64().unwrap(),
+                &r["body"],
+            )],
+        );
+        r["hash"] = serde_json::json!(h.to_hex());
+        prev = h;
+    }
+    let text: String = lines.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(&log, text).unwrap();
+    assert_eq!(audit(), EXIT_REJECTED);
+
+    // Usage and file errors.
+    assert_eq!(run("Cargo.toml", &[]), EXIT_ERROR);
+    assert_eq!(
+        run_with([
+            "halo-gateway",
+            "contract",
+            "audit",
+            "--domain",
+            &domain,
+            "/nonexistent/receipts.jsonl"
+        ]),
+        EXIT_ERROR
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1985,6 +1985,30 @@ impl Monitor {
         Ok(())
     }
 
+    /// The dispatch gate's call, synchronous and allocation-light: authorize `effect` on the
+    /// current path's leaf `goal` and commit it under idempotency `key`, leaving two receipts.
+    /// Returns the commit's decision, or the authorization's refusal (nothing committed).
+    pub fn gate_effect(&mut self, goal: &str, effect: &str, key: &str) -> Decision {
+        let a = self.handle(Request {
+            caller: Role::Agent,
+            op: Op::AuthorizeEffect {
+                effect: effect.to_string(),
+                goal: goal.to_string(),
+            },
+        });
+        let Some(reservation) = a.reservation.filter(|_| a.allowed()) else {
+            return a;
+        };
+        self.handle(Request {
+            caller: Role::Agent,
+            op: Op::CommitEffect {
+                effect: effect.to_string(),
+                key: key.to_string(),
+                reservation,
+            },
+        })
+    }
+
     /// A witness claim for an edit of `goal` below `parent`, at current versions (a helper for
     /// planners and tests: the checker still verifies every field).
     pub fn witness_for(&self, parent: &str, edit: &Digest) -> WitnessClaim {
@@ -2013,4 +2037,58 @@ pub fn delegation_digest(goal: &str, resources: &[String], worker: &str) -> Dige
         tag::COMPONENT,
         &[b"contract-delegation\0", spec.to_string().as_bytes()],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uav() -> Monitor {
+        let d = Domain::parse(
+            include_str!("../../../catalogs/contract-uav.toml"),
+            "contract-uav.toml",
+        )
+        .unwrap();
+        let c: ContractSpec = serde_json::from_value(serde_json::json!({
+            "closing": ["airborne == false", "zone == home", "photos >= 1"],
+            "domain": "uav-survey",
+            "epoch": 1,
+            "initial": {"airborne": false, "battery": "high", "photos": 0, "review": false, "zone": "home"},
+            "root": "r",
+            "traces": [["takeoff", "goto(wp1)", "photograph(wp1)", "return", "land"]],
+        }))
+        .unwrap();
+        let mut m = Monitor::new(d);
+        let reg = m.handle(Request {
+            caller: Role::Operator,
+            op: Op::RegisterRoot {
+                approved_by: "ops".into(),
+                contract: c,
+            },
+        });
+        assert!(reg.allowed());
+        m
+    }
+
+    #[test]
+    fn gate_effect_commits_in_order_and_refuses_out_of_order() {
+        let mut m = uav();
+        assert!(m.gate_effect("r", "takeoff", "k1").allowed());
+        let before = m.retained_state_json();
+        let out_of_order = m.gate_effect("r", "land", "k2");
+        assert_eq!(out_of_order.reason, Some(ReasonCode::EFFECT_NOT_ADMITTED));
+        assert_eq!(
+            m.retained_state_json(),
+            before,
+            "a refused gate call changes nothing"
+        );
+        assert!(m.gate_effect("r", "goto(wp1)", "k3").allowed());
+        assert_eq!(m.trace(), vec!["takeoff()".to_string(), "goto(wp1)".into()]);
+        // Two receipts per allowed call, one for the refused authorization, plus registration.
+        let mut n = 0;
+        while m.poll_receipt().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 1 + 2 + 1 + 2);
+    }
 }
