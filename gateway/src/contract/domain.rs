@@ -400,21 +400,34 @@ impl Domain {
         if !matches!(v.kind, VarKind::Int { .. }) && !matches!(op, CmpOp::Eq | CmpOp::Ne) {
             return Err(format!("`{text}`: `{var}` only takes == and !="));
         }
-        let rhs = if let Some(p) = rhs.strip_prefix('$') {
+        let rhs = self.parse_rhs(text, vi, rhs, effect)?;
+        Ok(Cond { var: vi, op, rhs })
+    }
+
+    /// A right-hand side: `$param` (inside an effect) or a constant of variable `vi`'s type.
+    fn parse_rhs(
+        &self,
+        text: &str,
+        vi: u16,
+        rhs: &str,
+        effect: Option<&EffectSpec>,
+    ) -> Result<Rhs, String> {
+        if let Some(p) = rhs.strip_prefix('$') {
             let e = effect.ok_or_else(|| format!("`{text}`: parameters only appear in effects"))?;
             let k = e
                 .params
                 .iter()
                 .position(|(n, _)| n == p)
                 .ok_or_else(|| format!("`{text}`: unknown parameter `{p}`"))?;
-            Rhs::Param(u8::try_from(k).map_err(|_| "too many parameters")?)
+            Ok(Rhs::Param(
+                u8::try_from(k).map_err(|_| "too many parameters")?,
+            ))
         } else {
-            Rhs::Const(
+            Ok(Rhs::Const(
                 self.value_of(vi, rhs)
                     .map_err(|m| format!("`{text}`: {m}"))?,
-            )
-        };
-        Ok(Cond { var: vi, op, rhs })
+            ))
+        }
     }
 
     fn parse_assign(&self, text: &str, effect: &EffectSpec) -> Result<Assign, String> {
@@ -428,22 +441,10 @@ impl Domain {
             .var(var)
             .ok_or_else(|| format!("`{text}`: unknown variable `{var}`"))?;
         match *op {
-            "=" => {
-                let rhs = if let Some(p) = rhs.strip_prefix('$') {
-                    let k = effect
-                        .params
-                        .iter()
-                        .position(|(n, _)| n == p)
-                        .ok_or_else(|| format!("`{text}`: unknown parameter `{p}`"))?;
-                    Rhs::Param(u8::try_from(k).map_err(|_| "too many parameters")?)
-                } else {
-                    Rhs::Const(
-                        self.value_of(vi, rhs)
-                            .map_err(|m| format!("`{text}`: {m}"))?,
-                    )
-                };
-                Ok(Assign::Set(vi, rhs))
-            }
+            "=" => Ok(Assign::Set(
+                vi,
+                self.parse_rhs(text, vi, rhs, Some(effect))?,
+            )),
             "+=" | "-=" => {
                 if !matches!(v.kind, VarKind::Int { .. }) {
                     return Err(format!("`{text}`: `{var}` is not an integer"));

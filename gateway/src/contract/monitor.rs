@@ -1245,7 +1245,6 @@ impl Monitor {
         let edit = self.parse_edit(g)?;
         self.check_edit(parent, &edit)?;
         // Allow: install atomically.
-        self.versions.graph += 1;
         let revision = match old_ix {
             Some(i) => {
                 let r = self.goals.get(i).map_or(1, |o| o.revision + 1);
@@ -1256,8 +1255,17 @@ impl Monitor {
             }
             None => 1,
         };
-        let node = Goal {
-            id: g.id.clone(),
+        self.install(&g.id, parent, revision, edit, digest);
+        Ok(digest)
+    }
+
+    /// Installs an accepted edit as the active goal `id` below `parent`: graph revision and the
+    /// parent's revision advance, the goal's path becomes the witness, the root is runnable.
+    fn install(&mut self, id: &str, parent: usize, revision: u64, edit: Edit, digest: Digest) {
+        self.versions.graph += 1;
+        let ix = self.goals.len();
+        self.goals.push(Goal {
+            id: id.to_string(),
             parent: Some(parent),
             revision,
             state: GoalState::Active,
@@ -1269,10 +1277,8 @@ impl Monitor {
             executor: None,
             versions: self.versions,
             digest,
-        };
-        let ix = self.goals.len();
-        self.goals.push(node);
-        self.by_id.insert(g.id.clone(), ix);
+        });
+        self.by_id.insert(id.to_string(), ix);
         if let Some(p) = self.goals.get_mut(parent) {
             p.revision += 1;
         }
@@ -1281,7 +1287,6 @@ impl Monitor {
             versions: self.versions,
         });
         self.root = Some(RootState::Runnable);
-        Ok(digest)
     }
 
     fn delegate(
@@ -1499,37 +1504,12 @@ impl Monitor {
             ));
         }
         self.check_edit(parent, &edit)?;
-        self.versions.graph += 1;
         for i in &ixs {
             if let Some(g) = self.goals.get_mut(*i) {
                 g.state = GoalState::Joined;
             }
         }
-        let node = Goal {
-            id: joined.id.clone(),
-            parent: Some(parent),
-            revision: 1,
-            state: GoalState::Active,
-            residual: edit.residual,
-            closing: edit.closing,
-            resources: edit.resources,
-            obligations: edit.obligations,
-            frames: edit.frames,
-            executor: None,
-            versions: self.versions,
-            digest,
-        };
-        let ix = self.goals.len();
-        self.goals.push(node);
-        self.by_id.insert(joined.id.clone(), ix);
-        if let Some(p) = self.goals.get_mut(parent) {
-            p.revision += 1;
-        }
-        self.witness = Some(Witness {
-            path: self.path_of(ix),
-            versions: self.versions,
-        });
-        self.root = Some(RootState::Runnable);
+        self.install(&joined.id, parent, 1, edit, digest);
         Ok(digest)
     }
 
