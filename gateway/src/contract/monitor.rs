@@ -257,6 +257,9 @@ struct Policy {
     forbid: Vec<Pred>,
 }
 
+/// What makes two commits under one key the same request (the key itself aside).
+type CommitBody = (Role, String, u64);
+
 /// The monitor. Cloning it forks the whole configuration (used by explorers and tests).
 #[derive(Clone)]
 pub struct Monitor {
@@ -273,7 +276,8 @@ pub struct Monitor {
     root: Option<RootState>,
     reservations: BTreeMap<u64, Reservation>,
     next_reservation: u64,
-    idempotency: BTreeMap<String, (Digest, Decision)>,
+    /// Commit key → the committed request's body (caller, effect, reservation) and decision.
+    idempotency: BTreeMap<String, (CommitBody, Decision)>,
     receipts: ReceiptChain<ContractRecord>,
     receipt_count: u64,
 }
@@ -477,13 +481,17 @@ impl Monitor {
         let before = self.versions;
         // An exact retry of a commit returns the retained receipt; a different body under the
         // same key is denied. Nothing else changes either way.
-        if let Op::CommitEffect { key, .. } = &req.op {
-            let body = Digest::of(
-                b"halo/commit-body/v1\0",
-                &[&serde_json::to_vec(&req).unwrap_or_default()],
-            );
+        let commit = match &req.op {
+            Op::CommitEffect {
+                effect,
+                key,
+                reservation,
+            } => Some((key.clone(), (req.caller, effect.clone(), *reservation))),
+            _ => None,
+        };
+        if let Some((key, body)) = &commit {
             if let Some((b, d)) = self.idempotency.get(key).cloned() {
-                let (verdict, reason, replay_of) = if b == body {
+                let (verdict, reason, replay_of) = if b == *body {
                     (d.verdict, d.reason, Some(d.receipt))
                 } else {
                     (Verdict::Deny, Some(ReasonCode::IDEMPOTENCY_CONFLICT), None)
@@ -513,16 +521,6 @@ impl Monitor {
             Op::CommitEffect { reservation, .. } => Some(*reservation),
             _ => None,
         });
-        let key = match &req.op {
-            Op::CommitEffect { key, .. } => Some((
-                key.clone(),
-                Digest::of(
-                    b"halo/commit-body/v1\0",
-                    &[&serde_json::to_vec(&req).unwrap_or_default()],
-                ),
-            )),
-            _ => None,
-        };
         let receipt = self.record(req, before, verdict, reason, edit, reservation, None);
         let d = Decision {
             verdict,
@@ -532,7 +530,7 @@ impl Monitor {
             receipt,
             replayed: false,
         };
-        if let (Some((k, body)), Verdict::Allow) = (key, verdict) {
+        if let (Some((k, body)), Verdict::Allow) = (commit, verdict) {
             self.idempotency.insert(k, (body, d.clone()));
         }
         d
