@@ -322,6 +322,12 @@ pub async fn start(
                     tracing::debug!(error = %e, "send failed");
                 }
             }
+            // Publish the state before the events that announce it, so a gateway that reacts to
+            // `Link { up: true }` already sees `link_up()`.
+            sh.link_up.store(sm.link_up(), Ordering::Release);
+            sh.capable.store(sm.offboard_capable(), Ordering::Release);
+            sh.setpoints_sent
+                .store(sm.stats().setpoints_sent, Ordering::Relaxed);
             while let Some(ev) = sm.poll_event() {
                 if let Event::TargetStarted {
                     binding,
@@ -344,10 +350,6 @@ pub async fn start(
                     sh.dropped_events.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            sh.link_up.store(sm.link_up(), Ordering::Release);
-            sh.capable.store(sm.offboard_capable(), Ordering::Release);
-            sh.setpoints_sent
-                .store(sm.stats().setpoints_sent, Ordering::Relaxed);
         }
         recv_task.abort();
     });
