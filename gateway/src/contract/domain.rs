@@ -560,6 +560,17 @@ impl Domain {
     /// `Post(s, e)`: the successor state, or `None` when the effect is not applicable in `s`
     /// (a precondition fails or an integer leaves its range). Deterministic.
     pub fn apply(&self, s: &[i64], id: u32) -> Option<State> {
+        let mut out = Vec::new();
+        self.apply_into(s, id, &mut out).then_some(out)
+    }
+
+    /// As [`Domain::apply`], writing the successor into `out` and reusing its allocation.
+    /// Returns false when the effect is not applicable; `out` is then unspecified.
+    pub fn apply_into(&self, s: &[i64], id: u32, out: &mut State) -> bool {
+        self.apply_inner(s, id, out).is_some()
+    }
+
+    fn apply_inner(&self, s: &[i64], id: u32, out: &mut State) -> Option<()> {
         let e = self.table.get(id as usize)?;
         let spec = self.effects.get(usize::from(e.spec))?;
         let arg = |p: u8, var: u16| -> Option<i64> {
@@ -585,7 +596,8 @@ impl Domain {
                 return None;
             }
         }
-        let mut out = s.to_vec();
+        out.clear();
+        out.extend_from_slice(s);
         for a in &spec.post {
             match *a {
                 Assign::Set(var, Rhs::Const(k)) => *out.get_mut(usize::from(var))? = k,
@@ -605,7 +617,7 @@ impl Domain {
                 }
             }
         }
-        Some(out)
+        Some(())
     }
 
     /// Renders a state as `{var: value}` text.

@@ -850,11 +850,13 @@ impl Monitor {
         if let Some(f) = bad(s) {
             return Err(f);
         }
-        // Walk the traces in sorted order, reusing the states of the common prefix.
+        // Walk the traces in sorted order, reusing the states of the common prefix: `bufs[d]` is
+        // the state after `d + 1` effects of the current trace, its allocation kept for the next.
         let mut order: Vec<(usize, &Trace)> = traces.iter().enumerate().collect();
         order.sort_unstable_by(|a, b| a.1.cmp(b.1));
         let mut ends: Vec<State> = vec![Vec::new(); traces.len()];
-        let mut stack: Vec<(u32, State)> = Vec::new();
+        let mut bufs: Vec<State> = Vec::new();
+        let mut depth = 0usize;
         let mut prev: &[u32] = &[];
         for (ix, t) in order {
             if let Some(max) = self.policy.max_len {
@@ -865,38 +867,47 @@ impl Monitor {
                     ));
                 }
             }
-            let common = prev
+            depth = prev
                 .iter()
                 .zip(t.iter())
                 .take_while(|(a, b)| a == b)
                 .count()
-                .min(stack.len());
-            stack.truncate(common);
-            for &e in t.get(common..).unwrap_or(&[]) {
+                .min(depth);
+            for &e in t.get(depth..).unwrap_or(&[]) {
                 if self.policy.deny.contains(&e) {
                     return Err(deny(
                         ReasonCode::POLICY_VIOLATION,
                         format!("the policy denies `{}`", self.domain.name(e)),
                     ));
                 }
-                let from = stack.last().map_or(s, |(_, st)| st);
-                let next = self.domain.apply(from, e).ok_or_else(|| {
-                    deny(
+                if bufs.len() <= depth {
+                    bufs.push(Vec::with_capacity(s.len()));
+                }
+                let (done, rest) = bufs.split_at_mut(depth);
+                let from: &[i64] = done.last().map_or(s.as_slice(), Vec::as_slice);
+                let Some(next) = rest.first_mut() else {
+                    return Err(indeterminate(ReasonCode::PROFILE_LIMIT, "state buffer"));
+                };
+                if !self.domain.apply_into(from, e, next) {
+                    return Err(deny(
                         ReasonCode::EFFECT_NOT_APPLICABLE,
                         format!(
                             "`{}` is not applicable in {:?}",
                             self.domain.name(e),
                             self.domain.show(from)
                         ),
-                    )
-                })?;
-                if let Some(f) = bad(&next) {
+                    ));
+                }
+                if let Some(f) = bad(next) {
                     return Err(f);
                 }
-                stack.push((e, next));
+                depth += 1;
             }
             if let Some(slot) = ends.get_mut(ix) {
-                *slot = stack.last().map_or_else(|| s.clone(), |(_, st)| st.clone());
+                *slot = match depth.checked_sub(1).and_then(|d| bufs.get(d)) {
+                    Some(st) => st.clone(),
+                    None => s.clone(),
+                };
             }
             prev = t;
         }
@@ -986,22 +997,30 @@ impl Monitor {
             .goals
             .get(parent)
             .ok_or_else(|| deny(ReasonCode::UNKNOWN_GOAL, "parent"))?;
-        // K_Δ = child · completion: every composed maximal trace.
-        let mut composed: Vec<Trace> =
-            Vec::with_capacity(e.residual.len() * e.completion.len().max(1));
-        for u in &e.residual {
-            for v in &e.completion {
-                let mut x = u.clone();
-                x.extend_from_slice(v);
-                if x.len() > limits::EFFECTS * 2 {
-                    return Err(indeterminate(
-                        ReasonCode::PROFILE_LIMIT,
-                        "composed continuation too long",
-                    ));
+        // K_Δ = child · completion: every composed maximal trace (the child's own traces when
+        // the completion is empty, the common case, without copying them).
+        let only_empty = e.completion.len() == 1 && e.completion.first().is_some_and(Vec::is_empty);
+        let built: Vec<Trace>;
+        let composed: &[Trace] = if only_empty {
+            &e.residual
+        } else {
+            let mut v = Vec::with_capacity(e.residual.len() * e.completion.len());
+            for u in &e.residual {
+                for c in &e.completion {
+                    let mut x = u.clone();
+                    x.extend_from_slice(c);
+                    if x.len() > limits::EFFECTS * 2 {
+                        return Err(indeterminate(
+                            ReasonCode::PROFILE_LIMIT,
+                            "composed continuation too long",
+                        ));
+                    }
+                    v.push(x);
                 }
-                composed.push(x);
             }
-        }
+            built = v;
+            &built
+        };
         // W3: K_Δ ⊆ K_h (residual) for every ancestor on the path (the root goal's residual is
         // t⁻¹L_C), and the completion binds to the parent's residual: D_Δ ⊆ D_p.
         let path = self.path_of(parent);
@@ -1011,7 +1030,7 @@ impl Monitor {
                 .get(h)
                 .ok_or_else(|| deny(ReasonCode::UNKNOWN_GOAL, "ancestor"))?;
             let m = &g.residual;
-            for x in &composed {
+            for x in composed {
                 if !in_prefix_closure(m, x) {
                     return Err(deny(
                         ReasonCode::TRACE_EXPANSION,
@@ -1025,7 +1044,7 @@ impl Monitor {
             }
         }
         let pm = &p.residual;
-        for x in &composed {
+        for x in composed {
             if pm.binary_search(x).is_err() {
                 return Err(deny(
                     ReasonCode::TRACE_EXPANSION,
@@ -1044,7 +1063,7 @@ impl Monitor {
                 frames.extend(g.frames.iter());
             }
         }
-        let ends = self.safe_future_ends(&self.state, &composed, &frames)?;
+        let ends = self.safe_future_ends(&self.state, composed, &frames)?;
         // W5: resources and obligations.
         if let Some(r) = e
             .resources
@@ -1079,7 +1098,6 @@ impl Monitor {
         }
         // W6: success refinement in the common closing state. Composed trace `i * |completion|`
         // starts with child trace `i`; with an empty completion it is that trace.
-        let only_empty = e.completion.len() == 1 && e.completion.first().is_some_and(Vec::is_empty);
         for (i, u) in e.residual.iter().enumerate() {
             let s_child = match ends.get(i).filter(|_| only_empty) {
                 Some(st) => st.clone(),
