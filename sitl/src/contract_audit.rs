@@ -1542,12 +1542,7 @@ impl<'d> Replay<'d> {
                 {
                     return Err("not complete".into());
                 }
-                if n.obligations.iter().any(|o| {
-                    root.discharge
-                        .get(o)
-                        .and_then(|p| self.d.all(&self.world, p))
-                        != Some(true)
-                }) {
+                if !self.discharged(root, n) {
                     return Err("obligation open".into());
                 }
                 fx.apply.push(Change::SetStatus(goal, Status::Closed));
@@ -1562,12 +1557,7 @@ impl<'d> Replay<'d> {
                     return Err("trace not permitted".into());
                 }
                 let g0 = self.nodes.get(&root.id).ok_or("root goal")?;
-                if g0.obligations.iter().any(|o| {
-                    root.discharge
-                        .get(o)
-                        .and_then(|p| self.d.all(&self.world, p))
-                        != Some(true)
-                }) {
+                if !self.discharged(root, g0) {
                     return Err("obligation open".into());
                 }
                 if self.d.all(&self.world, &root.closing) != Some(true) {
@@ -1586,6 +1576,15 @@ impl<'d> Replay<'d> {
         let fx = self.judge(req["caller"].as_str().unwrap_or(""), &req["op"])?;
         self.apply(fx);
         Ok(())
+    }
+
+    /// Every obligation of `n` has its catalog evidence in the current state.
+    fn discharged(&self, root: &Root, n: &Node) -> bool {
+        n.obligations.iter().all(|o| {
+            root.discharge
+                .get(o)
+                .is_some_and(|p| self.d.all(&self.world, p) == Some(true))
+        })
     }
 
     /// The path from `goal` to the root, when it is a whole witness path now: the goal's

@@ -1164,12 +1164,7 @@ impl Monitor {
             Some(RootState::Runnable) => Ok(()),
             Some(RootState::Suspended) => {
                 // A suspended root may resume only by an edit when no non-root goal is active.
-                let active = self
-                    .goals
-                    .iter()
-                    .skip(1)
-                    .any(|g| g.state == GoalState::Active);
-                if active {
+                if self.any_goal_active() {
                     Err(reauth("the root is suspended; reauthorize the active path"))
                 } else {
                     Ok(())
@@ -1757,13 +1752,7 @@ impl Monitor {
                 format!("`{goal}` is not active"),
             ));
         }
-        if leaf == 0
-            && self
-                .goals
-                .iter()
-                .skip(1)
-                .any(|x| x.state == GoalState::Active)
-        {
+        if leaf == 0 && self.any_goal_active() {
             return Err(deny(
                 ReasonCode::DESCENDANTS_UNRESOLVED,
                 "the root path is only selectable when no non-root goal is active",
@@ -1906,22 +1895,36 @@ impl Monitor {
             .contract
             .as_ref()
             .ok_or_else(|| deny(ReasonCode::NO_ROOT, "no contract"))?;
-        if let Some(o) = g
-            .obligations
-            .iter()
-            .find(|o| !c.discharge.get(*o).is_some_and(|p| p.holds(&self.state)))
-        {
-            return Err(deny(
-                ReasonCode::OBLIGATIONS_OPEN,
-                format!("`{o}` is not discharged"),
-            ));
-        }
+        self.obligations_discharged(c, g)?;
         if let Some(g) = self.goals.get_mut(i) {
             g.state = GoalState::Closed;
         }
         self.versions.graph += 1;
         self.witness = None;
         Ok(())
+    }
+
+    /// Whether any goal other than the root goal is active.
+    fn any_goal_active(&self) -> bool {
+        self.goals
+            .iter()
+            .skip(1)
+            .any(|g| g.state == GoalState::Active)
+    }
+
+    /// Every obligation of `g` has its trusted discharge evidence in the current state.
+    fn obligations_discharged(&self, c: &Contract, g: &Goal) -> Result<(), Failure> {
+        match g
+            .obligations
+            .iter()
+            .find(|o| !c.discharge.get(*o).is_some_and(|p| p.holds(&self.state)))
+        {
+            Some(o) => Err(deny(
+                ReasonCode::OBLIGATIONS_OPEN,
+                format!("`{o}` is not discharged"),
+            )),
+            None => Ok(()),
+        }
     }
 
     fn close_root(&mut self) -> Result<(), Failure> {
@@ -1932,12 +1935,7 @@ impl Monitor {
                 detail: "close the root from a runnable configuration".into(),
             });
         }
-        if self
-            .goals
-            .iter()
-            .skip(1)
-            .any(|g| g.state == GoalState::Active)
-        {
+        if self.any_goal_active() {
             return Err(deny(
                 ReasonCode::DESCENDANTS_UNRESOLVED,
                 "a goal is still active",
@@ -1960,16 +1958,7 @@ impl Monitor {
             .goals
             .first()
             .ok_or_else(|| deny(ReasonCode::NO_ROOT, "root goal"))?;
-        if let Some(o) = root_goal
-            .obligations
-            .iter()
-            .find(|o| !c.discharge.get(*o).is_some_and(|p| p.holds(&self.state)))
-        {
-            return Err(deny(
-                ReasonCode::OBLIGATIONS_OPEN,
-                format!("`{o}` is not discharged"),
-            ));
-        }
+        self.obligations_discharged(c, root_goal)?;
         if !c.closing.holds(&self.state) {
             return Err(deny(
                 ReasonCode::CLOSING_PREDICATE_FALSE,
