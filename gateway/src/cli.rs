@@ -38,6 +38,51 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Run the gateway as a service: the agent link, providers and the operator over HTTP, the
+    /// vehicle over MAVLink. With no arguments: the embedded simulated PX4, the embedded catalog,
+    /// 127.0.0.1:8640. Stops cleanly on Ctrl-C or SIGTERM (holds the vehicle, flushes receipts).
+    Run {
+        /// Configuration file (TOML); see configs/ and docs/run.md.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Catalog file; overrides the configuration and the embedded catalog.
+        #[arg(long)]
+        catalog: Option<PathBuf>,
+        /// Vehicle: `sim` or a MAVLink URL (`udpin:0.0.0.0:14540`, `serial:/dev/ttyAMA0:921600`).
+        #[arg(long)]
+        vehicle: Option<String>,
+        /// HTTP listen address, e.g. 127.0.0.1:8640 (port 0 picks one).
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+        /// State directory (boot epoch, credentials, receipts).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Log filter (`info`, `debug`, `halo_gateway=debug`); `RUST_LOG` wins.
+        #[arg(long)]
+        log_level: Option<String>,
+        /// Log format.
+        #[arg(long, value_enum)]
+        log_format: Option<crate::service::config::LogFormat>,
+    },
+    /// Operator commands against a running gateway: arm, disarm, takeoff, land, rtl, hold,
+    /// release, status.
+    Operator {
+        /// What to do.
+        #[arg(value_enum)]
+        action: OperatorAction,
+        /// Takeoff height above home, m.
+        #[arg(long)]
+        altitude: Option<f64>,
+        /// The gateway's base URL.
+        #[arg(long, default_value = "http://127.0.0.1:8640")]
+        url: String,
+        /// File holding the operator credential; `STATE/credentials/operator.token` when absent.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// The gateway's state directory (to find the operator credential).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
     /// Print the admission decision of every component of a response against a catalog and a
     /// state snapshot. Catalog authors use it to test a catalog before flight.
     Check {
@@ -94,6 +139,18 @@ enum Cmd {
         /// Catalog file (TOML).
         path: PathBuf,
     },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OperatorAction {
+    Arm,
+    Disarm,
+    Takeoff,
+    Land,
+    Rtl,
+    Hold,
+    Release,
+    Status,
 }
 
 #[derive(Subcommand, Debug)]
@@ -155,6 +212,30 @@ where
         }
     };
     match cli.cmd {
+        Cmd::Run {
+            config,
+            catalog,
+            vehicle,
+            listen,
+            state_dir,
+            log_level,
+            log_format,
+        } => run_service(RunArgs {
+            config,
+            catalog,
+            vehicle,
+            listen,
+            state_dir,
+            log_level,
+            log_format,
+        }),
+        Cmd::Operator {
+            action,
+            altitude,
+            url,
+            token_file,
+            state_dir,
+        } => operator(action, altitude, &url, token_file, state_dir),
         Cmd::Check {
             catalog,
             state,
@@ -228,6 +309,212 @@ where
                 EXIT_ERROR
             }
         },
+    }
+}
+
+struct RunArgs {
+    config: Option<PathBuf>,
+    catalog: Option<PathBuf>,
+    vehicle: Option<String>,
+    listen: Option<std::net::SocketAddr>,
+    state_dir: Option<PathBuf>,
+    log_level: Option<String>,
+    log_format: Option<crate::service::config::LogFormat>,
+}
+
+fn run_service(a: RunArgs) -> i32 {
+    use crate::service::{Config, Service, banner, init_tracing, load_catalog};
+    let mut cfg = match &a.config {
+        Some(p) => match Config::load(p) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return EXIT_ERROR;
+            }
+        },
+        None => Config::default(),
+    };
+    if let Some(c) = a.catalog {
+        cfg.catalog.path = Some(c);
+    }
+    if let Some(v) = a.vehicle {
+        cfg.vehicle.url = v;
+    }
+    if let Some(l) = a.listen {
+        cfg.listen.http = l;
+    }
+    if let Some(d) = a.state_dir {
+        cfg.state.dir = Some(d);
+    }
+    if let Some(l) = a.log_level {
+        cfg.log.level = l;
+    }
+    if let Some(f) = a.log_format {
+        cfg.log.format = f;
+    }
+    if cfg.vehicle.url != "sim" {
+        if let Err(e) = px4_bridge::url::TransportUrl::parse(&cfg.vehicle.url) {
+            eprintln!("error: vehicle: {e}");
+            return EXIT_ERROR;
+        }
+    }
+    init_tracing(cfg.log.format, &cfg.log.level);
+    let cat = match load_catalog(&cfg) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    rt.block_on(async move {
+        let svc = match Service::start(cfg, cat).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return EXIT_ERROR;
+            }
+        };
+        print!("{}", banner(&svc));
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        wait_for_signal().await;
+        println!("shutting down: holding the vehicle, flushing receipts");
+        let receipts = svc.receipts_path.clone();
+        svc.shutdown();
+        match svc.wait().await {
+            Ok(n) => {
+                println!("stopped; {n} receipts in {}", receipts.display());
+                EXIT_OK
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                EXIT_ERROR
+            }
+        }
+    })
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn operator(
+    action: OperatorAction,
+    altitude: Option<f64>,
+    url: &str,
+    token_file: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+) -> i32 {
+    let url = url.trim_end_matches('/');
+    let token_path = token_file.unwrap_or_else(|| {
+        let mut c = crate::service::Config::default();
+        c.state.dir = state_dir;
+        c.state_dir().join("credentials").join("operator.token")
+    });
+    let token = match crate::service::read_capped(&token_path, 4096) {
+        Ok(t) => t.trim().to_string(),
+        Err(e) => {
+            eprintln!(
+                "error: operator credential {}: {e} (pass --token-file or --state-dir)",
+                token_path.display()
+            );
+            return EXIT_ERROR;
+        }
+    };
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(20)))
+        .build()
+        .new_agent();
+    let auth = format!("Bearer {token}");
+    let result = if action == OperatorAction::Status {
+        agent
+            .get(format!("{url}/v1/status"))
+            .header("Authorization", &auth)
+            .call()
+    } else {
+        let name = match action {
+            OperatorAction::Arm => "arm",
+            OperatorAction::Disarm => "disarm",
+            OperatorAction::Takeoff => "takeoff",
+            OperatorAction::Land => "land",
+            OperatorAction::Rtl => "rtl",
+            OperatorAction::Hold => "hold",
+            OperatorAction::Release => "release",
+            OperatorAction::Status => "status",
+        };
+        let body = match (action, altitude) {
+            (OperatorAction::Takeoff, Some(a)) => serde_json::json!({"altitude_m": a}),
+            (OperatorAction::Takeoff, None) => {
+                eprintln!("error: takeoff needs --altitude <m above home>");
+                return EXIT_ERROR;
+            }
+            _ => serde_json::json!({}),
+        };
+        agent
+            .post(format!("{url}/v1/operator/{name}"))
+            .header("Authorization", &auth)
+            .send_json(&body)
+    };
+    match result {
+        Ok(mut resp) => {
+            let status = resp.status().as_u16();
+            let text = resp.body_mut().read_to_string().unwrap_or_default();
+            let v: serde_json::Value =
+                serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+            if status == 200 {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&v).unwrap_or(text.clone())
+                );
+                EXIT_OK
+            } else {
+                let err = v.get("error");
+                let code = err
+                    .and_then(|e| e.get("code"))
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("?");
+                let msg = err
+                    .and_then(|e| e.get("message"))
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or(&text);
+                eprintln!("error: {status} {code}: {msg}");
+                EXIT_PARTIAL
+            }
+        }
+        Err(e) => {
+            eprintln!("error: cannot reach the gateway at {url}: {e}");
+            EXIT_ERROR
+        }
     }
 }
 

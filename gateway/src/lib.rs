@@ -32,3 +32,4 @@ pub mod contract;
 pub mod core;
 pub mod io;
 pub mod runtime;
+pub mod service;

@@ -219,6 +219,12 @@ pub(crate) enum Record {
         code: ReasonCode,
         ids: Vec<String>,
     },
+    /// Something the shell decided or did on the operator's or vehicle's behalf (a hold, a
+    /// vehicle command and its outcome), recorded in the same chain.
+    External {
+        what: &'static str,
+        detail: serde_json::Value,
+    },
 }
 
 /// One component instance's processing state.
@@ -843,6 +849,23 @@ impl Gateway {
     /// The next sealed receipt.
     pub fn poll_receipt(&mut self) -> Option<Receipt> {
         self.sh.receipts.seal()
+    }
+
+    /// Records something the shell decided or did (an operator hold, a vehicle command and its
+    /// outcome) in the same hash-linked chain as the core's own decisions. Changes nothing else.
+    pub fn record_external(&mut self, now: Nanos, what: &'static str, detail: serde_json::Value) {
+        self.sh
+            .receipts
+            .push(now, Record::External { what, detail });
+    }
+
+    /// The next sealed receipt, stamped with the wall-clock time the shell maps its decision
+    /// instant to.
+    pub fn poll_receipt_with_wall(
+        &mut self,
+        wall: impl Fn(Nanos) -> Option<u64>,
+    ) -> Option<Receipt> {
+        self.sh.receipts.seal_with_wall(wall)
     }
 
     /// When [`Gateway::handle_timeout`] must next be called.

@@ -177,6 +177,18 @@ reasons! {
     NOT_REPLACEABLE_GOAL(739) "only active or cancelled goals may be replaced";
     EFFECT_UNKNOWN(740) "the effect is not registered in the domain";
     TRACE_NOT_PERMITTED(741) "the committed trace is not a permitted completion";
+
+    // --- the service's interfaces (HTTP, stdio, operator) ---
+    UNAUTHENTICATED(800) "the request carries no valid credential";
+    FORBIDDEN_ROLE(801) "the credential's role may not use this endpoint";
+    BODY_TOO_LARGE(802) "the request body exceeds the byte limit";
+    NOT_FOUND(803) "no such resource";
+    INVALID_REQUEST(804) "the request is not well-formed for this endpoint";
+    OBLIGATION_MISMATCH(805) "the candidate names a different obligation than the request path";
+    SERVICE_BUSY(806) "the gateway's input queue is full; retry";
+    SHUTTING_DOWN(807) "the gateway is shutting down";
+    VEHICLE_COMMAND_FAILED(808) "the vehicle did not accept the command";
+    OPERATOR_HOLD(809) "the operator holds the vehicle; agent actions do not dispatch";
 }
 
 impl std::fmt::Display for ReasonCode {

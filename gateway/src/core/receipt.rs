@@ -29,6 +29,10 @@ pub struct Receipt {
     pub at_ns: u64,
     /// The record, as canonical JSON.
     pub body: serde_json::Value,
+    /// Wall-clock time of the decision, Unix ms, when the shell knows it (format 2). Hashed
+    /// when present, so a log written without it (format 1) verifies unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_unix_ms: Option<u64>,
     /// This receipt's hash.
     pub hash: Digest,
 }
@@ -36,12 +40,26 @@ pub struct Receipt {
 impl Receipt {
     /// The bytes hashed into [`Receipt::hash`].
     pub fn hash_input(index: u64, prev: &Digest, at_ns: u64, body: &serde_json::Value) -> Vec<u8> {
-        let obj = serde_json::json!({
+        Receipt::hash_input_wall(index, prev, at_ns, None, body)
+    }
+
+    /// The bytes hashed into [`Receipt::hash`], with the optional wall-clock time (format 2).
+    pub fn hash_input_wall(
+        index: u64,
+        prev: &Digest,
+        at_ns: u64,
+        wall_unix_ms: Option<u64>,
+        body: &serde_json::Value,
+    ) -> Vec<u8> {
+        let mut obj = serde_json::json!({
             "at_ns": at_ns,
             "body": body,
             "index": index,
             "prev": prev.to_hex(),
         });
+        if let (Some(w), Some(m)) = (wall_unix_ms, obj.as_object_mut()) {
+            m.insert("wall_unix_ms".into(), w.into());
+        }
         // serde_json's map is ordered by key (no `preserve_order`), so this is canonical.
         serde_json::to_vec(&obj).unwrap_or_default()
     }
@@ -50,8 +68,12 @@ impl Receipt {
     pub fn recompute(&self) -> Digest {
         Digest::of(
             tag::RECEIPT,
-            &[&Receipt::hash_input(
-                self.index, &self.prev, self.at_ns, &self.body,
+            &[&Receipt::hash_input_wall(
+                self.index,
+                &self.prev,
+                self.at_ns,
+                self.wall_unix_ms,
+                &self.body,
             )],
         )
     }
@@ -93,18 +115,32 @@ impl<R: Serialize> ReceiptChain<R> {
 
     /// Serializes, hashes, links and returns the oldest pending record.
     pub fn seal(&mut self) -> Option<Receipt> {
+        self.seal_with_wall(|_| None)
+    }
+
+    /// As [`ReceiptChain::seal`], stamping the wall-clock time `wall(at)` the shell maps the
+    /// decision instant to (Unix ms).
+    pub fn seal_with_wall(&mut self, wall: impl Fn(Nanos) -> Option<u64>) -> Option<Receipt> {
         let (at, record) = self.pending.pop_front()?;
         let body = serde_json::to_value(&record).unwrap_or(serde_json::Value::Null);
         let index = self.next_index;
+        let wall_unix_ms = wall(at);
         let hash = Digest::of(
             tag::RECEIPT,
-            &[&Receipt::hash_input(index, &self.prev, at.0, &body)],
+            &[&Receipt::hash_input_wall(
+                index,
+                &self.prev,
+                at.0,
+                wall_unix_ms,
+                &body,
+            )],
         );
         let r = Receipt {
             index,
             prev: self.prev,
             at_ns: at.0,
             body,
+            wall_unix_ms,
             hash,
         };
         self.next_index += 1;
@@ -163,6 +199,26 @@ mod tests {
             verify_chain(&rs),
             Err((3, "prev does not match the previous hash"))
         );
+    }
+
+    #[test]
+    fn wall_time_is_hashed_and_optional() {
+        let mut c = ReceiptChain::new();
+        c.push(Nanos(5), serde_json::json!({"kind": "x"}));
+        c.push(Nanos(6), serde_json::json!({"kind": "y"}));
+        let a = c
+            .seal_with_wall(|at| Some(1_700_000_000_000 + at.0))
+            .unwrap();
+        let b = c.seal().unwrap();
+        assert_eq!(a.wall_unix_ms, Some(1_700_000_000_005));
+        assert_eq!(b.wall_unix_ms, None);
+        let mut rs = vec![a, b];
+        assert_eq!(verify_chain(&rs), Ok(2));
+        let line = rs[0].to_json_line();
+        let back: Receipt = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, rs[0]);
+        rs[0].wall_unix_ms = Some(1);
+        assert_eq!(verify_chain(&rs), Err((0, "hash does not recompute")));
     }
 
     #[test]

@@ -1,0 +1,280 @@
+//! The service configuration: one TOML file, every key optional, unknown keys refused.
+//!
+//! ```toml
+//! [vehicle]
+//! url = "sim"                         # the embedded simulated PX4, or udpin:/udpout:/tcpout:/serial:
+//! [listen]
+//! http = "127.0.0.1:8640"
+//! [state]
+//! dir = "/var/lib/halo-gateway"
+//! ```
+//!
+//! The annotated examples live in `configs/`; `docs/run.md` lists every key. A file that does not
+//! parse is refused with its path, line and the offending key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The whole configuration, after defaults.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The flight controller.
+    pub vehicle: VehicleConfig,
+    /// The domain catalog; the embedded `uav-px4` catalog when absent.
+    pub catalog: CatalogConfig,
+    /// Where the service listens.
+    pub listen: ListenConfig,
+    /// Credentials.
+    pub auth: AuthConfig,
+    /// The state directory: boot epoch, credentials, receipts.
+    pub state: StateConfig,
+    /// The receipt log.
+    pub receipts: ReceiptConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// `[vehicle]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VehicleConfig {
+    /// `sim` for the embedded simulated PX4 on loopback UDP, else a MAVLink URL:
+    /// `udpin:0.0.0.0:14540` (PX4 SITL), `udpout:HOST:PORT`, `tcpout:HOST:PORT`,
+    /// `serial:/dev/ttyAMA0:921600` (a Pixhawk on TELEM2).
+    pub url: String,
+    /// Append every setpoint the bridge enqueues to this JSON-lines file.
+    pub setpoint_log: Option<PathBuf>,
+    /// With `url = "sim"`: the simulated vehicle's own log of the setpoints its controller
+    /// took (the evidence of what reached the vehicle).
+    pub sim_setpoint_log: Option<PathBuf>,
+    /// The link is down after this long without an autopilot heartbeat, ms.
+    pub link_timeout_ms: u64,
+    /// Setpoint stream rate, Hz.
+    pub stream_hz: f64,
+}
+
+impl Default for VehicleConfig {
+    fn default() -> VehicleConfig {
+        VehicleConfig {
+            url: "sim".into(),
+            setpoint_log: None,
+            sim_setpoint_log: None,
+            link_timeout_ms: 1500,
+            stream_hz: 20.0,
+        }
+    }
+}
+
+/// `[catalog]`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CatalogConfig {
+    /// A catalog file; the embedded `uav-px4` catalog when absent.
+    pub path: Option<PathBuf>,
+}
+
+/// `[listen]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenConfig {
+    /// The HTTP listener (agent, providers, operator, metrics). Port 0 picks a free port.
+    pub http: SocketAddr,
+}
+
+impl Default for ListenConfig {
+    fn default() -> ListenConfig {
+        ListenConfig {
+            http: SocketAddr::from(([127, 0, 0, 1], 8640)),
+        }
+    }
+}
+
+/// `[auth]`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// The agent's bearer credential file; `STATE/credentials/agent.token` when absent.
+    pub agent_file: Option<PathBuf>,
+    /// The providers' bearer credential file.
+    pub provider_file: Option<PathBuf>,
+    /// The operator's bearer credential file.
+    pub operator_file: Option<PathBuf>,
+    /// Require a credential (any role) for `/metrics` and `/v1/status` too. Off by default;
+    /// turn it on whenever the listener is not loopback.
+    pub require_for_read: bool,
+}
+
+/// `[state]`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// The state directory; `$HALO_STATE_DIR`, else `$XDG_STATE_HOME/halo-gateway`, else
+    /// `~/.local/state/halo-gateway`.
+    pub dir: Option<PathBuf>,
+}
+
+/// `[receipts]`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReceiptConfig {
+    /// The receipt log; `STATE/receipts/boot-<epoch>.jsonl` when absent.
+    pub path: Option<PathBuf>,
+}
+
+/// `[log]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: LogFormat,
+    /// A `tracing` filter (`info`, `halo_gateway=debug`); `RUST_LOG` wins when set.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> LogConfig {
+        LogConfig {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Largest configuration file read, bytes.
+pub const MAX_CONFIG_BYTES: u64 = 256 * 1024;
+
+fn line_of(src: &str, offset: usize) -> usize {
+    src.get(..offset.min(src.len()))
+        .map_or(1, |s| s.bytes().filter(|b| *b == b'\n').count() + 1)
+}
+
+impl Config {
+    /// Parses configuration text; `file` names it in errors.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file, the line and the key.
+    pub fn parse(src: &str, file: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(src).map_err(|e| {
+            let line = e.span().map_or(1, |s| line_of(src, s.start));
+            ConfigError(format!("{file}:{line}: {}", e.message().trim()))
+        })?;
+        cfg.check(file)?;
+        Ok(cfg)
+    }
+
+    /// Reads and parses a configuration file.
+    ///
+    /// # Errors
+    /// [`ConfigError`] when the file is missing, too large or invalid.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let name = path.display().to_string();
+        let text = crate::service::read_capped(path, MAX_CONFIG_BYTES)
+            .map_err(|e| ConfigError(format!("{name}: {e}")))?;
+        Config::parse(&text, &name)
+    }
+
+    fn check(&self, file: &str) -> Result<(), ConfigError> {
+        if !(self.vehicle.stream_hz.is_finite() && (2.5..=200.0).contains(&self.vehicle.stream_hz))
+        {
+            return Err(ConfigError(format!(
+                "{file}: vehicle.stream_hz: {} Hz is outside 2.5..200 (PX4 needs more than 2 Hz)",
+                self.vehicle.stream_hz
+            )));
+        }
+        if !(500..=60_000).contains(&self.vehicle.link_timeout_ms) {
+            return Err(ConfigError(format!(
+                "{file}: vehicle.link_timeout_ms: {} ms is outside 500..60000",
+                self.vehicle.link_timeout_ms
+            )));
+        }
+        if self.vehicle.url != "sim" {
+            px4_bridge::url::TransportUrl::parse(&self.vehicle.url)
+                .map_err(|e| ConfigError(format!("{file}: vehicle.url: {e}")))?;
+        }
+        if self.log.level.trim().is_empty() {
+            return Err(ConfigError(format!("{file}: log.level: empty")));
+        }
+        Ok(())
+    }
+
+    /// The state directory after defaults.
+    pub fn state_dir(&self) -> PathBuf {
+        if let Some(d) = &self.state.dir {
+            return d.clone();
+        }
+        if let Some(d) = std::env::var_os("HALO_STATE_DIR") {
+            return PathBuf::from(d);
+        }
+        if let Some(d) = std::env::var_os("XDG_STATE_HOME") {
+            return PathBuf::from(d).join("halo-gateway");
+        }
+        match std::env::var_os("HOME") {
+            Some(h) => PathBuf::from(h).join(".local/state/halo-gateway"),
+            None => PathBuf::from("halo-gateway-state"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        assert_eq!(Config::parse("", "x.toml").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let e = Config::parse("[vehicle]\nurl = \"sim\"\nspeed = 3\n", "c.toml").unwrap_err();
+        assert!(e.0.starts_with("c.toml:3:"), "{e}");
+        assert!(e.0.contains("speed"), "{e}");
+        let e = Config::parse("[vehicel]\n", "c.toml").unwrap_err();
+        assert!(e.0.contains("c.toml:1:") && e.0.contains("vehicel"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_key() {
+        let e = Config::parse("[vehicle]\nurl = \"udp:1.2.3.4\"\n", "c.toml").unwrap_err();
+        assert!(e.0.contains("vehicle.url"), "{e}");
+        let e = Config::parse("[vehicle]\nstream_hz = 1.0\n", "c.toml").unwrap_err();
+        assert!(e.0.contains("vehicle.stream_hz"), "{e}");
+        let e = Config::parse("[listen]\nhttp = \"nope\"\n", "c.toml").unwrap_err();
+        assert!(e.0.contains("c.toml:2:"), "{e}");
+    }
+
+    #[test]
+    fn the_shipped_examples_parse() {
+        for f in ["sim.toml", "px4-sitl.toml", "pixhawk-telem2.toml"] {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../configs")
+                .join(f);
+            Config::load(&p).unwrap_or_else(|e| panic!("{f}: {e}"));
+        }
+    }
+}

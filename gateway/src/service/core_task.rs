@@ -1,0 +1,1272 @@
+//! The core task: the one owner of the protocol core, its adapter and its receipt log.
+//!
+//! Every interface (HTTP, stdio, the operator CLI through HTTP) sends it a [`Cmd`] over a
+//! bounded channel and awaits the answer; the bridge sends it vehicle events. After every input
+//! it follows the core's call order (DESIGN §3): drain events to the hub, pass every ready
+//! token to the final gate, append every receipt. The gate call itself is synchronous: nothing
+//! in [`Core::pump`] awaits.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use px4_bridge::shell::BridgeHandle;
+use px4_bridge::telemetry::{LandedState, Telemetry};
+use px4_bridge::{Command, CommandOutcome, Event as BridgeEvent, Px4Mode};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::hub::Hub;
+use super::metrics::{Metrics, OutcomeLabel, SourceLabel};
+use crate::core::digest::Digest;
+use crate::core::engine::{Event, Gateway};
+use crate::core::envelope::{MAX_RESPONSE_BYTES, Rejection};
+use crate::core::gate::{Adapter, AdapterError, EnqueueRequest, GateOutcome};
+use crate::core::ids::Id;
+use crate::core::reason::ReasonCode;
+use crate::core::state::{Certificate, SourceState, SourceUpdate, Value};
+use crate::core::time::Nanos;
+use crate::runtime::px4::{Px4Adapter, telemetry_updates};
+
+/// An error answer: HTTP status, stable code, message, offending ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: u16,
+    /// Stable reason code.
+    pub code: ReasonCode,
+    /// A message for people.
+    pub message: String,
+    /// Offending ids, if any.
+    pub ids: Vec<String>,
+}
+
+impl ApiError {
+    /// An error without ids.
+    pub fn new(status: u16, code: ReasonCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            ids: Vec::new(),
+        }
+    }
+
+    /// The JSON body: `{"error": {"code", "number", "message", "ids"}}`.
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {
+            "code": self.code.name(),
+            "number": self.code.number(),
+            "message": self.message,
+            "ids": self.ids,
+        }})
+    }
+
+    fn rejection(r: &Rejection) -> ApiError {
+        let status = match r.code() {
+            ReasonCode::RESPONSE_TOO_LARGE => 413,
+            ReasonCode::DUPLICATE_RESPONSE => 409,
+            ReasonCode::TOO_MANY_RESPONSES => 429,
+            ReasonCode::NO_OBLIGATION | ReasonCode::RESPONSE_UNKNOWN => 404,
+            _ => 422,
+        };
+        ApiError {
+            status,
+            code: r.code(),
+            message: r.message().to_string(),
+            ids: r.ids().to_vec(),
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): {}", self.code, self.status, self.message)
+    }
+}
+
+/// An answer to an interface.
+pub type Answer = Result<serde_json::Value, ApiError>;
+/// Where the answer goes.
+pub type Reply = oneshot::Sender<Answer>;
+
+/// What the operator can ask of the vehicle and the gateway.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum OperatorOp {
+    /// Arm the vehicle.
+    Arm,
+    /// Disarm (on the ground).
+    Disarm,
+    /// PX4 takeoff to this height above home, m.
+    Takeoff {
+        /// Height above home, m.
+        altitude_m: f64,
+    },
+    /// PX4 LAND at the current position.
+    Land,
+    /// PX4 RTL.
+    ReturnToLaunch,
+    /// Stop the current target and hold; no agent action dispatches until released.
+    Hold,
+    /// Release a hold: agent actions may dispatch again.
+    Release,
+}
+
+impl OperatorOp {
+    /// The name used in URLs and receipts.
+    pub fn name(&self) -> &'static str {
+        match self {
+            OperatorOp::Arm => "arm",
+            OperatorOp::Disarm => "disarm",
+            OperatorOp::Takeoff { .. } => "takeoff",
+            OperatorOp::Land => "land",
+            OperatorOp::ReturnToLaunch => "rtl",
+            OperatorOp::Hold => "hold",
+            OperatorOp::Release => "release",
+        }
+    }
+}
+
+/// One request to the core task.
+pub enum Cmd {
+    /// `POST /v1/responses`.
+    Response {
+        /// The envelope bytes.
+        bytes: Vec<u8>,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `POST /v1/obligations/{id}/candidates`.
+    Candidate {
+        /// The obligation named by the path.
+        obligation: u64,
+        /// The candidate bytes.
+        bytes: Vec<u8>,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `POST /v1/state/{source}`.
+    State {
+        /// Source name.
+        source: String,
+        /// The update body.
+        bytes: Vec<u8>,
+        /// When the request arrived, Unix ms (to map the provider's generation time).
+        wall_ms: u64,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `POST /v1/certificates`.
+    Certificate {
+        /// The certificate body.
+        bytes: Vec<u8>,
+        /// Arrival time, Unix ms.
+        wall_ms: u64,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `DELETE /v1/certificates/{id}`.
+    Revoke {
+        /// Certificate id.
+        id: String,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `GET /v1/responses/{id}`.
+    GetResponse {
+        /// Response id.
+        id: String,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `GET /v1/obligations`.
+    Obligations {
+        /// Answer.
+        reply: Reply,
+    },
+    /// `GET /v1/status`.
+    Status {
+        /// Answer.
+        reply: Reply,
+    },
+    /// `POST /v1/operator/{op}`.
+    Operator {
+        /// What.
+        op: OperatorOp,
+        /// Answer, once the vehicle answered (or at once for hold and release).
+        reply: Reply,
+    },
+}
+
+/// A provider's update as sent to `POST /v1/state/{source}`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateBody {
+    /// Typed value, per the catalog's kind for the source (`null` for epoch-only sources).
+    #[serde(default)]
+    pub value: serde_json::Value,
+    /// Epoch or version.
+    pub epoch: u64,
+    /// Who produced it.
+    pub provenance: Id,
+    /// When the data was generated, Unix ms on the provider's clock.
+    pub generated_at_unix_ms: u64,
+}
+
+/// A certificate as sent to `POST /v1/certificates`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateBody {
+    /// Certificate id, as components reference it.
+    pub id: Id,
+    /// The exact component digest it covers (64 hex digits; `halo-gateway digest` prints it).
+    pub covers: String,
+    /// End of the certified interval, Unix ms.
+    #[serde(default)]
+    pub valid_until_unix_ms: Option<u64>,
+    /// Or: length of the certified interval from now, ms.
+    #[serde(default)]
+    pub valid_for_ms: Option<u64>,
+    /// Who issued it.
+    pub issuer: Id,
+}
+
+/// The adapter the gate calls: the PX4 bridge, closed while the operator holds.
+pub struct ServiceAdapter {
+    /// The bridge adapter.
+    pub px4: Px4Adapter,
+    /// While true every enqueue is refused (`NotReady`).
+    pub held: bool,
+}
+
+impl Adapter for ServiceAdapter {
+    fn try_enqueue(&mut self, req: &EnqueueRequest<'_>) -> Result<(), AdapterError> {
+        if self.held {
+            return Err(AdapterError::NotReady);
+        }
+        self.px4.try_enqueue(req)
+    }
+}
+
+/// What the service knows of the vehicle, from the bridge's events.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VehicleView {
+    /// Link up.
+    pub link_up: bool,
+    /// PX4 mode name.
+    pub mode: Option<String>,
+    /// Armed.
+    pub armed: bool,
+    /// Landed state.
+    pub landed_state: Option<String>,
+    /// Local position, NED m.
+    pub position_ned_m: Option<[f32; 3]>,
+    /// Battery, percent.
+    pub battery_pct: Option<f32>,
+    /// Home altitude AMSL, m (from GLOBAL_POSITION_INT).
+    pub home_amsl_m: Option<f64>,
+    /// Setpoints sent since start.
+    pub setpoints_sent: u64,
+}
+
+struct Pending {
+    op: OperatorOp,
+    command: Command,
+    reply: Reply,
+    deadline: Instant,
+}
+
+/// The core task's state.
+pub struct Core {
+    /// The protocol core.
+    pub gw: Gateway,
+    /// The adapter.
+    pub adapter: ServiceAdapter,
+    /// The shared monotonic origin.
+    pub origin: Instant,
+    /// Wall-clock Unix ms at `origin`.
+    pub origin_wall_ms: u64,
+    /// The receipt log.
+    pub receipts: Option<std::io::BufWriter<std::fs::File>>,
+    /// Its path.
+    pub receipts_path: Option<PathBuf>,
+    /// Receipts written.
+    pub receipts_written: u64,
+    /// The event hub.
+    pub hub: Hub,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// The vehicle.
+    pub vehicle: VehicleView,
+    /// Boot epoch.
+    pub boot_epoch: u64,
+    pending: VecDeque<Pending>,
+    last_link_refresh: Nanos,
+    last_housekeeping: Instant,
+}
+
+/// Unix ms now.
+pub fn wall_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn mode_name(m: Px4Mode) -> String {
+    m.to_string()
+}
+
+fn command_text(c: &Command) -> String {
+    match c {
+        Command::Arm => "arm".into(),
+        Command::Disarm => "disarm".into(),
+        Command::SetMode { mode } => format!("set mode {mode}"),
+        Command::Takeoff {
+            altitude_amsl_m: Some(a),
+        } => format!("takeoff to {a:.1} m AMSL"),
+        Command::Takeoff {
+            altitude_amsl_m: None,
+        } => "takeoff to the default altitude".into(),
+        Command::Land => "land".into(),
+        Command::ReturnToLaunch => "return to launch".into(),
+        Command::SetMessageInterval {
+            message_id,
+            interval_us,
+        } => {
+            if *interval_us > 0 {
+                format!(
+                    "stream message {message_id} at {:.1} Hz",
+                    1e6 / f64::from(*interval_us)
+                )
+            } else {
+                format!("stop message {message_id}")
+            }
+        }
+    }
+}
+
+fn outcome_text(o: CommandOutcome) -> &'static str {
+    match o {
+        CommandOutcome::Accepted => "accepted",
+        CommandOutcome::Denied => "denied",
+        CommandOutcome::TemporarilyRejected => "temporarily rejected",
+        CommandOutcome::Unsupported => "unsupported",
+        CommandOutcome::Failed => "failed",
+        CommandOutcome::Cancelled => "cancelled",
+        CommandOutcome::TimedOut => "timed out (no answer after every retry)",
+        CommandOutcome::NotConfirmed => "acknowledged but the mode never showed",
+        CommandOutcome::LinkLost => "link lost before an answer",
+    }
+}
+
+fn landed_text(s: LandedState) -> &'static str {
+    match s {
+        LandedState::OnGround => "on ground",
+        LandedState::InAir => "in air",
+        LandedState::Takeoff => "taking off",
+        LandedState::Landing => "landing",
+        LandedState::Undefined => "unknown",
+    }
+}
+
+fn gate_label(o: &GateOutcome) -> &'static str {
+    match o {
+        GateOutcome::Dispatched { .. } => "dispatched",
+        GateOutcome::Denied { .. } => "denied",
+        GateOutcome::Refused { .. } => "refused",
+        GateOutcome::EnqueueFailed { .. } => "enqueue_failed",
+    }
+}
+
+impl Core {
+    /// A core task over `gw`, driving `handle`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one constructor wires the task once"
+    )]
+    pub fn new(
+        gw: Gateway,
+        handle: BridgeHandle,
+        origin: Instant,
+        origin_wall_ms: u64,
+        receipts_path: Option<PathBuf>,
+        hub: Hub,
+        metrics: Arc<Metrics>,
+        boot_epoch: u64,
+    ) -> std::io::Result<Core> {
+        let receipts = match &receipts_path {
+            Some(p) => {
+                if let Some(d) = p.parent() {
+                    std::fs::create_dir_all(d)?;
+                }
+                Some(std::io::BufWriter::new(std::fs::File::create(p)?))
+            }
+            None => None,
+        };
+        Ok(Core {
+            gw,
+            adapter: ServiceAdapter {
+                px4: Px4Adapter::new(handle),
+                held: false,
+            },
+            origin,
+            origin_wall_ms,
+            receipts,
+            receipts_path,
+            receipts_written: 0,
+            hub,
+            metrics,
+            vehicle: VehicleView::default(),
+            boot_epoch,
+            pending: VecDeque::new(),
+            last_link_refresh: Nanos::ZERO,
+            last_housekeeping: origin,
+        })
+    }
+
+    /// Now on the shared monotonic clock.
+    pub fn now(&self) -> Nanos {
+        Nanos(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Maps a remote wall-clock time onto the monotonic clock, given the wall time `wall_now`
+    /// that corresponds to `now`. Times before the origin map to 0 (they are stale anyway).
+    fn map_wall(now: Nanos, wall_now_ms: u64, remote_ms: u64) -> Nanos {
+        let delta_ns = (i128::from(remote_ms) - i128::from(wall_now_ms)) * 1_000_000;
+        let t = i128::from(now.0) + delta_ns;
+        Nanos(u64::try_from(t.clamp(0, i128::from(u64::MAX))).unwrap_or(0))
+    }
+
+    fn publish(&self, name: &'static str, data: &impl Serialize) {
+        if let Ok(s) = serde_json::to_string(data) {
+            self.hub.publish(name, s);
+            self.metrics.events.inc();
+        }
+    }
+
+    /// The core's output side, in the documented order: events, the final gate for every
+    /// ready token, receipts. Synchronous.
+    pub fn pump(&mut self) {
+        let now = self.now();
+        self.gw.handle_timeout(now);
+        loop {
+            let mut progressed = false;
+            while let Some(e) = self.gw.poll_event() {
+                self.on_core_event(&e);
+                progressed = true;
+            }
+            while let Some(tok) = self.gw.poll_dispatch() {
+                let t0 = Instant::now();
+                let out = self.gw.final_gate(self.now(), tok, &mut self.adapter);
+                self.metrics
+                    .gate_seconds
+                    .observe(t0.elapsed().as_secs_f64());
+                self.on_gate(&out);
+                progressed = true;
+            }
+            if !progressed {
+                break;
+            }
+        }
+        self.write_receipts();
+    }
+
+    fn write_receipts(&mut self) {
+        let base = self.origin_wall_ms;
+        let mut n = 0u64;
+        while let Some(r) = self
+            .gw
+            .poll_receipt_with_wall(|at| Some(base.saturating_add(at.as_ms())))
+        {
+            if let Some(w) = self.receipts.as_mut() {
+                if let Err(e) = writeln!(w, "{}", r.to_json_line()) {
+                    tracing::error!(error = %e, "cannot write the receipt log");
+                }
+            }
+            n += 1;
+        }
+        if n > 0 {
+            self.receipts_written += n;
+            self.metrics.receipts_written.inc_by(n);
+            if let Some(w) = self.receipts.as_mut() {
+                if let Err(e) = w.flush() {
+                    tracing::error!(error = %e, "cannot flush the receipt log");
+                }
+            }
+        }
+    }
+
+    fn on_core_event(&mut self, e: &Event) {
+        match e {
+            Event::Phase {
+                response,
+                component,
+                phase,
+                reason,
+            } => {
+                self.metrics.decision(reason.map(|r| r.name()));
+                if let Some(r) = reason {
+                    tracing::info!(%response, %component, %phase, reason = %r, "phase");
+                } else {
+                    tracing::debug!(%response, %component, %phase, "phase");
+                }
+                self.publish("phase", e);
+            }
+            Event::Emit {
+                response,
+                component,
+                path,
+                ..
+            } => {
+                tracing::info!(%response, %component, path = %path, "emitted");
+                self.publish("emit", e);
+            }
+            Event::ObligationCreated { obligation } => {
+                tracing::info!(
+                    obligation = obligation.id.0,
+                    response = %obligation.response,
+                    component = %obligation.component,
+                    reason = %obligation.reason,
+                    "obligation created: refresh requested"
+                );
+                self.publish("obligation_created", e);
+            }
+            Event::ObligationChanged { .. } => self.publish("obligation_changed", e),
+        }
+    }
+
+    fn on_gate(&mut self, out: &GateOutcome) {
+        self.metrics
+            .gate_outcomes
+            .get_or_create(&OutcomeLabel {
+                outcome: gate_label(out).into(),
+            })
+            .inc();
+        match out {
+            GateOutcome::Dispatched {
+                response,
+                component,
+                binding,
+                ..
+            } => {
+                tracing::info!(%response, %component, binding = %binding.short(), "final gate: dispatched");
+            }
+            GateOutcome::Denied {
+                response,
+                component,
+                code,
+                ..
+            } => tracing::warn!(%response, %component, reason = %code, "final gate: denied"),
+            GateOutcome::Refused { code } => {
+                tracing::warn!(reason = %code, "final gate: token refused");
+            }
+            GateOutcome::EnqueueFailed {
+                response,
+                component,
+                error,
+                ..
+            } => {
+                tracing::warn!(%response, %component, error = %error, "final gate: the vehicle adapter refused the enqueue");
+            }
+        }
+        self.publish("gate", out);
+    }
+
+    /// Feeds one bridge event.
+    pub fn on_bridge_event(&mut self, ev: &BridgeEvent) {
+        let now = self.now();
+        for u in telemetry_updates(self.gw.catalog(), ev, now) {
+            // Refusals (an out-of-order sample) are receipted by the core.
+            let _ = self.gw.handle_source_update(now, u);
+        }
+        if let BridgeEvent::TargetObserved { binding, .. } = ev {
+            if let Some((r, c)) = self.adapter.px4.dispatched.get(binding).cloned() {
+                let _ = self.gw.handle_observation(now, &r, &c, true);
+            }
+        }
+        match ev {
+            BridgeEvent::Telemetry(u) => {
+                // Any message from the autopilot shows the command link alive; refresh `link`
+                // from it (throttled), so AoI measures time since we last heard the vehicle.
+                if now.saturating_sub(self.last_link_refresh) >= Nanos::from_ms(100)
+                    && self.vehicle.link_up
+                {
+                    self.last_link_refresh = now;
+                    self.push_vehicle_source("link", Nanos(u.generated_at.0.min(now.0)), Value::Flag(true));
+                }
+                match &u.data {
+                    Telemetry::LocalPosition {
+                        north_m,
+                        east_m,
+                        down_m,
+                        ..
+                    } => self.vehicle.position_ned_m = Some([*north_m, *east_m, *down_m]),
+                    Telemetry::Battery {
+                        remaining_pct: Some(p),
+                        ..
+                    } => self.vehicle.battery_pct = Some(*p),
+                    Telemetry::GlobalPosition {
+                        alt_m,
+                        relative_alt_m,
+                        ..
+                    } => {
+                        self.vehicle.home_amsl_m = Some(f64::from(*alt_m - *relative_alt_m));
+                    }
+                    Telemetry::Landed { state } => {
+                        self.vehicle.landed_state = Some(landed_text(*state).into());
+                    }
+                    _ => {}
+                }
+            }
+            BridgeEvent::AutopilotDiscovered {
+                system_id,
+                component_id,
+            } => {
+                tracing::info!(system_id, component_id, "autopilot found");
+                self.publish(
+                    "vehicle_found",
+                    &json!({"system_id": system_id, "component_id": component_id}),
+                );
+            }
+            BridgeEvent::Link { up, silent_ms } => {
+                self.vehicle.link_up = *up;
+                self.metrics.link_up.set(i64::from(*up));
+                if *up {
+                    tracing::info!("autopilot link up");
+                } else {
+                    tracing::warn!(silent_ms, "autopilot link down: no heartbeat");
+                }
+                self.publish("vehicle_link", &json!({"up": up, "silent_ms": silent_ms}));
+            }
+            BridgeEvent::ModeChanged { from, to } => {
+                let from_s = from.map(mode_name);
+                tracing::info!(from = from_s.as_deref().unwrap_or("unknown"), to = %to, "PX4 mode");
+                self.vehicle.mode = Some(mode_name(*to));
+                self.publish(
+                    "vehicle_mode",
+                    &json!({"from": from_s, "to": mode_name(*to)}),
+                );
+            }
+            BridgeEvent::ArmedChanged { armed } => {
+                self.vehicle.armed = *armed;
+                tracing::info!(armed, "PX4 {}", if *armed { "armed" } else { "disarmed" });
+                self.publish("vehicle_armed", &json!({"armed": armed}));
+            }
+            BridgeEvent::Command {
+                command, outcome, ..
+            } => {
+                let text = command_text(command);
+                if !matches!(command, Command::SetMessageInterval { .. }) {
+                    tracing::info!(command = %text, outcome = outcome_text(*outcome), "PX4 command");
+                }
+                self.publish(
+                    "vehicle_command",
+                    &json!({"command": text, "outcome": outcome_text(*outcome)}),
+                );
+                if let Some(i) = self.pending.iter().position(|p| p.command == *command) {
+                    if let Some(p) = self.pending.remove(i) {
+                        self.finish_operator(p, *outcome);
+                    }
+                }
+            }
+            BridgeEvent::StatusText { severity, text } => {
+                if *severity <= 4 {
+                    tracing::warn!(severity, "PX4: {text}");
+                } else {
+                    tracing::info!(severity, "PX4: {text}");
+                }
+                self.publish(
+                    "vehicle_text",
+                    &json!({"severity": severity, "text": text}),
+                );
+            }
+            BridgeEvent::TargetStarted {
+                binding,
+                fingerprint,
+                valid_until,
+            } => self.publish(
+                "vehicle_target",
+                &json!({"state": "started", "binding": Digest(*binding), "fingerprint": fingerprint.to_string(),
+                        "valid_until_ns": valid_until.0}),
+            ),
+            BridgeEvent::TargetExpired {
+                binding,
+                fingerprint,
+            } => self.publish(
+                "vehicle_target",
+                &json!({"state": "expired", "binding": Digest(*binding), "fingerprint": fingerprint.to_string()}),
+            ),
+            BridgeEvent::Holding { kind, reason } => {
+                self.publish("vehicle_hold", &json!({"kind": kind, "reason": reason}));
+            }
+            BridgeEvent::EnqueueDropped { binding, reason } => {
+                tracing::warn!(reason = %reason, "the bridge dropped an enqueued target");
+                self.publish(
+                    "vehicle_target",
+                    &json!({"state": "dropped", "binding": Digest(*binding), "reason": reason.to_string()}),
+                );
+            }
+            BridgeEvent::TargetObserved { .. } | BridgeEvent::TimeSync { .. } => {}
+        }
+    }
+
+    fn push_vehicle_source(&mut self, name: &str, at: Nanos, value: Value) {
+        let cat = self.gw.catalog();
+        let Some(ix) = cat.source_ix(name) else {
+            return;
+        };
+        if cat.source(ix).map(|s| s.value) != Some(value.kind()) {
+            return;
+        }
+        let Ok(prov) = Id::new("px4") else { return };
+        let now = self.now();
+        let _ = self.gw.handle_source_update(
+            now,
+            SourceUpdate {
+                source: ix,
+                state: SourceState {
+                    generated_at: at,
+                    epoch: 1,
+                    provenance: prov,
+                    value,
+                },
+            },
+        );
+    }
+
+    fn finish_operator(&mut self, p: Pending, outcome: CommandOutcome) {
+        let now = self.now();
+        let ok = outcome == CommandOutcome::Accepted;
+        self.gw.record_external(
+            now,
+            "operator_command",
+            json!({"action": p.op.name(), "command": command_text(&p.command), "outcome": outcome_text(outcome)}),
+        );
+        let answer = if ok {
+            Ok(json!({"action": p.op.name(), "outcome": outcome_text(outcome)}))
+        } else {
+            Err(ApiError::new(
+                409,
+                ReasonCode::VEHICLE_COMMAND_FAILED,
+                format!(
+                    "PX4 did not accept `{}`: {}",
+                    command_text(&p.command),
+                    outcome_text(outcome)
+                ),
+            ))
+        };
+        let _ = p.reply.send(answer);
+    }
+
+    /// Handles one interface request.
+    pub fn handle(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Response { bytes, reply } => {
+                let t0 = Instant::now();
+                let now = self.now();
+                let r = self.gw.handle_response(now, &bytes);
+                self.pump();
+                self.metrics
+                    .admission_seconds
+                    .observe(t0.elapsed().as_secs_f64());
+                let answer = match r {
+                    Ok(rep) => {
+                        let current = self.gw.response_report(&rep.response).unwrap_or(rep);
+                        for c in &current.components {
+                            self.metrics.decision(c.reason.map(|r| r.name()));
+                        }
+                        serde_json::to_value(&current).map_err(internal)
+                    }
+                    Err(rej) => {
+                        self.metrics.decision(Some(rej.code().name()));
+                        Err(ApiError::rejection(&rej))
+                    }
+                };
+                let _ = reply.send(answer);
+            }
+            Cmd::Candidate {
+                obligation,
+                bytes,
+                reply,
+            } => {
+                let answer = self.candidate(obligation, &bytes);
+                let _ = reply.send(answer);
+            }
+            Cmd::State {
+                source,
+                bytes,
+                wall_ms,
+                reply,
+            } => {
+                let answer = self.state_update(&source, &bytes, wall_ms);
+                self.pump();
+                let _ = reply.send(answer);
+            }
+            Cmd::Certificate {
+                bytes,
+                wall_ms,
+                reply,
+            } => {
+                let answer = self.certificate(&bytes, wall_ms);
+                self.pump();
+                let _ = reply.send(answer);
+            }
+            Cmd::Revoke { id, reply } => {
+                let answer = match Id::new(&id) {
+                    Ok(cid) => {
+                        let held = self.gw.snapshot().certificate(&cid).is_some();
+                        if held {
+                            let now = self.now();
+                            self.gw.handle_certificate_revoked(now, &cid);
+                            self.pump();
+                            Ok(json!({"revoked": id}))
+                        } else {
+                            Err(ApiError::new(
+                                404,
+                                ReasonCode::CERTIFICATE_UNKNOWN,
+                                format!("no certificate `{id}` is held"),
+                            ))
+                        }
+                    }
+                    Err(e) => Err(ApiError::new(400, ReasonCode::INVALID_ID, e.to_string())),
+                };
+                let _ = reply.send(answer);
+            }
+            Cmd::GetResponse { id, reply } => {
+                let answer = Id::new(&id)
+                    .ok()
+                    .and_then(|rid| self.gw.response_report(&rid))
+                    .ok_or_else(|| {
+                        ApiError::new(
+                            404,
+                            ReasonCode::RESPONSE_UNKNOWN,
+                            format!("no live response `{id}`"),
+                        )
+                    })
+                    .and_then(|r| serde_json::to_value(&r).map_err(internal));
+                let _ = reply.send(answer);
+            }
+            Cmd::Obligations { reply } => {
+                let all: Vec<_> = self.gw.obligations().collect();
+                let _ = reply.send(serde_json::to_value(&all).map_err(internal));
+            }
+            Cmd::Status { reply } => {
+                let _ = reply.send(Ok(self.status()));
+            }
+            Cmd::Operator { op, reply } => self.operator(op, reply),
+        }
+    }
+
+    fn candidate(&mut self, obligation: u64, bytes: &[u8]) -> Answer {
+        let named = crate::core::envelope::parse_candidate(bytes).map(|c| c.obligation);
+        if let Ok(n) = named {
+            if n != obligation {
+                return Err(ApiError::new(
+                    400,
+                    ReasonCode::OBLIGATION_MISMATCH,
+                    format!("the URL names obligation {obligation}, the candidate names {n}"),
+                ));
+            }
+        }
+        let now = self.now();
+        let r = self.gw.handle_candidate(now, bytes);
+        self.pump();
+        match r {
+            Ok(rep) => {
+                let current = self.gw.response_report(&rep.response);
+                Ok(
+                    json!({"response": rep.response, "obligation": rep.obligation,
+                          "readmitted": rep.components, "current": current}),
+                )
+            }
+            Err(rej) => Err(ApiError::rejection(&rej)),
+        }
+    }
+
+    fn state_update(&mut self, source: &str, bytes: &[u8], wall_ms: u64) -> Answer {
+        let cat = self.gw.catalog();
+        let Some(ix) = cat.source_ix(source) else {
+            return Err(ApiError::new(
+                404,
+                ReasonCode::UNKNOWN_SOURCE,
+                format!("the catalog defines no source `{source}`"),
+            ));
+        };
+        let kind = cat.source(ix).map(|s| s.value);
+        let body: StateBody = serde_json::from_slice(bytes).map_err(|e| {
+            ApiError::new(
+                400,
+                ReasonCode::INVALID_UPDATE,
+                format!("source `{source}`: {e}"),
+            )
+        })?;
+        let Some(kind) = kind else {
+            return Err(ApiError::new(
+                404,
+                ReasonCode::UNKNOWN_SOURCE,
+                format!("the catalog defines no source `{source}`"),
+            ));
+        };
+        let value = Value::parse(kind, &body.value).map_err(|e| {
+            ApiError::new(
+                422,
+                ReasonCode::VALUE_KIND_MISMATCH,
+                format!("source `{source}`: {e}"),
+            )
+        })?;
+        let now = self.now();
+        let generated_at = Core::map_wall(now, wall_ms, body.generated_at_unix_ms);
+        let u = SourceUpdate {
+            source: ix,
+            state: SourceState {
+                generated_at,
+                epoch: body.epoch,
+                provenance: body.provenance,
+                value,
+            },
+        };
+        match self.gw.handle_source_update(now, u) {
+            Ok(()) => {
+                let age_ms = now.saturating_sub(generated_at).as_ms();
+                Ok(json!({"source": source, "epoch": body.epoch, "age_ms": age_ms}))
+            }
+            Err(e) => {
+                self.metrics
+                    .updates_refused
+                    .get_or_create(&super::metrics::CodeLabel {
+                        code: e.code().name().into(),
+                    })
+                    .inc();
+                Err(ApiError::new(422, e.code(), e.message().to_string()))
+            }
+        }
+    }
+
+    fn certificate(&mut self, bytes: &[u8], wall_ms: u64) -> Answer {
+        let body: CertificateBody = serde_json::from_slice(bytes).map_err(|e| {
+            ApiError::new(400, ReasonCode::INVALID_UPDATE, format!("certificate: {e}"))
+        })?;
+        let covers = Digest::from_hex(&body.covers).map_err(|e| {
+            ApiError::new(
+                422,
+                ReasonCode::INVALID_UPDATE,
+                format!("certificate `covers`: {e}"),
+            )
+        })?;
+        let now = self.now();
+        let valid_until = match (body.valid_until_unix_ms, body.valid_for_ms) {
+            (Some(u), None) => Core::map_wall(now, wall_ms, u),
+            (None, Some(ms)) => now.saturating_add(Nanos::from_ms(ms)),
+            _ => {
+                return Err(ApiError::new(
+                    422,
+                    ReasonCode::INVALID_UPDATE,
+                    "give exactly one of `valid_until_unix_ms` and `valid_for_ms`",
+                ));
+            }
+        };
+        if valid_until <= now {
+            return Err(ApiError::new(
+                422,
+                ReasonCode::CERTIFICATE_EXPIRED,
+                "the certificate's interval has already ended",
+            ));
+        }
+        let cert = Certificate {
+            id: body.id.clone(),
+            covers,
+            valid_until,
+            issuer: body.issuer,
+        };
+        self.gw
+            .handle_certificate(now, cert)
+            .map_err(|e| ApiError::new(422, e.code(), e.message().to_string()))?;
+        Ok(json!({"certificate": body.id, "covers": covers,
+                  "valid_for_ms": valid_until.saturating_sub(now).as_ms()}))
+    }
+
+    fn operator(&mut self, op: OperatorOp, reply: Reply) {
+        let now = self.now();
+        let command = match op {
+            OperatorOp::Hold => {
+                self.adapter.held = true;
+                let r = self.adapter.px4.handle().hold();
+                self.gw.record_external(
+                    now,
+                    "operator_hold",
+                    json!({"held": true, "bridge": r.as_ref().map_or_else(ToString::to_string, |()| "holding".into())}),
+                );
+                self.publish("operator_hold", &json!({"held": true}));
+                tracing::warn!("operator hold: agent actions will not dispatch until released");
+                self.pump();
+                let _ = reply.send(Ok(json!({"action": "hold", "held": true})));
+                return;
+            }
+            OperatorOp::Release => {
+                self.adapter.held = false;
+                self.gw
+                    .record_external(now, "operator_hold", json!({"held": false}));
+                self.publish("operator_hold", &json!({"held": false}));
+                tracing::info!("operator released the hold");
+                self.pump();
+                let _ = reply.send(Ok(json!({"action": "release", "held": false})));
+                return;
+            }
+            OperatorOp::Arm => Command::Arm,
+            OperatorOp::Disarm => Command::Disarm,
+            OperatorOp::Land => Command::Land,
+            OperatorOp::ReturnToLaunch => Command::ReturnToLaunch,
+            OperatorOp::Takeoff { altitude_m } => {
+                let Some(home) = self.vehicle.home_amsl_m else {
+                    let _ = reply.send(Err(ApiError::new(
+                        409,
+                        ReasonCode::VEHICLE_COMMAND_FAILED,
+                        "home altitude is not known yet (no GLOBAL_POSITION_INT from PX4)",
+                    )));
+                    return;
+                };
+                if !(altitude_m.is_finite() && (1.0..=120.0).contains(&altitude_m)) {
+                    let _ = reply.send(Err(ApiError::new(
+                        422,
+                        ReasonCode::INVALID_REQUEST,
+                        format!("takeoff altitude {altitude_m} m is outside 1..120 m above home"),
+                    )));
+                    return;
+                }
+                #[allow(clippy::cast_possible_truncation, reason = "MAVLink carries f32")]
+                let amsl = (home + altitude_m) as f32;
+                Command::Takeoff {
+                    altitude_amsl_m: Some(amsl),
+                }
+            }
+        };
+        if let Err(e) = self.adapter.px4.handle().command(command) {
+            let _ = reply.send(Err(ApiError::new(
+                503,
+                ReasonCode::SERVICE_BUSY,
+                format!("bridge: {e}"),
+            )));
+            return;
+        }
+        self.pending.push_back(Pending {
+            op,
+            command,
+            reply,
+            deadline: Instant::now() + Duration::from_secs(15),
+        });
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let now = self.now();
+        let cat = self.gw.catalog();
+        let sources: Vec<_> = cat
+            .sources()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let ix = crate::core::catalog::SourceIx(u8::try_from(i).unwrap_or(u8::MAX));
+                let st = self.gw.snapshot().source(ix);
+                json!({
+                    "source": s.name,
+                    "age_ms": self.gw.snapshot().age(ix, now).map(Nanos::as_ms),
+                    "epoch": st.map(|x| x.epoch),
+                    "provenance": st.map(|x| x.provenance.clone()),
+                })
+            })
+            .collect();
+        let live_obligations = self.gw.obligations().filter(|o| o.state.is_live()).count();
+        json!({
+            "service": "halo-gateway",
+            "version": env!("CARGO_PKG_VERSION"),
+            "boot_epoch": self.boot_epoch,
+            "uptime_s": self.origin.elapsed().as_secs(),
+            "catalog": {"id": cat.id(), "version": cat.version()},
+            "vehicle": VehicleView {
+                setpoints_sent: self.adapter.px4.handle().setpoints_sent(),
+                ..self.vehicle.clone()
+            },
+            "operator_hold": self.adapter.held,
+            "responses_live": self.gw.response_ids().count(),
+            "obligations_live": live_obligations,
+            "sources": sources,
+            "receipts": {"path": self.receipts_path, "written": self.receipts_written},
+            "events_next_id": self.hub.next_id(),
+        })
+    }
+
+    /// Periodic work: operator commands that never got an answer, metrics.
+    fn housekeeping(&mut self) {
+        let t = Instant::now();
+        while self.pending.front().is_some_and(|p| p.deadline <= t) {
+            if let Some(p) = self.pending.pop_front() {
+                self.finish_operator(p, CommandOutcome::TimedOut);
+            }
+        }
+        if t.duration_since(self.last_housekeeping) < Duration::from_millis(500) {
+            return;
+        }
+        self.last_housekeeping = t;
+        let now = self.now();
+        let cat = self.gw.catalog();
+        for (i, s) in cat.sources().iter().enumerate() {
+            let ix = crate::core::catalog::SourceIx(u8::try_from(i).unwrap_or(u8::MAX));
+            if let Some(age) = self.gw.snapshot().age(ix, now) {
+                #[allow(clippy::cast_precision_loss, reason = "seconds for a gauge")]
+                let secs = age.0 as f64 / 1e9;
+                self.metrics
+                    .aoi_seconds
+                    .get_or_create(&SourceLabel {
+                        source: s.name.to_string(),
+                    })
+                    .set(secs);
+            }
+        }
+        let h = self.adapter.px4.handle();
+        self.metrics
+            .setpoints_streamed
+            .set(i64::try_from(h.setpoints_sent()).unwrap_or(i64::MAX));
+        self.metrics
+            .bridge_events_dropped
+            .set(i64::try_from(h.dropped_events()).unwrap_or(i64::MAX));
+    }
+
+    /// Runs until `shutdown` turns true, then holds the vehicle and waits (at most
+    /// `settle`) for it to leave OFFBOARD or for the link to go, flushing receipts.
+    pub async fn run(
+        mut self,
+        mut cmds: mpsc::Receiver<Cmd>,
+        mut bridge: mpsc::Receiver<BridgeEvent>,
+        mut shutdown: watch::Receiver<bool>,
+        settle: Duration,
+    ) -> Core {
+        loop {
+            let now = self.now();
+            let wake = self
+                .gw
+                .poll_timeout()
+                .map_or(Duration::from_millis(100), |t| {
+                    Duration::from_nanos(t.0.saturating_sub(now.0))
+                })
+                .min(Duration::from_millis(100));
+            self.metrics
+                .input_queue_depth
+                .set(i64::try_from(cmds.len()).unwrap_or(i64::MAX));
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => {
+                    if *shutdown.borrow() { break; }
+                }
+                Some(ev) = bridge.recv() => self.on_bridge_event(&ev),
+                Some(cmd) = cmds.recv() => self.handle(cmd),
+                () = tokio::time::sleep(wake) => {}
+            }
+            self.pump();
+            self.housekeeping();
+        }
+        self.shutdown(&mut bridge, settle).await;
+        // Refuse what is still queued.
+        cmds.close();
+        while let Ok(cmd) = cmds.try_recv() {
+            refuse(cmd);
+        }
+        self
+    }
+
+    async fn shutdown(&mut self, bridge: &mut mpsc::Receiver<BridgeEvent>, settle: Duration) {
+        let now = self.now();
+        self.adapter.held = true;
+        self.publish("shutdown", &json!({"reason": "signal"}));
+        let _ = self.adapter.px4.handle().hold();
+        let in_offboard = self.vehicle.mode.as_deref() == Some(&mode_name(Px4Mode::OFFBOARD));
+        if self.vehicle.armed && in_offboard && self.vehicle.link_up {
+            let _ = self.adapter.px4.handle().command(Command::SetMode {
+                mode: Px4Mode::HOLD,
+            });
+        }
+        self.gw
+            .record_external(now, "shutdown", json!({"hold_requested": true}));
+        tracing::info!("shutting down: holding the vehicle");
+        let deadline = tokio::time::Instant::now() + settle;
+        loop {
+            let safe = !self.vehicle.link_up
+                || !self.vehicle.armed
+                || self.vehicle.mode.as_deref() != Some(&mode_name(Px4Mode::OFFBOARD));
+            if safe {
+                break;
+            }
+            tokio::select! {
+                Some(ev) = bridge.recv() => self.on_bridge_event(&ev),
+                () = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!("the vehicle is still in OFFBOARD; stopping the stream (PX4's offboard-loss failsafe takes over)");
+                    break;
+                }
+            }
+            self.pump();
+        }
+        let now = self.now();
+        self.gw.record_external(
+            now,
+            "shutdown",
+            json!({"mode": self.vehicle.mode, "armed": self.vehicle.armed, "link_up": self.vehicle.link_up}),
+        );
+        while let Some(p) = self.pending.pop_front() {
+            self.finish_operator(p, CommandOutcome::Cancelled);
+        }
+        self.pump();
+        if let Some(w) = self.receipts.as_mut() {
+            let _ = w.flush();
+            let _ = w.get_ref().sync_all();
+        }
+    }
+}
+
+fn internal(e: serde_json::Error) -> ApiError {
+    ApiError::new(500, ReasonCode::INVALID_REQUEST, format!("internal: {e}"))
+}
+
+fn refuse(cmd: Cmd) {
+    let err = || {
+        Err(ApiError::new(
+            503,
+            ReasonCode::SHUTTING_DOWN,
+            "the gateway is shutting down",
+        ))
+    };
+    let reply = match cmd {
+        Cmd::Response { reply, .. }
+        | Cmd::Candidate { reply, .. }
+        | Cmd::State { reply, .. }
+        | Cmd::Certificate { reply, .. }
+        | Cmd::Revoke { reply, .. }
+        | Cmd::GetResponse { reply, .. }
+        | Cmd::Obligations { reply }
+        | Cmd::Status { reply }
+        | Cmd::Operator { reply, .. } => reply,
+    };
+    let _ = reply.send(err());
+}
+
+/// Largest body for a response or candidate.
+pub const RESPONSE_LIMIT: usize = MAX_RESPONSE_BYTES;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wall_times_map_onto_the_monotonic_clock() {
+        let now = Nanos::from_ms(10_000);
+        assert_eq!(
+            Core::map_wall(now, 1_000_000, 999_800),
+            Nanos::from_ms(9_800)
+        );
+        assert_eq!(
+            Core::map_wall(now, 1_000_000, 1_000_030),
+            Nanos::from_ms(10_030)
+        );
+        assert_eq!(Core::map_wall(now, 1_000_000, 0), Nanos::ZERO);
+    }
+}

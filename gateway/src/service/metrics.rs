@@ -1,0 +1,217 @@
+//! `GET /metrics`: Prometheus text exposition through `prometheus-client`.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// A reason-code label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    /// Stable reason code, or `none`.
+    pub code: String,
+}
+
+/// A gate-outcome label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// `dispatched`, `denied`, `refused`, `enqueue_failed`.
+    pub outcome: String,
+}
+
+/// A source label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    /// Catalog source name.
+    pub source: String,
+}
+
+/// An interface-request label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabel {
+    /// Endpoint kind.
+    pub endpoint: String,
+    /// HTTP status.
+    pub status: u16,
+}
+
+fn latency_histogram() -> Histogram {
+    // 1 µs .. ~1 s.
+    Histogram::new(exponential_buckets(1e-6, 2.0, 21))
+}
+
+/// Every metric the service exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Component decisions by reason code (`none` when retained or dispatched).
+    pub decisions: Family<CodeLabel, Counter>,
+    /// Gate outcomes.
+    pub gate_outcomes: Family<OutcomeLabel, Counter>,
+    /// Time spent in one final-gate call, seconds.
+    pub gate_seconds: Histogram,
+    /// Admission of one response (parse, validate, admit, gate), seconds.
+    pub admission_seconds: Histogram,
+    /// Depth of the core's input queue.
+    pub input_queue_depth: Gauge,
+    /// Age of information per source, seconds (NaN never shown: absent until first update).
+    pub aoi_seconds: Family<SourceLabel, Gauge<f64, AtomicU64>>,
+    /// 1 when the autopilot link is up.
+    pub link_up: Gauge,
+    /// Setpoints streamed to the vehicle.
+    pub setpoints_streamed: Gauge,
+    /// Receipts written.
+    pub receipts_written: Counter,
+    /// Provider updates refused, by reason.
+    pub updates_refused: Family<CodeLabel, Counter>,
+    /// Interface requests by endpoint and status.
+    pub requests: Family<RequestLabel, Counter>,
+    /// Events published to the event stream.
+    pub events: Counter,
+    /// Bridge events dropped because the gateway did not drain them.
+    pub bridge_events_dropped: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric registered.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("halo");
+        let m = Metrics {
+            registry: Registry::default(),
+            decisions: Family::default(),
+            gate_outcomes: Family::default(),
+            gate_seconds: latency_histogram(),
+            admission_seconds: latency_histogram(),
+            input_queue_depth: Gauge::default(),
+            aoi_seconds: Family::default(),
+            link_up: Gauge::default(),
+            setpoints_streamed: Gauge::default(),
+            receipts_written: Counter::default(),
+            updates_refused: Family::default(),
+            requests: Family::default(),
+            events: Counter::default(),
+            bridge_events_dropped: Gauge::default(),
+        };
+        registry.register(
+            "decisions",
+            "Component decisions by reason code",
+            m.decisions.clone(),
+        );
+        registry.register(
+            "gate_outcomes",
+            "Final-gate outcomes",
+            m.gate_outcomes.clone(),
+        );
+        registry.register(
+            "gate_seconds",
+            "Time spent in one final-gate call",
+            m.gate_seconds.clone(),
+        );
+        registry.register(
+            "admission_seconds",
+            "Admission of one response, from bytes to dispatch",
+            m.admission_seconds.clone(),
+        );
+        registry.register(
+            "input_queue_depth",
+            "Requests waiting for the core",
+            m.input_queue_depth.clone(),
+        );
+        registry.register(
+            "aoi_seconds",
+            "Age of information per source",
+            m.aoi_seconds.clone(),
+        );
+        registry.register(
+            "link_up",
+            "1 when the autopilot link is up",
+            m.link_up.clone(),
+        );
+        registry.register(
+            "setpoints_streamed",
+            "Setpoints streamed to the vehicle since start",
+            m.setpoints_streamed.clone(),
+        );
+        registry.register(
+            "receipts_written",
+            "Receipts written to the log",
+            m.receipts_written.clone(),
+        );
+        registry.register(
+            "updates_refused",
+            "Provider updates refused, by reason code",
+            m.updates_refused.clone(),
+        );
+        registry.register(
+            "requests",
+            "Interface requests by endpoint and status",
+            m.requests.clone(),
+        );
+        registry.register(
+            "events",
+            "Events published on the event stream",
+            m.events.clone(),
+        );
+        registry.register(
+            "bridge_events_dropped",
+            "Bridge events dropped because the gateway did not drain them",
+            m.bridge_events_dropped.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(8192);
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// Counts one component decision.
+    pub fn decision(&self, code: Option<&str>) {
+        self.decisions
+            .get_or_create(&CodeLabel {
+                code: code.unwrap_or("none").to_string(),
+            })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let m = Metrics::new();
+        m.decision(Some("STALE_SOURCE"));
+        m.gate_seconds.observe(2e-6);
+        m.aoi_seconds
+            .get_or_create(&SourceLabel {
+                source: "traffic".into(),
+            })
+            .set(0.25);
+        let t = m.render();
+        assert!(
+            t.contains("halo_decisions_total{code=\"STALE_SOURCE\"} 1"),
+            "{t}"
+        );
+        assert!(t.contains("halo_gate_seconds_bucket"), "{t}");
+        assert!(
+            t.contains("halo_aoi_seconds{source=\"traffic\"} 0.25"),
+            "{t}"
+        );
+        assert!(t.ends_with("# EOF\n"), "{t}");
+    }
+}

@@ -1,0 +1,357 @@
+//! `halo-gateway run`: the deployable service between an agent and a flight controller.
+//!
+//! ```text
+//! agent ─HTTP/SSE─┐                         ┌─▶ receipts (JSONL, hash-linked)
+//! providers ─HTTP─┼─▶ core task (one owner) ┼─▶ final gate ─▶ PX4 bridge ─MAVLink─▶ PX4
+//! operator ─HTTP──┘   Gateway + adapter     └─▶ event hub ─▶ SSE
+//!                         ▲
+//!                 bridge events (telemetry → vehicle sources, echoes → observations)
+//! ```
+//!
+//! One task owns the protocol core; interfaces send it commands over a bounded queue and await
+//! the answer. The gate's critical section is the core's synchronous `final_gate`, whose adapter
+//! call is the bridge's non-blocking `try_enqueue`.
+
+pub mod config;
+pub mod core_task;
+pub mod http;
+pub mod hub;
+pub mod metrics;
+pub mod statedir;
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use px4_bridge::shell::{BridgeOptions, start as start_bridge};
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::core::catalog::Catalog;
+use crate::core::engine::{Config as CoreConfig, Gateway};
+pub use config::Config;
+use core_task::Core;
+use statedir::{CredentialFiles, Credentials};
+
+/// The catalog compiled into the binary (`catalogs/uav-px4.toml`).
+pub const EMBEDDED_CATALOG: &str = include_str!("../../../catalogs/uav-px4.toml");
+
+/// Reads a file through a size cap: a larger file is an error, never truncated.
+///
+/// # Errors
+/// A message for people.
+pub fn read_capped(path: &Path, cap: u64) -> Result<String, String> {
+    let f = std::fs::File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".to_string(),
+        _ => e.to_string(),
+    })?;
+    let mut buf = Vec::new();
+    f.take(cap + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| e.to_string())?;
+    if buf.len() as u64 > cap {
+        return Err(format!("larger than the {cap}-byte limit"));
+    }
+    String::from_utf8(buf).map_err(|e| format!("not UTF-8: {e}"))
+}
+
+/// Loads the configured catalog or the embedded one.
+///
+/// # Errors
+/// A message naming the file, line and field.
+pub fn load_catalog(cfg: &Config) -> Result<Catalog, String> {
+    match &cfg.catalog.path {
+        Some(p) => {
+            let name = p.display().to_string();
+            let text = read_capped(p, 1024 * 1024).map_err(|e| format!("{name}: {e}"))?;
+            Catalog::parse(&text, &name).map_err(|e| e.to_string())
+        }
+        None => {
+            Catalog::parse(EMBEDDED_CATALOG, "embedded uav-px4.toml").map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Why the service could not start.
+#[derive(Debug)]
+pub struct ServiceError(pub String);
+
+impl std::fmt::Display for ServiceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ServiceError {}
+
+fn serr<E: std::fmt::Display>(ctx: &str) -> impl FnOnce(E) -> ServiceError + '_ {
+    move |e| ServiceError(format!("{ctx}: {e}"))
+}
+
+/// A running service.
+pub struct Service {
+    /// The bound HTTP address.
+    pub http_addr: SocketAddr,
+    /// The role credentials.
+    pub credentials: Credentials,
+    /// Where they are stored.
+    pub credential_files: CredentialFiles,
+    /// This start's boot epoch.
+    pub boot_epoch: u64,
+    /// The state directory.
+    pub state_dir: PathBuf,
+    /// The receipt log.
+    pub receipts_path: PathBuf,
+    /// The vehicle URL the bridge uses.
+    pub vehicle_url: String,
+    /// The embedded simulator's controls, when `vehicle.url = "sim"`.
+    pub sim: Option<sitl::udp::SimControl>,
+    shutdown: watch::Sender<bool>,
+    stop_bridge: broadcast::Sender<()>,
+    core: JoinHandle<Core>,
+    http: JoinHandle<()>,
+    bridge: JoinHandle<()>,
+    sim_task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Service {
+    /// Starts everything: state directory, credentials, the vehicle link (or the embedded
+    /// simulator), the core task and the HTTP listener.
+    ///
+    /// # Errors
+    /// [`ServiceError`] naming what could not start.
+    pub async fn start(cfg: Config, catalog: Catalog) -> Result<Service, ServiceError> {
+        let state_dir = cfg.state_dir();
+        std::fs::create_dir_all(&state_dir).map_err(serr(&format!(
+            "cannot create the state directory {}",
+            state_dir.display()
+        )))?;
+        let boot_epoch = statedir::bump_boot_epoch(&state_dir).map_err(ServiceError)?;
+        let (credentials, credential_files) = statedir::credentials(
+            &state_dir,
+            cfg.auth.agent_file.as_deref(),
+            cfg.auth.provider_file.as_deref(),
+            cfg.auth.operator_file.as_deref(),
+        )
+        .map_err(ServiceError)?;
+        let receipts_path = cfg.receipts.path.clone().unwrap_or_else(|| {
+            state_dir
+                .join("receipts")
+                .join(format!("boot-{boot_epoch}.jsonl"))
+        });
+
+        let origin = Instant::now();
+        let origin_wall_ms = core_task::wall_now_ms();
+        let (stop_bridge, _) = broadcast::channel(1);
+
+        // The vehicle: the embedded simulator on loopback, or the configured URL.
+        let (vehicle_url, sim, sim_task) = if cfg.vehicle.url == "sim" {
+            let sock = sitl::udp::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+                .await
+                .map_err(serr("embedded simulator socket"))?;
+            let addr = sock
+                .local_addr()
+                .map_err(serr("embedded simulator socket"))?;
+            let control = sitl::udp::SimControl::default();
+            let opts = sitl::udp::UdpOptions {
+                bind: addr,
+                remote: SocketAddr::from(([127, 0, 0, 1], 14540)),
+                config: sitl::px4::SimConfig::default(),
+                setpoint_log: cfg.vehicle.sim_setpoint_log.clone(),
+                seed: 11,
+            };
+            let task = tokio::spawn(sitl::udp::run(
+                sock,
+                opts,
+                control.clone(),
+                stop_bridge.subscribe(),
+            ));
+            (format!("udpout:{addr}"), Some(control), Some(task))
+        } else {
+            (cfg.vehicle.url.clone(), None, None)
+        };
+
+        let mut bopts = BridgeOptions::new(&vehicle_url);
+        bopts.origin = origin;
+        bopts.setpoint_log = cfg.vehicle.setpoint_log.clone();
+        bopts.config.link_timeout_ms = cfg.vehicle.link_timeout_ms;
+        bopts.config.stream_hz = cfg.vehicle.stream_hz;
+        let (handle, bridge_rx, bridge) = start_bridge(bopts, stop_bridge.subscribe())
+            .await
+            .map_err(serr("vehicle link"))?;
+
+        let gw = Gateway::new(
+            catalog,
+            CoreConfig {
+                boot_epoch,
+                ..CoreConfig::default()
+            },
+        );
+        let hub = hub::Hub::new();
+        let metrics = Arc::new(metrics::Metrics::new());
+        let core = Core::new(
+            gw,
+            handle,
+            origin,
+            origin_wall_ms,
+            Some(receipts_path.clone()),
+            hub.clone(),
+            Arc::clone(&metrics),
+            boot_epoch,
+        )
+        .map_err(serr(&format!(
+            "cannot open the receipt log {}",
+            receipts_path.display()
+        )))?;
+
+        let listener = tokio::net::TcpListener::bind(cfg.listen.http)
+            .await
+            .map_err(serr(&format!("cannot listen on {}", cfg.listen.http)))?;
+        let http_addr = listener.local_addr().map_err(serr("listener"))?;
+
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (cmd_tx, cmd_rx) = mpsc::channel(256);
+        let core = tokio::spawn(core.run(
+            cmd_rx,
+            bridge_rx,
+            shutdown_rx.clone(),
+            Duration::from_secs(5),
+        ));
+        let app = http::router(http::AppState {
+            cmds: cmd_tx,
+            hub,
+            metrics,
+            creds: Arc::new(credentials.clone()),
+            require_for_read: cfg.auth.require_for_read,
+            shutdown: shutdown_rx.clone(),
+        });
+        let mut http_shutdown = shutdown_rx;
+        let http = tokio::spawn(async move {
+            let r = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    while !*http_shutdown.borrow() {
+                        if http_shutdown.changed().await.is_err() {
+                            break;
+                        }
+                    }
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "HTTP server stopped");
+            }
+        });
+        Ok(Service {
+            http_addr,
+            credentials,
+            credential_files,
+            boot_epoch,
+            state_dir,
+            receipts_path,
+            vehicle_url,
+            sim,
+            shutdown,
+            stop_bridge,
+            core,
+            http,
+            bridge,
+            sim_task,
+        })
+    }
+
+    /// The base URL of the HTTP interface.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.http_addr)
+    }
+
+    /// Asks everything to stop: the core holds the vehicle, the listener closes.
+    pub fn shutdown(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    /// Waits for a clean stop after [`Service::shutdown`]: the core held the vehicle and
+    /// flushed its receipts, the listener closed, the bridge stopped.
+    ///
+    /// # Errors
+    /// [`ServiceError`] when a task failed.
+    pub async fn wait(self) -> Result<u64, ServiceError> {
+        let core = self.core.await.map_err(serr("core task"))?;
+        let _ = self.stop_bridge.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.http).await;
+        let _ = self.bridge.await;
+        if let Some(t) = self.sim_task {
+            let _ = t.await;
+        }
+        Ok(core.receipts_written)
+    }
+}
+
+/// Sets up tracing: `RUST_LOG` wins over `level`; `json` writes one object per line.
+pub fn init_tracing(format: config::LogFormat, level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        config::LogFormat::Text => b.try_init(),
+        config::LogFormat::Json => b.json().try_init(),
+    };
+}
+
+/// What `halo-gateway run` prints once it listens.
+pub fn banner(s: &Service) -> String {
+    let created = |i: usize| {
+        if s.credential_files.created.get(i).copied().unwrap_or(false) {
+            " (new)"
+        } else {
+            ""
+        }
+    };
+    let mut out = String::new();
+    out.push_str(&format!(
+        "halo-gateway {} listening on {}\n",
+        env!("CARGO_PKG_VERSION"),
+        s.url()
+    ));
+    out.push_str(&format!(
+        "  vehicle:   {}{}\n",
+        s.vehicle_url,
+        if s.sim.is_some() {
+            " (embedded simulated PX4)"
+        } else {
+            ""
+        }
+    ));
+    out.push_str(&format!(
+        "  state:     {} (boot epoch {})\n",
+        s.state_dir.display(),
+        s.boot_epoch
+    ));
+    out.push_str(&format!("  receipts:  {}\n", s.receipts_path.display()));
+    out.push_str(&format!(
+        "  agent:     {}  {}{}\n",
+        s.credentials.agent,
+        s.credential_files.agent.display(),
+        created(0)
+    ));
+    out.push_str(&format!(
+        "  provider:  {}  {}{}\n",
+        s.credentials.provider,
+        s.credential_files.provider.display(),
+        created(1)
+    ));
+    out.push_str(&format!(
+        "  operator:  {}  {}{}\n",
+        s.credentials.operator,
+        s.credential_files.operator.display(),
+        created(2)
+    ));
+    out.push_str(&format!(
+        "  try:       curl {}/v1/status\n  events:    curl -N -H 'Authorization: Bearer <agent>' {}/v1/events\n",
+        s.url(),
+        s.url()
+    ));
+    out
+}

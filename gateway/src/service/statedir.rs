@@ -1,0 +1,203 @@
+//! The state directory: the boot epoch and the role credentials.
+//!
+//! The boot epoch is bumped and persisted once per start (write to a temporary file, fsync,
+//! rename, fsync the directory), never on the dispatch path. Every token the core mints carries
+//! it, so no token minted before a restart is valid after it.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The three roles and their bearer credentials.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    /// The agent's credential: responses, candidates, reads of its own results.
+    pub agent: String,
+    /// The providers' credential: source updates and certificates.
+    pub provider: String,
+    /// The operator's credential: certificates, holds, vehicle commands.
+    pub operator: String,
+}
+
+/// Where each credential came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CredentialFiles {
+    /// Agent credential file.
+    pub agent: PathBuf,
+    /// Provider credential file.
+    pub provider: PathBuf,
+    /// Operator credential file.
+    pub operator: PathBuf,
+    /// True for each file that was created at this start (agent, provider, operator).
+    pub created: [bool; 3],
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Writes `bytes` to `path` atomically: temporary file, fsync, rename, fsync the directory.
+/// On Unix the file is created with `mode`.
+///
+/// # Errors
+/// The I/O error.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension("tmp");
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(mode);
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    let mut f = opts.open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    sync_dir(dir)
+}
+
+/// Reads the previous boot epoch (0 when none), writes the next one durably and returns it.
+///
+/// # Errors
+/// A message naming the file when it cannot be read, parsed or written.
+pub fn bump_boot_epoch(dir: &Path) -> Result<u64, String> {
+    let path = dir.join("boot_epoch");
+    let prev = match std::fs::read_to_string(&path) {
+        Ok(s) => s.trim().parse::<u64>().map_err(|e| {
+            format!(
+                "{}: not a boot epoch ({e}); remove it only if you accept that tokens minted \
+                 before could be confused with new ones",
+                path.display()
+            )
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let next = prev
+        .checked_add(1)
+        .ok_or_else(|| format!("{}: boot epoch overflow", path.display()))?;
+    write_atomic(&path, format!("{next}\n").as_bytes(), 0o644)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(next)
+}
+
+/// A fresh credential: 32 random bytes, hex.
+///
+/// # Errors
+/// A message when the OS has no randomness to give.
+pub fn new_credential() -> Result<String, String> {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).map_err(|e| format!("no randomness for a credential: {e}"))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+fn load_or_create(path: &Path) -> Result<(String, bool), String> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => {
+            let t = s.trim().to_string();
+            if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(format!(
+                    "{}: a credential must be at least 16 printable characters",
+                    path.display()
+                ));
+            }
+            Ok((t, false))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let t = new_credential()?;
+            write_atomic(path, format!("{t}\n").as_bytes(), 0o600)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok((t, true))
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// Loads each role's credential from its file, creating (mode 0600) those that do not exist.
+///
+/// # Errors
+/// A message naming the file.
+pub fn credentials(
+    dir: &Path,
+    agent: Option<&Path>,
+    provider: Option<&Path>,
+    operator: Option<&Path>,
+) -> Result<(Credentials, CredentialFiles), String> {
+    let base = dir.join("credentials");
+    let pick = |p: Option<&Path>, name: &str| {
+        p.map_or_else(|| base.join(format!("{name}.token")), Path::to_path_buf)
+    };
+    let (fa, fp, fo) = (
+        pick(agent, "agent"),
+        pick(provider, "provider"),
+        pick(operator, "operator"),
+    );
+    let (a, ca) = load_or_create(&fa)?;
+    let (p, cp) = load_or_create(&fp)?;
+    let (o, co) = load_or_create(&fo)?;
+    if a == p || a == o || p == o {
+        return Err("two roles share one credential; each role needs its own".into());
+    }
+    Ok((
+        Credentials {
+            agent: a,
+            provider: p,
+            operator: o,
+        },
+        CredentialFiles {
+            agent: fa,
+            provider: fp,
+            operator: fo,
+            created: [ca, cp, co],
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("halo-statedir-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn boot_epoch_counts_up_across_starts() {
+        let d = tmp("epoch");
+        assert_eq!(bump_boot_epoch(&d).unwrap(), 1);
+        assert_eq!(bump_boot_epoch(&d).unwrap(), 2);
+        assert_eq!(bump_boot_epoch(&d).unwrap(), 3);
+        std::fs::write(d.join("boot_epoch"), "garbage").unwrap();
+        assert!(bump_boot_epoch(&d).unwrap_err().contains("boot_epoch"));
+    }
+
+    #[test]
+    fn credentials_are_created_private_and_reused() {
+        let d = tmp("creds");
+        let (c1, f1) = credentials(&d, None, None, None).unwrap();
+        assert_eq!(f1.created, [true, true, true]);
+        assert_eq!(c1.agent.len(), 64);
+        assert_ne!(c1.agent, c1.operator);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let m = std::fs::metadata(&f1.operator)
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(m & 0o777, 0o600);
+        }
+        let (c2, f2) = credentials(&d, None, None, None).unwrap();
+        assert_eq!(f2.created, [false, false, false]);
+        assert_eq!(c1, c2);
+        std::fs::write(&f1.agent, "short").unwrap();
+        assert!(credentials(&d, None, None, None).is_err());
+    }
+}
