@@ -86,9 +86,9 @@ enum Cmd {
     /// Print the admission decision of every component of a response against a catalog and a
     /// state snapshot. Catalog authors use it to test a catalog before flight.
     Check {
-        /// Catalog file (TOML).
-        #[arg(long, default_value = "catalogs/uav-px4.toml")]
-        catalog: PathBuf,
+        /// Catalog file (TOML); the embedded `uav-px4` catalog when absent.
+        #[arg(long)]
+        catalog: Option<PathBuf>,
         /// State snapshot (JSON: now_ms, sources, certificates).
         #[arg(long)]
         state: PathBuf,
@@ -104,19 +104,22 @@ enum Cmd {
     /// Print the canonical digest of every component of a response (what a certificate must
     /// cover).
     Digest {
-        /// Catalog file (TOML).
-        #[arg(long, default_value = "catalogs/uav-px4.toml")]
-        catalog: PathBuf,
-        /// Response envelope (JSON).
+        /// Catalog file (TOML); the embedded `uav-px4` catalog when absent.
+        #[arg(long)]
+        catalog: Option<PathBuf>,
+        /// Response envelope (JSON); `-` reads standard input.
         response: PathBuf,
+        /// Print `{"component id": "digest", ...}` as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Fly the running example on the embedded simulated PX4 through the real MAVLink bridge:
     /// admission, the final gate, drift caught before dispatch, fresh recovery, landing. Checks
     /// the vehicle's own setpoint log and the receipt chain at the end.
     Demo {
-        /// Catalog file (TOML).
-        #[arg(long, default_value = "catalogs/uav-px4.toml")]
-        catalog: PathBuf,
+        /// Catalog file (TOML); the embedded `uav-px4` catalog when absent.
+        #[arg(long)]
+        catalog: Option<PathBuf>,
         /// Where to write receipts and setpoint logs.
         #[arg(long, default_value = "target/halo-demo")]
         out: PathBuf,
@@ -242,13 +245,17 @@ where
             response,
             json,
             variant,
-        } => check(&catalog, &state, &response, json, variant),
-        Cmd::Digest { catalog, response } => digest(&catalog, &response),
+        } => check(catalog.as_deref(), &state, &response, json, variant),
+        Cmd::Digest {
+            catalog,
+            response,
+            json,
+        } => digest(catalog.as_deref(), &response, json),
         Cmd::Demo {
             catalog,
             out,
             quiet,
-        } => demo(&catalog, &out, quiet),
+        } => demo(catalog.as_deref(), &out, quiet),
         Cmd::Audit {
             cmd: AuditCmd::Verify { path },
         } => match crate::runtime::demo::read_receipts(&path) {
@@ -385,16 +392,24 @@ fn run_service(a: RunArgs) -> i32 {
                 return EXIT_ERROR;
             }
         };
-        print!("{}", banner(&svc));
+        // Stdout may be a closed pipe (a supervisor that stopped reading): never panic on it.
         use std::io::Write as _;
-        let _ = std::io::stdout().flush();
+        let say = |s: &str| {
+            let mut out = std::io::stdout();
+            let _ = out.write_all(s.as_bytes());
+            let _ = out.flush();
+        };
+        say(&banner(&svc));
         wait_for_signal().await;
-        println!("shutting down: holding the vehicle, flushing receipts");
+        say("shutting down: holding the vehicle, flushing receipts\n");
         let receipts = svc.receipts_path.clone();
         svc.shutdown();
         match svc.wait().await {
             Ok(n) => {
-                println!("stopped; {n} receipts in {}", receipts.display());
+                say(&format!(
+                    "stopped; {n} receipts in {}\n",
+                    receipts.display()
+                ));
                 EXIT_OK
             }
             Err(e) => {
@@ -678,11 +693,26 @@ fn contract_audit(domain: &Path, receipts: &Path) -> i32 {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, String> {
+    if path == Path::new("-") {
+        use std::io::Read as _;
+        let mut b = Vec::new();
+        std::io::stdin()
+            .take(crate::core::envelope::MAX_RESPONSE_BYTES as u64 + 1)
+            .read_to_end(&mut b)
+            .map_err(|e| format!("standard input: {e}"))?;
+        return Ok(b);
+    }
     std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
 }
 
-fn check(catalog: &Path, state: &Path, response: &Path, json: bool, variant: Variant) -> i32 {
-    let cat = match crate::io::load_catalog(catalog) {
+fn check(
+    catalog: Option<&Path>,
+    state: &Path,
+    response: &Path,
+    json: bool,
+    variant: Variant,
+) -> i32 {
+    let cat = match catalog_or_embedded(catalog) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -770,8 +800,8 @@ fn check(catalog: &Path, state: &Path, response: &Path, json: bool, variant: Var
     }
 }
 
-fn demo(catalog: &Path, out: &Path, quiet: bool) -> i32 {
-    let cat = match crate::io::load_catalog(catalog) {
+fn demo(catalog: Option<&Path>, out: &Path, quiet: bool) -> i32 {
+    let cat = match catalog_or_embedded(catalog) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -826,8 +856,21 @@ fn demo(catalog: &Path, out: &Path, quiet: bool) -> i32 {
     }
 }
 
-fn digest(catalog: &Path, response: &Path) -> i32 {
-    let cat = match crate::io::load_catalog(catalog) {
+/// The named catalog, or the one compiled into the binary.
+fn catalog_or_embedded(
+    catalog: Option<&Path>,
+) -> Result<crate::core::catalog::Catalog, crate::core::catalog::CatalogError> {
+    match catalog {
+        Some(p) => crate::io::load_catalog(p),
+        None => crate::core::catalog::Catalog::parse(
+            crate::service::EMBEDDED_CATALOG,
+            "embedded uav-px4.toml",
+        ),
+    }
+}
+
+fn digest(catalog: Option<&Path>, response: &Path, json: bool) -> i32 {
+    let cat = match catalog_or_embedded(catalog) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -845,8 +888,18 @@ fn digest(catalog: &Path, response: &Path) -> i32 {
         .and_then(|raw| crate::core::graph::validate(&cat, &raw));
     match v {
         Ok(v) => {
-            for c in v.graph.components() {
-                println!("{} {}", c.id, c.digest);
+            if json {
+                let m: serde_json::Map<String, serde_json::Value> = v
+                    .graph
+                    .components()
+                    .iter()
+                    .map(|c| (c.id.to_string(), c.digest.to_hex().into()))
+                    .collect();
+                println!("{}", serde_json::Value::Object(m));
+            } else {
+                for c in v.graph.components() {
+                    println!("{} {}", c.id, c.digest);
+                }
             }
             EXIT_OK
         }

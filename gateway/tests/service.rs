@@ -1,0 +1,640 @@
+//! End to end: the real `halo-gateway run` process, driven over real HTTP, flying a simulated
+//! PX4 that runs in this test process on its own UDP socket. The evidence of what reached the
+//! vehicle is the simulator's own record of the setpoints its controller took.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("halo-service-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn unix_ms() -> u64 {
+    u64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+/// A running gateway process.
+struct Gateway {
+    child: Option<Child>,
+    url: String,
+    agent: String,
+    provider: String,
+    operator: String,
+    state: PathBuf,
+}
+
+impl Gateway {
+    fn start(dir: &Path, vehicle: &str, extra: &str) -> Gateway {
+        let state = dir.join("state");
+        let cfg = dir.join("gateway.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[vehicle]\nurl = \"{vehicle}\"\n{extra}\n[listen]\nhttp = \"127.0.0.1:0\"\n\
+                 [state]\ndir = \"{}\"\n[log]\nlevel = \"warn\"\n",
+                state.display()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .current_dir(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let mut url = None;
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                url = Some(rest.trim().to_string());
+                break;
+            }
+        }
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let url = url.expect("the gateway printed its URL");
+        let read = |r: &str| {
+            std::fs::read_to_string(state.join("credentials").join(format!("{r}.token")))
+                .unwrap()
+                .trim()
+                .to_string()
+        };
+        Gateway {
+            url,
+            agent: read("agent"),
+            provider: read("provider"),
+            operator: read("operator"),
+            state: state.clone(),
+            child: Some(child),
+        }
+    }
+
+    /// SIGTERM, then the exit status.
+    fn stop(mut self) -> i32 {
+        let mut child = self.child.take().unwrap();
+        let pid = child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s.code().unwrap_or(-1);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the gateway did not stop within 20 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL: a crash, no clean shutdown.
+    fn kill(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        // A failing test must not leave the process behind.
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .new_agent()
+}
+
+/// (status, JSON body).
+fn post(url: &str, token: Option<&str>, body: &[u8]) -> (u16, Value) {
+    let mut r = http().post(url).header("Content-Type", "application/json");
+    if let Some(t) = token {
+        r = r.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = r.send(body).unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn get(url: &str, token: Option<&str>) -> (u16, Value) {
+    let mut r = http().get(url);
+    if let Some(t) = token {
+        r = r.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = r.call().unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn delete(url: &str, token: Option<&str>) -> (u16, Value) {
+    let mut r = http().delete(url);
+    if let Some(t) = token {
+        r = r.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = r.call().unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// The simulated PX4 on its own loopback UDP socket, in this process.
+struct Sim {
+    rt: tokio::runtime::Runtime,
+    control: sitl::udp::SimControl,
+    stop: tokio::sync::broadcast::Sender<()>,
+    addr: std::net::SocketAddr,
+}
+
+impl Sim {
+    fn start(log: &Path) -> Sim {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (stop, _) = tokio::sync::broadcast::channel(1);
+        let control = sitl::udp::SimControl::default();
+        let sock = rt
+            .block_on(sitl::udp::bind("127.0.0.1:0".parse().unwrap()))
+            .unwrap();
+        let addr = sock.local_addr().unwrap();
+        let opts = sitl::udp::UdpOptions {
+            bind: addr,
+            remote: "127.0.0.1:9".parse().unwrap(),
+            config: sitl::px4::SimConfig::default(),
+            setpoint_log: Some(log.to_path_buf()),
+            seed: 3,
+        };
+        rt.spawn(sitl::udp::run(
+            sock,
+            opts,
+            control.clone(),
+            stop.subscribe(),
+        ));
+        Sim {
+            rt,
+            control,
+            stop,
+            addr,
+        }
+    }
+
+    fn alt(&self) -> f64 {
+        -self.control.view().position[2]
+    }
+
+    fn fingerprints(&self) -> Vec<String> {
+        self.control
+            .view()
+            .setpoints
+            .iter()
+            .map(|r| r.fingerprint.clone())
+            .collect()
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.stop.send(());
+        std::thread::sleep(Duration::from_millis(50));
+        let _ = &self.rt;
+    }
+}
+
+fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Publishes every provider source every 200 ms, like a UTM feed, a map service, a corridor
+/// service and the operator's authority flags would.
+struct Providers {
+    stop: Arc<AtomicBool>,
+    map_epoch: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Providers {
+    fn start(url: &str, token: &str) -> Providers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let map_epoch = Arc::new(AtomicU64::new(7));
+        let (s, m, url, token) = (
+            Arc::clone(&stop),
+            Arc::clone(&map_epoch),
+            url.to_string(),
+            token.to_string(),
+        );
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                Providers::publish_once(&url, &token, m.load(Ordering::Relaxed));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        Providers {
+            stop,
+            map_epoch,
+            thread: Some(thread),
+        }
+    }
+
+    fn publish_once(url: &str, token: &str, map_epoch: u64) {
+        let at = unix_ms();
+        let updates = [
+            (
+                "traffic",
+                json!([{"north_m": 300.0, "east_m": -200.0, "down_m": -40.0}]),
+                41,
+                "utm-feed-a",
+            ),
+            ("map", Value::Null, map_epoch, "map-service"),
+            (
+                "bounds",
+                json!({"north_min": -50.0, "north_max": 100.0, "east_min": -50.0, "east_max": 100.0, "down_min": -60.0, "down_max": 0.5}),
+                3,
+                "corridor-12",
+            ),
+            ("authority", json!(true), 1, "operator"),
+            ("airspace", json!(true), 1, "laanc"),
+            ("preflight", json!(true), 1, "operator"),
+            ("wind", json!(4.0), 1, "weather"),
+            ("z_range", json!(5.1), 1, "rangefinder"),
+        ];
+        for (source, value, epoch, prov) in updates {
+            let body = json!({"value": value, "epoch": epoch, "provenance": prov, "generated_at_unix_ms": at});
+            let (st, v) = post(
+                &format!("{url}/v1/state/{source}"),
+                Some(token),
+                body.to_string().as_bytes(),
+            );
+            assert_eq!(st, 200, "{source}: {v}");
+        }
+    }
+}
+
+impl Drop for Providers {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn route(id: &str, t: [f64; 4], map_epoch: u64, cert: &str) -> Value {
+    json!({"id": id, "type": "route_action",
+           "payload": {"frame": "local_ned", "north_m": t[0], "east_m": t[1], "down_m": t[2], "yaw_deg": t[3], "duration_s": 8.0},
+           "support": {"map": {"epoch": map_epoch}, "traffic": {"epoch": 41}, "bounds": {"epoch": 3, "provenance": "corridor-12"}},
+           "certificate": cert})
+}
+
+/// The digest a certificate must cover, as `halo-gateway digest` prints it.
+fn digest_of(envelope: &Value, component: &str) -> String {
+    let cat =
+        halo_gateway::service::load_catalog(&halo_gateway::service::Config::default()).unwrap();
+    let bytes = envelope.to_string();
+    let raw = halo_gateway::core::envelope::parse_envelope(bytes.as_bytes()).unwrap();
+    let v = halo_gateway::core::graph::validate(&cat, &raw).unwrap();
+    let i = v.graph.index_of(&component.parse().unwrap()).unwrap();
+    v.graph.component(i).unwrap().digest.to_hex()
+}
+
+fn certify(g: &Gateway, envelope: &Value, component: &str, id: &str) {
+    let body = json!({"id": id, "covers": digest_of(envelope, component), "valid_for_ms": 30000, "issuer": "tube-verifier"});
+    let (st, v) = post(
+        &format!("{}/v1/certificates", g.url),
+        Some(&g.provider),
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(st, 200, "{v}");
+}
+
+fn phases(report: &Value) -> Vec<(String, String)> {
+    report["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["id"].as_str().unwrap().to_string(),
+                c["phase"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn fp(n: f32, e: f32, d: f32, yaw: f32) -> String {
+    sitl::px4::fingerprint(n, e, d, yaw)
+}
+
+/// Reads the SSE stream into `(id, event, data)` triples until `stop`.
+fn sse_reader(
+    url: String,
+    token: String,
+    last_id: Option<u64>,
+    out: Arc<Mutex<Vec<(u64, String, String)>>>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_recv_body(None)
+            .build()
+            .new_agent();
+        let mut req = agent
+            .get(format!("{url}/v1/events"))
+            .header("Authorization", &format!("Bearer {token}"));
+        if let Some(l) = last_id {
+            req = req.header("Last-Event-ID", &l.to_string());
+        }
+        let resp = req.call().unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        let reader = BufReader::new(resp.into_body().into_reader());
+        let (mut id, mut ev, mut data) = (0u64, String::new(), String::new());
+        for line in reader.lines() {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let Ok(line) = line else { break };
+            if let Some(x) = line.strip_prefix("id: ").or(line.strip_prefix("id:")) {
+                id = x.trim().parse().unwrap_or(0);
+            } else if let Some(x) = line.strip_prefix("event: ").or(line.strip_prefix("event:")) {
+                ev = x.trim().to_string();
+            } else if let Some(x) = line.strip_prefix("data: ").or(line.strip_prefix("data:")) {
+                data.push_str(x);
+            } else if line.is_empty() && !ev.is_empty() {
+                out.lock()
+                    .unwrap()
+                    .push((id, std::mem::take(&mut ev), std::mem::take(&mut data)));
+            }
+        }
+    })
+}
+
+#[test]
+fn the_running_example_flies_over_http() {
+    let dir = tmp("example");
+    let sim = Sim::start(&dir.join("vehicle-setpoints.jsonl"));
+    let g = Gateway::start(&dir, &format!("udpout:{}", sim.addr), "");
+    let u = g.url.clone();
+
+    // The event stream, from the start.
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let stop_sse = Arc::new(AtomicBool::new(false));
+    let _sse = sse_reader(
+        u.clone(),
+        g.agent.clone(),
+        None,
+        Arc::clone(&events),
+        Arc::clone(&stop_sse),
+    );
+
+    // The operator arms (once PX4 is ready) and takes off to 5 m.
+    wait_until(20, "arming", || {
+        let ok = post(&format!("{u}/v1/operator/arm"), Some(&g.operator), b"{}").0 == 200;
+        if !ok {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        ok
+    });
+    let (st, v) = post(
+        &format!("{u}/v1/operator/takeoff"),
+        Some(&g.operator),
+        br#"{"altitude_m": 5.0}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    wait_until(30, "5 m", || sim.alt() > 4.8);
+    // PX4 leaves AUTO.TAKEOFF for HOLD once it is there; offboard targets are taken from HOLD.
+    wait_until(15, "HOLD after takeoff", || {
+        get(&format!("{u}/v1/status"), None).1["vehicle"]["mode"] == "AUTO.LOITER"
+    });
+    let providers = Providers::start(&u, &g.provider);
+    std::thread::sleep(Duration::from_millis(600));
+
+    // resp-0007: notice and report go out, the route action passes the gate and flies, the
+    // status follows its dispatch.
+    let r1 = json!({"response_id": "resp-0007", "agent_id": "planner-1", "generation": 12,
+    "catalog": {"id": "uav-px4", "version": 3},
+    "components": [
+        {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
+        {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 5.1, "unit": "m"}},
+        route("e3", [12.0, 3.5, -10.0, 90.0], 7, "cert-9f2c"),
+        {"id": "e4", "type": "status", "payload": {"text": "En route to WP3"}, "requires": [{"id": "e3", "phase": "dispatched"}]}
+    ]});
+    certify(&g, &r1, "e3", "cert-9f2c");
+    let (st, rep) = post(
+        &format!("{u}/v1/responses"),
+        Some(&g.agent),
+        r1.to_string().as_bytes(),
+    );
+    assert_eq!(st, 200, "{rep}");
+    assert_eq!(
+        phases(&rep),
+        [
+            ("e1".into(), "EMITTED".into()),
+            ("e2".into(), "EMITTED".into()),
+            ("e3".into(), "DISPATCHED".into()),
+            ("e4".into(), "EMITTED".into())
+        ]
+    );
+    assert!(rep["components"][2]["binding"].as_str().unwrap().len() == 64);
+    let e3_fp = fp(12.0, 3.5, -10.0, 90.0);
+    wait_until(20, "e3 at the vehicle", || {
+        sim.fingerprints().contains(&e3_fp)
+    });
+
+    // The map changes while the agent plans resp-0008 against epoch 7: e5 and its status are
+    // withheld with an obligation; nothing of e5 reaches the vehicle.
+    providers.map_epoch.store(8, Ordering::Relaxed);
+    Providers::publish_once(&u, &g.provider, 8);
+    let r2 = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 13,
+    "catalog": {"id": "uav-px4", "version": 3},
+    "components": [
+        route("e5", [30.0, 20.0, -10.0, 45.0], 7, "cert-a001"),
+        {"id": "e6", "type": "status", "payload": {"text": "En route to WP4"}, "requires": [{"id": "e5", "phase": "dispatched"}]}
+    ]});
+    certify(&g, &r2, "e5", "cert-a001");
+    let (st, rep) = post(
+        &format!("{u}/v1/responses"),
+        Some(&g.agent),
+        r2.to_string().as_bytes(),
+    );
+    assert_eq!(st, 200, "{rep}");
+    assert_eq!(rep["components"][0]["phase"], "WITHHELD", "{rep}");
+    assert_eq!(rep["components"][0]["reason"], "EPOCH_CHANGED", "{rep}");
+    assert_eq!(rep["components"][1]["phase"], "WITHHELD", "{rep}");
+    let oid = rep["components"][0]["obligation"].as_u64().unwrap();
+    let (st, obls) = get(&format!("{u}/v1/obligations"), Some(&g.agent));
+    assert_eq!(st, 200);
+    let o = obls
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == oid)
+        .unwrap()
+        .clone();
+    assert_eq!(o["required"], json!(["map"]), "{o}");
+
+    // The agent answers with a fresh candidate planned against epoch 8.
+    let cand_route = route("e5", [30.0, 18.0, -10.0, 45.0], 8, "cert-a002");
+    let as_response = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
+        "catalog": {"id": "uav-px4", "version": 3}, "components": [cand_route.clone()]});
+    certify(&g, &as_response, "e5", "cert-a002");
+    let cand = json!({"obligation": oid, "response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
+        "catalog": {"id": "uav-px4", "version": 3}, "components": [cand_route]});
+    // Naming another obligation than the URL is refused and changes nothing.
+    let (st, v) = post(
+        &format!("{u}/v1/obligations/{}/candidates", oid + 100),
+        Some(&g.agent),
+        cand.to_string().as_bytes(),
+    );
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (400, Some("OBLIGATION_MISMATCH"))
+    );
+    let (st, v) = post(
+        &format!("{u}/v1/obligations/{oid}/candidates"),
+        Some(&g.agent),
+        cand.to_string().as_bytes(),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["readmitted"][0]["generation"], 2, "{v}");
+    let fresh_fp = fp(30.0, 18.0, -10.0, 45.0);
+    let stale_fp = fp(30.0, 20.0, -10.0, 45.0);
+    wait_until(20, "the fresh e5 at the vehicle", || {
+        sim.fingerprints().contains(&fresh_fp)
+    });
+
+    // Land through the gate.
+    let r3 = json!({"response_id": "resp-0009", "agent_id": "planner-1", "generation": 15,
+        "catalog": {"id": "uav-px4", "version": 3},
+        "components": [{"id": "l1", "type": "land", "payload": {}}]});
+    let (st, rep) = post(
+        &format!("{u}/v1/responses"),
+        Some(&g.agent),
+        r3.to_string().as_bytes(),
+    );
+    assert_eq!(st, 200, "{rep}");
+    assert_eq!(rep["components"][0]["phase"], "DISPATCHED", "{rep}");
+    wait_until(60, "landed and disarmed", || {
+        let v = sim.control.view();
+        v.on_ground && !v.armed
+    });
+    drop(providers);
+
+    // What the vehicle took: both dispatched targets, never the stale one.
+    let taken = sim.fingerprints();
+    assert!(taken.contains(&e3_fp) && taken.contains(&fresh_fp));
+    assert!(
+        !taken.contains(&stale_fp),
+        "the withheld target reached the vehicle"
+    );
+
+    // The event stream carried the story; a client resuming from the middle gets exactly the
+    // events after its Last-Event-ID.
+    std::thread::sleep(Duration::from_millis(300));
+    let seen = events.lock().unwrap().clone();
+    let names: Vec<&str> = seen.iter().map(|(_, n, _)| n.as_str()).collect();
+    for want in [
+        "emit",
+        "gate",
+        "obligation_created",
+        "vehicle_mode",
+        "vehicle_command",
+    ] {
+        assert!(names.contains(&want), "no `{want}` event in {names:?}");
+    }
+    let ids: Vec<u64> = seen.iter().map(|e| e.0).collect();
+    assert!(
+        ids.windows(2).all(|w| w[1] == w[0] + 1),
+        "ids are sequential"
+    );
+    let mid = ids[ids.len() / 2];
+    let resumed = Arc::new(Mutex::new(Vec::new()));
+    let stop2 = Arc::new(AtomicBool::new(false));
+    let _r = sse_reader(
+        u.clone(),
+        g.agent.clone(),
+        Some(mid),
+        Arc::clone(&resumed),
+        Arc::clone(&stop2),
+    );
+    wait_until(10, "the resumed stream to catch up", || {
+        resumed.lock().unwrap().len() >= seen.len() - ids.len() / 2 - 1
+    });
+    let got = resumed.lock().unwrap().clone();
+    let expect: Vec<_> = seen.iter().filter(|e| e.0 > mid).cloned().collect();
+    assert_eq!(got.first().map(|e| e.0), Some(mid + 1));
+    assert_eq!(
+        &got[..expect.len()],
+        &expect[..],
+        "resume lost or changed events"
+    );
+    println!(
+        "service-sse-resume: {}/{} matched",
+        got.iter().zip(&expect).filter(|(a, b)| a == b).count(),
+        expect.len()
+    );
+
+    // Clean shutdown: exit 0, the receipt log verifies.
+    stop_sse.store(true, Ordering::Relaxed);
+    stop2.store(true, Ordering::Relaxed);
+    let state = g.state.clone();
+    assert_eq!(g.stop(), 0);
+    let log = state.join("receipts").join("boot-1.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args(["audit", "verify"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("\"wall_unix_ms\":"));
+    assert!(text.contains("\"what\":\"operator_command\""));
+    assert!(text.contains("\"what\":\"shutdown\""));
+    println!("service-example: 1/1 matched");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""An example agent client for `halo-gateway run`: the page to copy from when wiring an LLM.
+
+It submits the running example (a notice, a sensor report, a route action and a status that
+waits for the action's dispatch), follows the event stream, and when the gateway withholds an
+action with an obligation it answers with a fresh candidate planned against current state.
+
+The agent side is `Agent` below: three HTTP calls (POST a response, POST a candidate, GET the
+SSE stream) with the agent credential. Wire your model in `plan_route()` and `replan()`.
+
+So that the example runs against a bare `halo-gateway run` (embedded simulated PX4), `--demo`
+also plays the other parties with their own credentials: the operator (arm, takeoff, land), the
+state providers (traffic, map, corridor, authority ...) and the certificate issuer (a tube
+verifier that certifies each exact route action). In a deployment those are separate services.
+
+    halo-gateway run &                       # prints the URL and writes the credentials
+    python3 scripts/agent_client.py --demo   # reads them from the default state directory
+
+Needs httpx (`pip install httpx`). Prints one JSON line per step to stdout; exits 0 when the
+fresh candidate flew and nothing withheld reached the vehicle, 1 otherwise.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+
+import httpx
+
+CATALOG = {"id": "uav-px4", "version": 3}
+
+
+def default_state_dir():
+    if os.environ.get("HALO_STATE_DIR"):
+        return os.environ["HALO_STATE_DIR"]
+    if os.environ.get("XDG_STATE_HOME"):
+        return os.path.join(os.environ["XDG_STATE_HOME"], "halo-gateway")
+    return os.path.expanduser("~/.local/state/halo-gateway")
+
+
+def credential(state_dir, role):
+    with open(os.path.join(state_dir, "credentials", f"{role}.token")) as f:
+        return f.read().strip()
+
+
+def say(**kv):
+    print(json.dumps(kv, sort_keys=True), flush=True)
+
+
+def route_action(cid, north, east, down, yaw, map_epoch, cert):
+    """A route action as the catalog's `route_action` type expects it."""
+    return {
+        "id": cid,
+        "type": "route_action",
+        "payload": {"frame": "local_ned", "north_m": north, "east_m": east, "down_m": down,
+                    "yaw_deg": yaw, "duration_s": 8.0},
+        "support": {"map": {"epoch": map_epoch}, "traffic": {"epoch": 41},
+                    "bounds": {"epoch": 3, "provenance": "corridor-12"}},
+        "certificate": cert,
+    }
+
+
+class EventStream(threading.Thread):
+    """Reads `GET /v1/events` (server-sent events) and keeps every event; resumes with
+    Last-Event-ID after a dropped connection."""
+
+    def __init__(self, url, token):
+        super().__init__(daemon=True)
+        self.url, self.token = url, token
+        self.events, self.last_id = [], 0
+        self.cond = threading.Condition()
+        self.stopped = False
+
+    def run(self):
+        while not self.stopped:
+            headers = {"Authorization": f"Bearer {self.token}"}
+            if self.last_id:
+                headers["Last-Event-ID"] = str(self.last_id)
+            try:
+                with httpx.stream("GET", f"{self.url}/v1/events", headers=headers,
+                                  timeout=httpx.Timeout(5.0, read=None)) as r:
+                    r.raise_for_status()
+                    ev = {}
+                    for line in r.iter_lines():
+                        if self.stopped:
+                            return
+                        if line.startswith("id:"):
+                            ev["id"] = int(line[3:].strip())
+                        elif line.startswith("event:"):
+                            ev["event"] = line[6:].strip()
+                        elif line.startswith("data:"):
+                            ev["data"] = json.loads(line[5:].strip())
+                        elif line == "" and "event" in ev:
+                            with self.cond:
+                                self.events.append(ev)
+                                self.last_id = ev.get("id", self.last_id)
+                                self.cond.notify_all()
+                            ev = {}
+            except (httpx.HTTPError, ValueError):
+                time.sleep(0.5)
+
+    def wait_for(self, pred, timeout):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for e in self.events:
+                    if pred(e):
+                        return e
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self.cond.wait(left)
+
+
+class Agent:
+    """The agent's side of the link: only the agent credential."""
+
+    def __init__(self, url, token):
+        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                                 timeout=30.0)
+
+    def submit(self, envelope):
+        r = self.http.post("/v1/responses", json=envelope)
+        return r.status_code, r.json()
+
+    def candidate(self, obligation, candidate):
+        r = self.http.post(f"/v1/obligations/{obligation}/candidates", json=candidate)
+        return r.status_code, r.json()
+
+
+class DemoWorld:
+    """The parties that are not the agent, for a self-contained run against the embedded
+    simulator: operator, providers, certificate issuer."""
+
+    def __init__(self, url, state_dir):
+        self.url = url
+        self.op = httpx.Client(base_url=url, timeout=30.0, headers={
+            "Authorization": f"Bearer {credential(state_dir, 'operator')}"})
+        self.prov = httpx.Client(base_url=url, timeout=30.0, headers={
+            "Authorization": f"Bearer {credential(state_dir, 'provider')}"})
+        self.map_epoch = 7
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._publish_loop, daemon=True)
+
+    def publish(self):
+        now = int(time.time() * 1000)
+        updates = {
+            "traffic": ([{"north_m": 300.0, "east_m": -200.0, "down_m": -40.0}], 41, "utm-feed-a"),
+            "map": (None, self.map_epoch, "map-service"),
+            "bounds": ({"north_min": -50.0, "north_max": 100.0, "east_min": -50.0,
+                        "east_max": 100.0, "down_min": -60.0, "down_max": 0.5}, 3, "corridor-12"),
+            "authority": (True, 1, "operator"),
+            "airspace": (True, 1, "laanc"),
+            "preflight": (True, 1, "operator"),
+            "wind": (4.0, 1, "weather"),
+            "z_range": (5.1, 1, "rangefinder"),
+        }
+        for source, (value, epoch, prov) in updates.items():
+            r = self.prov.post(f"/v1/state/{source}", json={
+                "value": value, "epoch": epoch, "provenance": prov, "generated_at_unix_ms": now})
+            r.raise_for_status()
+
+    def _publish_loop(self):
+        while not self.stop.is_set():
+            try:
+                self.publish()
+            except httpx.HTTPError:
+                pass
+            self.stop.wait(0.2)
+
+    def fly_to_altitude(self, metres):
+        deadline = time.monotonic() + 30
+        while True:
+            r = self.op.post("/v1/operator/arm")
+            if r.status_code == 200:
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"could not arm: {r.text}")
+            time.sleep(0.5)
+        r = self.op.post("/v1/operator/takeoff", json={"altitude_m": metres})
+        r.raise_for_status()
+        say(step="operator", did="arm and takeoff", altitude_m=metres)
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            v = self.op.get("/v1/status").json()["vehicle"]
+            if v["position_ned_m"] and -v["position_ned_m"][2] > metres - 0.2:
+                return
+            time.sleep(0.2)
+        raise SystemExit("the vehicle did not reach its takeoff altitude")
+
+    def certify(self, component, cert_id):
+        """The tube verifier certifies one exact component: the digest is SHA-256 over the
+        gateway's canonical form, which it returns in every decision; this stand-in issuer asks
+        the gateway's `digest` command instead of reimplementing the canonical encoding."""
+        import subprocess
+        env = {"response_id": "probe", "agent_id": "planner-1", "generation": 1,
+               "catalog": CATALOG, "components": [component]}
+        exe = os.environ.get("HALO_GATEWAY", "halo-gateway")
+        out = subprocess.run([exe, "digest", "--json", "-"], input=json.dumps(env),
+                             capture_output=True, text=True, check=True).stdout
+        digest = json.loads(out)[component["id"]]
+        r = self.prov.post("/v1/certificates", json={
+            "id": cert_id, "covers": digest, "valid_for_ms": 30000, "issuer": "tube-verifier"})
+        r.raise_for_status()
+        say(step="certificate", component=component["id"], id=cert_id, covers=digest[:16])
+
+    def land(self):
+        self.op.post("/v1/operator/land")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--url", default="http://127.0.0.1:8640")
+    ap.add_argument("--state-dir", default=default_state_dir())
+    ap.add_argument("--demo", action="store_true",
+                    help="also play operator, providers and certificate issuer")
+    args = ap.parse_args()
+    url = args.url.rstrip("/")
+    agent_token = credential(args.state_dir, "agent")
+
+    stream = EventStream(url, agent_token)
+    stream.start()
+    agent = Agent(url, agent_token)
+    world = DemoWorld(url, args.state_dir) if args.demo else None
+    if world:
+        world.fly_to_altitude(5.0)
+        world.thread.start()
+        time.sleep(0.6)
+
+    # 1. The running example.
+    e3 = route_action("e3", 12.0, 3.5, -10.0, 90.0, 7, "cert-py-1")
+    if world:
+        world.certify(e3, "cert-py-1")
+    r1 = {"response_id": "resp-py-1", "agent_id": "planner-1", "generation": 1,
+          "catalog": CATALOG, "components": [
+              {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
+              {"id": "e2", "type": "report",
+               "payload": {"sensor": "z_range", "value": 5.1, "unit": "m"}},
+              e3,
+              {"id": "e4", "type": "status", "payload": {"text": "En route to WP3"},
+               "requires": [{"id": "e3", "phase": "dispatched"}]}]}
+    status, rep = agent.submit(r1)
+    say(step="submit", response="resp-py-1", status=status,
+        phases={c["id"]: c["phase"] for c in rep.get("components", [])})
+    ok = status == 200 and all(c["phase"] in ("EMITTED", "DISPATCHED")
+                               for c in rep["components"])
+
+    # 2. Conditions drift while the agent plans: the map moves to epoch 8.
+    if world:
+        world.map_epoch = 8
+        world.publish()
+    e5 = route_action("e5", 30.0, 20.0, -10.0, 45.0, 7, "cert-py-2")
+    if world:
+        world.certify(e5, "cert-py-2")
+    r2 = {"response_id": "resp-py-2", "agent_id": "planner-1", "generation": 2,
+          "catalog": CATALOG, "components": [e5]}
+    status, rep = agent.submit(r2)
+    c = rep["components"][0]
+    say(step="submit", response="resp-py-2", status=status, phase=c["phase"],
+        reason=c["reason"], obligation=c["obligation"])
+
+    # 3. The obligation arrives on the event stream with the sources to refresh and the scope
+    #    a fresh candidate may replace; the agent replans against current state.
+    ev = stream.wait_for(lambda e: e["event"] == "obligation_created"
+                         and e["data"]["obligation"]["response"] == "resp-py-2", 10)
+    if ev is None:
+        say(step="obligation", seen=False)
+        return 1
+    obl = ev["data"]["obligation"]
+    say(step="obligation", id=obl["id"], reason=obl["reason"], refresh=obl["required"],
+        scope=obl["scope"], event_id=ev["id"])
+    fresh = route_action("e5", 30.0, 18.0, -10.0, 45.0, 8, "cert-py-3")
+    if world:
+        world.certify(fresh, "cert-py-3")
+    cand = {"obligation": obl["id"], "response_id": "resp-py-2", "agent_id": "planner-1",
+            "generation": 3, "catalog": CATALOG, "components": [fresh]}
+    status, rep = agent.candidate(obl["id"], cand)
+    phase = rep.get("current", {}).get("components", [{}])[0].get("phase") if status == 200 else None
+    say(step="candidate", status=status, phase=phase)
+    ok = ok and status == 200 and phase in ("DISPATCHED", "OBSERVED_SUCCESS")
+
+    # 4. The gate's outcome for the fresh instance, as the stream reports it.
+    ev = stream.wait_for(lambda e: e["event"] == "gate" and e["data"].get("component") == "e5"
+                         and e["data"].get("outcome") == "dispatched", 10)
+    say(step="gate", dispatched=ev is not None)
+    ok = ok and ev is not None
+    if world:
+        time.sleep(3)
+        world.land()
+        world.stop.set()
+    stream.stopped = True
+    say(step="done", ok=ok)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
