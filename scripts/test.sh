@@ -8,9 +8,21 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "error: cargo is not installed; install Rust from https://rustup.rs" >&2
   exit 1
 fi
-if [ -f scripts/requirements.txt ]; then
-  python3 -m pip install --quiet --disable-pip-version-check -r scripts/requirements.txt
+# Python test peers (pymavlink, httpx for the example agent client) go into a virtual
+# environment under target/: a system-wide pip install fails on current Debian and Ubuntu.
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "error: python3 is needed for the peer tests (pymavlink, the example agent client)" >&2
+  exit 1
 fi
+VENV=target/pyenv
+if [ ! -x "$VENV/bin/python3" ] || ! cmp -s scripts/requirements.txt "$VENV/requirements.txt"; then
+  echo "==> python test dependencies into $VENV"
+  mkdir -p target
+  python3 -m venv "$VENV" || { echo "error: python3 -m venv failed (Debian: apt-get install python3-venv)" >&2; exit 1; }
+  "$VENV/bin/python3" -m pip install --quiet --disable-pip-version-check -r scripts/requirements.txt
+  cp scripts/requirements.txt "$VENV/requirements.txt"
+fi
+export PATH="$PWD/$VENV/bin:$PATH"
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check

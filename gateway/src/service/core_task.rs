@@ -1020,14 +1020,6 @@ impl Core {
             OperatorOp::Land => Command::Land,
             OperatorOp::ReturnToLaunch => Command::ReturnToLaunch,
             OperatorOp::Takeoff { altitude_m } => {
-                let Some(home) = self.vehicle.home_amsl_m else {
-                    let _ = reply.send(Err(ApiError::new(
-                        409,
-                        ReasonCode::VEHICLE_COMMAND_FAILED,
-                        "home altitude is not known yet (no GLOBAL_POSITION_INT from PX4)",
-                    )));
-                    return;
-                };
                 if !(altitude_m.is_finite() && (1.0..=120.0).contains(&altitude_m)) {
                     let _ = reply.send(Err(ApiError::new(
                         422,
@@ -1036,6 +1028,14 @@ impl Core {
                     )));
                     return;
                 }
+                let Some(home) = self.vehicle.home_amsl_m else {
+                    let _ = reply.send(Err(ApiError::new(
+                        409,
+                        ReasonCode::VEHICLE_COMMAND_FAILED,
+                        "home altitude is not known yet (no GLOBAL_POSITION_INT from PX4)",
+                    )));
+                    return;
+                };
                 #[allow(clippy::cast_possible_truncation, reason = "MAVLink carries f32")]
                 let amsl = (home + altitude_m) as f32;
                 Command::Takeoff {
