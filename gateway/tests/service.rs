@@ -163,17 +163,6 @@ fn get(url: &str, token: Option<&str>) -> (u16, Value) {
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
-fn delete(url: &str, token: Option<&str>) -> (u16, Value) {
-    let mut r = http().delete(url);
-    if let Some(t) = token {
-        r = r.header("Authorization", &format!("Bearer {t}"));
-    }
-    let mut resp = r.call().unwrap();
-    let status = resp.status().as_u16();
-    let text = resp.body_mut().read_to_string().unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-}
-
 /// The simulated PX4 on its own loopback UDP socket, in this process.
 struct Sim {
     rt: tokio::runtime::Runtime,
@@ -792,7 +781,9 @@ fn roles_and_bad_input() {
     let mid = vec![b' '; 100 * 1024];
     let r1 = json!({"response_id": "r1", "agent_id": "a", "generation": 1, "catalog": {"id": "uav-px4", "version": 3},
                     "components": [{"id": "e1", "type": "notice", "payload": {"text": "x"}}], "extra": 1}).to_string();
-    let cases: Vec<(&str, String, Option<&str>, Vec<u8>, u16, &str)> = vec![
+    /// (what, url, credential, body, expected status, expected code)
+    type Case<'a> = (&'a str, String, Option<&'a str>, Vec<u8>, u16, &'a str);
+    let cases: Vec<Case<'_>> = vec![
         ("malformed JSON", format!("{u}/v1/responses"), Some(&g.agent), b"{\"response_id\":".to_vec(), 422, "MALFORMED_JSON"),
         ("oversized response", format!("{u}/v1/responses"), Some(&g.agent), big, 413, "RESPONSE_TOO_LARGE"),
         ("unknown field", format!("{u}/v1/responses"), Some(&g.agent), r1.into_bytes(), 422, "UNKNOWN_FIELD"),
