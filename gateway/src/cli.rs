@@ -63,6 +63,10 @@ enum Cmd {
         /// Log format.
         #[arg(long, value_enum)]
         log_format: Option<crate::service::config::LogFormat>,
+        /// Agent link: `http` (always on) or also `stdio`, JSON lines on standard input and
+        /// output for an agent that spawns the gateway; end of input stops the gateway.
+        #[arg(long, value_enum, default_value = "http")]
+        agent: AgentLink,
     },
     /// Operator commands against a running gateway: arm, disarm, takeoff, land, rtl, hold,
     /// release, status.
@@ -145,6 +149,12 @@ enum Cmd {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum AgentLink {
+    Http,
+    Stdio,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum OperatorAction {
     Arm,
     Disarm,
@@ -223,6 +233,7 @@ where
             state_dir,
             log_level,
             log_format,
+            agent,
         } => run_service(RunArgs {
             config,
             catalog,
@@ -231,6 +242,7 @@ where
             state_dir,
             log_level,
             log_format,
+            stdio: agent == AgentLink::Stdio,
         }),
         Cmd::Operator {
             action,
@@ -327,6 +339,7 @@ struct RunArgs {
     state_dir: Option<PathBuf>,
     log_level: Option<String>,
     log_format: Option<crate::service::config::LogFormat>,
+    stdio: bool,
 }
 
 fn run_service(a: RunArgs) -> i32 {
@@ -399,14 +412,31 @@ fn run_service(a: RunArgs) -> i32 {
             let _ = out.write_all(s.as_bytes());
             let _ = out.flush();
         };
-        say(&banner(&svc));
-        wait_for_signal().await;
-        say("shutting down: holding the vehicle, flushing receipts\n");
+        // With the stdio agent link, standard output is the protocol: people read stderr.
+        let stdio = a.stdio;
+        let tell = |s: &str| {
+            if stdio {
+                eprint!("{s}");
+            } else {
+                say(s);
+            }
+        };
+        tell(&banner(&svc));
+        if stdio {
+            let link = svc.serve_stdio();
+            tokio::select! {
+                () = wait_for_signal() => {}
+                _ = link => tell("the agent closed standard input\n"),
+            }
+        } else {
+            wait_for_signal().await;
+        }
+        tell("shutting down: holding the vehicle, flushing receipts\n");
         let receipts = svc.receipts_path.clone();
         svc.shutdown();
         match svc.wait().await {
             Ok(n) => {
-                say(&format!(
+                tell(&format!(
                     "stopped; {n} receipts in {}\n",
                     receipts.display()
                 ));

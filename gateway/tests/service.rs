@@ -960,3 +960,126 @@ fn the_python_example_client_runs_against_the_service() {
     println!("service-python-client: 1/1 matched");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The agent link as JSON lines over standard input and output: a reply per request, events
+/// in between, bad lines refused with a reason, and end of input stops the gateway cleanly.
+#[test]
+fn stdio_agent_link() {
+    use std::io::Write;
+    let dir = tmp("stdio");
+    let state = dir.join("state");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args([
+            "run",
+            "--agent",
+            "stdio",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-level",
+            "warn",
+            "--state-dir",
+        ])
+        .arg(&state)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let v: Value = serde_json::from_str(&line).expect("every stdout line is JSON");
+            if tx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    let next_reply = |want: Value| -> (Vec<Value>, Value) {
+        let mut events = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("no reply to {want}: {e}; saw {events:?}"));
+            if v.get("reply_to").is_some() && v["reply_to"] == want {
+                return (events, v);
+            }
+            events.push(v);
+        }
+    };
+    let notice = json!({"response_id": "r-stdio", "agent_id": "planner-1", "generation": 1,
+        "catalog": {"id": "uav-px4", "version": 3},
+        "components": [{"id": "n1", "type": "notice", "payload": {"text": "hello from stdio"}}]});
+    writeln!(
+        stdin,
+        "{}",
+        json!({"id": 1, "op": "submit_response", "response": notice})
+    )
+    .unwrap();
+    let (_, r1) = next_reply(json!(1));
+    assert_eq!(r1["ok"], true, "{r1}");
+    assert_eq!(r1["result"]["components"][0]["phase"], "EMITTED", "{r1}");
+    writeln!(
+        stdin,
+        "{}",
+        json!({"id": 2, "op": "get_response", "response_id": "r-stdio"})
+    )
+    .unwrap();
+    let (mut events, r2) = next_reply(json!(2));
+    assert_eq!(r2["result"]["response"], "r-stdio", "{r2}");
+    writeln!(
+        stdin,
+        "{}",
+        json!({"id": 3, "op": "submit_response", "response": {"response_id": "x"}})
+    )
+    .unwrap();
+    let (_, r3) = next_reply(json!(3));
+    assert_eq!(
+        (r3["ok"].clone(), r3["error"]["code"].clone()),
+        (json!(false), json!("MALFORMED_JSON")),
+        "{r3}"
+    );
+    writeln!(stdin, "{{\"op\": \"fly\"}}").unwrap();
+    let (_, r4) = next_reply(Value::Null);
+    assert_eq!(r4["error"]["code"], "INVALID_REQUEST", "{r4}");
+    writeln!(stdin, "{}", "x".repeat(600 * 1024)).unwrap();
+    let (_, r5) = next_reply(Value::Null);
+    assert_eq!(r5["error"]["code"], "RESPONSE_TOO_LARGE", "{r5}");
+    writeln!(stdin, "{}", json!({"id": "s", "op": "status"})).unwrap();
+    let (more, r6) = next_reply(json!("s"));
+    events.extend(more);
+    assert_eq!(r6["result"]["responses_live"], 1, "{r6}");
+    // End of input: a clean stop.
+    drop(stdin);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway did not stop at end of input"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    // Everything the gateway wrote before it exited (the reader ends at end of output).
+    while let Ok(v) = rx.recv_timeout(Duration::from_secs(10)) {
+        events.push(v);
+    }
+    // The notice's emission arrived as an event line, with its payload.
+    assert!(
+        events
+            .iter()
+            .any(|v| v["event"] == "emit" && v["data"]["payload"]["text"] == "hello from stdio"),
+        "{events:?}"
+    );
+    let log = std::fs::read_to_string(state.join("receipts/boot-1.jsonl")).unwrap();
+    assert!(log.contains("\"kind\":\"admitted\""));
+    println!("service-stdio: 1/1 matched");
+    let _ = std::fs::remove_dir_all(&dir);
+}

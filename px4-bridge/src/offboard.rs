@@ -53,6 +53,10 @@ pub mod msg_id {
     pub const BATTERY_STATUS: u32 = 147;
     /// `EXTENDED_SYS_STATE`.
     pub const EXTENDED_SYS_STATE: u32 = 245;
+    /// `HOME_POSITION`.
+    pub const HOME_POSITION: u32 = 242;
+    /// `GPS_GLOBAL_ORIGIN`.
+    pub const GPS_GLOBAL_ORIGIN: u32 = 49;
 }
 
 /// What the bridge does when a target's interval ends or a hold is requested.
@@ -127,6 +131,10 @@ impl Default for Config {
                 (msg_id::BATTERY_STATUS, 2.0),
                 (msg_id::EXTENDED_SYS_STATE, 2.0),
                 (msg_id::SYS_STATUS, 2.0),
+                // Home and the EKF origin are re-sent so the gateway's `home` source stays fresh
+                // on long flights (PX4 sends HOME_POSITION at 0.5 Hz in its normal profile).
+                (msg_id::HOME_POSITION, 1.0),
+                (msg_id::GPS_GLOBAL_ORIGIN, 0.2),
             ],
             timesync_ms: 1000,
             timesync_give_up: 5,
@@ -786,6 +794,29 @@ impl Offboard {
                         voltage_v: voltage,
                     },
                 );
+            }
+            MavMessage::HOME_POSITION(h) => {
+                #[allow(clippy::cast_precision_loss, reason = "1e-7 degree and mm units")]
+                let data = Telemetry::Home {
+                    north_m: h.x,
+                    east_m: h.y,
+                    down_m: h.z,
+                    lat_deg: f64::from(h.latitude) / 1e7,
+                    lon_deg: f64::from(h.longitude) / 1e7,
+                    alt_m: h.altitude as f32 / 1000.0,
+                };
+                if h.x.is_finite() && h.y.is_finite() && h.z.is_finite() {
+                    self.telemetry(now, now, TimeSource::Arrival, data);
+                }
+            }
+            MavMessage::GPS_GLOBAL_ORIGIN(o) => {
+                #[allow(clippy::cast_precision_loss, reason = "1e-7 degree and mm units")]
+                let data = Telemetry::Origin {
+                    lat_deg: f64::from(o.latitude) / 1e7,
+                    lon_deg: f64::from(o.longitude) / 1e7,
+                    alt_m: o.altitude as f32 / 1000.0,
+                };
+                self.telemetry(now, now, TimeSource::Arrival, data);
             }
             MavMessage::EXTENDED_SYS_STATE(e) => {
                 let state = match e.landed_state {

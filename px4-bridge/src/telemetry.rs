@@ -91,6 +91,30 @@ pub enum Telemetry {
         /// Voltage, V, when reported.
         voltage_v: Option<f32>,
     },
+    /// `HOME_POSITION`: the launch point PX4 returns to, in its local frame and globally.
+    Home {
+        /// North of the local origin, m.
+        north_m: f32,
+        /// East, m.
+        east_m: f32,
+        /// Down, m.
+        down_m: f32,
+        /// Latitude, degrees.
+        lat_deg: f64,
+        /// Longitude, degrees.
+        lon_deg: f64,
+        /// Altitude AMSL, m.
+        alt_m: f32,
+    },
+    /// `GPS_GLOBAL_ORIGIN`: the EKF's local-frame origin (not the same as home).
+    Origin {
+        /// Latitude, degrees.
+        lat_deg: f64,
+        /// Longitude, degrees.
+        lon_deg: f64,
+        /// Altitude AMSL, m.
+        alt_m: f32,
+    },
     /// `EXTENDED_SYS_STATE`.
     Landed {
         /// Landed state.

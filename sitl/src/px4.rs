@@ -27,11 +27,11 @@ use std::collections::VecDeque;
 use mavlink::MavHeader;
 use mavlink::dialects::common::{
     ATTITUDE_DATA, BATTERY_STATUS_DATA, COMMAND_ACK_DATA, EXTENDED_SYS_STATE_DATA,
-    GLOBAL_POSITION_INT_DATA, HEARTBEAT_DATA, LOCAL_POSITION_NED_DATA, MavAutopilot,
-    MavBatteryFunction, MavBatteryType, MavCmd, MavFrame, MavLandedState, MavMessage, MavModeFlag,
-    MavResult, MavSeverity, MavState, MavSysStatusSensor, MavType, MavVtolState,
-    POSITION_TARGET_LOCAL_NED_DATA, PositionTargetTypemask, STATUSTEXT_DATA, SYS_STATUS_DATA,
-    TIMESYNC_DATA,
+    GLOBAL_POSITION_INT_DATA, GPS_GLOBAL_ORIGIN_DATA, HEARTBEAT_DATA, HOME_POSITION_DATA,
+    LOCAL_POSITION_NED_DATA, MavAutopilot, MavBatteryFunction, MavBatteryType, MavCmd, MavFrame,
+    MavLandedState, MavMessage, MavModeFlag, MavResult, MavSeverity, MavState, MavSysStatusSensor,
+    MavType, MavVtolState, POSITION_TARGET_LOCAL_NED_DATA, PositionTargetTypemask, STATUSTEXT_DATA,
+    SYS_STATUS_DATA, TIMESYNC_DATA,
 };
 use serde::{Deserialize, Serialize};
 
@@ -274,6 +274,8 @@ impl Px4Sim {
             (147, 0.5), // BATTERY_STATUS (PX4's onboard profile rate)
             (1, 1.0),   // SYS_STATUS
             (245, 5.0), // EXTENDED_SYS_STATE
+            (242, 0.5), // HOME_POSITION (PX4's normal-profile rate)
+            (49, 0.1),  // GPS_GLOBAL_ORIGIN
             (111, 1.0), // TIMESYNC requests
         ]
         .into_iter()
@@ -962,6 +964,25 @@ impl Px4Sim {
                 245 => MavMessage::EXTENDED_SYS_STATE(EXTENDED_SYS_STATE_DATA {
                     vtol_state: MavVtolState::MAV_VTOL_STATE_UNDEFINED,
                     landed_state: self.landed_state(),
+                }),
+                242 => MavMessage::HOME_POSITION(HOME_POSITION_DATA {
+                    latitude: (self.cfg.home_lat * 1e7) as i32,
+                    longitude: (self.cfg.home_lon * 1e7) as i32,
+                    altitude: (self.cfg.home_alt_m * 1000.0) as i32,
+                    x: 0.0,
+                    y: 0.0,
+                    z: 0.0,
+                    q: [1.0, 0.0, 0.0, 0.0],
+                    approach_x: 0.0,
+                    approach_y: 0.0,
+                    approach_z: 0.0,
+                    time_usec: self.boot_time_ns(now) / 1000,
+                }),
+                49 => MavMessage::GPS_GLOBAL_ORIGIN(GPS_GLOBAL_ORIGIN_DATA {
+                    latitude: (self.cfg.home_lat * 1e7) as i32,
+                    longitude: (self.cfg.home_lon * 1e7) as i32,
+                    altitude: (self.cfg.home_alt_m * 1000.0) as i32,
+                    time_usec: self.boot_time_ns(now) / 1000,
                 }),
                 111 => MavMessage::TIMESYNC(TIMESYNC_DATA {
                     tc1: 0,

@@ -48,6 +48,24 @@ pub struct Config {
     pub max_live_responses: usize,
     /// How long a finished response is kept for observations and queries.
     pub done_retention: Nanos,
+    /// Which provider updates get a receipt of their own.
+    pub receipts: ReceiptPolicy,
+}
+
+/// Which provider updates get a receipt of their own. Refusals, decisions, phases, gate
+/// outcomes and obligations are always recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReceiptPolicy {
+    /// Every accepted update.
+    All,
+    /// An update is recorded when it changes a decision (a component's local verdict, an
+    /// obligation's progress), or is the source's first, or changes its epoch or provenance.
+    /// The others are counted and summarized per source every `summary_every` (and at
+    /// [`Gateway::flush_summaries`]), so 50 Hz telemetry does not flood the log.
+    Decisions {
+        /// Summary period.
+        summary_every: Nanos,
+    },
 }
 
 impl Default for Config {
@@ -57,6 +75,7 @@ impl Default for Config {
             boot_epoch: 1,
             max_live_responses: 64,
             done_retention: Nanos::from_ms(10_000),
+            receipts: ReceiptPolicy::All,
         }
     }
 }
@@ -169,6 +188,15 @@ pub(crate) enum Record {
         epoch: u64,
         provenance: Id,
         generated_at_ns: u64,
+    },
+    /// Updates of one source that changed no decision, since the last summary.
+    SourceSummary {
+        source: Id,
+        updates: u64,
+        first_generated_at_ns: u64,
+        last_generated_at_ns: u64,
+        epoch: u64,
+        provenance: Id,
     },
     UpdateRefused {
         source: String,
@@ -325,6 +353,16 @@ pub(crate) enum TimerKey {
     Obligation(ObligationId),
     ResponseTtl(Id),
     Retire(Id),
+    /// Summaries of unrecorded provider updates are due.
+    Summary,
+}
+
+/// Provider updates of one source not recorded one by one since the last summary.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Pending {
+    pub(crate) updates: u64,
+    pub(crate) first: u64,
+    pub(crate) last: u64,
 }
 
 /// Everything but the responses, so that response state and the rest can be borrowed apart.
@@ -344,6 +382,10 @@ pub(crate) struct Shared {
     /// True while one admission (or readmission) runs: its phase changes are recorded once, in
     /// the summary receipt and report, not one event per transition.
     pub(crate) summarizing: bool,
+    /// Per source: updates waiting for their summary receipt (policy `Decisions`).
+    pub(crate) unrecorded: Vec<Pending>,
+    /// Whether a summary timer is scheduled.
+    pub(crate) summary_due: bool,
 }
 
 /// The sans-IO HALO gateway. See the module documentation for the call order.
@@ -357,6 +399,7 @@ impl Gateway {
     /// A gateway over `catalog` with an empty state.
     pub fn new(catalog: Catalog, cfg: Config) -> Gateway {
         let snap = Snapshot::new(&catalog);
+        let catalog_sources = catalog.sources().len();
         let ledger = Ledger::new(cfg.boot_epoch);
         Gateway {
             sh: Shared {
@@ -372,6 +415,8 @@ impl Gateway {
                 receipts: ReceiptChain::new(),
                 buf: Vec::with_capacity(512),
                 summarizing: false,
+                unrecorded: vec![Pending::default(); catalog_sources],
+                summary_due: false,
             },
             responses: BTreeMap::new(),
         }
@@ -534,29 +579,24 @@ impl Gateway {
         let source = u.source;
         let name = self.sh.cat.source(source).map(|s| s.name.clone());
         let generated_at = u.state.generated_at;
-        if let Err(e) = self.sh.snap.apply(&self.sh.cat, now, u) {
-            let n = name.as_ref().map_or("?", Id::as_str);
-            self.sh.receipts.push(
-                now,
-                Record::UpdateRefused {
-                    source: n.to_string(),
-                    code: e.code(),
-                },
-            );
-            return Err(e);
-        }
-        if let (Some(n), Some(st)) = (name.as_ref(), self.sh.snap.source(source)) {
-            self.sh.receipts.push(
-                now,
-                Record::SourceUpdate {
-                    source: n.clone(),
-                    epoch: st.epoch,
-                    provenance: (st.provenance).clone(),
-                    generated_at_ns: st.generated_at.0,
-                },
-            );
-        }
-        self.sh.note_refresh(source, generated_at, now);
+        let prev = match self.sh.snap.apply(&self.sh.cat, now, u) {
+            Ok(p) => p,
+            Err(e) => {
+                let n = name.as_ref().map_or("?", Id::as_str);
+                self.sh.receipts.push(
+                    now,
+                    Record::UpdateRefused {
+                        source: n.to_string(),
+                        code: e.code(),
+                    },
+                );
+                return Err(e);
+            }
+        };
+        // The update's own receipt goes before the decisions it causes; whether it is written
+        // depends on what those decisions are, so its place is marked now.
+        let mark = self.sh.receipts.mark();
+        let mut changed_any = self.sh.note_refresh(source, generated_at, now);
         if self.sh.cfg.variant.reevaluates() {
             let bit = 1u64 << source.0;
             for r in self.responses.values_mut() {
@@ -573,12 +613,42 @@ impl Gateway {
                 }
                 if affected != 0 {
                     let changed = self.sh.evaluate(r, affected, now);
+                    changed_any |= changed != 0;
                     self.sh.recompute(r, changed, now);
                     self.sh.check_done(r, now);
                 }
             }
         }
+        if let (Some(n), Some(st)) = (name, self.sh.snap.source(source)) {
+            let identity_changed = prev
+                .as_ref()
+                .is_none_or(|p| p.epoch != st.epoch || p.provenance != st.provenance);
+            let record = match self.sh.cfg.receipts {
+                ReceiptPolicy::All => true,
+                ReceiptPolicy::Decisions { .. } => changed_any || identity_changed,
+            };
+            if record {
+                self.sh.receipts.insert_at(
+                    mark,
+                    now,
+                    Record::SourceUpdate {
+                        source: n,
+                        epoch: st.epoch,
+                        provenance: st.provenance.clone(),
+                        generated_at_ns: st.generated_at.0,
+                    },
+                );
+            } else {
+                self.sh.note_unrecorded(source, generated_at, now);
+            }
+        }
         Ok(())
+    }
+
+    /// Writes the summary receipts of provider updates not recorded one by one (policy
+    /// `Decisions`), e.g. before a shutdown.
+    pub fn flush_summaries(&mut self, now: Nanos) {
+        self.sh.flush_summaries(now);
     }
 
     /// Installs a certificate and re-evaluates the components that reference it.
@@ -749,6 +819,10 @@ impl Gateway {
                         }
                     }
                     self.sh.check_done(r, now);
+                }
+                TimerKey::Summary => {
+                    self.sh.summary_due = false;
+                    self.sh.flush_summaries(now);
                 }
                 TimerKey::Retire(rid) => {
                     let gone = self.responses.get(&rid).is_some_and(|r| {
@@ -1274,8 +1348,9 @@ impl Shared {
     }
 
     /// A provider refreshed `source`: advance obligations that wait for it.
-    fn note_refresh(&mut self, source: SourceIx, generated_at: Nanos, now: Nanos) {
+    fn note_refresh(&mut self, source: SourceIx, generated_at: Nanos, now: Nanos) -> bool {
         let bit = 1u64 << source.0;
+        let mut progressed = false;
         for o in self.obligations.values_mut() {
             if !o.state.is_live() || o.required_mask & bit == 0 || generated_at <= o.created_at {
                 continue;
@@ -1288,6 +1363,7 @@ impl Shared {
             };
             if o.state != next {
                 o.state = next;
+                progressed = true;
                 self.events.push_back(Event::ObligationChanged {
                     id: o.id,
                     state: next,
@@ -1303,6 +1379,50 @@ impl Shared {
                     },
                 );
             }
+        }
+        progressed
+    }
+
+    fn note_unrecorded(&mut self, source: SourceIx, generated_at: Nanos, now: Nanos) {
+        let Some(p) = self.unrecorded.get_mut(usize::from(source.0)) else {
+            return;
+        };
+        if p.updates == 0 {
+            p.first = generated_at.0;
+        }
+        p.updates += 1;
+        p.last = generated_at.0;
+        if let (ReceiptPolicy::Decisions { summary_every }, false) =
+            (self.cfg.receipts, self.summary_due)
+        {
+            self.summary_due = true;
+            self.timers.push(Reverse((
+                now.saturating_add(summary_every),
+                TimerKey::Summary,
+            )));
+        }
+    }
+
+    fn flush_summaries(&mut self, now: Nanos) {
+        for (i, p) in self.unrecorded.iter_mut().enumerate() {
+            if p.updates == 0 {
+                continue;
+            }
+            let ix = SourceIx(u8::try_from(i).unwrap_or(u8::MAX));
+            if let (Some(spec), Some(st)) = (self.cat.source(ix), self.snap.source(ix)) {
+                self.receipts.push(
+                    now,
+                    Record::SourceSummary {
+                        source: spec.name.clone(),
+                        updates: p.updates,
+                        first_generated_at_ns: p.first,
+                        last_generated_at_ns: p.last,
+                        epoch: st.epoch,
+                        provenance: st.provenance.clone(),
+                    },
+                );
+            }
+            *p = Pending::default();
         }
     }
 

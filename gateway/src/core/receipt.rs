@@ -113,6 +113,20 @@ impl<R: Serialize> ReceiptChain<R> {
         self.pending.push_back((at, body));
     }
 
+    /// The position the next pushed record will take among the pending ones, for
+    /// [`ReceiptChain::insert_at`].
+    pub fn mark(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Queues a record at a position taken with [`ReceiptChain::mark`] (before records pushed
+    /// since), so a cause is recorded before the effects that were decided first. Nothing may
+    /// be sealed between the mark and the insert; a stale mark appends.
+    pub fn insert_at(&mut self, mark: usize, at: Nanos, body: R) {
+        let i = mark.min(self.pending.len());
+        self.pending.insert(i, (at, body));
+    }
+
     /// Serializes, hashes, links and returns the oldest pending record.
     pub fn seal(&mut self) -> Option<Receipt> {
         self.seal_with_wall(|_| None)

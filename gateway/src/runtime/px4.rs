@@ -75,8 +75,9 @@ impl Adapter for Px4Adapter {
 }
 
 /// Turns bridge telemetry into provider updates for the catalog's vehicle sources:
-/// `vehicle` (landed state as text), `battery` (percent), `link` (flag), `home` (the local
-/// origin, once the autopilot is found). Sources the catalog does not define are skipped.
+/// `vehicle` (landed state as text), `battery` (percent), `link` (flag), `home` (PX4's
+/// HOME_POSITION in its local frame, refreshed each time PX4 sends it). Sources the catalog
+/// does not define are skipped.
 pub fn telemetry_updates(cat: &Catalog, ev: &BridgeEvent, now: Nanos) -> Vec<SourceUpdate> {
     let mut out = Vec::new();
     let mut push = |name: &str, at: Nanos, value: Value| {
@@ -118,19 +119,24 @@ pub fn telemetry_updates(cat: &Catalog, ev: &BridgeEvent, now: Nanos) -> Vec<Sou
                     remaining_pct: Some(p),
                     ..
                 } => push("battery", at, Value::Number(f64::from(*p))),
+                Telemetry::Home {
+                    north_m,
+                    east_m,
+                    down_m,
+                    ..
+                } => push(
+                    "home",
+                    at,
+                    Value::Position(crate::core::state::Point {
+                        north_m: f64::from(*north_m),
+                        east_m: f64::from(*east_m),
+                        down_m: f64::from(*down_m),
+                    }),
+                ),
                 _ => {}
             }
         }
         BridgeEvent::Link { up: false, .. } => push("link", now, Value::Flag(false)),
-        BridgeEvent::AutopilotDiscovered { .. } => push(
-            "home",
-            now,
-            Value::Position(crate::core::state::Point {
-                north_m: 0.0,
-                east_m: 0.0,
-                down_m: 0.0,
-            }),
-        ),
         _ => {}
     }
     out

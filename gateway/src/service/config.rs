@@ -117,11 +117,37 @@ pub struct StateConfig {
 }
 
 /// `[receipts]`.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReceiptConfig {
     /// The receipt log; `STATE/receipts/boot-<epoch>.jsonl` when absent.
     pub path: Option<PathBuf>,
+    /// `decisions`: a provider or telemetry update gets its own receipt only when it changes a
+    /// decision, an epoch or a provenance; the rest are summarized per source. `all`: every
+    /// update.
+    pub policy: ReceiptPolicyName,
+    /// Summary period for `decisions`, seconds.
+    pub summary_every_s: u64,
+}
+
+impl Default for ReceiptConfig {
+    fn default() -> ReceiptConfig {
+        ReceiptConfig {
+            path: None,
+            policy: ReceiptPolicyName::Decisions,
+            summary_every_s: 10,
+        }
+    }
+}
+
+/// `receipts.policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReceiptPolicyName {
+    /// Decision-changing updates, summaries for the rest.
+    Decisions,
+    /// Every update.
+    All,
 }
 
 /// `[log]`.
@@ -215,6 +241,12 @@ impl Config {
         if self.vehicle.url != "sim" {
             px4_bridge::url::TransportUrl::parse(&self.vehicle.url)
                 .map_err(|e| ConfigError(format!("{file}: vehicle.url: {e}")))?;
+        }
+        if !(1..=3600).contains(&self.receipts.summary_every_s) {
+            return Err(ConfigError(format!(
+                "{file}: receipts.summary_every_s: {} s is outside 1..3600",
+                self.receipts.summary_every_s
+            )));
         }
         if self.log.level.trim().is_empty() {
             return Err(ConfigError(format!("{file}: log.level: empty")));

@@ -519,10 +519,23 @@ impl Core {
                 response,
                 component,
                 path,
-                ..
+                payload,
             } => {
                 tracing::info!(%response, %component, path = %path, "emitted");
-                self.publish("emit", e);
+                // The payload as the agent wrote it, without the kind's enum tag.
+                let body = match serde_json::to_value(payload.as_ref()) {
+                    Ok(serde_json::Value::Object(m)) if m.len() == 1 => m
+                        .into_iter()
+                        .next()
+                        .map_or(serde_json::Value::Null, |(_, v)| v),
+                    Ok(v) => v,
+                    Err(_) => serde_json::Value::Null,
+                };
+                self.publish(
+                    "emit",
+                    &json!({"event": "emit", "response": response, "component": component,
+                            "path": path, "payload": body}),
+                );
             }
             Event::ObligationCreated { obligation } => {
                 tracing::info!(
@@ -1215,6 +1228,7 @@ impl Core {
         while let Some(p) = self.pending.pop_front() {
             self.finish_operator(p, CommandOutcome::Cancelled);
         }
+        self.gw.flush_summaries(now);
         self.pump();
         if let Some(w) = self.receipts.as_mut() {
             let _ = w.flush();

@@ -18,6 +18,7 @@ pub mod http;
 pub mod hub;
 pub mod metrics;
 pub mod statedir;
+pub mod stdio;
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -30,7 +31,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::core::catalog::Catalog;
-use crate::core::engine::{Config as CoreConfig, Gateway};
+use crate::core::engine::{Config as CoreConfig, Gateway, ReceiptPolicy};
 pub use config::Config;
 use core_task::Core;
 use statedir::{CredentialFiles, Credentials};
@@ -109,6 +110,9 @@ pub struct Service {
     /// The embedded simulator's controls, when `vehicle.url = "sim"`.
     pub sim: Option<sitl::udp::SimControl>,
     shutdown: watch::Sender<bool>,
+    shutdown_rx: watch::Receiver<bool>,
+    cmds: mpsc::Sender<core_task::Cmd>,
+    hub: hub::Hub,
     stop_bridge: broadcast::Sender<()>,
     core: JoinHandle<Core>,
     http: JoinHandle<()>,
@@ -182,10 +186,19 @@ impl Service {
             .await
             .map_err(serr("vehicle link"))?;
 
+        let receipts_policy = match cfg.receipts.policy {
+            config::ReceiptPolicyName::All => ReceiptPolicy::All,
+            config::ReceiptPolicyName::Decisions => ReceiptPolicy::Decisions {
+                summary_every: crate::core::time::Nanos::from_ms(
+                    cfg.receipts.summary_every_s.saturating_mul(1000),
+                ),
+            },
+        };
         let gw = Gateway::new(
             catalog,
             CoreConfig {
                 boot_epoch,
+                receipts: receipts_policy,
                 ..CoreConfig::default()
             },
         );
@@ -220,14 +233,14 @@ impl Service {
             Duration::from_secs(5),
         ));
         let app = http::router(http::AppState {
-            cmds: cmd_tx,
-            hub,
+            cmds: cmd_tx.clone(),
+            hub: hub.clone(),
             metrics,
             creds: Arc::new(credentials.clone()),
             require_for_read: cfg.auth.require_for_read,
             shutdown: shutdown_rx.clone(),
         });
-        let mut http_shutdown = shutdown_rx;
+        let mut http_shutdown = shutdown_rx.clone();
         let http = tokio::spawn(async move {
             let r = axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
@@ -252,6 +265,9 @@ impl Service {
             vehicle_url,
             sim,
             shutdown,
+            shutdown_rx,
+            cmds: cmd_tx,
+            hub,
             stop_bridge,
             core,
             http,
@@ -263,6 +279,19 @@ impl Service {
     /// The base URL of the HTTP interface.
     pub fn url(&self) -> String {
         format!("http://{}", self.http_addr)
+    }
+
+    /// Serves the agent link as JSON lines on this process's standard input and output
+    /// ([`stdio`]); the task ends at end of input.
+    pub fn serve_stdio(&self) -> JoinHandle<()> {
+        let input = tokio::io::BufReader::new(tokio::io::stdin());
+        tokio::spawn(stdio::serve(
+            input,
+            tokio::io::stdout(),
+            self.cmds.clone(),
+            self.hub.clone(),
+            self.shutdown_rx.clone(),
+        ))
     }
 
     /// Asks everything to stop: the core holds the vehicle, the listener closes.
