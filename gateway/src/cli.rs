@@ -386,16 +386,8 @@ fn run_service(a: RunArgs) -> i32 {
             return EXIT_ERROR;
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return EXIT_ERROR;
-        }
+    let Some(rt) = tokio_runtime() else {
+        return EXIT_ERROR;
     };
     rt.block_on(async move {
         let svc = match Service::start(cfg, cat).await {
@@ -448,6 +440,22 @@ fn run_service(a: RunArgs) -> i32 {
             }
         }
     })
+}
+
+/// The two-worker runtime the service and the demo run on; says why on stderr when it cannot
+/// start.
+fn tokio_runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            None
+        }
+    }
 }
 
 async fn wait_for_signal() {
@@ -838,16 +846,8 @@ fn demo(catalog: Option<&Path>, out: &Path, quiet: bool) -> i32 {
             return EXIT_ERROR;
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return EXIT_ERROR;
-        }
+    let Some(rt) = tokio_runtime() else {
+        return EXIT_ERROR;
     };
     match rt.block_on(crate::runtime::demo::run(cat, out, quiet)) {
         Ok(s) => {

@@ -309,6 +309,29 @@ impl Drop for Providers {
     }
 }
 
+/// The operator arms (retrying until PX4 is ready) and takes off to 5 m; returns once PX4 is in
+/// HOLD there (it leaves AUTO.TAKEOFF for HOLD, and offboard targets are taken from HOLD).
+fn take_off(g: &Gateway, sim: &Sim) {
+    let u = &g.url;
+    wait_until(20, "arming", || {
+        let ok = post(&format!("{u}/v1/operator/arm"), Some(&g.operator), b"{}").0 == 200;
+        if !ok {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        ok
+    });
+    let (st, v) = post(
+        &format!("{u}/v1/operator/takeoff"),
+        Some(&g.operator),
+        br#"{"altitude_m": 5.0}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    wait_until(30, "HOLD at 5 m", || {
+        sim.alt() > 4.8
+            && get(&format!("{u}/v1/status"), None).1["vehicle"]["mode"] == "AUTO.LOITER"
+    });
+}
+
 fn route(id: &str, t: [f64; 4], map_epoch: u64, cert: &str) -> Value {
     json!({"id": id, "type": "route_action",
            "payload": {"frame": "local_ned", "north_m": t[0], "east_m": t[1], "down_m": t[2], "yaw_deg": t[3], "duration_s": 8.0},
@@ -433,24 +456,7 @@ fn the_running_example_flies_over_http() {
     );
 
     // The operator arms (once PX4 is ready) and takes off to 5 m.
-    wait_until(20, "arming", || {
-        let ok = post(&format!("{u}/v1/operator/arm"), Some(&g.operator), b"{}").0 == 200;
-        if !ok {
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        ok
-    });
-    let (st, v) = post(
-        &format!("{u}/v1/operator/takeoff"),
-        Some(&g.operator),
-        br#"{"altitude_m": 5.0}"#,
-    );
-    assert_eq!(st, 200, "{v}");
-    wait_until(30, "5 m", || sim.alt() > 4.8);
-    // PX4 leaves AUTO.TAKEOFF for HOLD once it is there; offboard targets are taken from HOLD.
-    wait_until(15, "HOLD after takeoff", || {
-        get(&format!("{u}/v1/status"), None).1["vehicle"]["mode"] == "AUTO.LOITER"
-    });
+    take_off(&g, &sim);
     let providers = Providers::start(&u, &g.provider);
     std::thread::sleep(Duration::from_millis(600));
 
@@ -846,23 +852,7 @@ fn restart_forgets_pending_actions() {
     let u = g.url.clone();
     let (_, st) = get(&format!("{u}/v1/status"), None);
     assert_eq!(st["boot_epoch"], 1);
-    wait_until(20, "arming", || {
-        let ok = post(&format!("{u}/v1/operator/arm"), Some(&g.operator), b"{}").0 == 200;
-        if !ok {
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        ok
-    });
-    let (st, v) = post(
-        &format!("{u}/v1/operator/takeoff"),
-        Some(&g.operator),
-        br#"{"altitude_m": 5.0}"#,
-    );
-    assert_eq!(st, 200, "{v}");
-    wait_until(30, "HOLD at 5 m", || {
-        sim.alt() > 4.8
-            && get(&format!("{u}/v1/status"), None).1["vehicle"]["mode"] == "AUTO.LOITER"
-    });
+    take_off(&g, &sim);
     let providers = Providers::start(&u, &g.provider);
     std::thread::sleep(Duration::from_millis(600));
     // e2 waits for e1's observed success (PX4 echoes e1 only after about a second of
