@@ -1073,3 +1073,162 @@ fn stdio_agent_link() {
     println!("service-stdio: 1/1 matched");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The mission contract at the gate: an agent that replans to skip the review obligation is
+/// refused by the monitor, and the new plan's action is denied at the final gate before any
+/// setpoint of it reaches the vehicle; the plan the operator approved still flies.
+#[test]
+fn the_mission_contract_bounds_the_agent_at_the_gate() {
+    let dir = tmp("contract");
+    let sim = Sim::start(&dir.join("vehicle-setpoints.jsonl"));
+    let g = Gateway::start(&dir, &format!("udpout:{}", sim.addr), "");
+    let u = g.url.clone();
+
+    // The operator registers the root contract: survey wp1 then wp2, with a review obligation.
+    let register = json!({"op": "register_root", "approved_by": "ops-lead", "contract": {
+        "closing": ["airborne == false", "zone == home"],
+        "discharge": {"review": ["review == true"]},
+        "domain": "uav-survey", "epoch": 7,
+        "forbidden": [["zone == nofly"]],
+        "initial": {"airborne": false, "battery": "high", "photos": 0, "review": false, "zone": "home"},
+        "obligations": ["review"], "policy": [],
+        "resources": ["radio", "zone:wp1", "zone:wp2"],
+        "root": "survey",
+        "traces": [["takeoff", "goto(wp1)", "goto(wp2)", "return", "land"]]}});
+    let (st, d) = post(
+        &format!("{u}/v1/contract"),
+        Some(&g.operator),
+        register.to_string().as_bytes(),
+    );
+    assert_eq!((st, d["verdict"].as_str()), (200, Some("allow")), "{d}");
+    // The agent cannot register or change the contract, nor commit effects itself.
+    let (st, _) = post(
+        &format!("{u}/v1/contract"),
+        Some(&g.agent),
+        register.to_string().as_bytes(),
+    );
+    assert_eq!(st, 403);
+    let (st, v) = post(
+        &format!("{u}/v1/goals"),
+        Some(&g.agent),
+        br#"{"op": "authorize_effect", "effect": "goto(wp3)", "goal": "survey"}"#,
+    );
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (403, Some("FORBIDDEN_ROLE"))
+    );
+
+    // The agent proposes its goal, with the witness the gateway computes at current versions.
+    let propose = |goal: &Value, op: &str, old: Option<&str>| -> Value {
+        let (st, w) = post(
+            &format!("{u}/v1/goals/witness"),
+            Some(&g.agent),
+            json!({"parent": "survey", "goal": goal})
+                .to_string()
+                .as_bytes(),
+        );
+        assert_eq!(st, 200, "{w}");
+        let mut req = json!({"op": op, "goal": goal, "witness": w});
+        if let Some(o) = old {
+            req["old"] = json!(o);
+        }
+        let (st, d) = post(
+            &format!("{u}/v1/goals"),
+            Some(&g.agent),
+            req.to_string().as_bytes(),
+        );
+        assert_eq!(st, 200, "{d}");
+        d
+    };
+    let g1 = json!({"closing": ["airborne == false", "zone == home"], "completion": [[]],
+        "discharged": [], "frames": [], "id": "g1", "obligations": ["review"], "parent": "survey",
+        "resources": ["radio", "zone:wp1", "zone:wp2"],
+        "traces": [["takeoff", "goto(wp1)", "goto(wp2)", "return", "land"]]});
+    let d = propose(&g1, "propose_goal", None);
+    assert_eq!(d["verdict"], "allow", "{d}");
+
+    // The operator's takeoff is the contract's first effect.
+    take_off(&g, &sim);
+    let providers = Providers::start(&u, &g.provider);
+    std::thread::sleep(Duration::from_millis(600));
+
+    let send = |rid: &str, generation: u64, t: [f64; 4], cert: &str| -> Value {
+        let r = json!({"response_id": rid, "agent_id": "planner-1", "generation": generation,
+            "catalog": {"id": "uav-px4", "version": 3}, "components": [route("a", t, 7, cert)]});
+        certify(&g, &r, "a", cert);
+        let (st, rep) = post(
+            &format!("{u}/v1/responses"),
+            Some(&g.agent),
+            r.to_string().as_bytes(),
+        );
+        assert_eq!(st, 200, "{rep}");
+        rep["components"][0].clone()
+    };
+    // goto(wp1): admitted by the approved plan.
+    let c = send("c-1", 1, [12.0, 3.5, -10.0, 90.0], "cert-c1");
+    assert_eq!(c["phase"], "DISPATCHED", "{c}");
+    let wp1 = fp(12.0, 3.5, -10.0, 90.0);
+    wait_until(20, "wp1 at the vehicle", || {
+        sim.fingerprints().contains(&wp1)
+    });
+
+    // The agent replans to drop the review obligation: the monitor refuses the edit.
+    let drop_review = json!({"closing": ["airborne == false", "zone == home"], "completion": [[]],
+        "discharged": [], "frames": [], "id": "g1", "obligations": [], "parent": "survey",
+        "resources": ["radio", "zone:wp1", "zone:wp2"],
+        "traces": [["goto(wp2)", "return", "land"]]});
+    let d = propose(&drop_review, "replace_goal", Some("g1"));
+    assert_eq!(
+        (d["verdict"].as_str(), d["reason"].as_str()),
+        (Some("deny"), Some("OBLIGATION_DROPPED")),
+        "{d}"
+    );
+    // It replans to skip the review and head for wp3 instead: refused as well.
+    let skip = json!({"closing": ["airborne == false", "zone == home"], "completion": [[]],
+        "discharged": [], "frames": [], "id": "g1", "obligations": [], "parent": "survey",
+        "resources": ["radio", "zone:wp1", "zone:wp2"],
+        "traces": [["goto(wp3)", "return", "land"]]});
+    let d = propose(&skip, "replace_goal", Some("g1"));
+    assert_eq!(d["verdict"], "deny", "{d}");
+    println!(
+        "replanning without the review: {} ({})",
+        d["reason"], d["detail"]
+    );
+    // It sends the new plan's action anyway: denied at the final gate, terminally.
+    let c = send("c-2", 2, [50.0, -20.0, -10.0, 0.0], "cert-c2");
+    assert_eq!(c["phase"], "INVALIDATED", "{c}");
+    assert_eq!(c["reason"], "EFFECT_NOT_ADMITTED", "{c}");
+    // An action whose target lies in no zone names no effect: denied too.
+    let c = send("c-3", 3, [-30.0, -30.0, -10.0, 0.0], "cert-c3");
+    assert_eq!(c["reason"], "ZONE_UNRESOLVED", "{c}");
+    // The approved plan goes on: goto(wp2).
+    let c = send("c-4", 4, [30.0, 18.0, -10.0, 45.0], "cert-c4");
+    assert_eq!(c["phase"], "DISPATCHED", "{c}");
+    let wp2 = fp(30.0, 18.0, -10.0, 45.0);
+    wait_until(20, "wp2 at the vehicle", || {
+        sim.fingerprints().contains(&wp2)
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    drop(providers);
+
+    // The vehicle's own log: never a setpoint of the refused plan.
+    let taken = sim.fingerprints();
+    assert!(
+        !taken.contains(&fp(50.0, -20.0, -10.0, 0.0)),
+        "the refused plan reached the vehicle"
+    );
+    assert!(!taken.contains(&fp(-30.0, -30.0, -10.0, 0.0)));
+    let (_, cs) = get(&format!("{u}/v1/contract"), Some(&g.operator));
+    assert_eq!(
+        cs["trace"],
+        json!(["takeoff()", "goto(wp1)", "goto(wp2)"]),
+        "{cs}"
+    );
+    let state = g.state.clone();
+    assert_eq!(g.stop(), 0);
+    let log = std::fs::read_to_string(state.join("receipts/boot-1.jsonl")).unwrap();
+    assert!(log.contains("\"what\":\"contract\""));
+    assert!(log.contains("\"effect\":\"goto(wp2)\""));
+    println!("service-contract: 1/1 matched");
+    let _ = std::fs::remove_dir_all(&dir);
+}

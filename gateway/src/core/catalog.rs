@@ -15,10 +15,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::ids::Id;
-use super::payload::PayloadKind;
+use super::payload::{Payload, PayloadKind};
 use super::phase::Phase;
 use super::reason::ReasonCode;
-use super::state::ValueKind;
+use super::state::{BoxNed, ValueKind};
 use super::time::Nanos;
 
 /// Most sources in one catalog (footprints are 64-bit masks).
@@ -234,6 +234,26 @@ pub struct TypeSpec {
     pub output: Output,
     /// Recovery route.
     pub recovery: Recovery,
+    /// The mission-contract effect an action of this type normalizes to, if any.
+    pub effect: Option<EffectMap>,
+}
+
+/// How an action names its mission-contract effect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EffectMap {
+    /// The contract domain's effect name (`goto`, `land`, `hold`).
+    pub name: Id,
+    /// Its argument, if it takes one.
+    pub arg: EffectArg,
+}
+
+/// Where an effect's argument comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EffectArg {
+    /// No argument: `land`.
+    None,
+    /// The catalog zone that contains the route target: `goto(wp1)`.
+    Zone,
 }
 
 impl TypeSpec {
@@ -262,6 +282,7 @@ pub struct Catalog {
     response_ttl: Nanos,
     sources: Vec<SourceSpec>,
     types: Vec<TypeSpec>,
+    zones: Vec<(Id, BoxNed)>,
 }
 
 /// Why a catalog was refused: file, line, field and a message.
@@ -327,6 +348,22 @@ struct RawCatalog {
     sources: BTreeMap<String, Spanned<RawSource>>,
     #[serde(default)]
     types: BTreeMap<String, Spanned<RawType>>,
+    #[serde(default)]
+    zones: BTreeMap<String, Spanned<BoxNed>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEffect {
+    name: String,
+    #[serde(default)]
+    arg: Option<RawEffectArg>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawEffectArg {
+    Zone,
 }
 
 #[derive(Deserialize)]
@@ -400,6 +437,8 @@ struct RawType {
     #[serde(default)]
     prerequisites: Vec<Spanned<RawPrerequisite>>,
     recovery: Option<Spanned<RawRecovery>>,
+    #[serde(default)]
+    effect: Option<Spanned<RawEffect>>,
 }
 
 #[derive(Deserialize)]
@@ -587,6 +626,51 @@ impl Catalog {
                 value: s.value,
                 bounds: s.bounds,
             });
+        }
+
+        // Zones: named local-NED boxes that resolve a route target to a contract waypoint.
+        let mut zones: Vec<(Id, BoxNed)> = Vec::new();
+        for (name, z) in &raw.zones {
+            let field = format!("zones.{name}");
+            let zid = cx.id(z.span(), &field, name)?;
+            let b = *z.get_ref();
+            let finite = [
+                b.north_min,
+                b.north_max,
+                b.east_min,
+                b.east_max,
+                b.down_min,
+                b.down_max,
+            ]
+            .iter()
+            .all(|x| x.is_finite());
+            if !finite
+                || b.north_min > b.north_max
+                || b.east_min > b.east_max
+                || b.down_min > b.down_max
+            {
+                return Err(cx.err(
+                    z.span(),
+                    field,
+                    "a zone needs finite bounds with min <= max on every axis",
+                ));
+            }
+            let overlaps = |a: &BoxNed, c: &BoxNed| {
+                a.north_min < c.north_max
+                    && c.north_min < a.north_max
+                    && a.east_min < c.east_max
+                    && c.east_min < a.east_max
+                    && a.down_min < c.down_max
+                    && c.down_min < a.down_max
+            };
+            if let Some((other, _)) = zones.iter().find(|(_, o)| overlaps(o, &b)) {
+                return Err(cx.err(
+                    z.span(),
+                    field,
+                    format!("overlaps zone `{other}`: a target must name one zone"),
+                ));
+            }
+            zones.push((zid, b));
         }
 
         if raw.types.is_empty() {
@@ -877,6 +961,42 @@ impl Catalog {
                 }
             };
 
+            // The mission-contract effect this type normalizes to.
+            let effect = match &t.effect {
+                None => None,
+                Some(e) => {
+                    let f = format!("{base}.effect");
+                    if class != Class::Action {
+                        return Err(cx.err(e.span(), f, "only actions commit contract effects"));
+                    }
+                    let re = e.get_ref();
+                    let arg = match re.arg {
+                        None => EffectArg::None,
+                        Some(RawEffectArg::Zone) => {
+                            if t.payload != PayloadKind::RouteAction {
+                                return Err(cx.err(
+                                    e.span(),
+                                    format!("{f}.arg"),
+                                    "`zone` resolves a route target: only route_action payloads have one",
+                                ));
+                            }
+                            if zones.is_empty() {
+                                return Err(cx.err(
+                                    e.span(),
+                                    format!("{f}.arg"),
+                                    "`zone` needs a `[zones]` table",
+                                ));
+                            }
+                            EffectArg::Zone
+                        }
+                    };
+                    Some(EffectMap {
+                        name: cx.id(e.span(), &format!("{f}.name"), &re.name)?,
+                        arg,
+                    })
+                }
+            };
+
             types.push(TypeSpec {
                 name: tname,
                 class,
@@ -891,6 +1011,7 @@ impl Catalog {
                 guard: Nanos::from_ms(t.adapter_guard_ms.unwrap_or(head.adapter_guard_ms)),
                 output,
                 recovery,
+                effect,
             });
         }
 
@@ -901,6 +1022,36 @@ impl Catalog {
             response_ttl: Nanos::from_ms(head.response_ttl_ms),
             sources,
             types,
+            zones,
+        })
+    }
+
+    /// The zones, in name order.
+    pub fn zones(&self) -> &[(Id, BoxNed)] {
+        &self.zones
+    }
+
+    /// The mission-contract effect an action normalizes to: `None` when its type names none,
+    /// `ZONE_UNRESOLVED` when its target lies in no zone.
+    pub fn effect_of(
+        &self,
+        spec: &TypeSpec,
+        payload: &Payload,
+    ) -> Option<Result<String, ReasonCode>> {
+        let e = spec.effect.as_ref()?;
+        Some(match e.arg {
+            EffectArg::None => Ok(e.name.to_string()),
+            EffectArg::Zone => {
+                let Some(t) = payload.target() else {
+                    return Some(Err(ReasonCode::ZONE_UNRESOLVED));
+                };
+                self.zones
+                    .iter()
+                    .find(|(_, b)| b.contains(t.north_m, t.east_m, t.down_m))
+                    .map_or(Err(ReasonCode::ZONE_UNRESOLVED), |(z, _)| {
+                        Ok(format!("{}({z})", e.name))
+                    })
+            }
         })
     }
 
@@ -1259,5 +1410,58 @@ temporal = "interval"
         ] {
             assert!(c.type_ix(t).is_some(), "missing type {t}");
         }
+    }
+
+    #[test]
+    fn actions_name_their_contract_effect_through_zones() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../catalogs/uav-px4.toml");
+        let src = std::fs::read_to_string(path).unwrap();
+        let c = Catalog::parse(&src, "uav-px4.toml").unwrap();
+        let route = c.type_spec(c.type_ix("route_action").unwrap()).unwrap();
+        let at = |n: f64, e: f64| {
+            Payload::RouteAction(crate::core::payload::RouteTarget {
+                frame: crate::core::payload::Frame::LocalNed,
+                north_m: n,
+                east_m: e,
+                down_m: -10.0,
+                yaw_deg: 0.0,
+                duration_s: 5.0,
+            })
+        };
+        assert_eq!(
+            c.effect_of(route, &at(12.0, 3.5)),
+            Some(Ok("goto(wp1)".into()))
+        );
+        assert_eq!(
+            c.effect_of(route, &at(30.0, 18.0)),
+            Some(Ok("goto(wp2)".into()))
+        );
+        assert_eq!(
+            c.effect_of(route, &at(-40.0, -40.0)),
+            Some(Err(ReasonCode::ZONE_UNRESOLVED))
+        );
+        let land = c.type_spec(c.type_ix("land").unwrap()).unwrap();
+        assert_eq!(
+            c.effect_of(land, &Payload::Land(crate::core::payload::LandPayload {})),
+            Some(Ok("land".into()))
+        );
+        let notice = c.type_spec(c.type_ix("notice").unwrap()).unwrap();
+        assert_eq!(c.effect_of(notice, &at(0.0, 0.0)), None);
+        // Overlapping zones, or a zone effect on a type without a target, are load errors.
+        let overlap = src.replace(
+            "wp2   = { north_min = 20.0,  north_max = 40.0,  east_min = 10.0,",
+            "wp2   = { north_min = 15.0,  north_max = 40.0,  east_min = 5.0,",
+        );
+        let e = Catalog::parse(&overlap, "o.toml").unwrap_err();
+        assert_eq!(e.field(), "zones.wp2");
+        let bad = src.replace(
+            "effect = { name = \"land\" }",
+            "effect = { name = \"land\", arg = \"zone\" }",
+        );
+        assert_eq!(
+            Catalog::parse(&bad, "b.toml").unwrap_err().field(),
+            "types.land.effect.arg"
+        );
     }
 }

@@ -222,6 +222,9 @@ pub(crate) enum Record {
         binding: Digest,
         outcome: &'static str,
         code: Option<ReasonCode>,
+        /// The mission-contract effect committed with the dispatch.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        effect: Option<String>,
     },
     GateRefused {
         response: Id,

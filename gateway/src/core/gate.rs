@@ -86,6 +86,41 @@ pub trait Adapter {
     fn try_enqueue(&mut self, req: &EnqueueRequest<'_>) -> Result<(), AdapterError>;
 }
 
+/// The mission contract's conjunct at the gate: the exact action's normalized effect must be
+/// authorized (reserved) on the contract's current path before the token is spent, and is
+/// committed right after the adapter took the command, in the same synchronous call.
+/// Implementations must not block.
+pub trait EffectGate {
+    /// True when a contract is registered; without one the conjunct holds vacuously.
+    fn active(&self) -> bool;
+    /// Reserves `effect`; the refusal's reason code otherwise.
+    ///
+    /// # Errors
+    /// The contract's reason (`EFFECT_NOT_ADMITTED`, `ROOT_SUSPENDED`, ...).
+    fn authorize(&mut self, effect: &str) -> Result<u64, ReasonCode>;
+    /// Commits a reservation under an idempotency key.
+    ///
+    /// # Errors
+    /// The contract's reason; the command already went to the adapter.
+    fn commit(&mut self, reservation: u64, effect: &str, key: &str) -> Result<(), ReasonCode>;
+}
+
+/// No mission contract: the conjunct holds.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoContract;
+
+impl EffectGate for NoContract {
+    fn active(&self) -> bool {
+        false
+    }
+    fn authorize(&mut self, _effect: &str) -> Result<u64, ReasonCode> {
+        Ok(0)
+    }
+    fn commit(&mut self, _reservation: u64, _effect: &str, _key: &str) -> Result<(), ReasonCode> {
+        Ok(())
+    }
+}
+
 /// The result of one gate call.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -254,12 +289,52 @@ impl Gateway {
         Decision::Allow
     }
 
-    /// The final dispatch gate. See the module documentation.
+    /// The final dispatch gate without a mission contract. See the module documentation.
     pub fn final_gate(
         &mut self,
         now: Nanos,
         token: DispatchToken,
         adapter: &mut dyn Adapter,
+    ) -> GateOutcome {
+        self.final_gate_with(now, token, adapter, &mut NoContract)
+    }
+
+    /// The contract conjunct for an allowed token: the normalized effect, reserved.
+    fn contract_conjunct(
+        &self,
+        token: &DispatchToken,
+        contract: &mut dyn EffectGate,
+    ) -> Result<Option<(u64, String)>, ReasonCode> {
+        if !contract.active() {
+            return Ok(None);
+        }
+        let Some(c) = self.responses.get(token.response()).and_then(|r| {
+            r.graph
+                .index_of(token.component())
+                .and_then(|i| r.graph.component(i))
+        }) else {
+            return Ok(None);
+        };
+        let Some(spec) = self.sh.cat.type_spec(c.ty) else {
+            return Ok(None);
+        };
+        match self.sh.cat.effect_of(spec, &c.payload) {
+            None => Ok(None),
+            Some(Err(code)) => Err(code),
+            Some(Ok(effect)) => contract.authorize(&effect).map(|r| Some((r, effect))),
+        }
+    }
+
+    /// The final dispatch gate with the mission contract's conjunct: `DispatchOK_t(e)` and the
+    /// contract's authorization of the action's normalized effect, then token, adapter and the
+    /// contract commit, in one synchronous call. A contract refusal is a terminal denial of the
+    /// instance (a goal mutation and a new response are the way back).
+    pub fn final_gate_with(
+        &mut self,
+        now: Nanos,
+        token: DispatchToken,
+        adapter: &mut dyn Adapter,
+        contract: &mut dyn EffectGate,
     ) -> GateOutcome {
         // A stale token is refused before anything else runs.
         if let Err(code) = self.sh.ledger.check(&token) {
@@ -272,6 +347,14 @@ impl Gateway {
         if let Decision::Refuse(code) = decision {
             return self.refuse(now, &token, code);
         }
+        // The mission contract's conjunct, only once every HALO conjunct holds.
+        let (decision, reserved) = match decision {
+            Decision::Allow => match self.contract_conjunct(&token, contract) {
+                Ok(r) => (Decision::Allow, r),
+                Err(code) => (Decision::Deny(code, 0), None),
+            },
+            d => (d, None),
+        };
         let (Some(r), rid, cid) = (
             self.responses.get_mut(token.response()),
             token.response().clone(),
@@ -308,6 +391,7 @@ impl Gateway {
                         binding,
                         outcome: "denied",
                         code: Some(code),
+                        effect: None,
                     },
                 );
                 GateOutcome::Denied {
@@ -355,6 +439,21 @@ impl Gateway {
                 };
                 match adapter.try_enqueue(&req) {
                     Ok(()) => {
+                        // INVARIANT (contract commit): the effect the contract reserved is
+                        // committed in the same call that handed the command to the adapter.
+                        let effect = reserved.map(|(res, effect)| {
+                            let key = format!("halo-{}-{}", self.sh.ledger.boot(), seq.n);
+                            if let Err(code) = contract.commit(res, &effect, &key) {
+                                self.sh.receipts.push(
+                                    now,
+                                    Record::External {
+                                        what: "contract_commit_failed",
+                                        detail: serde_json::json!({"effect": effect, "code": code}),
+                                    },
+                                );
+                            }
+                            effect
+                        });
                         self.sh.set_phase(r, i, Phase::Dispatched, None, now);
                         let kids = r.graph.descendants(1u64 << i);
                         self.sh.readiness(r, kids, now);
@@ -368,6 +467,7 @@ impl Gateway {
                                 binding,
                                 outcome: "dispatched",
                                 code: None,
+                                effect,
                             },
                         );
                         GateOutcome::Dispatched {
@@ -402,6 +502,7 @@ impl Gateway {
                                 binding,
                                 outcome: "enqueue_failed",
                                 code: Some(code),
+                                effect: None,
                             },
                         );
                         GateOutcome::EnqueueFailed {

@@ -177,6 +177,7 @@ reasons! {
     NOT_REPLACEABLE_GOAL(739) "only active or cancelled goals may be replaced";
     EFFECT_UNKNOWN(740) "the effect is not registered in the domain";
     TRACE_NOT_PERMITTED(741) "the committed trace is not a permitted completion";
+    ZONE_UNRESOLVED(742) "the action's target lies in no zone of the catalog, so it names no contract effect";
 
     // --- the service's interfaces (HTTP, stdio, operator) ---
     UNAUTHENTICATED(800) "the request carries no valid credential";

@@ -25,6 +25,8 @@ pub struct Config {
     pub vehicle: VehicleConfig,
     /// The domain catalog; the embedded `uav-px4` catalog when absent.
     pub catalog: CatalogConfig,
+    /// The mission-contract domain.
+    pub contract: ContractConfig,
     /// Where the service listens.
     pub listen: ListenConfig,
     /// Credentials.
@@ -74,6 +76,14 @@ impl Default for VehicleConfig {
 pub struct CatalogConfig {
     /// A catalog file; the embedded `uav-px4` catalog when absent.
     pub path: Option<PathBuf>,
+}
+
+/// `[contract]`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContractConfig {
+    /// The registered contract domain; the embedded `uav-survey` domain when absent.
+    pub domain: Option<PathBuf>,
 }
 
 /// `[listen]`.

@@ -21,10 +21,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::hub::Hub;
 use super::metrics::{Metrics, OutcomeLabel, SourceLabel};
+use crate::contract::{Monitor, Op, Request as ContractRequest, Role as ContractRole};
 use crate::core::digest::Digest;
 use crate::core::engine::{Event, Gateway};
 use crate::core::envelope::{MAX_RESPONSE_BYTES, Rejection};
-use crate::core::gate::{Adapter, AdapterError, EnqueueRequest, GateOutcome};
+use crate::core::gate::{Adapter, AdapterError, EffectGate, EnqueueRequest, GateOutcome};
 use crate::core::ids::Id;
 use crate::core::reason::ReasonCode;
 use crate::core::state::{Certificate, SourceState, SourceUpdate, Value};
@@ -192,6 +193,28 @@ pub enum Cmd {
         /// Answer.
         reply: Reply,
     },
+    /// `POST /v1/contract` (operator, provider) and `POST /v1/goals` (agent): one
+    /// mission-contract operation, as the monitor's JSON request body.
+    Contract {
+        /// Who calls.
+        caller: ContractRole,
+        /// The operation JSON (`{"op": "propose_goal", ...}`).
+        bytes: Vec<u8>,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `GET /v1/contract`.
+    ContractStatus {
+        /// Answer.
+        reply: Reply,
+    },
+    /// `POST /v1/goals/witness`: the witness claim for an edit at current versions.
+    Witness {
+        /// `{"parent": .., "goal": GoalSpec}`.
+        bytes: Vec<u8>,
+        /// Answer.
+        reply: Reply,
+    },
     /// `POST /v1/operator/{op}`.
     Operator {
         /// What.
@@ -251,6 +274,59 @@ impl Adapter for ServiceAdapter {
     }
 }
 
+/// The mission contract's conjunct at the final gate, over the monitor.
+pub struct ContractGate<'a> {
+    /// The monitor.
+    pub monitor: &'a mut Monitor,
+}
+
+impl ContractGate<'_> {
+    /// The current witness path's leaf (the path runs leaf first, up to the root).
+    fn leaf(&self) -> String {
+        self.monitor
+            .witness_path()
+            .and_then(|p| p.first().cloned())
+            .unwrap_or_default()
+    }
+}
+
+impl EffectGate for ContractGate<'_> {
+    fn active(&self) -> bool {
+        self.monitor.root_state().is_some()
+    }
+
+    fn authorize(&mut self, effect: &str) -> Result<u64, ReasonCode> {
+        let goal = self.leaf();
+        let d = self.monitor.handle(ContractRequest {
+            caller: ContractRole::Agent,
+            op: Op::AuthorizeEffect {
+                effect: effect.to_string(),
+                goal,
+            },
+        });
+        match (d.allowed(), d.reservation) {
+            (true, Some(r)) => Ok(r),
+            _ => Err(d.reason.unwrap_or(ReasonCode::EFFECT_NOT_ADMITTED)),
+        }
+    }
+
+    fn commit(&mut self, reservation: u64, effect: &str, key: &str) -> Result<(), ReasonCode> {
+        let d = self.monitor.handle(ContractRequest {
+            caller: ContractRole::Agent,
+            op: Op::CommitEffect {
+                effect: effect.to_string(),
+                key: key.to_string(),
+                reservation,
+            },
+        });
+        if d.allowed() {
+            Ok(())
+        } else {
+            Err(d.reason.unwrap_or(ReasonCode::EFFECT_MISMATCH))
+        }
+    }
+}
+
 /// What the service knows of the vehicle, from the bridge's events.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct VehicleView {
@@ -285,6 +361,9 @@ pub struct Core {
     pub gw: Gateway,
     /// The adapter.
     pub adapter: ServiceAdapter,
+    /// The mission-contract monitor (its conjunct is active once a root is registered).
+    pub monitor: Monitor,
+    operator_effects: u64,
     /// The shared monotonic origin.
     pub origin: Instant,
     /// Wall-clock Unix ms at `origin`.
@@ -389,6 +468,7 @@ impl Core {
     )]
     pub fn new(
         gw: Gateway,
+        monitor: Monitor,
         handle: BridgeHandle,
         origin: Instant,
         origin_wall_ms: u64,
@@ -412,6 +492,8 @@ impl Core {
                 px4: Px4Adapter::new(handle),
                 held: false,
             },
+            monitor,
+            operator_effects: 0,
             origin,
             origin_wall_ms,
             receipts,
@@ -460,10 +542,18 @@ impl Core {
             }
             while let Some(tok) = self.gw.poll_dispatch() {
                 let t0 = Instant::now();
-                let out = self.gw.final_gate(self.now(), tok, &mut self.adapter);
+                let out = self.gw.final_gate_with(
+                    self.now(),
+                    tok,
+                    &mut self.adapter,
+                    &mut ContractGate {
+                        monitor: &mut self.monitor,
+                    },
+                );
                 self.metrics
                     .gate_seconds
                     .observe(t0.elapsed().as_secs_f64());
+                self.contract_receipts();
                 self.on_gate(&out);
                 progressed = true;
             }
@@ -472,6 +562,15 @@ impl Core {
             }
         }
         self.write_receipts();
+    }
+
+    /// Moves the monitor's sealed receipts into the one log, whole (its own chain inside).
+    fn contract_receipts(&mut self) {
+        let now = self.now();
+        while let Some(r) = self.monitor.poll_receipt() {
+            let v = serde_json::to_value(&r).unwrap_or(serde_json::Value::Null);
+            self.gw.record_external(now, "contract", v);
+        }
     }
 
     fn write_receipts(&mut self) {
@@ -870,7 +969,86 @@ impl Core {
                 let _ = reply.send(Ok(self.status()));
             }
             Cmd::Operator { op, reply } => self.operator(op, reply),
+            Cmd::Contract {
+                caller,
+                bytes,
+                reply,
+            } => {
+                let answer = self.contract_op(caller, &bytes);
+                self.contract_receipts();
+                self.pump();
+                let _ = reply.send(answer);
+            }
+            Cmd::ContractStatus { reply } => {
+                let _ = reply.send(Ok(self.contract_status()));
+            }
+            Cmd::Witness { bytes, reply } => {
+                let _ = reply.send(self.witness(&bytes));
+            }
         }
+    }
+
+    fn contract_op(&mut self, caller: ContractRole, bytes: &[u8]) -> Answer {
+        let op: Op = serde_json::from_slice(bytes).map_err(|e| {
+            ApiError::new(
+                400,
+                ReasonCode::SCHEMA_INVALID,
+                format!("not a contract operation: {e}"),
+            )
+        })?;
+        if matches!(op, Op::AuthorizeEffect { .. } | Op::CommitEffect { .. }) {
+            return Err(ApiError::new(
+                403,
+                ReasonCode::FORBIDDEN_ROLE,
+                "effects are authorized and committed only at the final gate",
+            ));
+        }
+        let name = op.name();
+        let d = self.monitor.handle(ContractRequest { caller, op });
+        tracing::info!(
+            op = name,
+            verdict = ?d.verdict,
+            reason = d.reason.map(|r| r.name()).unwrap_or("none"),
+            "mission contract"
+        );
+        let mut v = serde_json::to_value(&d).map_err(internal)?;
+        if let Some(m) = v.as_object_mut() {
+            m.insert("op".into(), name.into());
+        }
+        self.publish("contract", &v);
+        Ok(v)
+    }
+
+    fn contract_status(&self) -> serde_json::Value {
+        let m = &self.monitor;
+        json!({
+            "registered": m.root_state().is_some(),
+            "root_state": m.root_state(),
+            "versions": m.versions(),
+            "witness_path": m.witness_path(),
+            "trace": m.trace(),
+            "trace_digest": m.trace_digest(),
+            "goal_revisions": m.goal_revisions(),
+            "domain": m.domain().id,
+        })
+    }
+
+    fn witness(&self, bytes: &[u8]) -> Answer {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Req {
+            parent: String,
+            goal: crate::contract::GoalSpec,
+        }
+        let r: Req = serde_json::from_slice(bytes).map_err(|e| {
+            ApiError::new(
+                400,
+                ReasonCode::SCHEMA_INVALID,
+                format!("expected {{\"parent\", \"goal\"}}: {e}"),
+            )
+        })?;
+        let digest = crate::contract::monitor::edit_digest(&r.goal);
+        serde_json::to_value(self.monitor.witness_for(&r.parent, &digest)).map_err(internal)
     }
 
     fn candidate(&mut self, obligation: u64, bytes: &[u8]) -> Answer {
@@ -1049,6 +1227,31 @@ impl Core {
                     )));
                     return;
                 };
+                // With a mission contract the takeoff is its first effect: committed before the
+                // command goes out, refused when the contract does not admit it.
+                if self.monitor.root_state().is_some() {
+                    self.operator_effects += 1;
+                    let key = format!(
+                        "halo-{}-operator-{}",
+                        self.boot_epoch, self.operator_effects
+                    );
+                    let leaf = ContractGate {
+                        monitor: &mut self.monitor,
+                    }
+                    .leaf();
+                    let d = self.monitor.gate_effect(&leaf, "takeoff", &key);
+                    self.contract_receipts();
+                    if !d.allowed() {
+                        let code = d.reason.unwrap_or(ReasonCode::EFFECT_NOT_ADMITTED);
+                        let _ = reply.send(Err(ApiError::new(
+                            409,
+                            code,
+                            format!("the mission contract refuses the takeoff: {}", d.detail),
+                        )));
+                        self.pump();
+                        return;
+                    }
+                }
                 #[allow(clippy::cast_possible_truncation, reason = "MAVLink carries f32")]
                 let amsl = (home + altitude_m) as f32;
                 Command::Takeoff {
@@ -1102,6 +1305,7 @@ impl Core {
                 ..self.vehicle.clone()
             },
             "operator_hold": self.adapter.held,
+            "contract": self.contract_status(),
             "responses_live": self.gw.response_ids().count(),
             "obligations_live": live_obligations,
             "sources": sources,
@@ -1258,7 +1462,10 @@ fn refuse(cmd: Cmd) {
         | Cmd::GetResponse { reply, .. }
         | Cmd::Obligations { reply }
         | Cmd::Status { reply }
-        | Cmd::Operator { reply, .. } => reply,
+        | Cmd::Operator { reply, .. }
+        | Cmd::Contract { reply, .. }
+        | Cmd::ContractStatus { reply }
+        | Cmd::Witness { reply, .. } => reply,
     };
     let _ = reply.send(err());
 }

@@ -15,6 +15,9 @@
 //! | `POST /v1/state/{source}` | provider |
 //! | `POST /v1/certificates`, `DELETE /v1/certificates/{id}` | provider, operator |
 //! | `POST /v1/operator/{arm,disarm,takeoff,land,rtl,hold,release}` | operator |
+//! | `POST /v1/contract` (register, change version, reauthorize ...) | operator, provider |
+//! | `GET /v1/contract` | agent, operator |
+//! | `POST /v1/goals`, `POST /v1/goals/witness` | agent |
 //! | `GET /v1/status`, `GET /metrics` | anyone (a setting can require a credential) |
 
 use std::convert::Infallible;
@@ -90,6 +93,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/certificates", post(post_certificate))
         .route("/v1/certificates/{id}", delete(delete_certificate))
         .route("/v1/operator/{action}", post(post_operator))
+        .route("/v1/contract", post(post_contract).get(get_contract))
+        .route("/v1/goals", post(post_goal))
+        .route("/v1/goals/witness", post(post_witness))
         .route("/v1/status", get(get_status))
         .route("/metrics", get(get_metrics))
         .fallback(not_found)
@@ -340,6 +346,69 @@ async fn delete_certificate(
     }
     .await;
     answer_response(&st, "revoke", r)
+}
+
+async fn post_contract(State(st): State<AppState>, headers: HeaderMap, req: Request) -> Response {
+    let r = async {
+        let role = authorize(
+            &st,
+            &headers,
+            &[Role::Operator, Role::Provider],
+            "change the mission contract",
+        )?;
+        let caller = match role {
+            Role::Operator => crate::contract::Role::Operator,
+            _ => crate::contract::Role::Provider,
+        };
+        let bytes = read_body(req, SMALL_LIMIT).await?;
+        call(&st, |reply| Cmd::Contract {
+            caller,
+            bytes,
+            reply,
+        })
+        .await
+    }
+    .await;
+    answer_response(&st, "contract", r)
+}
+
+async fn get_contract(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    let r = async {
+        authorize(
+            &st,
+            &headers,
+            &[Role::Agent, Role::Operator],
+            "read the mission contract",
+        )?;
+        call(&st, |reply| Cmd::ContractStatus { reply }).await
+    }
+    .await;
+    answer_response(&st, "contract", r)
+}
+
+async fn post_goal(State(st): State<AppState>, headers: HeaderMap, req: Request) -> Response {
+    let r = async {
+        authorize(&st, &headers, &[Role::Agent], "propose goals")?;
+        let bytes = read_body(req, SMALL_LIMIT).await?;
+        call(&st, |reply| Cmd::Contract {
+            caller: crate::contract::Role::Agent,
+            bytes,
+            reply,
+        })
+        .await
+    }
+    .await;
+    answer_response(&st, "goals", r)
+}
+
+async fn post_witness(State(st): State<AppState>, headers: HeaderMap, req: Request) -> Response {
+    let r = async {
+        authorize(&st, &headers, &[Role::Agent], "ask for a witness")?;
+        let bytes = read_body(req, SMALL_LIMIT).await?;
+        call(&st, |reply| Cmd::Witness { bytes, reply }).await
+    }
+    .await;
+    answer_response(&st, "witness", r)
 }
 
 #[derive(serde::Deserialize)]

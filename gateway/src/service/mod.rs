@@ -38,6 +38,26 @@ use statedir::{CredentialFiles, Credentials};
 
 /// The catalog compiled into the binary (`catalogs/uav-px4.toml`).
 pub const EMBEDDED_CATALOG: &str = include_str!("../../../catalogs/uav-px4.toml");
+/// The mission-contract domain compiled into the binary (`catalogs/contract-uav.toml`).
+pub const EMBEDDED_CONTRACT_DOMAIN: &str = include_str!("../../../catalogs/contract-uav.toml");
+
+/// Loads the configured contract domain or the embedded one.
+///
+/// # Errors
+/// A message naming the file.
+pub fn load_domain(cfg: &Config) -> Result<crate::contract::Domain, String> {
+    match &cfg.contract.domain {
+        Some(p) => {
+            let name = p.display().to_string();
+            let text = read_capped(p, 1024 * 1024).map_err(|e| format!("{name}: {e}"))?;
+            crate::contract::Domain::parse(&text, &name).map_err(|e| e.0)
+        }
+        None => {
+            crate::contract::Domain::parse(EMBEDDED_CONTRACT_DOMAIN, "embedded contract-uav.toml")
+                .map_err(|e| e.0)
+        }
+    }
+}
 
 /// Reads a file through a size cap: a larger file is an error, never truncated.
 ///
@@ -202,10 +222,12 @@ impl Service {
                 ..CoreConfig::default()
             },
         );
+        let monitor = crate::contract::Monitor::new(load_domain(&cfg).map_err(ServiceError)?);
         let hub = hub::Hub::new();
         let metrics = Arc::new(metrics::Metrics::new());
         let core = Core::new(
             gw,
+            monitor,
             handle,
             origin,
             origin_wall_ms,
