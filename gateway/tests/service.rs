@@ -163,6 +163,17 @@ fn get(url: &str, token: Option<&str>) -> (u16, Value) {
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
+fn delete(url: &str, token: Option<&str>) -> (u16, Value) {
+    let mut r = http().delete(url);
+    if let Some(t) = token {
+        r = r.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = r.call().unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
 /// The simulated PX4 on its own loopback UDP socket, in this process.
 struct Sim {
     rt: tokio::runtime::Runtime,
@@ -492,6 +503,27 @@ fn the_running_example_flies_over_http() {
         sim.fingerprints().contains(&e3_fp)
     });
 
+    // Support lost while e3 streams (its certificate is revoked): deny-hold at once, and the
+    // vehicle takes no e3 setpoint after it.
+    let (st, v) = delete(&format!("{u}/v1/certificates/cert-9f2c"), Some(&g.provider));
+    assert_eq!(st, 200, "{v}");
+    wait_until(5, "the deny-hold event", || {
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, n, d)| n == "deny_hold" && d.contains("\"held\":true"))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let count = |f: &str| sim.fingerprints().iter().filter(|x| *x == f).count();
+    let before = count(&e3_fp);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        count(&e3_fp),
+        before,
+        "the vehicle took e3 after the deny-hold"
+    );
+
     // The map changes while the agent plans resp-0008 against epoch 7: e5 and its status are
     // withheld with an obligation; nothing of e5 reaches the vehicle.
     providers.map_epoch.store(8, Ordering::Relaxed);
@@ -643,6 +675,14 @@ fn the_running_example_flies_over_http() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("\"wall_unix_ms\":"));
     assert!(text.contains("\"what\":\"operator_command\""));
+    assert!(text.contains("\"kind\":\"support_lost\""));
+    let latency = text
+        .lines()
+        .find(|l| l.contains("\"what\":\"deny_hold_done\""))
+        .and_then(|l| serde_json::from_str::<Value>(l).ok())
+        .and_then(|v| v["body"]["detail"]["latency_us"].as_u64())
+        .expect("a deny-hold receipt with its latency");
+    println!("deny-hold: support lost to first hold setpoint in {latency} µs");
     assert!(text.contains("\"what\":\"shutdown\""));
     println!("service-example: 1/1 matched");
     let _ = std::fs::remove_dir_all(&dir);

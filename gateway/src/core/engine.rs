@@ -157,6 +157,18 @@ pub enum Event {
         /// The obligation.
         obligation: Obligation,
     },
+    /// A dispatched action lost its support while the interval its dispatch certified still
+    /// runs: the shell must stop it at once (deny-hold).
+    SupportLost {
+        /// Response.
+        response: Id,
+        /// Component.
+        component: Id,
+        /// The binding the adapter streams.
+        binding: Digest,
+        /// What failed.
+        code: ReasonCode,
+    },
     /// An obligation changed state.
     ObligationChanged {
         /// Id.
@@ -188,6 +200,13 @@ pub(crate) enum Record {
         epoch: u64,
         provenance: Id,
         generated_at_ns: u64,
+    },
+    /// A dispatched action lost its support while streaming (deny-hold).
+    SupportLost {
+        response: Id,
+        component: Id,
+        binding: Digest,
+        code: ReasonCode,
     },
     /// Updates of one source that changed no decision, since the last summary.
     SourceSummary {
@@ -275,6 +294,9 @@ pub(crate) struct Inst {
     pub(crate) queued: bool,
     pub(crate) obligation: Option<ObligationId>,
     pub(crate) admitted_at: Nanos,
+    /// For a dispatched action: the end of the interval its dispatch certified. While it lasts
+    /// the action streams, and a loss of support is reported (`SupportLost`).
+    pub(crate) streaming_until: Option<Nanos>,
 }
 
 impl Inst {
@@ -299,6 +321,7 @@ impl Inst {
             queued: false,
             obligation: None,
             admitted_at: now,
+            streaming_until: None,
         }
     }
 
@@ -828,6 +851,18 @@ impl Gateway {
                     self.sh.flush_summaries(now);
                 }
                 TimerKey::Retire(rid) => {
+                    // A response whose action still streams stays, so its support is watched.
+                    let streaming = self.responses.get(&rid).and_then(|r| {
+                        r.inst
+                            .iter()
+                            .filter_map(|x| x.streaming_until)
+                            .filter(|u| *u > now)
+                            .max()
+                    });
+                    if let Some(u) = streaming {
+                        self.sh.timers.push(Reverse((u, TimerKey::Retire(rid))));
+                        continue;
+                    }
                     let gone = self.responses.get(&rid).is_some_and(|r| {
                         r.done_at
                             .is_some_and(|d| d.saturating_add(self.sh.cfg.done_retention) <= now)
@@ -1046,11 +1081,41 @@ impl Shared {
             };
             let v = local_ok(&self.cat, spec, c, &self.snap, now, timing);
             let first = x.phase == Phase::Proposed;
+            // INVARIANT (deny-hold): an action still streaming under its certified interval
+            // that loses support is reported at the instant of the loss.
+            let lost = x.local.ok
+                && !v.ok
+                && x.class == Class::Action
+                && matches!(x.phase, Phase::Dispatched | Phase::ObservedSuccess)
+                && x.streaming_until.is_some_and(|u| now < u);
+            let binding = x.binding;
+            let cid = c.id.clone();
             if let Some(x) = r.inst_mut(i) {
                 if first || v.ok != x.local.ok || v.code != x.local.code {
                     changed |= 1u64 << i;
                 }
                 x.local = v;
+                if lost {
+                    x.streaming_until = None;
+                }
+            }
+            if let (true, Some(b)) = (lost, binding) {
+                let code = v.code.unwrap_or(ReasonCode::RULE_FAILED);
+                self.events.push_back(Event::SupportLost {
+                    response: r.id.clone(),
+                    component: cid.clone(),
+                    binding: b,
+                    code,
+                });
+                self.receipts.push(
+                    now,
+                    Record::SupportLost {
+                        response: r.id.clone(),
+                        component: cid,
+                        binding: b,
+                        code,
+                    },
+                );
             }
         }
         self.schedule_support(r);

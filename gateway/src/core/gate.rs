@@ -454,6 +454,9 @@ impl Gateway {
                             }
                             effect
                         });
+                        if let Some(x) = r.inst_mut(i) {
+                            x.streaming_until = Some(valid_until);
+                        }
                         self.sh.set_phase(r, i, Phase::Dispatched, None, now);
                         let kids = r.graph.descendants(1u64 << i);
                         self.sh.readiness(r, kids, now);

@@ -383,6 +383,10 @@ pub struct Core {
     /// Boot epoch.
     pub boot_epoch: u64,
     pending: VecDeque<Pending>,
+    /// The binding the bridge streams now, from its events.
+    active_target: Option<[u8; 32]>,
+    /// A deny-hold asked of the bridge: binding and the instant support was lost.
+    deny_hold_since: Option<([u8; 32], Nanos)>,
     last_link_refresh: Nanos,
     last_housekeeping: Instant,
 }
@@ -504,6 +508,8 @@ impl Core {
             vehicle: VehicleView::default(),
             boot_epoch,
             pending: VecDeque::new(),
+            active_target: None,
+            deny_hold_since: None,
             last_link_refresh: Nanos::ZERO,
             last_housekeeping: origin,
         })
@@ -647,7 +653,35 @@ impl Core {
                 self.publish("obligation_created", e);
             }
             Event::ObligationChanged { .. } => self.publish("obligation_changed", e),
+            Event::SupportLost {
+                response,
+                component,
+                binding,
+                code,
+            } => self.deny_hold(response, component, *binding, *code),
         }
+    }
+
+    /// A streaming action lost its support: hold at once if the bridge still streams it.
+    fn deny_hold(&mut self, response: &Id, component: &Id, binding: Digest, code: ReasonCode) {
+        let now = self.now();
+        let streaming = self.active_target == Some(binding.0);
+        if streaming {
+            let r = self.adapter.px4.handle().hold();
+            self.deny_hold_since = r.is_ok().then_some((binding.0, now));
+            tracing::warn!(%response, %component, reason = %code, "support lost while streaming: deny-hold");
+        }
+        self.gw.record_external(
+            now,
+            "deny_hold",
+            json!({"response": response, "component": component, "binding": binding,
+                   "code": code, "held": streaming}),
+        );
+        self.publish(
+            "deny_hold",
+            &json!({"response": response, "component": component, "binding": binding,
+                    "reason": code, "held": streaming}),
+        );
     }
 
     fn on_gate(&mut self, out: &GateOutcome) {
@@ -707,7 +741,11 @@ impl Core {
                     && self.vehicle.link_up
                 {
                     self.last_link_refresh = now;
-                    self.push_vehicle_source("link", Nanos(u.generated_at.0.min(now.0)), Value::Flag(true));
+                    self.push_vehicle_source(
+                        "link",
+                        Nanos(u.generated_at.0.min(now.0)),
+                        Value::Flag(true),
+                    );
                 }
                 match &u.data {
                     Telemetry::LocalPosition {
@@ -790,28 +828,49 @@ impl Core {
                 } else {
                     tracing::info!(severity, "PX4: {text}");
                 }
-                self.publish(
-                    "vehicle_text",
-                    &json!({"severity": severity, "text": text}),
-                );
+                self.publish("vehicle_text", &json!({"severity": severity, "text": text}));
             }
             BridgeEvent::TargetStarted {
                 binding,
                 fingerprint,
                 valid_until,
-            } => self.publish(
+            } => {
+                self.active_target = Some(*binding);
+                self.publish(
                 "vehicle_target",
                 &json!({"state": "started", "binding": Digest(*binding), "fingerprint": fingerprint.to_string(),
                         "valid_until_ns": valid_until.0}),
-            ),
+                );
+            }
             BridgeEvent::TargetExpired {
                 binding,
                 fingerprint,
-            } => self.publish(
-                "vehicle_target",
-                &json!({"state": "expired", "binding": Digest(*binding), "fingerprint": fingerprint.to_string()}),
-            ),
+            } => {
+                if self.active_target == Some(*binding) {
+                    self.active_target = None;
+                }
+                self.publish(
+                    "vehicle_target",
+                    &json!({"state": "expired", "binding": Digest(*binding), "fingerprint": fingerprint.to_string()}),
+                );
+            }
             BridgeEvent::Holding { kind, reason } => {
+                self.active_target = None;
+                // The bridge emits Holding after it sent the first hold setpoint (or asked PX4
+                // for HOLD): the time from the loss of support to here is the deny-hold latency.
+                if let Some((b, since)) = self.deny_hold_since.take() {
+                    let latency = now.saturating_sub(since);
+                    #[allow(clippy::cast_precision_loss, reason = "seconds for a histogram")]
+                    self.metrics
+                        .deny_hold_seconds
+                        .observe(latency.0 as f64 / 1e9);
+                    self.gw.record_external(
+                        now,
+                        "deny_hold_done",
+                        json!({"binding": Digest(b), "latency_us": latency.0 / 1000, "hold": kind}),
+                    );
+                    tracing::info!(latency_us = latency.0 / 1000, "deny-hold: holding");
+                }
                 self.publish("vehicle_hold", &json!({"kind": kind, "reason": reason}));
             }
             BridgeEvent::EnqueueDropped { binding, reason } => {

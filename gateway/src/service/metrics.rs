@@ -55,6 +55,8 @@ pub struct Metrics {
     pub gate_seconds: Histogram,
     /// Admission of one response (parse, validate, admit, gate), seconds.
     pub admission_seconds: Histogram,
+    /// From a streaming action's loss of support to the bridge's first hold setpoint, seconds.
+    pub deny_hold_seconds: Histogram,
     /// Depth of the core's input queue.
     pub input_queue_depth: Gauge,
     /// Age of information per source, seconds (NaN never shown: absent until first update).
@@ -91,6 +93,7 @@ impl Metrics {
             gate_outcomes: Family::default(),
             gate_seconds: latency_histogram(),
             admission_seconds: latency_histogram(),
+            deny_hold_seconds: latency_histogram(),
             input_queue_depth: Gauge::default(),
             aoi_seconds: Family::default(),
             link_up: Gauge::default(),
@@ -120,6 +123,11 @@ impl Metrics {
             "admission_seconds",
             "Admission of one response, from bytes to dispatch",
             m.admission_seconds.clone(),
+        );
+        registry.register(
+            "deny_hold_seconds",
+            "From a streaming action's loss of support to the first hold setpoint",
+            m.deny_hold_seconds.clone(),
         );
         registry.register(
             "input_queue_depth",
