@@ -16,7 +16,8 @@ verifier that certifies each exact route action). In a deployment those are sepa
     halo-gateway run &                       # prints the URL and writes the credentials
     python3 scripts/agent_client.py --demo   # reads them from the default state directory
 
-Needs httpx (`pip install httpx`). Prints one JSON line per step to stdout; exits 0 when the
+Needs httpx (`pip install httpx`); with jsonschema installed it also checks every envelope
+against the gateway's `GET /v1/schema` before sending it. Prints one JSON line per step to stdout; exits 0 when the
 fresh candidate flew and nothing withheld reached the vehicle, 1 otherwise.
 """
 
@@ -121,6 +122,21 @@ class Agent:
     def __init__(self, url, token):
         self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
                                  timeout=30.0)
+        # The envelope schema for the gateway's catalog: give it to the model's
+        # structured-output mode, and check what it returns before sending.
+        self.schema = self.http.get("/v1/schema").json()
+
+    def valid(self, envelope):
+        """True when `envelope` fits the schema (None without the jsonschema package)."""
+        try:
+            import jsonschema
+        except ImportError:
+            return None
+        try:
+            jsonschema.validate(envelope, self.schema)
+            return True
+        except jsonschema.ValidationError:
+            return False
 
     def submit(self, envelope):
         r = self.http.post("/v1/responses", json=envelope)
@@ -242,6 +258,8 @@ def main():
               e3,
               {"id": "e4", "type": "status", "payload": {"text": "En route to WP3"},
                "requires": [{"id": "e3", "phase": "dispatched"}]}]}
+    bad = dict(r1, extra_field=1)
+    say(step="schema", valid=agent.valid(r1), rejects_extra=agent.valid(bad) is False)
     status, rep = agent.submit(r1)
     say(step="submit", response="resp-py-1", status=status,
         phases={c["id"]: c["phase"] for c in rep.get("components", [])})

@@ -702,7 +702,7 @@ fn roles_and_bad_input() {
         ("operator", Some(&g.operator)),
     ];
     // (method, path, body, roles allowed; "*" = public)
-    let routes: [(&str, &str, &str, &[&str]); 12] = [
+    let routes: [(&str, &str, &str, &[&str]); 16] = [
         ("POST", "/v1/responses", "{}", &["agent"]),
         ("GET", "/v1/responses/nosuch", "", &["agent", "operator"]),
         ("GET", "/v1/obligations", "", &["agent", "operator"]),
@@ -718,7 +718,11 @@ fn roles_and_bad_input() {
         ),
         ("POST", "/v1/operator/hold", "{}", &["operator"]),
         ("POST", "/v1/operator/release", "{}", &["operator"]),
+        ("POST", "/v1/contract", "{}", &["operator", "provider"]),
+        ("GET", "/v1/contract", "", &["agent", "operator"]),
+        ("POST", "/v1/goals", "{}", &["agent"]),
         ("GET", "/v1/status", "", &["*"]),
+        ("GET", "/v1/schema", "", &["*"]),
         ("GET", "/metrics", "", &["*"]),
     ];
     let short = ureq::Agent::config_builder()
@@ -796,7 +800,7 @@ fn roles_and_bad_input() {
         );
     }
     println!("service-roles: {matched}/{total} matched");
-    assert_eq!((matched, total), (60, 60));
+    assert_eq!((matched, total), (80, 80));
 
     // Bad input: a clear status and reason, and nothing else changes.
     let observe = || {
@@ -982,6 +986,12 @@ fn the_python_example_client_runs_against_the_service() {
             .cloned()
             .unwrap_or(Value::Null)
     };
+    assert_eq!(
+        find("schema")["valid"],
+        true,
+        "the running example fits /v1/schema"
+    );
+    assert_eq!(find("schema")["rejects_extra"], true);
     assert_eq!(find("obligation")["reason"], "EPOCH_CHANGED");
     assert_eq!(find("candidate")["status"], 200);
     assert_eq!(find("gate")["dispatched"], true);

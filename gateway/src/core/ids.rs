@@ -136,3 +136,17 @@ mod tests {
         }
     }
 }
+
+impl schemars::JsonSchema for Id {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Id".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^[A-Za-z0-9._-]{1,64}$",
+            "description": "1 to 64 bytes of [A-Za-z0-9._-]"
+        })
+    }
+}

@@ -55,7 +55,7 @@ impl PayloadKind {
 }
 
 /// Coordinate frame of a position target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Frame {
     /// PX4's local NED frame (MAV_FRAME_LOCAL_NED): origin at the EKF origin, z down.
@@ -63,7 +63,7 @@ pub enum Frame {
 }
 
 /// An exact position target.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteTarget {
     /// Frame of the coordinates.
@@ -81,7 +81,7 @@ pub struct RouteTarget {
 }
 
 /// Text of a notice or status; bounded by the payload byte limit.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TextPayload {
     /// The message.
@@ -89,7 +89,7 @@ pub struct TextPayload {
 }
 
 /// A sensor report.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportPayload {
     /// Which sensor, e.g. `z_range`.
@@ -102,7 +102,7 @@ pub struct ReportPayload {
 }
 
 /// A request that named sources be refreshed.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RefreshPayload {
     /// Source names to refresh.
@@ -113,7 +113,7 @@ pub struct RefreshPayload {
 }
 
 /// Hold position.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HoldPayload {
     /// How long to hold, seconds.
@@ -121,7 +121,7 @@ pub struct HoldPayload {
 }
 
 /// Land where the vehicle is.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LandPayload {}
 

@@ -18,7 +18,7 @@
 //! | `POST /v1/contract` (register, change version, reauthorize ...) | operator, provider |
 //! | `GET /v1/contract` | agent, operator |
 //! | `POST /v1/goals`, `POST /v1/goals/witness` | agent |
-//! | `GET /v1/status`, `GET /metrics` | anyone (a setting can require a credential) |
+//! | `GET /v1/status`, `GET /v1/schema`, `GET /metrics` | anyone (a setting can require a credential) |
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -79,6 +79,8 @@ pub struct AppState {
     pub require_for_read: bool,
     /// Turns true at shutdown (ends event streams).
     pub shutdown: watch::Receiver<bool>,
+    /// The envelope's JSON Schema for the loaded catalog.
+    pub schema: Arc<String>,
 }
 
 /// The router.
@@ -98,6 +100,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/goals/witness", post(post_witness))
         .route("/v1/status", get(get_status))
         .route("/metrics", get(get_metrics))
+        .route("/v1/schema", get(get_schema))
         .fallback(not_found)
         .with_state(state)
 }
@@ -494,6 +497,24 @@ async fn get_metrics(State(st): State<AppState>, headers: HeaderMap) -> Response
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         st.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn get_schema(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    if st.require_for_read {
+        if let Err(e) = authorize(
+            &st,
+            &headers,
+            &[Role::Agent, Role::Provider, Role::Operator],
+            "read the schema",
+        ) {
+            return error_response(&e);
+        }
+    }
+    (
+        [(header::CONTENT_TYPE, "application/schema+json")],
+        st.schema.as_str().to_string(),
     )
         .into_response()
 }

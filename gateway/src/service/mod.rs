@@ -17,6 +17,7 @@ pub mod core_task;
 pub mod http;
 pub mod hub;
 pub mod metrics;
+pub mod schema;
 pub mod statedir;
 pub mod stdio;
 
@@ -214,6 +215,7 @@ impl Service {
                 ),
             },
         };
+        let envelope_schema = Arc::new(schema::envelope_schema(&catalog).to_string());
         let gw = Gateway::new(
             catalog,
             CoreConfig {
@@ -261,6 +263,7 @@ impl Service {
             creds: Arc::new(credentials.clone()),
             require_for_read: cfg.auth.require_for_read,
             shutdown: shutdown_rx.clone(),
+            schema: envelope_schema,
         });
         let mut http_shutdown = shutdown_rx.clone();
         let http = tokio::spawn(async move {
