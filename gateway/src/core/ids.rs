@@ -116,6 +116,20 @@ impl<'de> Deserialize<'de> for Id {
     }
 }
 
+impl schemars::JsonSchema for Id {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Id".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^[A-Za-z0-9._-]{1,64}$",
+            "description": "1 to 64 bytes of [A-Za-z0-9._-]"
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,19 +148,5 @@ mod tests {
         for bad in ["a b", "a/b", "é", "a\n", "a@3", "{}"] {
             assert!(Id::new(bad).is_err(), "{bad:?} accepted");
         }
-    }
-}
-
-impl schemars::JsonSchema for Id {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Id".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": "string",
-            "pattern": "^[A-Za-z0-9._-]{1,64}$",
-            "description": "1 to 64 bytes of [A-Za-z0-9._-]"
-        })
     }
 }
