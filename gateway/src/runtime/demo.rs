@@ -35,6 +35,7 @@ use crate::core::phase::Phase;
 use crate::core::state::Certificate;
 use crate::core::statefile::ProviderUpdate;
 use crate::core::time::Nanos;
+use crate::service::core_task::{command_text, outcome_text};
 
 /// What the demo checked at the end.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -180,7 +181,7 @@ impl World {
                     }
                 }
                 Note::Core(Event::ObligationCreated { obligation }) => self.say(&format!(
-                    "{} created for {}/{}: refresh {:?}, route `{}` to `{}`, may replace {:?}",
+                    "{} created for {}/{}: refresh {}, route `{}` to `{}`, may replace {}",
                     obligation.id,
                     obligation.response,
                     obligation.component,
@@ -188,7 +189,8 @@ impl World {
                         .required
                         .iter()
                         .map(|s| s.as_str())
-                        .collect::<Vec<_>>(),
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     obligation.route,
                     obligation.assignee,
                     obligation
@@ -196,6 +198,7 @@ impl World {
                         .iter()
                         .map(|s| s.as_str())
                         .collect::<Vec<_>>()
+                        .join(", ")
                 )),
                 Note::Core(_) => {}
                 Note::Gate(g) => match &g {
@@ -220,7 +223,17 @@ impl World {
                             "final gate: {response}/{component} DENIED ({code})"
                         ));
                     }
-                    other => self.say(&format!("final gate: {other:?}")),
+                    GateOutcome::Refused { code } => {
+                        self.say(&format!("final gate: token refused ({code})"));
+                    }
+                    GateOutcome::EnqueueFailed {
+                        response,
+                        component,
+                        error,
+                        ..
+                    } => self.say(&format!(
+                        "final gate: {response}/{component} passed, the vehicle adapter refused it ({error})"
+                    )),
                 },
             }
         }
@@ -242,7 +255,11 @@ impl World {
                 ev = self.rx.recv() => match ev {
                     Some(ev) => {
                         if let BridgeEvent::Command { command, outcome, .. } = &ev {
-                            self.say(&format!("PX4 {command:?}: {outcome:?}"));
+                            self.say(&format!(
+                                "PX4 {}: {}",
+                                command_text(command),
+                                outcome_text(*outcome)
+                            ));
                         }
                         if let BridgeEvent::ModeChanged { to, .. } = &ev {
                             self.say(&format!("PX4 mode {to}"));
@@ -275,7 +292,11 @@ impl World {
                     } = ev
                     {
                         if command == c {
-                            self.say(&format!("PX4 {c:?}: {outcome:?}"));
+                            self.say(&format!(
+                                "PX4 {}: {}",
+                                command_text(&c),
+                                outcome_text(outcome)
+                            ));
                             return Ok(outcome);
                         }
                     }
@@ -286,7 +307,7 @@ impl World {
             let notes = self.rt.pump().map_err(err("receipt log"))?;
             self.narrate(notes);
         }
-        Err(DemoError(format!("no answer to {c:?}")))
+        Err(DemoError(format!("no answer to `{}`", command_text(&c))))
     }
 
     fn certify(&mut self, response: &str, component: &str, id: &str) -> Result<(), DemoError> {
@@ -330,6 +351,14 @@ impl World {
         sp.fingerprint().to_string()
     }
 
+    fn position_text(&self) -> String {
+        let p = self.control.view().position;
+        format!(
+            "vehicle at north {:.1} m, east {:.1} m, altitude {:.1} m",
+            p[0], p[1], -p[2]
+        )
+    }
+
     fn alt(&self) -> f64 {
         -self.control.view().position[2]
     }
@@ -351,6 +380,8 @@ fn route(id: &str, target: [f64; 4], dur: f64, map_epoch: u64, cert: &str) -> se
 /// [`DemoError`] when a step cannot run (sockets, files) or the vehicle does not respond.
 pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummary, DemoError> {
     std::fs::create_dir_all(out).map_err(err("output directory"))?;
+    // Every file is this run's alone (the bridge appends to its log).
+    let _ = std::fs::remove_file(out.join("bridge-setpoints.jsonl"));
     let origin = Instant::now();
     let (stop, _) = broadcast::channel(1);
 
@@ -466,10 +497,7 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
         (p[0] - 12.0).abs() < 0.5 && (p[1] - 3.5).abs() < 0.5 && (p[2] + 10.0).abs() < 0.5
     })
     .await?;
-    w.say(&format!(
-        "vehicle at {:?}",
-        w.control.view().position.map(|x| (x * 10.0).round() / 10.0)
-    ));
+    w.say(&w.position_text());
 
     // 3. Drift between admission and the gate.
     let r2 = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 13,
@@ -541,10 +569,7 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
         (p[0] - 30.0).abs() < 0.5 && (p[1] - 18.0).abs() < 0.5 && (p[2] + 10.0).abs() < 0.5
     })
     .await?;
-    w.say(&format!(
-        "vehicle at {:?}",
-        w.control.view().position.map(|x| (x * 10.0).round() / 10.0)
-    ));
+    w.say(&w.position_text());
 
     // 5. Land through the gate.
     let r3 = json!({"response_id": "resp-0009", "agent_id": "planner-1", "generation": 15,

@@ -402,7 +402,8 @@ fn mode_name(m: Px4Mode) -> String {
     m.to_string()
 }
 
-fn command_text(c: &Command) -> String {
+/// A vehicle command as people read it.
+pub fn command_text(c: &Command) -> String {
     match c {
         Command::Arm => "arm".into(),
         Command::Disarm => "disarm".into(),
@@ -431,7 +432,8 @@ fn command_text(c: &Command) -> String {
     }
 }
 
-fn outcome_text(o: CommandOutcome) -> &'static str {
+/// A command outcome as people read it.
+pub fn outcome_text(o: CommandOutcome) -> &'static str {
     match o {
         CommandOutcome::Accepted => "accepted",
         CommandOutcome::Denied => "denied",
