@@ -194,6 +194,39 @@ pub fn verify_chain<'a>(
     Ok(n)
 }
 
+/// Checks a contiguous stretch of a chain that may start after index 0 (older files rotated
+/// away): the first receipt's index and `prev` are taken as given, everything after is checked
+/// as [`verify_chain`] does. Returns the first index and the count.
+///
+/// # Errors
+/// The index of the first receipt that does not verify, and why.
+pub fn verify_chain_from<'a>(
+    receipts: impl IntoIterator<Item = &'a Receipt>,
+) -> Result<(u64, u64), (u64, &'static str)> {
+    let mut it = receipts.into_iter().peekable();
+    let Some(first) = it.peek() else {
+        return Ok((0, 0));
+    };
+    let start = first.index;
+    let mut prev = first.prev;
+    let mut n = 0u64;
+    for r in it {
+        let want = start + n;
+        if r.index != want {
+            return Err((want, "index out of sequence"));
+        }
+        if r.prev != prev {
+            return Err((want, "prev does not match the previous hash"));
+        }
+        if r.recompute() != r.hash {
+            return Err((want, "hash does not recompute"));
+        }
+        prev = r.hash;
+        n += 1;
+    }
+    Ok((start, n))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +246,23 @@ mod tests {
             verify_chain(&rs),
             Err((3, "prev does not match the previous hash"))
         );
+    }
+
+    #[test]
+    fn a_rotated_tail_verifies_from_its_first_index() {
+        let mut c = ReceiptChain::new();
+        for i in 0..6u64 {
+            c.push(Nanos(i), serde_json::json!({"kind": "x", "i": i}));
+        }
+        let rs: Vec<Receipt> = std::iter::from_fn(|| c.seal()).collect();
+        assert_eq!(verify_chain_from(&rs[2..]), Ok((2, 4)));
+        assert!(
+            verify_chain(&rs[2..]).is_err(),
+            "the strict check wants index 0"
+        );
+        let mut gap: Vec<Receipt> = rs[2..].to_vec();
+        gap.remove(1);
+        assert_eq!(verify_chain_from(&gap), Err((3, "index out of sequence")));
     }
 
     #[test]

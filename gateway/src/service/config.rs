@@ -138,6 +138,10 @@ pub struct ReceiptConfig {
     pub policy: ReceiptPolicyName,
     /// Summary period for `decisions`, seconds.
     pub summary_every_s: u64,
+    /// A receipt file is closed and the chain continues in the next once it passes this size.
+    pub max_file_bytes: u64,
+    /// Receipt files kept in the receipts directory (all starts); the oldest go first.
+    pub max_files: usize,
 }
 
 impl Default for ReceiptConfig {
@@ -146,6 +150,8 @@ impl Default for ReceiptConfig {
             path: None,
             policy: ReceiptPolicyName::Decisions,
             summary_every_s: 10,
+            max_file_bytes: 64 * 1024 * 1024,
+            max_files: 16,
         }
     }
 }
@@ -256,6 +262,18 @@ impl Config {
             return Err(ConfigError(format!(
                 "{file}: receipts.summary_every_s: {} s is outside 1..3600",
                 self.receipts.summary_every_s
+            )));
+        }
+        if self.receipts.max_file_bytes < 4096 {
+            return Err(ConfigError(format!(
+                "{file}: receipts.max_file_bytes: {} is below 4096",
+                self.receipts.max_file_bytes
+            )));
+        }
+        if !(2..=100_000).contains(&self.receipts.max_files) {
+            return Err(ConfigError(format!(
+                "{file}: receipts.max_files: {} is outside 2..100000",
+                self.receipts.max_files
             )));
         }
         if self.log.level.trim().is_empty() {

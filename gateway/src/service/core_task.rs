@@ -7,7 +7,6 @@
 //! in [`Core::pump`] awaits.
 
 use std::collections::VecDeque;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -369,7 +368,7 @@ pub struct Core {
     /// Wall-clock Unix ms at `origin`.
     pub origin_wall_ms: u64,
     /// The receipt log.
-    pub receipts: Option<std::io::BufWriter<std::fs::File>>,
+    pub receipts: Option<super::receipts::ReceiptLog>,
     /// Its path.
     pub receipts_path: Option<PathBuf>,
     /// Receipts written.
@@ -479,17 +478,15 @@ impl Core {
         origin: Instant,
         origin_wall_ms: u64,
         receipts_path: Option<PathBuf>,
+        rotation: (u64, usize),
         hub: Hub,
         metrics: Arc<Metrics>,
         boot_epoch: u64,
     ) -> std::io::Result<Core> {
         let receipts = match &receipts_path {
-            Some(p) => {
-                if let Some(d) = p.parent() {
-                    std::fs::create_dir_all(d)?;
-                }
-                Some(std::io::BufWriter::new(std::fs::File::create(p)?))
-            }
+            Some(p) => Some(super::receipts::ReceiptLog::open(
+                p, rotation.0, rotation.1,
+            )?),
             None => None,
         };
         Ok(Core {
@@ -589,7 +586,7 @@ impl Core {
             .poll_receipt_with_wall(|at| Some(base.saturating_add(at.as_ms())))
         {
             if let Some(w) = self.receipts.as_mut() {
-                if let Err(e) = writeln!(w, "{}", r.to_json_line()) {
+                if let Err(e) = w.append(&r.to_json_line()) {
                     tracing::error!(error = %e, "cannot write the receipt log");
                 }
             }
@@ -1370,7 +1367,9 @@ impl Core {
             "responses_live": self.gw.response_ids().count(),
             "obligations_live": live_obligations,
             "sources": sources,
-            "receipts": {"path": self.receipts_path, "written": self.receipts_written},
+            "receipts": {"first": self.receipts_path,
+                         "current": self.receipts.as_ref().map(|r| r.current().to_path_buf()),
+                         "written": self.receipts_written},
             "events_next_id": self.hub.next_id(),
         })
     }
@@ -1496,8 +1495,9 @@ impl Core {
         self.gw.flush_summaries(now);
         self.pump();
         if let Some(w) = self.receipts.as_mut() {
-            let _ = w.flush();
-            let _ = w.get_ref().sync_all();
+            if let Err(e) = w.sync() {
+                tracing::error!(error = %e, "cannot sync the receipt log");
+            }
         }
     }
 }

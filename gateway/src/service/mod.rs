@@ -17,6 +17,7 @@ pub mod core_task;
 pub mod http;
 pub mod hub;
 pub mod metrics;
+pub mod receipts;
 pub mod schema;
 pub mod statedir;
 pub mod stdio;
@@ -234,6 +235,7 @@ impl Service {
             origin,
             origin_wall_ms,
             Some(receipts_path.clone()),
+            (cfg.receipts.max_file_bytes, cfg.receipts.max_files),
             hub.clone(),
             Arc::clone(&metrics),
             boot_epoch,
