@@ -899,21 +899,8 @@ fn demo(catalog: Option<&Path>, out: &Path, quiet: bool) -> i32 {
             );
             println!("  landed and disarmed                 {}", s.landed);
             println!("files (this run's, overwritten each run):");
-            for (f, what) in [
-                (
-                    "receipts.jsonl",
-                    "every decision, hash-linked; check it with `halo-gateway audit verify`",
-                ),
-                (
-                    "vehicle-setpoints.jsonl",
-                    "every setpoint the simulated vehicle's controller took",
-                ),
-                (
-                    "bridge-setpoints.jsonl",
-                    "every target the bridge enqueued, with its binding",
-                ),
-            ] {
-                println!("  {:<40} {what}", out.join(f).display());
+            for (f, what) in crate::runtime::demo::FILES {
+                println!("  {:<42} {what}", out.join(f).display());
             }
             if s.ok() {
                 println!("demo: all checks passed");

@@ -1,41 +1,46 @@
-//! The demo: the running example flown on the embedded simulated PX4.
+//! The demo: the running example flown through `halo-gateway run`, in-process, on the embedded
+//! simulated PX4.
 //!
-//! The simulator runs in-process on a loopback UDP socket; the gateway reaches it through the
-//! real PX4 bridge (MAVLink 2). Scripted providers publish traffic, map, corridor, authority and
-//! weather; PX4 telemetry publishes the vehicle's state; a scripted "tube verifier" certifies
-//! route actions inside the corridor; a scripted agent sends responses.
+//! The demo is a client of the service, not a second path: it starts the same [`Service`] a
+//! deployment runs (HTTP listener, core task, PX4 bridge over loopback UDP to the simulator)
+//! and plays every other party through the same interfaces a deployment uses, each with its own
+//! credential:
 //!
-//! 1. Take off to 5 m (operator commands).
-//! 2. The running example: notice and report are emitted, the route action passes the final
-//!    gate and flies, the status message follows its dispatch.
-//! 3. Drift: a second route action is admitted, then the map epoch changes before the gate:
-//!    it is withheld with an obligation, and never reaches the vehicle.
-//! 4. Recovery: a fresh candidate planned against the new map is readmitted and flies.
-//! 5. A land action goes through the gate; PX4 lands and disarms.
+//! - the operator arms and takes off (`/v1/operator/...`);
+//! - providers publish traffic, map, corridor, authority, airspace, preflight, weather and range
+//!   (`/v1/state/...`), and a tube verifier certifies each exact route action
+//!   (`/v1/certificates`);
+//! - the agent submits responses and answers its obligation with a fresh candidate
+//!   (`/v1/responses`, `/v1/obligations/{id}/candidates`) and follows `/v1/events`.
 //!
-//! The evidence is the vehicle's own record of the setpoints its controller took, matched by
-//! fingerprint, and the verified receipt chain.
+//! 1. The running example: notice and report go out, the route action passes the final gate
+//!    and flies, the status follows its dispatch.
+//! 2. Drift while the agent plans: the map epoch changes, the next route action (planned
+//!    against the old epoch) is withheld with an obligation and never reaches the vehicle.
+//! 3. Recovery: a fresh candidate planned against the new map is readmitted and flies.
+//! 4. A land action goes through the gate; PX4 lands and disarms.
+//!
+//! The evidence is the simulated vehicle's own record of the setpoints its controller took,
+//! matched by fingerprint, and the verified receipt chain.
+
+// Reading `serde_json::Value` by index (`v["error"]["code"]`, `a[0]`) returns `Null` for a
+// missing key or position and never panics (only `IndexMut` can), so the lint does not apply.
+#![allow(
+    clippy::indexing_slicing,
+    reason = "serde_json::Value indexing returns Null, never panics"
+)]
 
 use std::collections::BTreeSet;
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use px4_bridge::shell::{BridgeOptions, start};
-use px4_bridge::{Command, CommandOutcome, Event as BridgeEvent, Setpoint};
-use serde_json::json;
-use sitl::px4::SimConfig;
-use sitl::udp::{SimControl, UdpOptions};
-use tokio::sync::{broadcast, mpsc};
+use serde_json::{Value, json};
 
-use super::{Note, Runtime};
 use crate::core::catalog::Catalog;
-use crate::core::engine::{Config, Event, Gateway};
-use crate::core::gate::GateOutcome;
-use crate::core::phase::Phase;
-use crate::core::state::Certificate;
-use crate::core::statefile::ProviderUpdate;
-use crate::core::time::Nanos;
-use crate::service::core_task::{command_text, outcome_text};
+use crate::service::{Config, Service};
 
 /// What the demo checked at the end.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -44,7 +49,7 @@ pub struct DemoSummary {
     pub dispatched: usize,
     /// Of those, how many the vehicle's controller took (fingerprint found in its log).
     pub reached_vehicle: usize,
-    /// Denied or withheld actions.
+    /// Withheld actions.
     pub withheld: usize,
     /// Of those, how many the vehicle took anyway (must be 0).
     pub stale_reached_vehicle: usize,
@@ -89,283 +94,316 @@ fn err<E: std::fmt::Display>(ctx: &str) -> impl FnOnce(E) -> DemoError + '_ {
     move |e| DemoError(format!("{ctx}: {e}"))
 }
 
-struct World {
-    rt: Runtime,
-    rx: mpsc::Receiver<BridgeEvent>,
-    control: SimControl,
-    map_epoch: u64,
+/// The files one run writes, each overwritten per run.
+pub const FILES: [(&str, &str); 5] = [
+    (
+        "receipts.jsonl",
+        "every decision, hash-linked; check it with `halo-gateway audit verify`",
+    ),
+    (
+        "responses.jsonl",
+        "every envelope and candidate the agent sent, to re-check digests",
+    ),
+    (
+        "vehicle-setpoints.jsonl",
+        "every setpoint the simulated vehicle's controller took",
+    ),
+    (
+        "bridge-setpoints.jsonl",
+        "every target the bridge enqueued, with its binding",
+    ),
+    (
+        "state/",
+        "the service's state directory: boot epoch and credentials",
+    ),
+];
+
+struct Client {
+    http: ureq::Agent,
+    url: String,
+    agent: String,
+    provider: String,
+    operator: String,
     t0: Instant,
     quiet: bool,
-    summary: DemoSummary,
-    withheld_fingerprints: Vec<String>,
-    dispatched_fingerprints: Vec<String>,
+    sent: std::fs::File,
+    cat: Catalog,
 }
 
-impl World {
+impl Client {
     fn say(&self, s: &str) {
         if !self.quiet {
             println!("[{:>6.2}s] {s}", self.t0.elapsed().as_secs_f64());
         }
     }
 
-    fn provide(&mut self) {
-        let now = self.rt.now();
-        let at = now.as_ms();
-        let up = |source: &str, value: serde_json::Value, epoch: u64, prov: &str| {
-            prov.parse().ok().map(|provenance| ProviderUpdate {
-                source: source.into(),
-                value,
-                epoch,
-                provenance,
-                generated_at_ms: at,
-            })
+    fn call(&self, method: &str, path: &str, token: &str, body: &Value) -> (u16, Value) {
+        let url = format!("{}{path}", self.url);
+        let auth = format!("Bearer {token}");
+        let r = if method == "GET" {
+            self.http.get(&url).header("Authorization", &auth).call()
+        } else {
+            self.http
+                .post(&url)
+                .header("Authorization", &auth)
+                .send_json(body)
         };
-        let updates = [
-            up(
-                "traffic",
-                json!([{"north_m": 300.0, "east_m": -200.0, "down_m": -40.0}]),
-                41,
-                "utm-feed-a",
-            ),
-            up(
-                "map",
-                serde_json::Value::Null,
-                self.map_epoch,
-                "map-service",
-            ),
-            up(
-                "bounds",
-                json!({"north_min": -50.0, "north_max": 100.0, "east_min": -50.0, "east_max": 100.0, "down_min": -60.0, "down_max": 0.5}),
-                3,
-                "corridor-12",
-            ),
-            up("authority", json!(true), 1, "operator"),
-            up("airspace", json!(true), 1, "laanc"),
-            up("preflight", json!(true), 1, "operator"),
-            up("wind", json!(4.0), 1, "weather"),
-            up("z_range", json!(5.1), 1, "rangefinder"),
-        ];
-        for u in updates.into_iter().flatten() {
-            if let Ok(typed) = u.typed(self.rt.gw.catalog()) {
-                let _ = self.rt.gw.handle_source_update(now, typed);
+        match r {
+            Ok(mut resp) => {
+                let status = resp.status().as_u16();
+                let text = resp.body_mut().read_to_string().unwrap_or_default();
+                (status, serde_json::from_str(&text).unwrap_or(Value::Null))
             }
+            Err(e) => (0, json!({"error": {"message": e.to_string()}})),
         }
     }
 
-    fn narrate(&mut self, notes: Vec<Note>) {
-        for n in notes {
-            match n {
-                Note::Core(Event::Emit {
-                    response,
-                    component,
-                    path,
-                    ..
-                }) => {
-                    self.summary.emitted += 1;
-                    self.say(&format!("{response}/{component} emitted to `{path}`"));
-                }
-                Note::Core(Event::Phase {
-                    response,
-                    component,
-                    phase,
-                    reason,
-                }) => {
-                    if matches!(
-                        phase,
-                        Phase::Withheld | Phase::Invalidated | Phase::ObservedSuccess
-                    ) {
-                        let why = reason
-                            .map(|r| format!(" ({r}: {})", r.description()))
-                            .unwrap_or_default();
-                        self.say(&format!("{response}/{component} {phase}{why}"));
-                    }
-                }
-                Note::Core(Event::ObligationCreated { obligation }) => self.say(&format!(
-                    "{} created for {}/{}: refresh {}, route `{}` to `{}`, may replace {}",
-                    obligation.id,
-                    obligation.response,
-                    obligation.component,
-                    obligation
-                        .required
-                        .iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    obligation.route,
-                    obligation.assignee,
-                    obligation
-                        .scope
-                        .iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )),
-                Note::Core(_) => {}
-                Note::Gate(g) => match &g {
-                    GateOutcome::Dispatched {
-                        response,
-                        component,
-                        binding,
-                        ..
-                    } => {
-                        self.say(&format!(
-                            "final gate: {response}/{component} DISPATCHED, binding {} -> PX4",
-                            binding.short()
-                        ));
-                    }
-                    GateOutcome::Denied {
-                        response,
-                        component,
-                        code,
-                        ..
-                    } => {
-                        self.say(&format!(
-                            "final gate: {response}/{component} DENIED ({code})"
-                        ));
-                    }
-                    GateOutcome::Refused { code } => {
-                        self.say(&format!("final gate: token refused ({code})"));
-                    }
-                    GateOutcome::EnqueueFailed {
-                        response,
-                        component,
-                        error,
-                        ..
-                    } => self.say(&format!(
-                        "final gate: {response}/{component} passed, the vehicle adapter refused it ({error})"
-                    )),
-                },
-            }
-        }
-    }
-
-    /// Processes bridge events, refreshes providers and pumps the core until `cond` holds.
-    async fn run_until(
-        &mut self,
-        secs: u64,
-        mut cond: impl FnMut(&mut World) -> bool,
-    ) -> Result<bool, DemoError> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        loop {
-            if cond(self) {
-                return Ok(true);
-            }
-            tokio::select! {
-                ev = self.rx.recv() => match ev {
-                    Some(ev) => {
-                        if let BridgeEvent::Command { command, outcome, .. } = &ev {
-                            self.say(&format!(
-                                "PX4 {}: {}",
-                                command_text(command),
-                                outcome_text(*outcome)
-                            ));
-                        }
-                        if let BridgeEvent::ModeChanged { to, .. } = &ev {
-                            self.say(&format!("PX4 mode {to}"));
-                        }
-                        self.rt.on_bridge_event(&ev);
-                    }
-                    None => return Err(DemoError("the bridge stopped".into())),
-                },
-                _ = tick.tick() => self.provide(),
-                () = tokio::time::sleep_until(deadline) => return Ok(cond(self)),
-            }
-            let notes = self.rt.pump().map_err(err("receipt log"))?;
-            self.narrate(notes);
-        }
-    }
-
-    async fn command(&mut self, c: Command) -> Result<CommandOutcome, DemoError> {
-        self.rt
-            .adapter
-            .handle()
-            .command(c)
-            .map_err(err("bridge queue"))?;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
-        while tokio::time::Instant::now() < deadline {
-            match tokio::time::timeout(Duration::from_millis(100), self.rx.recv()).await {
-                Ok(Some(ev)) => {
-                    self.rt.on_bridge_event(&ev);
-                    if let BridgeEvent::Command {
-                        command, outcome, ..
-                    } = ev
-                    {
-                        if command == c {
-                            self.say(&format!(
-                                "PX4 {}: {}",
-                                command_text(&c),
-                                outcome_text(outcome)
-                            ));
-                            return Ok(outcome);
-                        }
-                    }
-                }
-                Ok(None) => return Err(DemoError("the bridge stopped".into())),
-                Err(_) => self.provide(),
-            }
-            let notes = self.rt.pump().map_err(err("receipt log"))?;
-            self.narrate(notes);
-        }
-        Err(DemoError(format!("no answer to `{}`", command_text(&c))))
-    }
-
-    fn certify(&mut self, response: &str, component: &str, id: &str) -> Result<(), DemoError> {
-        let raw =
-            crate::core::envelope::parse_envelope(response.as_bytes()).map_err(err("certify"))?;
-        let v = crate::core::graph::validate(self.rt.gw.catalog(), &raw).map_err(err("certify"))?;
-        let cid = component.parse().map_err(err("certify"))?;
-        let i = v
-            .graph
-            .index_of(&cid)
-            .ok_or_else(|| DemoError(format!("no component {component}")))?;
-        let c = v
-            .graph
-            .component(i)
-            .ok_or_else(|| DemoError("index".into()))?;
-        let now = self.rt.now();
-        let cert = Certificate {
-            id: id.parse().map_err(err("certify"))?,
-            covers: c.digest,
-            valid_until: now.saturating_add(Nanos::from_ms(30_000)),
-            issuer: "tube-verifier".parse().map_err(err("certify"))?,
-        };
-        self.say(&format!(
-            "tube verifier certifies {component} (digest {}) for 30 s as `{id}`",
-            c.digest.short()
-        ));
-        self.rt
-            .gw
-            .handle_certificate(now, cert)
-            .map_err(err("certify"))
-    }
-
-    fn fingerprint_of(payload: &serde_json::Value) -> String {
-        #[allow(clippy::cast_possible_truncation, reason = "as the adapter sends them")]
-        let sp = Setpoint {
-            north_m: payload["north_m"].as_f64().unwrap_or(0.0) as f32,
-            east_m: payload["east_m"].as_f64().unwrap_or(0.0) as f32,
-            down_m: payload["down_m"].as_f64().unwrap_or(0.0) as f32,
-            yaw_deg: payload["yaw_deg"].as_f64().unwrap_or(0.0) as f32,
-        };
-        sp.fingerprint().to_string()
-    }
-
-    fn position_text(&self) -> String {
-        let p = self.control.view().position;
-        format!(
-            "vehicle at north {:.1} m, east {:.1} m, altitude {:.1} m",
-            p[0], p[1], -p[2]
+    fn operator(&self, action: &str, body: &Value) -> (u16, Value) {
+        self.call(
+            "POST",
+            &format!("/v1/operator/{action}"),
+            &self.operator,
+            body,
         )
     }
 
-    fn alt(&self) -> f64 {
-        -self.control.view().position[2]
+    fn status(&self) -> Value {
+        self.call("GET", "/v1/status", &self.operator, &Value::Null)
+            .1
+    }
+
+    fn submit(&mut self, path: &str, envelope: &Value) -> Result<Value, DemoError> {
+        use std::io::Write;
+        let _ = writeln!(self.sent, "{envelope}");
+        let (st, v) = self.call("POST", path, &self.agent.clone(), envelope);
+        if st == 200 {
+            Ok(v)
+        } else {
+            Err(DemoError(format!(
+                "the gateway refused {path}: {} {}",
+                v["error"]["code"].as_str().unwrap_or("?"),
+                v["error"]["message"].as_str().unwrap_or("")
+            )))
+        }
+    }
+
+    /// The tube verifier certifies one exact component for 30 s.
+    fn certify(&self, envelope: &Value, component: &str, id: &str) -> Result<(), DemoError> {
+        let text = envelope.to_string();
+        let raw = crate::core::envelope::parse_envelope(text.as_bytes()).map_err(err("certify"))?;
+        let v = crate::core::graph::validate(&self.cat, &raw).map_err(err("certify"))?;
+        let cid = component.parse().map_err(err("certify"))?;
+        let digest = v
+            .graph
+            .index_of(&cid)
+            .and_then(|i| v.graph.component(i))
+            .map(|c| c.digest)
+            .ok_or_else(|| DemoError(format!("no component {component}")))?;
+        let body =
+            json!({"id": id, "covers": digest, "valid_for_ms": 30000, "issuer": "tube-verifier"});
+        let (st, r) = self.call("POST", "/v1/certificates", &self.provider, &body);
+        if st != 200 {
+            return Err(DemoError(format!("certificate refused: {r}")));
+        }
+        self.say(&format!(
+            "tube verifier certifies {component} (digest {}) for 30 s as `{id}`",
+            digest.short()
+        ));
+        Ok(())
+    }
+
+    fn wait(&self, secs: u64, mut cond: impl FnMut(&Client) -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < deadline {
+            if cond(self) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cond(self)
     }
 }
 
-/// A route action: target (n, e, d, yaw), flown for `dur` s, planned against `map_epoch`.
-fn route(id: &str, target: [f64; 4], dur: f64, map_epoch: u64, cert: &str) -> serde_json::Value {
+/// Providers publishing every source every 200 ms, as feeds do.
+fn providers(
+    url: String,
+    token: String,
+    map_epoch: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let http = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .new_agent();
+        let auth = format!("Bearer {token}");
+        while !stop.load(Ordering::Relaxed) {
+            let at = crate::service::core_task::wall_now_ms();
+            let epoch = map_epoch.load(Ordering::Relaxed);
+            let updates = [
+                (
+                    "traffic",
+                    json!([{"north_m": 300.0, "east_m": -200.0, "down_m": -40.0}]),
+                    41,
+                    "utm-feed-a",
+                ),
+                ("map", Value::Null, epoch, "map-service"),
+                (
+                    "bounds",
+                    json!({"north_min": -50.0, "north_max": 100.0, "east_min": -50.0, "east_max": 100.0, "down_min": -60.0, "down_max": 0.5}),
+                    3,
+                    "corridor-12",
+                ),
+                ("authority", json!(true), 1, "operator"),
+                ("airspace", json!(true), 1, "laanc"),
+                ("preflight", json!(true), 1, "operator"),
+                ("wind", json!(4.0), 1, "weather"),
+                ("z_range", json!(5.1), 1, "rangefinder"),
+            ];
+            for (source, value, epoch, prov) in updates {
+                let body = json!({"value": value, "epoch": epoch, "provenance": prov, "generated_at_unix_ms": at});
+                let _ = http
+                    .post(format!("{url}/v1/state/{source}"))
+                    .header("Authorization", &auth)
+                    .send_json(&body);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    })
+}
+
+/// Prints the event stream for people, and counts what the summary needs.
+#[derive(Default)]
+struct Seen {
+    emitted: usize,
+    dispatched: Vec<(String, String)>,
+}
+
+fn narrator(
+    url: String,
+    token: String,
+    t0: Instant,
+    quiet: bool,
+    seen: Arc<Mutex<Seen>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let http = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_recv_body(None)
+            .build()
+            .new_agent();
+        let Ok(resp) = http
+            .get(format!("{url}/v1/events"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .call()
+        else {
+            return;
+        };
+        let reader = std::io::BufReader::new(resp.into_body().into_reader());
+        let mut name = String::new();
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            if let Some(n) = line.strip_prefix("event: ") {
+                name = n.to_string();
+                continue;
+            }
+            let Some(data) = line.strip_prefix("data: ") else {
+                continue;
+            };
+            let Ok(d) = serde_json::from_str::<Value>(data) else {
+                continue;
+            };
+            let s = |k: &str| d[k].as_str().unwrap_or("").to_string();
+            let text = match name.as_str() {
+                "vehicle_mode" => Some(format!("PX4 mode {}", s("to"))),
+                "vehicle_command" if !s("command").starts_with("stream message") => {
+                    Some(format!("PX4 {}: {}", s("command"), s("outcome")))
+                }
+                "emit" => {
+                    if let Ok(mut g) = seen.lock() {
+                        g.emitted += 1;
+                    }
+                    Some(format!(
+                        "{}/{} emitted to `{}`",
+                        s("response"),
+                        s("component"),
+                        s("path")
+                    ))
+                }
+                "gate" => {
+                    let who = format!("{}/{}", s("response"), s("component"));
+                    match d["outcome"].as_str() {
+                        Some("dispatched") => {
+                            if let Ok(mut g) = seen.lock() {
+                                g.dispatched.push((s("response"), s("component")));
+                            }
+                            let b = s("binding");
+                            Some(format!(
+                                "final gate: {who} DISPATCHED, binding {} -> PX4",
+                                b.get(..8).unwrap_or(&b)
+                            ))
+                        }
+                        Some(o) => Some(format!(
+                            "final gate: {who} {} ({})",
+                            o.to_uppercase(),
+                            d["code"].as_str().unwrap_or("")
+                        )),
+                        None => None,
+                    }
+                }
+                "phase"
+                    if matches!(
+                        d["phase"].as_str(),
+                        Some("WITHHELD" | "INVALIDATED" | "OBSERVED_SUCCESS")
+                    ) =>
+                {
+                    let why = d["reason"]
+                        .as_str()
+                        .and_then(crate::core::reason::ReasonCode::from_name)
+                        .map(|r| format!(" ({r}: {})", r.description()))
+                        .unwrap_or_default();
+                    Some(format!(
+                        "{}/{} {}{why}",
+                        s("response"),
+                        s("component"),
+                        s("phase")
+                    ))
+                }
+                "obligation_created" => {
+                    let o = &d["obligation"];
+                    let list = |k: &str| {
+                        o[k].as_array()
+                            .map(|a| {
+                                a.iter()
+                                    .filter_map(Value::as_str)
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            })
+                            .unwrap_or_default()
+                    };
+                    Some(format!(
+                        "obligation {} for {}/{}: refresh {}, route `{}` to `{}`, may replace {}",
+                        o["id"],
+                        o["response"].as_str().unwrap_or(""),
+                        o["component"].as_str().unwrap_or(""),
+                        list("required"),
+                        o["route"].as_str().unwrap_or(""),
+                        o["assignee"].as_str().unwrap_or(""),
+                        list("scope")
+                    ))
+                }
+                "shutdown" => break,
+                _ => None,
+            };
+            if let (Some(t), false) = (text, quiet) {
+                println!("[{:>6.2}s] {t}", t0.elapsed().as_secs_f64());
+            }
+        }
+    })
+}
+
+fn route(id: &str, target: [f64; 4], dur: f64, map_epoch: u64, cert: &str) -> Value {
     let [n, e, d, yaw] = target;
     json!({"id": id, "type": "route_action",
            "payload": {"frame": "local_ned", "north_m": n, "east_m": e, "down_m": d, "yaw_deg": yaw, "duration_s": dur},
@@ -373,263 +411,289 @@ fn route(id: &str, target: [f64; 4], dur: f64, map_epoch: u64, cert: &str) -> se
            "certificate": cert})
 }
 
-/// Runs the demo. `out` receives `receipts.jsonl`, `bridge-setpoints.jsonl` and
-/// `vehicle-setpoints.jsonl`.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "as the bridge sends them (f32)"
+)]
+fn fingerprint(t: [f64; 4]) -> String {
+    sitl::px4::fingerprint(t[0] as f32, t[1] as f32, t[2] as f32, t[3] as f32)
+}
+
+/// What the script saw: withheld and readmitted counts, the targets that should have reached
+/// the vehicle and those that never may.
+struct Story {
+    withheld: usize,
+    readmitted: usize,
+    dispatched: Vec<[f64; 4]>,
+    stale: Vec<[f64; 4]>,
+}
+
+/// The scripted parties, on a blocking thread.
+fn script(
+    c: &mut Client,
+    sim: &sitl::udp::SimControl,
+    map_epoch: &Arc<AtomicU64>,
+) -> Result<Story, DemoError> {
+    let alt = || -sim.view().position[2];
+    if !c.wait(10, |c| c.status()["vehicle"]["link_up"] == true) {
+        return Err(DemoError("no heartbeat from the simulated PX4".into()));
+    }
+    // 1. The operator arms (once PX4 is ready) and takes off to 5 m.
+    if !c.wait(20, |c| {
+        let ok = c.operator("arm", &json!({})).0 == 200;
+        if !ok {
+            std::thread::sleep(Duration::from_millis(400));
+        }
+        ok
+    }) {
+        return Err(DemoError("PX4 refused to arm".into()));
+    }
+    c.say("operator: armed; takeoff to 5 m above home");
+    let (st, v) = c.operator("takeoff", &json!({"altitude_m": 5.0}));
+    if st != 200 {
+        return Err(DemoError(format!("takeoff refused: {v}")));
+    }
+    if !c.wait(30, |c| {
+        alt() > 4.8 && c.status()["vehicle"]["mode"] == "AUTO.LOITER"
+    }) {
+        return Err(DemoError("the vehicle did not climb to 5 m".into()));
+    }
+    c.say(&format!("airborne at {:.1} m, PX4 HOLD", alt()));
+    std::thread::sleep(Duration::from_millis(600));
+
+    // 2. The running example.
+    let e3 = [12.0, 3.5, -10.0, 90.0];
+    let r1 = json!({"response_id": "resp-0007", "agent_id": "planner-1", "generation": 12,
+    "catalog": {"id": "uav-px4", "version": 3},
+    "components": [
+        {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
+        {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 5.1, "unit": "m"}},
+        route("e3", e3, 8.0, 7, "cert-9f2c"),
+        {"id": "e4", "type": "status", "payload": {"text": "En route to WP3"}, "requires": [{"id": "e3", "phase": "dispatched"}]}
+    ]});
+    c.certify(&r1, "e3", "cert-9f2c")?;
+    c.say("agent sends resp-0007: notice e1, report e2, route action e3 to (12, 3.5, -10), status e4 after e3 dispatched");
+    let rep = c.submit("/v1/responses", &r1)?;
+    c.say(&format!("gateway answers: {}", phases(&rep)));
+    let fp3 = fingerprint(e3);
+    c.wait(15, |_| {
+        sim.view().setpoints.iter().any(|r| r.fingerprint == fp3)
+    });
+    c.wait(10, |_| {
+        let p = sim.view().position;
+        (p[0] - 12.0).abs() < 0.5 && (p[1] - 3.5).abs() < 0.5
+    });
+    c.say(&position_text(sim));
+
+    // 3. The map moves to epoch 8 while the agent plans resp-0008 against epoch 7.
+    c.say("the map service publishes epoch 8 while the agent still plans against epoch 7");
+    map_epoch.store(8, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(400));
+    let stale = [30.0, 20.0, -10.0, 45.0];
+    let r2 = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 13,
+    "catalog": {"id": "uav-px4", "version": 3},
+    "components": [
+        route("e5", stale, 8.0, 7, "cert-a001"),
+        {"id": "e6", "type": "status", "payload": {"text": "En route to WP4"}, "requires": [{"id": "e5", "phase": "dispatched"}]}
+    ]});
+    c.certify(&r2, "e5", "cert-a001")?;
+    c.say("agent sends resp-0008: route action e5 to (30, 20, -10) planned against map epoch 7, status e6");
+    let rep = c.submit("/v1/responses", &r2)?;
+    c.say(&format!("gateway answers: {}", phases(&rep)));
+    let withheld = usize::from(rep["components"][0]["phase"] == "WITHHELD");
+    let oid = rep["components"][0]["obligation"]
+        .as_u64()
+        .ok_or_else(|| DemoError("no obligation for e5".into()))?;
+    std::thread::sleep(Duration::from_secs(2));
+
+    // 4. Recovery: a fresh candidate planned against the new map.
+    let fresh = [30.0, 18.0, -10.0, 45.0];
+    let cand_route = route("e5", fresh, 8.0, 8, "cert-a002");
+    let as_response = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
+        "catalog": {"id": "uav-px4", "version": 3}, "components": [cand_route.clone()]});
+    c.certify(&as_response, "e5", "cert-a002")?;
+    let cand = json!({"obligation": oid, "response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
+        "catalog": {"id": "uav-px4", "version": 3}, "components": [cand_route]});
+    c.say(&format!(
+        "agent answers obligation {oid} with a fresh e5 to (30, 18, -10) planned against map epoch 8 (generation 14)"
+    ));
+    let rep = c.submit(&format!("/v1/obligations/{oid}/candidates"), &cand)?;
+    let readmitted = usize::from(rep["readmitted"].as_array().is_some_and(|a| !a.is_empty()));
+    c.say(&format!("gateway answers: {}", phases(&rep["current"])));
+    c.wait(20, |_| {
+        let p = sim.view().position;
+        (p[0] - 30.0).abs() < 0.5 && (p[1] - 18.0).abs() < 0.5
+    });
+    c.say(&position_text(sim));
+
+    // 5. Land through the gate.
+    let r3 = json!({"response_id": "resp-0009", "agent_id": "planner-1", "generation": 15,
+        "catalog": {"id": "uav-px4", "version": 3},
+        "components": [{"id": "l1", "type": "land", "payload": {}}]});
+    c.say("agent sends resp-0009: land");
+    let rep = c.submit("/v1/responses", &r3)?;
+    c.say(&format!("gateway answers: {}", phases(&rep)));
+    let landed = c.wait(40, |_| {
+        let v = sim.view();
+        !v.armed && v.on_ground
+    });
+    c.say(if landed {
+        "landed and disarmed"
+    } else {
+        "did not land in time"
+    });
+    Ok(Story {
+        withheld,
+        readmitted,
+        dispatched: vec![e3, fresh],
+        stale: vec![stale],
+    })
+}
+
+fn phases(rep: &Value) -> String {
+    rep["components"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    let reason = c["reason"]
+                        .as_str()
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default();
+                    format!(
+                        "{} {}{reason}",
+                        c["id"].as_str().unwrap_or("?"),
+                        c["phase"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default()
+}
+
+fn position_text(sim: &sitl::udp::SimControl) -> String {
+    let p = sim.view().position;
+    format!(
+        "vehicle at north {:.1} m, east {:.1} m, altitude {:.1} m",
+        p[0], p[1], -p[2]
+    )
+}
+
+/// Runs the demo. `out` receives the files in [`FILES`].
 ///
 /// # Errors
 /// [`DemoError`] when a step cannot run (sockets, files) or the vehicle does not respond.
 pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummary, DemoError> {
     std::fs::create_dir_all(out).map_err(err("output directory"))?;
-    // Every file is this run's alone (the bridge appends to its log).
-    let _ = std::fs::remove_file(out.join("bridge-setpoints.jsonl"));
-    let origin = Instant::now();
-    let (stop, _) = broadcast::channel(1);
-
-    // The simulated PX4 on loopback.
-    let sock = sitl::udp::bind("127.0.0.1:0".parse().map_err(err("address"))?)
+    // Every file is this run's alone.
+    for (f, _) in FILES {
+        let p = out.join(f);
+        let _ = if f.ends_with('/') {
+            std::fs::remove_dir_all(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+    }
+    let mut cfg = Config::default();
+    cfg.vehicle.url = "sim".into();
+    cfg.vehicle.sim_setpoint_log = Some(out.join("vehicle-setpoints.jsonl"));
+    cfg.vehicle.setpoint_log = Some(out.join("bridge-setpoints.jsonl"));
+    cfg.listen.http = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    cfg.state.dir = Some(out.join("state"));
+    cfg.receipts.path = Some(out.join("receipts.jsonl"));
+    let svc = Service::start(cfg, catalog.clone())
         .await
-        .map_err(err("simulator socket"))?;
-    let sim_addr = sock.local_addr().map_err(err("simulator socket"))?;
-    let control = SimControl::default();
-    let sim_opts = UdpOptions {
-        bind: sim_addr,
-        remote: "127.0.0.1:14540".parse().map_err(err("address"))?,
-        config: SimConfig::default(),
-        setpoint_log: Some(out.join("vehicle-setpoints.jsonl")),
-        seed: 11,
-    };
-    let sim_task = tokio::spawn(sitl::udp::run(
-        sock,
-        sim_opts,
-        control.clone(),
-        stop.subscribe(),
-    ));
-
-    // The real bridge, talking MAVLink 2 to it.
-    let mut bopts = BridgeOptions::new(&format!("udpout:{sim_addr}"));
-    bopts.origin = origin;
-    bopts.setpoint_log = Some(out.join("bridge-setpoints.jsonl"));
-    let (handle, rx, bridge_task) = start(bopts, stop.subscribe())
-        .await
-        .map_err(err("bridge"))?;
-
-    let gw = Gateway::new(catalog, Config::default());
-    let rt = Runtime::new(
-        gw,
-        super::px4::Px4Adapter::new(handle),
-        origin,
-        Some(&out.join("receipts.jsonl")),
-    )
-    .map_err(err("receipt log"))?;
-    let mut w = World {
-        rt,
-        rx,
-        control,
-        map_epoch: 7,
-        t0: Instant::now(),
+        .map_err(err("service"))?;
+    let sim = svc
+        .sim
+        .clone()
+        .ok_or_else(|| DemoError("no embedded simulator".into()))?;
+    let t0 = Instant::now();
+    if !quiet {
+        println!(
+            "[{:>6.2}s] halo-gateway run on {} with the embedded simulated PX4 ({})",
+            0.0,
+            svc.url(),
+            svc.vehicle_url
+        );
+    }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let narr = narrator(
+        svc.url(),
+        svc.credentials.operator.clone(),
+        t0,
         quiet,
-        summary: DemoSummary::default(),
-        withheld_fingerprints: Vec::new(),
-        dispatched_fingerprints: Vec::new(),
-    };
-    w.say(&format!(
-        "simulated PX4 on udp {sim_addr}; bridge connected with udpout:{sim_addr}"
-    ));
-
-    // 1. Take off.
-    if !w.run_until(10, |w| w.rt.adapter.handle().link_up()).await? {
-        return Err(DemoError("no heartbeat from the simulated PX4".into()));
-    }
-    w.run_until(3, |_| false).await?; // estimator ready, telemetry rates set
-    if w.command(Command::Arm).await? != CommandOutcome::Accepted {
-        return Err(DemoError("PX4 refused to arm".into()));
-    }
-    w.command(Command::Takeoff {
-        altitude_amsl_m: Some(488.0 + 5.0),
-    })
-    .await?;
-    if !w.run_until(20, |w| w.alt() > 4.8).await? {
-        return Err(DemoError("the vehicle did not climb to 5 m".into()));
-    }
-    w.run_until(2, |_| false).await?;
-    w.say(&format!("airborne at {:.1} m, PX4 HOLD", w.alt()));
-
-    // 2. The running example.
-    let r1 = json!({"response_id": "resp-0007", "agent_id": "planner-1", "generation": 12,
-        "catalog": {"id": "uav-px4", "version": 3},
-        "components": [
-            {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
-            {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 5.1, "unit": "m"}},
-            route("e3", [12.0, 3.5, -10.0, 90.0], 8.0, 7, "cert-9f2c"),
-            {"id": "e4", "type": "status", "payload": {"text": "En route to WP3"}, "requires": [{"id": "e3", "phase": "dispatched"}]}
-        ]})
-    .to_string();
-    w.certify(&r1, "e3", "cert-9f2c")?;
-    w.say("agent sends resp-0007: notice e1, report e2, route action e3 to (12, 3.5, -10), status e4 after e3 dispatched");
-    let now = w.rt.now();
-    let rep =
-        w.rt.gw
-            .handle_response(now, r1.as_bytes())
-            .map_err(err("admission"))?;
-    w.say(&format!(
-        "admitted: {}",
-        rep.components
-            .iter()
-            .map(|c| format!("{} {}", c.id, c.phase))
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
-    w.dispatched_fingerprints.push(World::fingerprint_of(
-        &json!({"north_m": 12.0, "east_m": 3.5, "down_m": -10.0, "yaw_deg": 90.0}),
-    ));
-    let notes = w.rt.pump().map_err(err("receipt log"))?;
-    w.narrate(notes);
-    let r1id = "resp-0007".parse().map_err(err("id"))?;
-    let e3 = "e3".parse().map_err(err("id"))?;
-    w.run_until(15, |w| {
-        w.rt.gw
-            .component_report(&r1id, &e3)
-            .is_some_and(|c| c.phase == Phase::ObservedSuccess)
-    })
-    .await?;
-    w.run_until(10, |w| {
-        let p = w.control.view().position;
-        (p[0] - 12.0).abs() < 0.5 && (p[1] - 3.5).abs() < 0.5 && (p[2] + 10.0).abs() < 0.5
-    })
-    .await?;
-    w.say(&w.position_text());
-
-    // 3. Drift between admission and the gate.
-    let r2 = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 13,
-        "catalog": {"id": "uav-px4", "version": 3},
-        "components": [
-            route("e5", [30.0, 20.0, -10.0, 45.0], 8.0, 7, "cert-a001"),
-            {"id": "e6", "type": "status", "payload": {"text": "En route to WP4"}, "requires": [{"id": "e5", "phase": "dispatched"}]}
-        ]})
-    .to_string();
-    w.certify(&r2, "e5", "cert-a001")?;
-    w.say("agent sends resp-0008: route action e5 to (30, 20, -10) planned against map epoch 7, status e6");
-    let now = w.rt.now();
-    w.rt.gw
-        .handle_response(now, r2.as_bytes())
-        .map_err(err("admission"))?;
-    let stale_fp = World::fingerprint_of(
-        &json!({"north_m": 30.0, "east_m": 20.0, "down_m": -10.0, "yaw_deg": 45.0}),
+        Arc::clone(&seen),
     );
-    w.withheld_fingerprints.push(stale_fp);
-    w.say("e5 admitted and waiting for the gate; the map service publishes epoch 8 now");
-    w.map_epoch = 8;
-    w.provide();
-    let notes = w.rt.pump().map_err(err("receipt log"))?;
-    w.narrate(notes);
-    let r2id = "resp-0008".parse().map_err(err("id"))?;
-    let e5 = "e5".parse().map_err(err("id"))?;
-    let e5r =
-        w.rt.gw
-            .component_report(&r2id, &e5)
-            .ok_or_else(|| DemoError("e5 missing".into()))?;
-    if e5r.phase == Phase::Withheld {
-        w.summary.withheld += 1;
-    }
-    w.run_until(3, |_| false).await?;
+    let map_epoch = Arc::new(AtomicU64::new(7));
+    let stop = Arc::new(AtomicBool::new(false));
+    let feeds = providers(
+        svc.url(),
+        svc.credentials.provider.clone(),
+        Arc::clone(&map_epoch),
+        Arc::clone(&stop),
+    );
+    let mut client = Client {
+        http: ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .new_agent(),
+        url: svc.url(),
+        agent: svc.credentials.agent.clone(),
+        provider: svc.credentials.provider.clone(),
+        operator: svc.credentials.operator.clone(),
+        t0,
+        quiet,
+        sent: std::fs::File::create(out.join("responses.jsonl")).map_err(err("responses log"))?,
+        cat: catalog,
+    };
+    let sim2 = sim.clone();
+    let me = Arc::clone(&map_epoch);
+    let result = tokio::task::spawn_blocking(move || script(&mut client, &sim2, &me))
+        .await
+        .map_err(err("demo script"))?;
+    stop.store(true, Ordering::Relaxed);
+    let _ = tokio::task::spawn_blocking(move || feeds.join()).await;
+    svc.shutdown();
+    svc.wait().await.map_err(err("service"))?;
+    let _ = tokio::task::spawn_blocking(move || narr.join()).await;
+    let story = result?;
 
-    // 4. Recovery with a fresh candidate.
-    let oid = e5r
-        .obligation
-        .ok_or_else(|| DemoError("no obligation for e5".into()))?;
-    // The agent replans against the new map: a slightly different target.
-    let cand_route = route("e5", [30.0, 18.0, -10.0, 45.0], 8.0, 8, "cert-a002");
-    let fresh_resp = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
-        "catalog": {"id": "uav-px4", "version": 3}, "components": [cand_route.clone()]})
-    .to_string();
-    w.certify(&fresh_resp, "e5", "cert-a002")?;
-    let cand = json!({"obligation": oid.0, "response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
-        "catalog": {"id": "uav-px4", "version": 3}, "components": [cand_route]})
-    .to_string();
-    w.say(&format!("agent answers {oid} with a fresh e5 to (30, 18, -10) planned against map epoch 8 (generation 14)"));
-    let now = w.rt.now();
-    match w.rt.gw.handle_candidate(now, cand.as_bytes()) {
-        Ok(rep) => {
-            w.summary.readmitted += 1;
-            w.say(&format!(
-                "readmitted: {}",
-                rep.components
-                    .iter()
-                    .map(|c| format!("{} {} generation {}", c.id, c.phase, c.generation))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        Err(rej) => w.say(&format!("candidate rejected: {rej}")),
-    }
-    let notes = w.rt.pump().map_err(err("receipt log"))?;
-    w.narrate(notes);
-    w.run_until(20, |w| {
-        let p = w.control.view().position;
-        (p[0] - 30.0).abs() < 0.5 && (p[1] - 18.0).abs() < 0.5 && (p[2] + 10.0).abs() < 0.5
-    })
-    .await?;
-    w.say(&w.position_text());
-
-    // 5. Land through the gate.
-    let r3 = json!({"response_id": "resp-0009", "agent_id": "planner-1", "generation": 15,
-        "catalog": {"id": "uav-px4", "version": 3},
-        "components": [{"id": "l1", "type": "land", "payload": {}}]})
-    .to_string();
-    w.say("agent sends resp-0009: land");
-    let now = w.rt.now();
-    w.rt.gw
-        .handle_response(now, r3.as_bytes())
-        .map_err(err("admission"))?;
-    let notes = w.rt.pump().map_err(err("receipt log"))?;
-    w.narrate(notes);
-    let landed = w
-        .run_until(40, |w| {
-            !w.control.view().armed && w.control.view().on_ground
-        })
-        .await?;
-    w.summary.landed = landed;
-    w.say(if landed {
-        "landed and disarmed"
-    } else {
-        "did not land in time"
-    });
-
-    // Evidence.
-    let _ = stop.send(());
-    let _ = bridge_task.await;
-    let _ = sim_task.await;
-    let vehicle: BTreeSet<String> = w
-        .control
+    // Evidence: what the vehicle's controller took, and the receipt chain.
+    let vehicle: BTreeSet<String> = sim
         .view()
         .setpoints
         .iter()
         .map(|r| r.fingerprint.clone())
         .collect();
-    w.dispatched_fingerprints.push(World::fingerprint_of(
-        &json!({"north_m": 30.0, "east_m": 18.0, "down_m": -10.0, "yaw_deg": 45.0}),
-    ));
-    // Route actions that passed the gate (the land action is a command, not a setpoint).
-    w.summary.dispatched =
-        w.rt.adapter
-            .dispatched
-            .values()
-            .filter(|(r, _)| r.as_str() != "resp-0009")
-            .count();
-    w.summary.reached_vehicle = w
-        .dispatched_fingerprints
-        .iter()
-        .filter(|f| vehicle.contains(*f))
-        .count();
-    w.summary.stale_reached_vehicle = w
-        .withheld_fingerprints
-        .iter()
-        .filter(|f| vehicle.contains(*f))
-        .count();
     let receipts = read_receipts(&out.join("receipts.jsonl"))?;
-    w.summary.receipts = receipts.len() as u64;
-    w.summary.receipts_ok = crate::core::receipt::verify_chain(&receipts).is_ok();
-    Ok(w.summary)
+    let g = seen.lock().map_err(|_| DemoError("narrator".into()))?;
+    let route_dispatches = g
+        .dispatched
+        .iter()
+        .filter(|(r, _)| r != "resp-0009")
+        .count();
+    Ok(DemoSummary {
+        dispatched: route_dispatches,
+        reached_vehicle: story
+            .dispatched
+            .iter()
+            .filter(|t| vehicle.contains(&fingerprint(**t)))
+            .count(),
+        withheld: story.withheld,
+        stale_reached_vehicle: story
+            .stale
+            .iter()
+            .filter(|t| vehicle.contains(&fingerprint(**t)))
+            .count(),
+        readmitted: story.readmitted,
+        emitted: g.emitted,
+        receipts: receipts.len() as u64,
+        receipts_ok: crate::core::receipt::verify_chain(&receipts).is_ok(),
+        landed: sim.view().on_ground && !sim.view().armed,
+    })
 }
 
 /// Reads a JSON-lines receipt log.
