@@ -168,6 +168,16 @@ enum OperatorAction {
 
 #[derive(Subcommand, Debug)]
 enum AuditCmd {
+    /// Print a receipt log for people, one line per record: time, index, what was decided.
+    Show {
+        /// The receipt log file(s), oldest first.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Only the decisions: admissions, rejections, phase changes, gate outcomes,
+        /// obligations, readmissions, deny-holds and contract decisions (no provider updates).
+        #[arg(long)]
+        decisions: bool,
+    },
     /// Recompute the hash chain and every receipt hash of a JSON-lines receipt log. Give the
     /// files of a rotated log in order (`boot-3.jsonl boot-3.1.jsonl ...`): the chain runs
     /// across them.
@@ -274,6 +284,9 @@ where
         Cmd::Audit {
             cmd: AuditCmd::Verify { paths },
         } => audit_verify(&paths),
+        Cmd::Audit {
+            cmd: AuditCmd::Show { paths, decisions },
+        } => audit_show(&paths, decisions),
         Cmd::Contract {
             cmd:
                 ContractCmd::Run {
@@ -317,6 +330,189 @@ where
             }
         },
     }
+}
+
+/// One receipt as a line for people.
+fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)> {
+    let b = &r.body;
+    let s = |k: &str| b.get(k).and_then(serde_json::Value::as_str).unwrap_or("");
+    let code = |k: &str| {
+        b.get(k)
+            .and_then(serde_json::Value::as_str)
+            .map(|c| format!(" ({c})"))
+            .unwrap_or_default()
+    };
+    let kind = s("kind");
+    let (decision, text) = match kind {
+        "admitted" | "readmitted" => {
+            let comps = b
+                .get("components")
+                .and_then(serde_json::Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .map(|c| {
+                            let g = |k: &str| {
+                                c.get(k).and_then(serde_json::Value::as_str).unwrap_or("")
+                            };
+                            let why = c
+                                .get("reason")
+                                .and_then(serde_json::Value::as_str)
+                                .map(|x| format!(" ({x})"))
+                                .unwrap_or_default();
+                            format!("{} {}{why}", g("id"), g("phase"))
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default();
+            (true, format!("{kind} {}: {comps}", s("response")))
+        }
+        "rejected" | "candidate_rejected" => {
+            (true, format!("{kind} {}{}", s("response"), code("code")))
+        }
+        "phase" => (
+            true,
+            format!(
+                "{}/{} {}{}",
+                s("response"),
+                s("component"),
+                s("phase"),
+                code("reason")
+            ),
+        ),
+        "gate" => (
+            true,
+            format!(
+                "gate {}/{} {}{}{}",
+                s("response"),
+                s("component"),
+                s("outcome"),
+                code("code"),
+                b.get("effect")
+                    .and_then(serde_json::Value::as_str)
+                    .map(|e| format!(", effect {e}"))
+                    .unwrap_or_default()
+            ),
+        ),
+        "gate_refused" => (true, format!("gate refused a token{}", code("code"))),
+        "obligation" => (
+            true,
+            format!(
+                "obligation {} for {}/{}: {}{}",
+                b.get("id").map(ToString::to_string).unwrap_or_default(),
+                s("response"),
+                s("component"),
+                s("state"),
+                code("reason")
+            ),
+        ),
+        "support_lost" => (
+            true,
+            format!(
+                "support lost while streaming {}/{}{}",
+                s("response"),
+                s("component"),
+                code("code")
+            ),
+        ),
+        "external" => {
+            let what = s("what");
+            let detail = b.get("detail").cloned().unwrap_or_default();
+            let decision = matches!(
+                what,
+                "deny_hold"
+                    | "deny_hold_done"
+                    | "contract"
+                    | "operator_hold"
+                    | "operator_command"
+                    | "shutdown"
+            );
+            let text = if what == "contract" {
+                let body = detail.get("body").cloned().unwrap_or_default();
+                let op = body
+                    .get("request")
+                    .and_then(|r| r.get("op"))
+                    .and_then(|o| o.get("op"))
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("?")
+                    .to_string();
+                let verdict = body
+                    .get("verdict")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("?");
+                let reason = body
+                    .get("reason")
+                    .and_then(serde_json::Value::as_str)
+                    .map(|x| format!(" ({x})"))
+                    .unwrap_or_default();
+                format!("contract {op}: {verdict}{reason}")
+            } else {
+                format!("{what} {detail}")
+            };
+            (decision, text)
+        }
+        "source_update" => (
+            false,
+            format!(
+                "source {} epoch {} from {}",
+                s("source"),
+                b.get("epoch").map(ToString::to_string).unwrap_or_default(),
+                s("provenance")
+            ),
+        ),
+        "source_summary" => (
+            false,
+            format!(
+                "source {}: {} updates summarized",
+                s("source"),
+                b.get("updates")
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            ),
+        ),
+        "update_refused" => (
+            true,
+            format!("update of {} refused{}", s("source"), code("code")),
+        ),
+        "certificate" => (
+            false,
+            format!(
+                "certificate {}{}",
+                s("id"),
+                if b.get("revoked") == Some(&serde_json::Value::Bool(true)) {
+                    " revoked"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        _ => (false, kind.to_string()),
+    };
+    Some((decision, text))
+}
+
+fn audit_show(paths: &[PathBuf], decisions_only: bool) -> i32 {
+    for p in paths {
+        let rs = match crate::runtime::demo::read_receipts(p) {
+            Ok(rs) => rs,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return EXIT_ERROR;
+            }
+        };
+        for r in &rs {
+            let Some((decision, text)) = receipt_line(r) else {
+                continue;
+            };
+            if decisions_only && !decision {
+                continue;
+            }
+            #[allow(clippy::cast_precision_loss, reason = "seconds for people")]
+            let t = r.at_ns as f64 / 1e9;
+            println!("{:>6} {t:>10.3}s  {text}", r.index);
+        }
+    }
+    EXIT_OK
 }
 
 fn audit_verify(paths: &[PathBuf]) -> i32 {

@@ -33,5 +33,23 @@ async fn the_demo_flies_and_every_check_holds() {
     let log = std::fs::read_to_string(out.join("vehicle-setpoints.jsonl")).unwrap();
     assert!(!log.contains("\"n3000_e2000_d-1000_y450\""));
     assert!(log.contains("\"n3000_e1800_d-1000_y450\""));
+    // The decisions alone, for people: the story of the run without telemetry.
+    let shown = std::process::Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args(["audit", "show", "--decisions"])
+        .arg(out.join("receipts.jsonl"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success());
+    assert!(text.contains("gate resp-0007/e3 dispatched"), "{text}");
+    assert!(text.contains("e5 WITHHELD (EPOCH_CHANGED)"), "{text}");
+    assert!(text.contains("readmitted resp-0008: e5"), "{text}");
+    assert!(
+        !text.contains("source "),
+        "telemetry is not a decision: {text}"
+    );
+    // The agent's envelopes are kept beside the receipts.
+    let sent = std::fs::read_to_string(out.join("responses.jsonl")).unwrap();
+    assert_eq!(sent.lines().count(), 4);
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -688,6 +688,41 @@ fn the_running_example_flies_over_http() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A missing configuration file is one clear line and exit code 3; so is an unknown key.
+#[test]
+fn configuration_errors_are_one_line_and_exit_3() {
+    let dir = tmp("config");
+    let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args(["run", "--config"])
+        .arg(dir.join("nope.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("nope.toml") && err.contains("no such file"),
+        "{err}"
+    );
+    std::fs::write(
+        dir.join("bad.toml"),
+        "[vehicle]\nurl = \"sim\"\nspeed = 3\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args(["run", "--config"])
+        .arg(dir.join("bad.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("bad.toml:3:") && err.contains("speed"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every endpoint with every kind of credential: none, a wrong one, and each role's.
 #[test]
 fn roles_and_bad_input() {
@@ -1251,8 +1286,27 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
     // An action whose target lies in no zone names no effect: denied too.
     let c = send("c-3", 3, [-30.0, -30.0, -10.0, 0.0], "cert-c3");
     assert_eq!(c["reason"], "ZONE_UNRESOLVED", "{c}");
+    // A policy change suspends the root: nothing dispatches until a path is reauthorized.
+    let (st, d) = post(
+        &format!("{u}/v1/contract"),
+        Some(&g.operator),
+        br#"{"op": "change_version", "policy": [{"rule": "forbid", "when": ["zone == nofly"]}]}"#,
+    );
+    assert_eq!((st, d["verdict"].as_str()), (200, Some("allow")), "{d}");
+    let c = send("c-4s", 4, [30.0, 18.0, -10.0, 45.0], "cert-c4s");
+    assert_eq!(
+        (c["phase"].as_str(), c["reason"].as_str()),
+        (Some("INVALIDATED"), Some("ROOT_SUSPENDED")),
+        "{c}"
+    );
+    let (st, d) = post(
+        &format!("{u}/v1/contract"),
+        Some(&g.operator),
+        br#"{"op": "reauthorize", "goal": "g1"}"#,
+    );
+    assert_eq!((st, d["verdict"].as_str()), (200, Some("allow")), "{d}");
     // The approved plan goes on: goto(wp2).
-    let c = send("c-4", 4, [30.0, 18.0, -10.0, 45.0], "cert-c4");
+    let c = send("c-4", 5, [30.0, 18.0, -10.0, 45.0], "cert-c4");
     assert_eq!(c["phase"], "DISPATCHED", "{c}");
     let wp2 = fp(30.0, 18.0, -10.0, 45.0);
     wait_until(20, "wp2 at the vehicle", || {

@@ -280,11 +280,18 @@ pub struct ContractGate<'a> {
 }
 
 impl ContractGate<'_> {
-    /// The current witness path's leaf (the path runs leaf first, up to the root).
+    /// The current witness path's leaf (the path runs leaf first, up to the root); without a
+    /// current path (a suspended root) the root goal, so the monitor answers why.
     fn leaf(&self) -> String {
         self.monitor
             .witness_path()
             .and_then(|p| p.first().cloned())
+            .or_else(|| {
+                self.monitor
+                    .goal_revisions()
+                    .into_keys()
+                    .find(|g| self.monitor.parent_of(g).is_none())
+            })
             .unwrap_or_default()
     }
 }
@@ -664,6 +671,9 @@ impl Core {
     /// A streaming action lost its support: hold at once if the bridge still streams it.
     fn deny_hold(&mut self, response: &Id, component: &Id, binding: Digest, code: ReasonCode) {
         let now = self.now();
+        // Only the target the bridge still streams is held. When PX4 or a pilot took the
+        // vehicle (a landing, RTL, a manual mode) the bridge stopped streaming and the active
+        // target was cleared with that mode change, so nothing here interrupts them.
         let streaming = self.active_target == Some(binding.0);
         if streaming {
             let r = self.adapter.px4.handle().hold();
@@ -794,6 +804,10 @@ impl Core {
                 let from_s = from.map(mode_name);
                 tracing::info!(from = from_s.as_deref().unwrap_or("unknown"), to = %to, "PX4 mode");
                 self.vehicle.mode = Some(mode_name(*to));
+                if to.owned_by_autopilot_or_pilot() {
+                    // The bridge stops streaming when PX4 or a pilot owns the vehicle.
+                    self.active_target = None;
+                }
                 self.publish(
                     "vehicle_mode",
                     &json!({"from": from_s, "to": mode_name(*to)}),

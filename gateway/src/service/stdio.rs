@@ -217,6 +217,10 @@ pub async fn serve<R, W>(
     let mut sub = hub.subscribe(0);
     let ev_tx = out_tx.clone();
     let mut ev_shutdown = shutdown.clone();
+    // How far the event lines have been handed to the writer, so the end of input can wait
+    // for every event published before it.
+    let forwarded = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let fwd = std::sync::Arc::clone(&forwarded);
     let events = tokio::spawn(async move {
         let line = |e: &super::hub::HubEvent| {
             format!(
@@ -230,6 +234,7 @@ pub async fn serve<R, W>(
             if ev_tx.send(line(e)).await.is_err() {
                 return;
             }
+            fwd.store(last, std::sync::atomic::Ordering::Release);
         }
         loop {
             tokio::select! {
@@ -238,6 +243,7 @@ pub async fn serve<R, W>(
                     Ok(e) => {
                         last = e.id;
                         if ev_tx.send(line(&e)).await.is_err() { return; }
+                        fwd.store(last, std::sync::atomic::Ordering::Release);
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                         let msg = format!("{{\"event\":\"gap\",\"data\":{{\"missed_from\":{},\"missed_to\":{}}}}}", last + 1, last + n);
@@ -292,6 +298,14 @@ pub async fn serve<R, W>(
                 let _ = out_tx.send(r).await;
             }
         }
+    }
+    // Every event published before the end of input goes out before the link closes.
+    let published = hub.next_id().saturating_sub(1);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    while forwarded.load(std::sync::atomic::Ordering::Acquire) < published
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     events.abort();
     drop(out_tx);
