@@ -129,3 +129,30 @@ fn the_default_policy_records_every_update() {
     }
     assert_eq!(drain(&mut gw).len(), 5);
 }
+
+/// A full certificate table sheds certificates whose interval ended; live ones are never
+/// dropped, so a table full of live certificates still refuses a new one.
+#[test]
+fn expired_certificates_make_room() {
+    use halo_gateway::core::state::{Certificate, MAX_CERTIFICATES};
+    let mut gw = Gateway::new(uav_catalog(), Config::default());
+    let cert = |i: usize, until_ms: u64| Certificate {
+        id: format!("c{i}").parse().unwrap(),
+        covers: halo_gateway::core::Digest::default(),
+        valid_until: Nanos::from_ms(until_ms),
+        issuer: "geo".parse().unwrap(),
+    };
+    for i in 0..MAX_CERTIFICATES {
+        gw.handle_certificate(Nanos::from_ms(1_000), cert(i, 2_000))
+            .unwrap();
+    }
+    // Still live at 1.5 s: the table is full.
+    assert!(
+        gw.handle_certificate(Nanos::from_ms(1_500), cert(9_999, 9_000))
+            .is_err()
+    );
+    // At 3 s every one of them has ended: room again, and the expired ones are gone.
+    gw.handle_certificate(Nanos::from_ms(3_000), cert(10_000, 9_000))
+        .unwrap();
+    assert_eq!(gw.snapshot().certificate_count(), 1);
+}

@@ -99,9 +99,23 @@ pub async fn run(
     socket: UdpSocket,
     opts: UdpOptions,
     control: SimControl,
-    mut shutdown: broadcast::Receiver<()>,
+    shutdown: broadcast::Receiver<()>,
 ) -> std::io::Result<()> {
-    let origin = Instant::now();
+    run_with_origin(socket, opts, control, shutdown, Instant::now()).await
+}
+
+/// As [`run`], measuring simulation time (the `t_ns` of every setpoint record) from `origin`,
+/// so a caller in the same process can put the vehicle's receive times on its own clock.
+///
+/// # Errors
+/// An I/O error from the socket or the log.
+pub async fn run_with_origin(
+    socket: UdpSocket,
+    opts: UdpOptions,
+    control: SimControl,
+    mut shutdown: broadcast::Receiver<()>,
+    origin: Instant,
+) -> std::io::Result<()> {
     let now = || u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let mut sim = Px4Sim::new(opts.config, now());
     let mut log = match &opts.setpoint_log {
@@ -113,7 +127,6 @@ pub async fn run(
     let mut rng = opts.seed;
     let mut delayed: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
     let mut buf = vec![0u8; 2048];
-    let mut records: Vec<SetpointRecord> = Vec::new();
     let mut last_view = 0u64;
     loop {
         let wake = sim
@@ -163,7 +176,10 @@ pub async fn run(
                     w.flush()?;
                 }
             }
-            records.push(r);
+            // Appended in place: the view never copies the whole record list.
+            if let Ok(mut v) = control.view.lock() {
+                v.setpoints.push(r);
+            }
         }
         if t.saturating_sub(last_view) > 20_000_000 {
             last_view = t;
@@ -175,13 +191,12 @@ pub async fn run(
                     on_ground: sim.on_ground(),
                     battery_pct: sim.battery_pct(),
                     stats: sim.stats(),
-                    setpoints: records.clone(),
+                    setpoints: std::mem::take(&mut v.setpoints),
                 };
             }
         }
     }
     if let Ok(mut v) = control.view.lock() {
-        v.setpoints = records;
         v.stats = sim.stats();
         v.position = sim.position();
         v.armed = sim.armed();

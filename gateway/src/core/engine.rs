@@ -692,6 +692,11 @@ impl Gateway {
                 revoked: false,
             },
         );
+        // A full table first sheds certificates whose interval has ended (they can support
+        // nothing); only a table full of live certificates refuses a new one.
+        if self.sh.snap.certificate_count() >= super::state::MAX_CERTIFICATES {
+            self.sh.snap.prune_certificates(now);
+        }
         self.sh.snap.put_certificate(cert)?;
         self.reevaluate_certificate(now, &id);
         Ok(())

@@ -271,6 +271,11 @@ impl Snapshot {
             .and_then(Option::as_ref)
     }
 
+    /// Certificates held.
+    pub fn certificate_count(&self) -> usize {
+        self.certificates.len()
+    }
+
     /// A certificate by id.
     pub fn certificate(&self, id: &Id) -> Option<&Certificate> {
         self.certificates.get(id)
@@ -360,6 +365,14 @@ impl Snapshot {
         }
         self.certificates.insert(cert.id.clone(), cert);
         Ok(())
+    }
+
+    /// Drops every certificate whose interval ended at or before `now`; it can support nothing
+    /// any more. Returns how many went.
+    pub fn prune_certificates(&mut self, now: Nanos) -> usize {
+        let before = self.certificates.len();
+        self.certificates.retain(|_, c| c.valid_until > now);
+        before - self.certificates.len()
     }
 
     /// Removes a certificate (revocation). Returns whether one was held.

@@ -37,6 +37,25 @@ pub struct Config {
     pub receipts: ReceiptConfig,
     /// Logging.
     pub log: LogConfig,
+    /// Limits of the protocol core.
+    pub limits: LimitsConfig,
+}
+
+/// `[limits]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Most responses live at once; one more is refused `TOO_MANY_RESPONSES`. A response stays
+    /// live until every component settled, its actions stopped streaming, and 10 s after.
+    pub max_live_responses: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> LimitsConfig {
+        LimitsConfig {
+            max_live_responses: 64,
+        }
+    }
 }
 
 /// `[vehicle]`.
@@ -274,6 +293,12 @@ impl Config {
             return Err(ConfigError(format!(
                 "{file}: receipts.max_files: {} is outside 2..100000",
                 self.receipts.max_files
+            )));
+        }
+        if !(1..=65_536).contains(&self.limits.max_live_responses) {
+            return Err(ConfigError(format!(
+                "{file}: limits.max_live_responses: {} is outside 1..65536",
+                self.limits.max_live_responses
             )));
         }
         if self.log.level.trim().is_empty() {

@@ -222,6 +222,7 @@ impl Service {
             CoreConfig {
                 boot_epoch,
                 receipts: receipts_policy,
+                max_live_responses: cfg.limits.max_live_responses,
                 ..CoreConfig::default()
             },
         );

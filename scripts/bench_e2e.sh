@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# End-to-end cost of `halo-gateway run` (a benchmark, never a test):
+#   latency: bundles POSTed over loopback HTTP to the first setpoint carrying them at the
+#            simulated PX4's socket, p50/p90/p99 over N bundles (default 10000);
+#   memory:  resident memory and CPU of the `run` process while it streams 20 Hz setpoints and
+#            takes 50 Hz telemetry, sampled every second for SECONDS (default 600).
+# Usage: scripts/bench_e2e.sh [latency N] [memory SECONDS]   (both, with defaults, when no args)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p halo-gateway --example bench_e2e --bin halo-gateway
+BENCH=target/release/examples/bench_e2e
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
+if [ $# -eq 0 ]; then
+  set -- latency 10000 memory 600
+fi
+while [ $# -gt 0 ]; do
+  case "$1" in
+    latency) "$BENCH" latency "${2:-10000}"; shift 2 || shift ;;
+    memory) "$BENCH" memory "${2:-600}" target/release/halo-gateway; shift 2 || shift ;;
+    *) echo "usage: $0 [latency N] [memory SECONDS]" >&2; exit 3 ;;
+  esac
+done
