@@ -1095,7 +1095,7 @@ fn stdio_agent_link() {
         json!({"id": 1, "op": "submit_response", "response": notice})
     )
     .unwrap();
-    let (_, r1) = next_reply(json!(1));
+    let (mut events, r1) = next_reply(json!(1));
     assert_eq!(r1["ok"], true, "{r1}");
     assert_eq!(r1["result"]["components"][0]["phase"], "EMITTED", "{r1}");
     writeln!(
@@ -1104,7 +1104,8 @@ fn stdio_agent_link() {
         json!({"id": 2, "op": "get_response", "response_id": "r-stdio"})
     )
     .unwrap();
-    let (mut events, r2) = next_reply(json!(2));
+    let (more, r2) = next_reply(json!(2));
+    events.extend(more);
     assert_eq!(r2["result"]["response"], "r-stdio", "{r2}");
     writeln!(
         stdin,
@@ -1112,17 +1113,20 @@ fn stdio_agent_link() {
         json!({"id": 3, "op": "submit_response", "response": {"response_id": "x"}})
     )
     .unwrap();
-    let (_, r3) = next_reply(json!(3));
+    let (more, r3) = next_reply(json!(3));
+    events.extend(more);
     assert_eq!(
         (r3["ok"].clone(), r3["error"]["code"].clone()),
         (json!(false), json!("MALFORMED_JSON")),
         "{r3}"
     );
     writeln!(stdin, "{{\"op\": \"fly\"}}").unwrap();
-    let (_, r4) = next_reply(Value::Null);
+    let (more, r4) = next_reply(Value::Null);
+    events.extend(more);
     assert_eq!(r4["error"]["code"], "INVALID_REQUEST", "{r4}");
     writeln!(stdin, "{}", "x".repeat(600 * 1024)).unwrap();
-    let (_, r5) = next_reply(Value::Null);
+    let (more, r5) = next_reply(Value::Null);
+    events.extend(more);
     assert_eq!(r5["error"]["code"], "RESPONSE_TOO_LARGE", "{r5}");
     writeln!(stdin, "{}", json!({"id": "s", "op": "status"})).unwrap();
     let (more, r6) = next_reply(json!("s"));
