@@ -58,7 +58,7 @@ struct Sim {
     _stop: tokio::sync::broadcast::Sender<()>,
 }
 
-fn start_sim(rt: &tokio::runtime::Runtime) -> Sim {
+fn start_sim(rt: &tokio::runtime::Runtime, drain_flying: f64) -> Sim {
     let (stop, _) = tokio::sync::broadcast::channel(1);
     let control = sitl::udp::SimControl::default();
     let sock = rt
@@ -69,7 +69,10 @@ fn start_sim(rt: &tokio::runtime::Runtime) -> Sim {
     let opts = sitl::udp::UdpOptions {
         bind: addr,
         remote: "127.0.0.1:9".parse().unwrap(),
-        config: sitl::px4::SimConfig::default(),
+        config: sitl::px4::SimConfig {
+            drain_flying,
+            ..sitl::px4::SimConfig::default()
+        },
         setpoint_log: None,
         seed: 5,
     };
@@ -175,7 +178,7 @@ fn latency(n: usize) {
         .enable_all()
         .build()
         .unwrap();
-    let sim = start_sim(&rt);
+    let sim = start_sim(&rt, sitl::px4::SimConfig::default().drain_flying);
     let dir = std::env::temp_dir().join(format!("halo-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut cfg = halo_gateway::service::Config::default();
@@ -306,7 +309,9 @@ fn memory(seconds: u64, binary: &str) {
         .enable_all()
         .build()
         .unwrap();
-    let sim = start_sim(&rt);
+    // A battery that lasts the run (the default drains to the catalog's 25 % floor in about
+    // eight minutes of flight, and ENERGY_LOW then rightly stops every route action).
+    let sim = start_sim(&rt, 0.05);
     let dir = std::env::temp_dir().join(format!("halo-bench-mem-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut child = std::process::Command::new(binary)
@@ -371,6 +376,13 @@ fn memory(seconds: u64, binary: &str) {
         }
         if let Some((rss, ticks)) = proc_sample(pid) {
             samples.push((t0.elapsed().as_secs_f64(), rss, ticks));
+            if samples.len() % 60 == 0 {
+                eprintln!(
+                    "bench_e2e memory: {:>4.0} s  RSS {:.1} MB",
+                    t0.elapsed().as_secs_f64(),
+                    rss as f64 / 1024.0
+                );
+            }
         }
         std::thread::sleep(Duration::from_secs(1));
     }
