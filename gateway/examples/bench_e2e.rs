@@ -96,32 +96,8 @@ fn providers(url: String, token: String, stop: Arc<AtomicBool>) -> std::thread::
         let a = http();
         while !stop.load(Ordering::Relaxed) {
             let at = halo_gateway::service::core_task::wall_now_ms();
-            for (s, v, e, p) in [
-                (
-                    "traffic",
-                    json!([{"north_m": 300.0, "east_m": -200.0, "down_m": -40.0}]),
-                    41,
-                    "utm-feed-a",
-                ),
-                ("map", Value::Null, 7, "map-service"),
-                (
-                    "bounds",
-                    json!({"north_min": -50.0, "north_max": 100.0, "east_min": -50.0, "east_max": 100.0, "down_min": -60.0, "down_max": 0.5}),
-                    3,
-                    "corridor-12",
-                ),
-                ("authority", json!(true), 1, "operator"),
-                ("airspace", json!(true), 1, "laanc"),
-                ("preflight", json!(true), 1, "operator"),
-                ("wind", json!(4.0), 1, "weather"),
-                ("z_range", json!(5.1), 1, "rangefinder"),
-            ] {
-                post(
-                    &a,
-                    &format!("{url}/v1/state/{s}"),
-                    &token,
-                    &json!({"value": v, "epoch": e, "provenance": p, "generated_at_unix_ms": at}),
-                );
+            for (source, body) in halo_gateway::runtime::demo::provider_updates(7, at) {
+                post(&a, &format!("{url}/v1/state/{source}"), &token, &body);
             }
             std::thread::sleep(Duration::from_millis(200));
         }

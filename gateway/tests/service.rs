@@ -278,29 +278,7 @@ impl Providers {
     }
 
     fn publish_once(url: &str, token: &str, map_epoch: u64) {
-        let at = unix_ms();
-        let updates = [
-            (
-                "traffic",
-                json!([{"north_m": 300.0, "east_m": -200.0, "down_m": -40.0}]),
-                41,
-                "utm-feed-a",
-            ),
-            ("map", Value::Null, map_epoch, "map-service"),
-            (
-                "bounds",
-                json!({"north_min": -50.0, "north_max": 100.0, "east_min": -50.0, "east_max": 100.0, "down_min": -60.0, "down_max": 0.5}),
-                3,
-                "corridor-12",
-            ),
-            ("authority", json!(true), 1, "operator"),
-            ("airspace", json!(true), 1, "laanc"),
-            ("preflight", json!(true), 1, "operator"),
-            ("wind", json!(4.0), 1, "weather"),
-            ("z_range", json!(5.1), 1, "rangefinder"),
-        ];
-        for (source, value, epoch, prov) in updates {
-            let body = json!({"value": value, "epoch": epoch, "provenance": prov, "generated_at_unix_ms": at});
+        for (source, body) in halo_gateway::runtime::demo::provider_updates(map_epoch, unix_ms()) {
             let (st, v) = post(
                 &format!("{url}/v1/state/{source}"),
                 Some(token),
