@@ -194,9 +194,9 @@ enum ContractCmd {
     /// mission-contract monitor, printing every decision. Stops at the first refusal unless
     /// `--keep-going`. Exit 0 when every step was allowed, 1 when one was refused.
     Run {
-        /// The registered domain (TOML).
-        #[arg(long, default_value = "catalogs/contract-uav.toml")]
-        domain: PathBuf,
+        /// The registered domain (TOML); the embedded `uav-survey` domain when absent.
+        #[arg(long)]
+        domain: Option<PathBuf>,
         /// Workflow (JSON: `approved_by`, `contract`, `steps`); see docs/contracts.md.
         workflow: PathBuf,
         /// Where to write the receipt log (JSON lines).
@@ -210,9 +210,9 @@ enum ContractCmd {
     /// with the monitor): every decision, version, state, trace digest and reservation. Exit 0
     /// when the log verifies, 2 when it does not.
     Audit {
-        /// The registered domain (TOML).
-        #[arg(long, default_value = "catalogs/contract-uav.toml")]
-        domain: PathBuf,
+        /// The registered domain (TOML); the embedded `uav-survey` domain when absent.
+        #[arg(long)]
+        domain: Option<PathBuf>,
         /// The receipt log.
         receipts: PathBuf,
     },
@@ -295,10 +295,10 @@ where
                     receipts,
                     keep_going,
                 },
-        } => contract_run(&domain, &workflow, &receipts, keep_going),
+        } => contract_run(domain.as_deref(), &workflow, &receipts, keep_going),
         Cmd::Contract {
             cmd: ContractCmd::Audit { domain, receipts },
-        } => contract_audit(&domain, &receipts),
+        } => contract_audit(domain.as_deref(), &receipts),
         Cmd::Catalog { path } => match crate::io::load_catalog(&path) {
             Ok(cat) => {
                 println!(
@@ -803,13 +803,23 @@ struct WorkflowFile {
     steps: Vec<crate::contract::workflow::Step>,
 }
 
-fn contract_run(domain: &Path, workflow: &Path, receipts: &Path, keep_going: bool) -> i32 {
+/// The contract domain's text and a name for it: the file, or the one compiled in.
+fn domain_text(domain: Option<&Path>) -> Result<(String, String), String> {
+    match domain {
+        Some(p) => read(p)
+            .and_then(|b| String::from_utf8(b).map_err(|e| format!("{}: {e}", p.display())))
+            .map(|t| (t, p.display().to_string())),
+        None => Ok((
+            crate::service::EMBEDDED_CONTRACT_DOMAIN.to_string(),
+            "embedded contract-uav.toml".to_string(),
+        )),
+    }
+}
+
+fn contract_run(domain: Option<&Path>, workflow: &Path, receipts: &Path, keep_going: bool) -> i32 {
     use crate::contract::workflow::{Runner, Step};
-    let loaded = read(domain)
-        .and_then(|b| String::from_utf8(b).map_err(|e| format!("{}: {e}", domain.display())))
-        .and_then(|t| {
-            crate::contract::Domain::parse(&t, &domain.display().to_string()).map_err(|e| e.0)
-        })
+    let loaded = domain_text(domain)
+        .and_then(|(t, name)| crate::contract::Domain::parse(&t, &name).map_err(|e| e.0))
         .and_then(|d| {
             let wf: WorkflowFile = read(workflow).and_then(|b| {
                 serde_json::from_slice(&b).map_err(|e| format!("{}: {e}", workflow.display()))
@@ -902,12 +912,13 @@ versions: {:?}",
     if refused { EXIT_PARTIAL } else { EXIT_OK }
 }
 
-fn contract_audit(domain: &Path, receipts: &Path) -> i32 {
-    let text = read(domain).and_then(|b| String::from_utf8(b).map_err(|e| e.to_string()));
-    let d = match text.and_then(|t| sitl::contract_audit::AuditDomain::from_toml(&t)) {
+fn contract_audit(domain: Option<&Path>, receipts: &Path) -> i32 {
+    let d = match domain_text(domain).and_then(|(t, name)| {
+        sitl::contract_audit::AuditDomain::from_toml(&t).map_err(|e| format!("{name}: {e}"))
+    }) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("error: {}: {e}", domain.display());
+            eprintln!("error: {e}");
             return EXIT_ERROR;
         }
     };

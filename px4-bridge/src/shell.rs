@@ -179,6 +179,12 @@ impl BridgeHandle {
             .map_err(|_| EnqueueError::QueueFull)
     }
 
+    /// Whether a dispatched setpoint would be taken now, as last seen: link up and the vehicle
+    /// not owned by a pilot, a failsafe or an autopilot procedure.
+    pub fn offboard_capable(&self) -> bool {
+        self.shared.capable.load(Ordering::Acquire)
+    }
+
     /// Whether the autopilot link is up, as last seen.
     pub fn link_up(&self) -> bool {
         self.shared.link_up.load(Ordering::Acquire)

@@ -634,26 +634,8 @@ impl Catalog {
             let field = format!("zones.{name}");
             let zid = cx.id(z.span(), &field, name)?;
             let b = *z.get_ref();
-            let finite = [
-                b.north_min,
-                b.north_max,
-                b.east_min,
-                b.east_max,
-                b.down_min,
-                b.down_max,
-            ]
-            .iter()
-            .all(|x| x.is_finite());
-            if !finite
-                || b.north_min > b.north_max
-                || b.east_min > b.east_max
-                || b.down_min > b.down_max
-            {
-                return Err(cx.err(
-                    z.span(),
-                    field,
-                    "a zone needs finite bounds with min <= max on every axis",
-                ));
+            if let Err(e) = b.check() {
+                return Err(cx.err(z.span(), field, format!("zone bounds: {e}")));
             }
             let overlaps = |a: &BoxNed, c: &BoxNed| {
                 a.north_min < c.north_max

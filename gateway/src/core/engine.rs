@@ -1094,7 +1094,6 @@ impl Shared {
                 && matches!(x.phase, Phase::Dispatched | Phase::ObservedSuccess)
                 && x.streaming_until.is_some_and(|u| now < u);
             let binding = x.binding;
-            let cid = c.id.clone();
             if let Some(x) = r.inst_mut(i) {
                 if first || v.ok != x.local.ok || v.code != x.local.code {
                     changed |= 1u64 << i;
@@ -1104,7 +1103,8 @@ impl Shared {
                     x.streaming_until = None;
                 }
             }
-            if let (true, Some(b)) = (lost, binding) {
+            if let (true, Some(b), Some(c)) = (lost, binding, r.graph.component(i)) {
+                let cid = c.id.clone();
                 let code = v.code.unwrap_or(ReasonCode::RULE_FAILED);
                 self.events.push_back(Event::SupportLost {
                     response: r.id.clone(),

@@ -71,6 +71,31 @@ pub struct BoxNed {
 }
 
 impl BoxNed {
+    /// Checks the box is usable: every bound finite and `min <= max` on every axis.
+    ///
+    /// # Errors
+    /// A message for people.
+    pub fn check(&self) -> Result<(), String> {
+        let all = [
+            self.north_min,
+            self.north_max,
+            self.east_min,
+            self.east_max,
+            self.down_min,
+            self.down_max,
+        ];
+        if !all.iter().all(|x| x.is_finite()) {
+            return Err("numbers must be finite".into());
+        }
+        if self.north_min > self.north_max
+            || self.east_min > self.east_max
+            || self.down_min > self.down_max
+        {
+            return Err("bounds must have min <= max on every axis".into());
+        }
+        Ok(())
+    }
+
     /// True when `(n, e, d)` lies inside, edges included.
     pub fn contains(&self, n: f64, e: f64, d: f64) -> bool {
         (self.north_min..=self.north_max).contains(&n)
@@ -140,19 +165,7 @@ impl Value {
             ValueKind::Text => Value::Text(de(raw)?),
             ValueKind::Bounds => {
                 let b: BoxNed = de(raw)?;
-                for x in [
-                    b.north_min,
-                    b.north_max,
-                    b.east_min,
-                    b.east_max,
-                    b.down_min,
-                    b.down_max,
-                ] {
-                    finite(x)?;
-                }
-                if b.north_min > b.north_max || b.east_min > b.east_max || b.down_min > b.down_max {
-                    return Err("bounds must have min <= max on every axis".into());
-                }
+                b.check()?;
                 Value::Bounds(b)
             }
             ValueKind::Traffic => {

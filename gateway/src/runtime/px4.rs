@@ -20,6 +20,8 @@ pub struct Px4Adapter {
     /// Every binding the bridge took, with the response and component it belongs to, so a
     /// later observation can be attributed.
     pub dispatched: BTreeMap<[u8; 32], (Id, Id)>,
+    /// The newest position target handed to the bridge (a hold or a land ends it).
+    pub last_target: Option<[u8; 32]>,
 }
 
 impl Px4Adapter {
@@ -28,6 +30,7 @@ impl Px4Adapter {
         Px4Adapter {
             handle,
             dispatched: BTreeMap::new(),
+            last_target: None,
         }
     }
 
@@ -68,10 +71,29 @@ impl Adapter for Px4Adapter {
             ActionCommand::Land => self.handle.command(Command::Land),
         };
         r.map_err(adapter_error)?;
+        self.last_target = matches!(req.command, ActionCommand::Route(_)).then_some(binding);
         self.dispatched
             .insert(binding, (req.response.clone(), req.component.clone()));
         Ok(())
     }
+}
+
+/// A vehicle source update from PX4 (provenance `px4`, epoch 1), or `None` when the catalog has
+/// no such source or gives it another kind of value.
+pub fn vehicle_update(cat: &Catalog, name: &str, at: Nanos, value: Value) -> Option<SourceUpdate> {
+    let ix = cat.source_ix(name)?;
+    if cat.source(ix).map(|s| s.value) != Some(value.kind()) {
+        return None;
+    }
+    Some(SourceUpdate {
+        source: ix,
+        state: SourceState {
+            generated_at: at,
+            epoch: 1,
+            provenance: Id::new("px4").ok()?,
+            value,
+        },
+    })
 }
 
 /// Turns bridge telemetry into provider updates for the catalog's vehicle sources:
@@ -81,22 +103,7 @@ impl Adapter for Px4Adapter {
 pub fn telemetry_updates(cat: &Catalog, ev: &BridgeEvent, now: Nanos) -> Vec<SourceUpdate> {
     let mut out = Vec::new();
     let mut push = |name: &str, at: Nanos, value: Value| {
-        let Some(ix) = cat.source_ix(name) else {
-            return;
-        };
-        if cat.source(ix).map(|s| s.value) != Some(value.kind()) {
-            return;
-        }
-        let Ok(prov) = Id::new("px4") else { return };
-        out.push(SourceUpdate {
-            source: ix,
-            state: SourceState {
-                generated_at: at,
-                epoch: 1,
-                provenance: prov,
-                value,
-            },
-        });
+        out.extend(vehicle_update(cat, name, at, value));
     };
     match ev {
         BridgeEvent::Telemetry(u) => {

@@ -29,7 +29,7 @@ use crate::core::ids::Id;
 use crate::core::reason::ReasonCode;
 use crate::core::state::{Certificate, SourceState, SourceUpdate, Value};
 use crate::core::time::Nanos;
-use crate::runtime::px4::{Px4Adapter, telemetry_updates};
+use crate::runtime::px4::{Px4Adapter, telemetry_updates, vehicle_update};
 
 /// An error answer: HTTP status, stable code, message, offending ids.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,6 +92,29 @@ impl std::fmt::Display for ApiError {
 pub type Answer = Result<serde_json::Value, ApiError>;
 /// Where the answer goes.
 pub type Reply = oneshot::Sender<Answer>;
+
+/// Sends one request to the core task and waits for its answer: the one way every interface
+/// (HTTP, stdio) reaches the core. The queue is bounded and never waited on: a full queue is
+/// `SERVICE_BUSY` at once.
+pub async fn ask(cmds: &mpsc::Sender<Cmd>, make: impl FnOnce(Reply) -> Cmd) -> Answer {
+    let shutting = || {
+        ApiError::new(
+            503,
+            ReasonCode::SHUTTING_DOWN,
+            "the gateway is shutting down",
+        )
+    };
+    let (tx, rx) = oneshot::channel();
+    match cmds.try_send(make(tx)) {
+        Ok(()) => rx.await.unwrap_or_else(|_| Err(shutting())),
+        Err(mpsc::error::TrySendError::Full(_)) => Err(ApiError::new(
+            503,
+            ReasonCode::SERVICE_BUSY,
+            "the gateway's input queue is full; retry",
+        )),
+        Err(mpsc::error::TrySendError::Closed(_)) => Err(shutting()),
+    }
+}
 
 /// What the operator can ask of the vehicle and the gateway.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -389,8 +412,6 @@ pub struct Core {
     /// Boot epoch.
     pub boot_epoch: u64,
     pending: VecDeque<Pending>,
-    /// The binding the bridge streams now, from its events.
-    active_target: Option<[u8; 32]>,
     /// A deny-hold asked of the bridge: binding and the instant support was lost.
     deny_hold_since: Option<([u8; 32], Nanos)>,
     last_link_refresh: Nanos,
@@ -514,7 +535,6 @@ impl Core {
             vehicle: VehicleView::default(),
             boot_epoch,
             pending: VecDeque::new(),
-            active_target: None,
             deny_hold_since: None,
             last_link_refresh: Nanos::ZERO,
             last_housekeeping: origin,
@@ -671,10 +691,14 @@ impl Core {
     /// A streaming action lost its support: hold at once if the bridge still streams it.
     fn deny_hold(&mut self, response: &Id, component: &Id, binding: Digest, code: ReasonCode) {
         let now = self.now();
-        // Only the target the bridge still streams is held. When PX4 or a pilot took the
-        // vehicle (a landing, RTL, a manual mode) the bridge stopped streaming and the active
-        // target was cleared with that mode change, so nothing here interrupts them.
-        let streaming = self.active_target == Some(binding.0);
+        // Only the newest target handed to the bridge is held, and only while the bridge says
+        // a setpoint would be taken: when PX4 or a pilot owns the vehicle (a landing, RTL, a
+        // manual mode) the bridge is not offboard-capable and nothing here interrupts them.
+        // The bridge takes inputs in order, so a hold sent right after an enqueue it has not
+        // processed yet still stops that target.
+        let handle = self.adapter.px4.handle();
+        let streaming =
+            self.adapter.px4.last_target == Some(binding.0) && handle.offboard_capable();
         if streaming {
             let r = self.adapter.px4.handle().hold();
             self.deny_hold_since = r.is_ok().then_some((binding.0, now));
@@ -804,10 +828,6 @@ impl Core {
                 let from_s = from.map(mode_name);
                 tracing::info!(from = from_s.as_deref().unwrap_or("unknown"), to = %to, "PX4 mode");
                 self.vehicle.mode = Some(mode_name(*to));
-                if to.owned_by_autopilot_or_pilot() {
-                    // The bridge stops streaming when PX4 or a pilot owns the vehicle.
-                    self.active_target = None;
-                }
                 self.publish(
                     "vehicle_mode",
                     &json!({"from": from_s, "to": mode_name(*to)}),
@@ -848,7 +868,6 @@ impl Core {
                 fingerprint,
                 valid_until,
             } => {
-                self.active_target = Some(*binding);
                 self.publish(
                 "vehicle_target",
                 &json!({"state": "started", "binding": Digest(*binding), "fingerprint": fingerprint.to_string(),
@@ -859,16 +878,12 @@ impl Core {
                 binding,
                 fingerprint,
             } => {
-                if self.active_target == Some(*binding) {
-                    self.active_target = None;
-                }
                 self.publish(
                     "vehicle_target",
                     &json!({"state": "expired", "binding": Digest(*binding), "fingerprint": fingerprint.to_string()}),
                 );
             }
             BridgeEvent::Holding { kind, reason } => {
-                self.active_target = None;
                 // The bridge emits Holding after it sent the first hold setpoint (or asked PX4
                 // for HOLD): the time from the loss of support to here is the deny-hold latency.
                 if let Some((b, since)) = self.deny_hold_since.take() {
@@ -898,27 +913,10 @@ impl Core {
     }
 
     fn push_vehicle_source(&mut self, name: &str, at: Nanos, value: Value) {
-        let cat = self.gw.catalog();
-        let Some(ix) = cat.source_ix(name) else {
-            return;
-        };
-        if cat.source(ix).map(|s| s.value) != Some(value.kind()) {
-            return;
-        }
-        let Ok(prov) = Id::new("px4") else { return };
         let now = self.now();
-        let _ = self.gw.handle_source_update(
-            now,
-            SourceUpdate {
-                source: ix,
-                state: SourceState {
-                    generated_at: at,
-                    epoch: 1,
-                    provenance: prov,
-                    value,
-                },
-            },
-        );
+        if let Some(u) = vehicle_update(self.gw.catalog(), name, at, value) {
+            let _ = self.gw.handle_source_update(now, u);
+        }
     }
 
     fn finish_operator(&mut self, p: Pending, outcome: CommandOutcome) {
@@ -1079,7 +1077,7 @@ impl Core {
         let d = self.monitor.handle(ContractRequest { caller, op });
         tracing::info!(
             op = name,
-            verdict = ?d.verdict,
+            verdict = verdict_name(d.verdict),
             reason = d.reason.map(|r| r.name()).unwrap_or("none"),
             "mission contract"
         );
@@ -1513,6 +1511,15 @@ impl Core {
                 tracing::error!(error = %e, "cannot sync the receipt log");
             }
         }
+    }
+}
+
+fn verdict_name(v: crate::contract::Verdict) -> &'static str {
+    match v {
+        crate::contract::Verdict::Allow => "allow",
+        crate::contract::Verdict::Deny => "deny",
+        crate::contract::Verdict::Indeterminate => "indeterminate",
+        crate::contract::Verdict::Reauthorize => "reauthorize",
     }
 }
 

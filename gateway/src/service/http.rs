@@ -32,9 +32,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use futures_util::stream::Stream;
 use subtle::ConstantTimeEq;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
-use super::core_task::{Answer, ApiError, Cmd, OperatorOp, RESPONSE_LIMIT, Reply, wall_now_ms};
+use super::core_task::{
+    Answer, ApiError, Cmd, OperatorOp, RESPONSE_LIMIT, Reply, ask, wall_now_ms,
+};
 use super::hub::{Hub, HubEvent};
 use super::metrics::{Metrics, RequestLabel};
 use super::statedir::Credentials;
@@ -187,31 +189,7 @@ async fn read_body(req: Request, limit: usize) -> Result<Vec<u8>, ApiError> {
 
 /// Sends a command to the core and waits for its answer.
 async fn call(st: &AppState, make: impl FnOnce(Reply) -> Cmd) -> Answer {
-    let (tx, rx) = oneshot::channel();
-    match st.cmds.try_send(make(tx)) {
-        Ok(()) => {}
-        Err(mpsc::error::TrySendError::Full(_)) => {
-            return Err(ApiError::new(
-                503,
-                ReasonCode::SERVICE_BUSY,
-                "the gateway's input queue is full; retry",
-            ));
-        }
-        Err(mpsc::error::TrySendError::Closed(_)) => {
-            return Err(ApiError::new(
-                503,
-                ReasonCode::SHUTTING_DOWN,
-                "the gateway is shutting down",
-            ));
-        }
-    }
-    rx.await.unwrap_or_else(|_| {
-        Err(ApiError::new(
-            503,
-            ReasonCode::SHUTTING_DOWN,
-            "the gateway is shutting down",
-        ))
-    })
+    ask(&st.cmds, make).await
 }
 
 async fn post_response(State(st): State<AppState>, headers: HeaderMap, req: Request) -> Response {

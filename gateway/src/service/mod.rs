@@ -387,24 +387,27 @@ pub fn banner(s: &Service) -> String {
         s.boot_epoch
     ));
     out.push_str(&format!("  receipts:  {}\n", s.receipts_path.display()));
-    out.push_str(&format!(
-        "  agent:     {}  {}{}\n",
-        s.credentials.agent,
-        s.credential_files.agent.display(),
-        created(0)
-    ));
-    out.push_str(&format!(
-        "  provider:  {}  {}{}\n",
-        s.credentials.provider,
-        s.credential_files.provider.display(),
-        created(1)
-    ));
-    out.push_str(&format!(
-        "  operator:  {}  {}{}\n",
-        s.credentials.operator,
-        s.credential_files.operator.display(),
-        created(2)
-    ));
+    let roles = [
+        ("agent", &s.credentials.agent, &s.credential_files.agent),
+        (
+            "provider",
+            &s.credentials.provider,
+            &s.credential_files.provider,
+        ),
+        (
+            "operator",
+            &s.credentials.operator,
+            &s.credential_files.operator,
+        ),
+    ];
+    for (i, (role, token, file)) in roles.iter().enumerate() {
+        out.push_str(&format!(
+            "  {:<10} {token}  {}{}\n",
+            format!("{role}:"),
+            file.display(),
+            created(i)
+        ));
+    }
     out.push_str(&format!(
         "  try:       curl {}/v1/status\n  events:    curl -N -H 'Authorization: Bearer <agent>' {}/v1/events\n",
         s.url(),

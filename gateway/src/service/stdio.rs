@@ -121,21 +121,7 @@ async fn call(
     cmds: &mpsc::Sender<Cmd>,
     make: impl FnOnce(oneshot::Sender<Answer>) -> Cmd,
 ) -> Answer {
-    let (tx, rx) = oneshot::channel();
-    if cmds.send(make(tx)).await.is_err() {
-        return Err(ApiError::new(
-            503,
-            ReasonCode::SHUTTING_DOWN,
-            "the gateway is shutting down",
-        ));
-    }
-    rx.await.unwrap_or_else(|_| {
-        Err(ApiError::new(
-            503,
-            ReasonCode::SHUTTING_DOWN,
-            "the gateway is shutting down",
-        ))
-    })
+    super::core_task::ask(cmds, make).await
 }
 
 async fn handle(cmds: &mpsc::Sender<Cmd>, line: &[u8]) -> String {
