@@ -26,10 +26,13 @@ export PATH="$PWD/$VENV/bin:$PATH"
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
-echo "==> cargo clippy (warnings are errors)"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "==> cargo test"
+# Lints and tests use the release profile, the one the demo builds: the tests share its
+# dependencies and spawn the release binary a deployment runs (CARGO_BIN_EXE_halo-gateway),
+# and the lints share its build scripts and proc macros.
+echo "==> cargo clippy --release (warnings are errors)"
+cargo clippy --workspace --all-targets --release --locked -- -D warnings
+echo "==> cargo test --release"
 mkdir -p target
-cargo test --workspace --locked -- --nocapture 2>&1 | tee target/test-output.txt
+cargo test --workspace --release --locked -- --nocapture 2>&1 | tee target/test-output.txt
 echo "==> suite summaries"
 grep -E '^[a-z-]+: [0-9]+/[0-9]+ matched' target/test-output.txt || true

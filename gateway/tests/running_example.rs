@@ -144,3 +144,55 @@ fn every_decision_leaves_a_hash_linked_receipt() {
     tampered[last].body["code"] = serde_json::json!("TOKEN_REVOKED");
     assert!(halo_gateway::core::receipt::verify_chain(&tampered).is_err());
 }
+
+/// A dispatched action streams under its certified interval: a support loss meanwhile is a
+/// deny-hold (`SupportLost`). Once the vehicle stopped streaming it (`stream_ended`: a later
+/// target, a hold or a land replaced it) the same loss is no longer reported, and the finished
+/// response retires after the retention instead of waiting out the interval.
+#[test]
+fn a_support_loss_is_a_deny_hold_only_while_the_action_streams() {
+    let run = |end_stream: bool| -> (usize, bool) {
+        let cfg = Config {
+            done_retention: Nanos::from_ms(100),
+            ..Config::default()
+        };
+        let mut gw = Gateway::new(uav_catalog(), cfg);
+        healthy_uav(&mut gw, 1_000);
+        let resp = running_example("r1", 1);
+        certify(&mut gw, 1_000, &resp, "e3", "cert-9f2c", 20_000);
+        gw.handle_response(Nanos::from_ms(1_100), resp.as_bytes())
+            .unwrap();
+        let tok = gw.poll_dispatch().unwrap();
+        let mut ad = RecordingAdapter::new();
+        assert!(
+            gw.final_gate(Nanos::from_ms(1_120), tok, &mut ad)
+                .is_dispatched()
+        );
+        drain(&mut gw);
+        if end_stream {
+            gw.stream_ended(&id("r1"), &id("e3"));
+        }
+        // Done at 1_120; retention 100 ms; the certified interval runs to 21 s.
+        gw.handle_timeout(Nanos::from_ms(2_000));
+        let live = gw.response_ids().any(|r| r.as_str() == "r1");
+        // The map epoch changes while the interval still runs.
+        put(
+            &mut gw,
+            2_100,
+            "map",
+            serde_json::json!(null),
+            8,
+            "map-service",
+            2_100,
+        );
+        let lost = drain(&mut gw)
+            .into_iter()
+            .filter(
+                |e| matches!(e, Event::SupportLost { component, .. } if component.as_str() == "e3"),
+            )
+            .count();
+        (lost, live)
+    };
+    assert_eq!(run(false), (1, true), "streaming: deny-hold, still live");
+    assert_eq!(run(true), (0, false), "stream ended: no deny-hold, retired");
+}

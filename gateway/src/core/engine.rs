@@ -737,6 +737,22 @@ impl Gateway {
         }
     }
 
+    /// The vehicle no longer streams this dispatched action's target: a later target, a hold
+    /// or a land replaced it. From now a loss of its support is no longer a deny-hold, and a
+    /// done response that streams nothing else stops watching its sources and retires on time.
+    /// Unknown ids are ignored (the response may have retired already).
+    pub fn stream_ended(&mut self, response: &Id, component: &Id) {
+        let Some(r) = self.responses.get_mut(response) else {
+            return;
+        };
+        let Some(i) = r.graph.index_of(component) else {
+            return;
+        };
+        if let Some(x) = r.inst_mut(i) {
+            x.streaming_until = None;
+        }
+    }
+
     /// Records the downstream observation of a dispatched action: success advances it to
     /// OBSERVED_SUCCESS; failure marks it FAILED and invalidates its unemitted or undispatched
     /// descendants.

@@ -1,6 +1,6 @@
 //! The PX4 bridge as the gate's adapter, and PX4 telemetry as provider updates.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
 use px4_bridge::shell::BridgeHandle;
 use px4_bridge::telemetry::{LandedState, Telemetry};
@@ -14,14 +14,22 @@ use crate::core::payload::ActionCommand;
 use crate::core::state::{SourceState, SourceUpdate, Value};
 use crate::core::time::Nanos;
 
+/// How many dispatched commands the adapter remembers for attributing PX4's echo of a target.
+/// PX4 echoes a target within a few stream periods, long before this many newer ones exist.
+const RECENT: usize = 16;
+
 /// The governed adapter for PX4: exact setpoints through the bridge's non-blocking queue.
 pub struct Px4Adapter {
     handle: BridgeHandle,
-    /// Every binding the bridge took, with the response and component it belongs to, so a
-    /// later observation can be attributed.
-    pub dispatched: BTreeMap<[u8; 32], (Id, Id)>,
+    /// The newest commands the bridge took (at most [`RECENT`], newest last), each with the
+    /// response and component it belongs to, so PX4's echo can be attributed.
+    recent: VecDeque<([u8; 32], Id, Id)>,
     /// The newest position target handed to the bridge (a hold or a land ends it).
     pub last_target: Option<[u8; 32]>,
+    /// Targets whose stream this adapter ended (a later target, a hold or a land replaced
+    /// it), as (response, component), for the shell to tell the gateway
+    /// (`Gateway::stream_ended`). Drain with [`Px4Adapter::take_ended`].
+    ended: Vec<(Id, Id)>,
 }
 
 impl Px4Adapter {
@@ -29,9 +37,42 @@ impl Px4Adapter {
     pub fn new(handle: BridgeHandle) -> Px4Adapter {
         Px4Adapter {
             handle,
-            dispatched: BTreeMap::new(),
+            recent: VecDeque::with_capacity(RECENT),
             last_target: None,
+            ended: Vec::new(),
         }
+    }
+
+    /// The response and component a recently dispatched binding belongs to.
+    pub fn attribute(&self, binding: &[u8; 32]) -> Option<(&Id, &Id)> {
+        self.recent
+            .iter()
+            .rev()
+            .find(|(b, _, _)| b == binding)
+            .map(|(_, r, c)| (r, c))
+    }
+
+    /// The current target no longer streams (the bridge holds, lands or lost the link).
+    pub fn target_ended(&mut self) {
+        if let Some(b) = self.last_target.take() {
+            if let Some((r, c)) = self.attribute(&b) {
+                let ended = (r.clone(), c.clone());
+                self.ended.push(ended);
+            }
+        }
+    }
+
+    /// The bridge stopped streaming this target by itself (it expired or was dropped); a
+    /// newer target that replaced it meanwhile is unaffected.
+    pub fn target_ended_if(&mut self, binding: &[u8; 32]) {
+        if self.last_target == Some(*binding) {
+            self.target_ended();
+        }
+    }
+
+    /// The streams ended since the last call, as (response, component).
+    pub fn take_ended(&mut self) -> Vec<(Id, Id)> {
+        std::mem::take(&mut self.ended)
     }
 
     /// The bridge handle.
@@ -71,9 +112,15 @@ impl Adapter for Px4Adapter {
             ActionCommand::Land => self.handle.command(Command::Land),
         };
         r.map_err(adapter_error)?;
+        if self.last_target != Some(binding) {
+            self.target_ended();
+        }
         self.last_target = matches!(req.command, ActionCommand::Route(_)).then_some(binding);
-        self.dispatched
-            .insert(binding, (req.response.clone(), req.component.clone()));
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
+        }
+        self.recent
+            .push_back((binding, req.response.clone(), req.component.clone()));
         Ok(())
     }
 }

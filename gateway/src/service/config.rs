@@ -46,14 +46,19 @@ pub struct Config {
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     /// Most responses live at once; one more is refused `TOO_MANY_RESPONSES`. A response stays
-    /// live until every component settled, its actions stopped streaming, and 10 s after.
+    /// live until every component settled, its actions stopped streaming, and
+    /// `done_retention_ms` after.
     pub max_live_responses: usize,
+    /// How long a finished response stays live (readable at `GET /v1/responses/{id}`, and
+    /// re-evaluated on every relevant update as the protocol's retained set requires), ms.
+    pub done_retention_ms: u64,
 }
 
 impl Default for LimitsConfig {
     fn default() -> LimitsConfig {
         LimitsConfig {
             max_live_responses: 64,
+            done_retention_ms: 10_000,
         }
     }
 }
@@ -299,6 +304,12 @@ impl Config {
             return Err(ConfigError(format!(
                 "{file}: limits.max_live_responses: {} is outside 1..65536",
                 self.limits.max_live_responses
+            )));
+        }
+        if self.limits.done_retention_ms > 3_600_000 {
+            return Err(ConfigError(format!(
+                "{file}: limits.done_retention_ms: {} is over one hour (3600000)",
+                self.limits.done_retention_ms
             )));
         }
         if self.log.level.trim().is_empty() {

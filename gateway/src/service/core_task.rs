@@ -593,6 +593,10 @@ impl Core {
                 break;
             }
         }
+        // Streams the adapter ended (replaced, held, expired) no longer watch their support.
+        for (r, c) in self.adapter.px4.take_ended() {
+            self.gw.stream_ended(&r, &c);
+        }
         self.write_receipts();
     }
 
@@ -701,6 +705,7 @@ impl Core {
             self.adapter.px4.last_target == Some(binding.0) && handle.offboard_capable();
         if streaming {
             let r = self.adapter.px4.handle().hold();
+            self.adapter.px4.target_ended();
             self.deny_hold_since = r.is_ok().then_some((binding.0, now));
             tracing::warn!(%response, %component, reason = %code, "support lost while streaming: deny-hold");
         }
@@ -762,7 +767,8 @@ impl Core {
             let _ = self.gw.handle_source_update(now, u);
         }
         if let BridgeEvent::TargetObserved { binding, .. } = ev {
-            if let Some((r, c)) = self.adapter.px4.dispatched.get(binding).cloned() {
+            if let Some((r, c)) = self.adapter.px4.attribute(binding) {
+                let (r, c) = (r.clone(), c.clone());
                 let _ = self.gw.handle_observation(now, &r, &c, true);
             }
         }
@@ -878,6 +884,7 @@ impl Core {
                 binding,
                 fingerprint,
             } => {
+                self.adapter.px4.target_ended_if(binding);
                 self.publish(
                     "vehicle_target",
                     &json!({"state": "expired", "binding": Digest(*binding), "fingerprint": fingerprint.to_string()}),
@@ -902,6 +909,7 @@ impl Core {
                 self.publish("vehicle_hold", &json!({"kind": kind, "reason": reason}));
             }
             BridgeEvent::EnqueueDropped { binding, reason } => {
+                self.adapter.px4.target_ended_if(binding);
                 tracing::warn!(reason = %reason, "the bridge dropped an enqueued target");
                 self.publish(
                     "vehicle_target",
@@ -1255,6 +1263,7 @@ impl Core {
             OperatorOp::Hold => {
                 self.adapter.held = true;
                 let r = self.adapter.px4.handle().hold();
+                self.adapter.px4.target_ended();
                 self.gw.record_external(
                     now,
                     "operator_hold",
@@ -1469,6 +1478,7 @@ impl Core {
         self.adapter.held = true;
         self.publish("shutdown", &json!({"reason": "signal"}));
         let _ = self.adapter.px4.handle().hold();
+        self.adapter.px4.target_ended();
         let in_offboard = self.vehicle.mode.as_deref() == Some(&mode_name(Px4Mode::OFFBOARD));
         if self.vehicle.armed && in_offboard && self.vehicle.link_up {
             let _ = self.adapter.px4.handle().command(Command::SetMode {

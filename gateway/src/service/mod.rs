@@ -34,6 +34,7 @@ use tokio::task::JoinHandle;
 
 use crate::core::catalog::Catalog;
 use crate::core::engine::{Config as CoreConfig, Gateway, ReceiptPolicy};
+use crate::core::time::Nanos;
 pub use config::Config;
 use core_task::Core;
 use statedir::{CredentialFiles, Credentials};
@@ -223,6 +224,7 @@ impl Service {
                 boot_epoch,
                 receipts: receipts_policy,
                 max_live_responses: cfg.limits.max_live_responses,
+                done_retention: Nanos::from_ms(cfg.limits.done_retention_ms),
                 ..CoreConfig::default()
             },
         );
