@@ -327,6 +327,34 @@ impl CommandTracker {
         self.awaiting_mode = keep;
     }
 
+    /// Ends every mode change in flight, queued or awaiting confirmation (`Cancelled`) and
+    /// stops retrying them: an operator took the vehicle.
+    pub fn cancel_mode_changes(&mut self, _now: Mono) {
+        let mut keep = Vec::new();
+        for p in self.in_flight.drain(..) {
+            if p.command.expected_mode().is_some() {
+                self.done
+                    .push_back((p.id, p.command, CommandOutcome::Cancelled));
+            } else {
+                keep.push(p);
+            }
+        }
+        self.in_flight = keep;
+        let mut keep = VecDeque::new();
+        for (id, c) in self.queued.drain(..) {
+            if c.expected_mode().is_some() {
+                self.done.push_back((id, c, CommandOutcome::Cancelled));
+            } else {
+                keep.push_back((id, c));
+            }
+        }
+        self.queued = keep;
+        for a in self.awaiting_mode.drain(..) {
+            self.done
+                .push_back((a.id, a.command, CommandOutcome::Cancelled));
+        }
+    }
+
     /// Ends everything in flight because the link went down.
     pub fn handle_link_lost(&mut self) {
         for p in self.in_flight.drain(..) {

@@ -18,7 +18,13 @@
 //!   (`COM_OF_LOSS_T`) fires. The bridge never streams while the link is down.
 //! - It never takes the vehicle away from a pilot, a failsafe, or an autopilot procedure
 //!   (land, return, takeoff): [`Offboard::try_enqueue`] refuses with
-//!   [`EnqueueError::NotOffboardCapable`], and it re-enters OFFBOARD on its own only from HOLD.
+//!   [`EnqueueError::NotOffboardCapable`].
+//! - The pilot wins. The bridge flies only while the operator has handed it the vehicle
+//!   ([`Offboard::permit_offboard`]; [`Config::offboard_permitted_at_start`] is off by
+//!   default). A mode change it did not command while the vehicle is armed (an RC switch, a
+//!   ground station, a PX4 failsafe) is an operator override ([`Event::Override`]): it stops
+//!   streaming, cancels its own pending mode changes, withdraws the permission, and never
+//!   enters OFFBOARD or commands a mode again until the operator permits it anew.
 //! - A mode change is reported accepted only once the HEARTBEAT shows it.
 
 use std::collections::{BTreeSet, VecDeque};
@@ -95,8 +101,12 @@ pub struct Config {
     pub mode_confirm_ms: u64,
     /// Stream this long before asking PX4 for OFFBOARD, ms.
     pub offboard_warmup_ms: u64,
-    /// Re-enter OFFBOARD from HOLD when a target is active and the warm-up has streamed.
+    /// Enter OFFBOARD from HOLD when a target is active, the warm-up has streamed and the
+    /// operator permits it.
     pub auto_offboard: bool,
+    /// Whether the operator's permission to fly is given at start. Off by default: the
+    /// operator grants it ([`Offboard::permit_offboard`]), and an override withdraws it.
+    pub offboard_permitted_at_start: bool,
     /// What to do when a target expires.
     pub hold: HoldPolicy,
     /// Telemetry rates to request with `MAV_CMD_SET_MESSAGE_INTERVAL`: (message id, Hz).
@@ -121,6 +131,7 @@ impl Default for Config {
             mode_confirm_ms: 2000,
             offboard_warmup_ms: 1000,
             auto_offboard: true,
+            offboard_permitted_at_start: false,
             hold: HoldPolicy::PositionThenPx4 { max_ms: 5000 },
             message_rates: vec![
                 (msg_id::LOCAL_POSITION_NED, 50.0),
@@ -152,6 +163,8 @@ pub enum EnqueueError {
     QueueFull,
     /// A pilot, a failsafe or an autopilot procedure owns the vehicle.
     NotOffboardCapable,
+    /// The operator has not handed the vehicle to the bridge, or took it back (an override).
+    NotPermitted,
     /// The setpoint has a non-finite field.
     InvalidSetpoint,
     /// `valid_until` is not in the future.
@@ -164,6 +177,9 @@ impl std::fmt::Display for EnqueueError {
             EnqueueError::LinkDown => "link to the autopilot is down",
             EnqueueError::QueueFull => "bridge queue is full",
             EnqueueError::NotOffboardCapable => "vehicle is not in an offboard-capable state",
+            EnqueueError::NotPermitted => {
+                "the operator has not handed the vehicle to the gateway (or took it back)"
+            }
             EnqueueError::InvalidSetpoint => "setpoint has a non-finite field",
             EnqueueError::Expired => "the certified interval already ended",
         })
@@ -223,6 +239,20 @@ pub enum Event {
         from: Option<Px4Mode>,
         /// New mode.
         to: Px4Mode,
+    },
+    /// A mode change the bridge did not command, while armed: a pilot, a ground station or a
+    /// PX4 failsafe took the vehicle. The bridge stopped streaming and will not fly again
+    /// until the operator permits it ([`Offboard::permit_offboard`]).
+    Override {
+        /// The mode before.
+        from: Option<Px4Mode>,
+        /// The mode the vehicle is in now.
+        to: Px4Mode,
+    },
+    /// The operator's permission to fly changed.
+    Permission {
+        /// Whether the bridge may fly now.
+        permitted: bool,
     },
     /// Armed state changed.
     ArmedChanged {
@@ -337,6 +367,10 @@ pub struct Offboard {
     armed: bool,
     mode: Option<Px4Mode>,
     landed: LandedState,
+    permitted: bool,
+    /// The modes the bridge's latest mode-affecting command may lead to (a takeoff ends in
+    /// HOLD by itself); any other mode while armed is an override.
+    expected_modes: Vec<Px4Mode>,
     target: Option<Active>,
     hold: Option<Hold>,
     stream_since: Option<Mono>,
@@ -379,13 +413,14 @@ impl Offboard {
             cfg.mode_confirm_ms * 1_000_000,
         );
         Offboard {
-            cfg,
             autopilot: None,
             last_heartbeat: None,
             link_up: false,
             armed: false,
             mode: None,
             landed: LandedState::Undefined,
+            permitted: cfg.offboard_permitted_at_start,
+            expected_modes: Vec::new(),
             target: None,
             hold: None,
             stream_since: None,
@@ -402,6 +437,7 @@ impl Offboard {
             outbox: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
+            cfg,
         }
     }
 
@@ -449,9 +485,26 @@ impl Offboard {
         self.last_heartbeat.map(|h| now.since(h))
     }
 
-    /// Whether a dispatched setpoint would be taken now.
+    /// Whether a dispatched setpoint would be taken now: link up, the operator's permission,
+    /// and the vehicle not owned by a pilot, a failsafe or an autopilot procedure.
     pub fn offboard_capable(&self) -> bool {
-        self.link_up && !(self.armed && self.mode.is_some_and(Px4Mode::owned_by_autopilot_or_pilot))
+        self.link_up
+            && self.permitted
+            && !(self.armed && self.mode.is_some_and(Px4Mode::owned_by_autopilot_or_pilot))
+    }
+
+    /// Whether the operator has handed the vehicle to the bridge (and not taken it back).
+    pub fn permitted(&self) -> bool {
+        self.permitted
+    }
+
+    /// The operator hands the vehicle to the bridge (again): it may enter OFFBOARD and
+    /// command modes until the next override.
+    pub fn permit_offboard(&mut self) {
+        if !self.permitted {
+            self.permitted = true;
+            self.events.push_back(Event::Permission { permitted: true });
+        }
     }
 
     /// The target being streamed, with its binding and end.
@@ -485,6 +538,9 @@ impl Offboard {
         if !self.link_up {
             return Err(EnqueueError::LinkDown);
         }
+        if !self.permitted {
+            return Err(EnqueueError::NotPermitted);
+        }
         if !self.offboard_capable() {
             return Err(EnqueueError::NotOffboardCapable);
         }
@@ -515,6 +571,17 @@ impl Offboard {
 
     /// Sends a command; its outcome arrives as [`Event::Command`].
     pub fn command(&mut self, now: Mono, command: Command) -> CommandId {
+        let expected: &[Px4Mode] = match command {
+            Command::SetMode { mode } => &[mode],
+            // PX4 goes to HOLD by itself when the takeoff ends, and RTL lands at home.
+            Command::Takeoff { .. } => &[Px4Mode::TAKEOFF, Px4Mode::HOLD],
+            Command::ReturnToLaunch => &[Px4Mode::RTL, Px4Mode::LAND],
+            Command::Land => &[Px4Mode::LAND],
+            _ => &[],
+        };
+        if !expected.is_empty() {
+            self.expected_modes = expected.to_vec();
+        }
         let target = self.target_ids();
         let id = self.commands.submit(now, command, target);
         self.flush_commands();
@@ -563,7 +630,8 @@ impl Offboard {
         self.hold = None;
         self.stream_since = None;
         self.next_stream = Mono::NEVER;
-        if self.link_up && self.armed && self.mode != Some(Px4Mode::HOLD) {
+        // Without the operator's permission the vehicle is theirs: no mode command.
+        if self.permitted && self.link_up && self.armed && self.mode != Some(Px4Mode::HOLD) {
             self.command(
                 now,
                 Command::SetMode {
@@ -575,6 +643,26 @@ impl Offboard {
             kind: HoldKind::Px4Hold,
             reason,
         });
+    }
+
+    fn operator_override(&mut self, now: Mono, from: Option<Px4Mode>, to: Px4Mode) {
+        if let Some(t) = self.target.take() {
+            self.events.push_back(Event::TargetExpired {
+                binding: t.binding,
+                fingerprint: t.sp.fingerprint(),
+            });
+        }
+        self.hold = None;
+        self.stream_since = None;
+        self.next_stream = Mono::NEVER;
+        self.expected_modes.clear();
+        self.commands.cancel_mode_changes(now);
+        self.events.push_back(Event::Override { from, to });
+        if self.permitted {
+            self.permitted = false;
+            self.events
+                .push_back(Event::Permission { permitted: false });
+        }
     }
 
     fn map_time(&self, now: Mono, time_boot_ms: u32) -> (Mono, TimeSource) {
@@ -655,14 +743,18 @@ impl Offboard {
                     self.armed = armed;
                     self.events.push_back(Event::ArmedChanged { armed });
                 }
-                if self.mode != Some(mode) {
-                    self.events.push_back(Event::ModeChanged {
-                        from: self.mode,
-                        to: mode,
-                    });
+                let from = self.mode;
+                if from != Some(mode) {
+                    self.events.push_back(Event::ModeChanged { from, to: mode });
                     self.mode = Some(mode);
                 }
                 self.commands.handle_mode(mode);
+                // INVARIANT (the pilot wins): a mode change the bridge did not command while
+                // armed takes the vehicle from the gateway until the operator hands it back.
+                if from.is_some_and(|f| f != mode) && armed && !self.expected_modes.contains(&mode)
+                {
+                    self.operator_override(now, from, mode);
+                }
                 self.telemetry(
                     now,
                     now,
@@ -1059,6 +1151,7 @@ impl Offboard {
                 .stream_since
                 .is_some_and(|s| now.since(s) >= self.cfg.offboard_warmup_ms * 1_000_000);
             if self.cfg.auto_offboard
+                && self.permitted
                 && self.target.is_some()
                 && self.armed
                 && self.mode == Some(Px4Mode::HOLD)

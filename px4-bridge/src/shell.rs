@@ -99,11 +99,13 @@ enum Input {
     },
     Hold,
     Command(Command),
+    Permit,
 }
 
 struct Shared {
     link_up: AtomicBool,
     capable: AtomicBool,
+    permitted: AtomicBool,
     dropped_events: AtomicU64,
     parse_errors: AtomicU64,
     setpoints_sent: AtomicU64,
@@ -147,6 +149,9 @@ impl BridgeHandle {
         if !self.shared.link_up.load(Ordering::Acquire) {
             return Err(EnqueueError::LinkDown);
         }
+        if !self.shared.permitted.load(Ordering::Acquire) {
+            return Err(EnqueueError::NotPermitted);
+        }
         if !self.shared.capable.load(Ordering::Acquire) {
             return Err(EnqueueError::NotOffboardCapable);
         }
@@ -179,8 +184,24 @@ impl BridgeHandle {
             .map_err(|_| EnqueueError::QueueFull)
     }
 
-    /// Whether a dispatched setpoint would be taken now, as last seen: link up and the vehicle
-    /// not owned by a pilot, a failsafe or an autopilot procedure.
+    /// The operator hands the vehicle to the bridge (again), after a takeoff or an override.
+    /// Returns at once; [`Event::Permission`] confirms it.
+    ///
+    /// # Errors
+    /// [`EnqueueError::QueueFull`].
+    pub fn permit_offboard(&self) -> Result<(), EnqueueError> {
+        self.tx
+            .try_send(Input::Permit)
+            .map_err(|_| EnqueueError::QueueFull)
+    }
+
+    /// Whether the operator's permission to fly holds, as last seen (an override withdraws it).
+    pub fn offboard_permitted(&self) -> bool {
+        self.shared.permitted.load(Ordering::Acquire)
+    }
+
+    /// Whether a dispatched setpoint would be taken now, as last seen: link up, the operator's
+    /// permission, and the vehicle not owned by a pilot, a failsafe or an autopilot procedure.
     pub fn offboard_capable(&self) -> bool {
         self.shared.capable.load(Ordering::Acquire)
     }
@@ -255,6 +276,7 @@ pub async fn start(
     let shared = Arc::new(Shared {
         link_up: AtomicBool::new(false),
         capable: AtomicBool::new(false),
+        permitted: AtomicBool::new(opts.config.offboard_permitted_at_start),
         dropped_events: AtomicU64::new(0),
         parse_errors: AtomicU64::new(0),
         setpoints_sent: AtomicU64::new(0),
@@ -308,6 +330,7 @@ pub async fn start(
                         Input::Command(c) => {
                             sm.command(t, c);
                         }
+                        Input::Permit => sm.permit_offboard(),
                     }
                     sm.handle_timeout(t);
                 }
@@ -332,6 +355,7 @@ pub async fn start(
             // `Link { up: true }` already sees `link_up()`.
             sh.link_up.store(sm.link_up(), Ordering::Release);
             sh.capable.store(sm.offboard_capable(), Ordering::Release);
+            sh.permitted.store(sm.permitted(), Ordering::Release);
             sh.setpoints_sent
                 .store(sm.stats().setpoints_sent, Ordering::Relaxed);
             while let Some(ev) = sm.poll_event() {

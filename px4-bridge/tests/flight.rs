@@ -63,8 +63,15 @@ impl Endpoint for Bridge {
 
 fn pair_with(sim_cfg: SimConfig, cfg: Config) -> Pair<Bridge, SimEndpoint> {
     let t0 = S;
+    // The harness is the operator who handed the vehicle to the bridge.
     let bridge = Bridge {
-        ob: Offboard::new(cfg, Mono(t0)),
+        ob: Offboard::new(
+            Config {
+                offboard_permitted_at_start: true,
+                ..cfg
+            },
+            Mono(t0),
+        ),
         seq: 0,
         events: Vec::new(),
         sent: Vec::new(),
@@ -603,4 +610,135 @@ fn with_px4_hold_nothing_reaches_the_vehicle_after_the_interval() {
             .take(10)
             .all(|r| r.fingerprint == target.fingerprint().to_string())
     );
+}
+
+/// A ground station's `DO_SET_MODE`, as QGroundControl sends it (system 255), straight into
+/// the simulated PX4.
+fn gcs_set_mode(p: &mut Pair<Bridge, SimEndpoint>, main: u8, sub: u8) {
+    use mavlink::dialects::common::{COMMAND_LONG_DATA, MavCmd, MavMessage};
+    let gcs = mavlink::MavHeader {
+        system_id: 255,
+        component_id: 190,
+        sequence: 0,
+    };
+    let cmd = MavMessage::COMMAND_LONG(COMMAND_LONG_DATA {
+        command: MavCmd::MAV_CMD_DO_SET_MODE,
+        param1: 1.0,
+        param2: f32::from(main),
+        param3: f32::from(sub),
+        target_system: 1,
+        target_component: 1,
+        ..COMMAND_LONG_DATA::default()
+    });
+    let now = p.now;
+    p.b.sim.handle_message(now, &gcs, &cmd);
+}
+
+fn offboard_traffic(sent: &[(u64, mavlink::dialects::common::MavMessage)]) -> (usize, usize) {
+    use mavlink::dialects::common::{MavCmd, MavMessage};
+    let setpoints = sent
+        .iter()
+        .filter(|(_, m)| matches!(m, MavMessage::SET_POSITION_TARGET_LOCAL_NED(_)))
+        .count();
+    let mode_commands = sent
+        .iter()
+        .filter(|(_, m)| {
+            matches!(m, MavMessage::COMMAND_LONG(c) if c.command == MavCmd::MAV_CMD_DO_SET_MODE)
+        })
+        .count();
+    (setpoints, mode_commands)
+}
+
+/// The pilot wins: a ground station switches PX4 from OFFBOARD to POSCTL. The bridge reports
+/// an override, stops streaming, sends no mode command and refuses targets however long it
+/// waits; a later switch to HOLD by the pilot changes nothing. Only the operator's permission
+/// lets it fly again, and then it enters OFFBOARD from HOLD by itself.
+#[test]
+fn a_mode_change_the_bridge_did_not_command_is_an_override_until_the_operator_permits() {
+    let mut p = pair_with(SimConfig::default(), Config::default());
+    take_off(&mut p);
+    assert_eq!(p.a.ob.mode(), Some(Px4Mode::OFFBOARD));
+    gcs_set_mode(&mut p, 3, 0); // POSCTL
+    assert!(
+        p.run_until_cond(2 * S, |p| p
+            .a
+            .events
+            .iter()
+            .any(|(_, e)| matches!(e, Event::Override { .. }))),
+        "no override reported"
+    );
+    assert!(!p.a.ob.permitted());
+    assert!(p.a.events.iter().any(|(_, e)| matches!(
+        e,
+        Event::Override { from: Some(f), to } if *f == Px4Mode::OFFBOARD && to.name() == "POSCTL"
+    )));
+    assert!(
+        p.a.events
+            .iter()
+            .any(|(_, e)| matches!(e, Event::TargetExpired { .. }))
+    );
+    let before = offboard_traffic(&p.a.sent);
+    let sp = Setpoint {
+        north_m: 2.0,
+        east_m: 0.0,
+        down_m: -5.0,
+        yaw_deg: 0.0,
+    };
+    assert_eq!(
+        p.a.ob
+            .try_enqueue(Mono(p.now), sp, binding(11), Mono(p.now + 30 * S)),
+        Err(px4_bridge::EnqueueError::NotPermitted)
+    );
+    p.run_for(2 * S);
+    gcs_set_mode(&mut p, 4, 3); // the pilot pauses: AUTO.LOITER
+    p.run_for(3 * S);
+    assert_eq!(p.a.ob.mode(), Some(Px4Mode::HOLD));
+    assert_eq!(
+        p.a.ob
+            .try_enqueue(Mono(p.now), sp, binding(12), Mono(p.now + 30 * S)),
+        Err(px4_bridge::EnqueueError::NotPermitted)
+    );
+    assert_eq!(
+        offboard_traffic(&p.a.sent),
+        before,
+        "no setpoint and no mode command after the override"
+    );
+    // The operator hands the vehicle back.
+    p.a.ob.permit_offboard();
+    p.a.drain(p.now);
+    assert!(
+        p.a.events
+            .iter()
+            .any(|(_, e)| matches!(e, Event::Permission { permitted: true }))
+    );
+    p.a.ob
+        .try_enqueue(Mono(p.now), sp, binding(13), Mono(p.now + 30 * S))
+        .unwrap();
+    assert!(
+        p.run_until_cond(5 * S, |p| p.a.ob.mode() == Some(Px4Mode::OFFBOARD)),
+        "the bridge did not enter OFFBOARD after the operator's permission"
+    );
+    assert!(p.run_until_cond(10 * S, |p| (p.b.sim.position()[0] - 2.0).abs() < 0.3));
+}
+
+/// Without the operator's permission the bridge neither streams nor enters OFFBOARD.
+#[test]
+fn without_the_operators_permission_nothing_is_streamed() {
+    let mut p = pair_with(SimConfig::default(), Config::default());
+    p.a.ob = Offboard::new(Config::default(), Mono(p.now));
+    assert!(p.run_until_cond(5 * S, |p| p.a.ob.link_up()), "no link");
+    let sp = Setpoint {
+        north_m: 0.0,
+        east_m: 0.0,
+        down_m: -5.0,
+        yaw_deg: 0.0,
+    };
+    assert_eq!(
+        p.a.ob
+            .try_enqueue(Mono(p.now), sp, binding(14), Mono(p.now + 30 * S)),
+        Err(px4_bridge::EnqueueError::NotPermitted)
+    );
+    assert!(!p.a.ob.offboard_capable());
+    p.run_for(3 * S);
+    assert_eq!(offboard_traffic(&p.a.sent).0, 0);
 }

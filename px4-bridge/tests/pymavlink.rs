@@ -48,12 +48,10 @@ async fn pymavlink_decodes_what_the_bridge_sends() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     let (tx, _) = tokio::sync::broadcast::channel(1);
-    let (h, mut rx, task) = start(
-        BridgeOptions::new(&format!("udpout:127.0.0.1:{port}")),
-        tx.subscribe(),
-    )
-    .await
-    .unwrap();
+    let mut bopts = BridgeOptions::new(&format!("udpout:127.0.0.1:{port}"));
+    // The test is the operator who handed the vehicle to the bridge.
+    bopts.config.offboard_permitted_at_start = true;
+    let (h, mut rx, task) = start(bopts, tx.subscribe()).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
     let mut up = false;
     while !up {

@@ -88,7 +88,9 @@ async fn udp_bridge_flies_the_simulator_and_survives_a_link_loss() {
     };
     let sim_task = tokio::spawn(sitl::udp::run(sock, opts, control.clone(), tx.subscribe()));
 
-    let bopts = BridgeOptions::new(&format!("udpout:{sim_addr}"));
+    let mut bopts = BridgeOptions::new(&format!("udpout:{sim_addr}"));
+    // The test is the operator who handed the vehicle to the bridge.
+    bopts.config.offboard_permitted_at_start = true;
     let (h, mut rx, task) = start(bopts, tx.subscribe()).await.unwrap();
     let mut log = Vec::new();
     assert!(

@@ -86,6 +86,7 @@ fn adapter_error(e: EnqueueError) -> AdapterError {
         EnqueueError::LinkDown => AdapterError::LinkDown,
         EnqueueError::QueueFull => AdapterError::QueueFull,
         EnqueueError::NotOffboardCapable
+        | EnqueueError::NotPermitted
         | EnqueueError::InvalidSetpoint
         | EnqueueError::Expired => AdapterError::NotReady,
     }

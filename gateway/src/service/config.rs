@@ -80,6 +80,10 @@ pub struct VehicleConfig {
     pub link_timeout_ms: u64,
     /// Setpoint stream rate, Hz.
     pub stream_hz: f64,
+    /// Whether the gateway may fly from the start. Off by default: the operator hands it the
+    /// vehicle with a takeoff through the gateway or `operator release`; a mode change the
+    /// gateway did not command (the pilot, a ground station, a failsafe) takes it back.
+    pub control_at_start: bool,
 }
 
 impl Default for VehicleConfig {
@@ -90,6 +94,7 @@ impl Default for VehicleConfig {
             sim_setpoint_log: None,
             link_timeout_ms: 1500,
             stream_hz: 20.0,
+            control_at_start: false,
         }
     }
 }

@@ -134,7 +134,8 @@ pub enum OperatorOp {
     ReturnToLaunch,
     /// Stop the current target and hold; no agent action dispatches until released.
     Hold,
-    /// Release a hold: agent actions may dispatch again.
+    /// Release a hold and hand the vehicle (back) to the gateway after an override: agent
+    /// actions may dispatch again.
     Release,
 }
 
@@ -375,6 +376,12 @@ pub struct VehicleView {
     pub home_amsl_m: Option<f64>,
     /// Setpoints sent since start.
     pub setpoints_sent: u64,
+    /// Who flies: `gateway` (the operator handed it the vehicle), `operator_hold` (held by
+    /// the operator), `operator` (not handed over yet, or taken back by an override).
+    pub control: &'static str,
+    /// The mode of the last override (a mode change the gateway did not command), until the
+    /// operator releases.
+    pub override_mode: Option<String>,
 }
 
 struct Pending {
@@ -916,6 +923,36 @@ impl Core {
                     &json!({"state": "dropped", "binding": Digest(*binding), "reason": reason.to_string()}),
                 );
             }
+            BridgeEvent::Override { from, to } => {
+                // The pilot wins: the bridge already stopped streaming and will not fly until
+                // the operator releases; pending actions meet a closed adapter at the gate.
+                self.adapter.px4.target_ended();
+                let from_s = from.map(mode_name);
+                tracing::warn!(
+                    from = from_s.as_deref().unwrap_or("unknown"),
+                    to = %to,
+                    "operator override: PX4 is in {to}, which the gateway did not command; streaming stopped until the operator releases (`halo-gateway operator release`)"
+                );
+                self.vehicle.override_mode = Some(mode_name(*to));
+                self.metrics.overrides.inc();
+                self.gw.record_external(
+                    now,
+                    "operator_override",
+                    json!({"from": from_s, "to": mode_name(*to)}),
+                );
+                self.publish(
+                    "vehicle_override",
+                    &json!({"from": from_s, "to": mode_name(*to)}),
+                );
+            }
+            BridgeEvent::Permission { permitted } => {
+                tracing::info!(
+                    permitted,
+                    "the gateway {} fly the vehicle",
+                    if *permitted { "may" } else { "may not" }
+                );
+                self.publish("vehicle_control", &json!({"permitted": permitted}));
+            }
             BridgeEvent::TargetObserved { .. } | BridgeEvent::TimeSync { .. } => {}
         }
     }
@@ -927,6 +964,17 @@ impl Core {
         }
     }
 
+    /// The operator hands the vehicle to the gateway (again): the bridge may enter OFFBOARD.
+    fn grant_control(&mut self, now: Nanos, by: &str) {
+        let r = self.adapter.px4.handle().permit_offboard();
+        self.vehicle.override_mode = None;
+        self.gw.record_external(
+            now,
+            "control_granted",
+            json!({"by": by, "bridge": r.as_ref().map_or_else(ToString::to_string, |()| "permitted".into())}),
+        );
+    }
+
     fn finish_operator(&mut self, p: Pending, outcome: CommandOutcome) {
         let now = self.now();
         let ok = outcome == CommandOutcome::Accepted;
@@ -935,6 +983,10 @@ impl Core {
             "operator_command",
             json!({"action": p.op.name(), "command": command_text(&p.command), "outcome": outcome_text(outcome)}),
         );
+        // The operator's takeoff through the gateway hands it the vehicle once airborne.
+        if ok && matches!(p.op, OperatorOp::Takeoff { .. }) {
+            self.grant_control(now, "takeoff");
+        }
         let answer = if ok {
             Ok(json!({"action": p.op.name(), "outcome": outcome_text(outcome)}))
         } else {
@@ -1277,6 +1329,7 @@ impl Core {
             }
             OperatorOp::Release => {
                 self.adapter.held = false;
+                self.grant_control(now, "release");
                 self.gw
                     .record_external(now, "operator_hold", json!({"held": false}));
                 self.publish("operator_hold", &json!({"held": false}));
@@ -1381,6 +1434,13 @@ impl Core {
             "catalog": {"id": cat.id(), "version": cat.version()},
             "vehicle": VehicleView {
                 setpoints_sent: self.adapter.px4.handle().setpoints_sent(),
+                control: if self.adapter.held {
+                    "operator_hold"
+                } else if self.adapter.px4.handle().offboard_permitted() {
+                    "gateway"
+                } else {
+                    "operator"
+                },
                 ..self.vehicle.clone()
             },
             "operator_hold": self.adapter.held,

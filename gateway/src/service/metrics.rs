@@ -75,6 +75,8 @@ pub struct Metrics {
     pub events: Counter,
     /// Bridge events dropped because the gateway did not drain them.
     pub bridge_events_dropped: Gauge,
+    /// Operator overrides: mode changes the gateway did not command while armed.
+    pub overrides: Counter,
 }
 
 impl Default for Metrics {
@@ -103,6 +105,7 @@ impl Metrics {
             requests: Family::default(),
             events: Counter::default(),
             bridge_events_dropped: Gauge::default(),
+            overrides: Counter::default(),
         };
         registry.register(
             "decisions",
@@ -173,6 +176,11 @@ impl Metrics {
             "bridge_events_dropped",
             "Bridge events dropped because the gateway did not drain them",
             m.bridge_events_dropped.clone(),
+        );
+        registry.register(
+            "operator_overrides",
+            "Mode changes the gateway did not command while armed (the pilot took the vehicle)",
+            m.overrides.clone(),
         );
         Metrics { registry, ..m }
     }

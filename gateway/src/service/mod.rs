@@ -205,6 +205,7 @@ impl Service {
         bopts.setpoint_log = cfg.vehicle.setpoint_log.clone();
         bopts.config.link_timeout_ms = cfg.vehicle.link_timeout_ms;
         bopts.config.stream_hz = cfg.vehicle.stream_hz;
+        bopts.config.offboard_permitted_at_start = cfg.vehicle.control_at_start;
         let (handle, bridge_rx, bridge) = start_bridge(bopts, stop_bridge.subscribe())
             .await
             .map_err(serr("vehicle link"))?;
