@@ -202,7 +202,8 @@ class DemoWorld:
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
             v = self.op.get("/v1/status").json()["vehicle"]
-            if v["position_ned_m"] and -v["position_ned_m"][2] > metres - 0.2:
+            airborne = v["landed_state"] == "in air" and v["mode"] == "AUTO.LOITER"
+            if airborne and v["position_ned_m"] and -v["position_ned_m"][2] > metres - 0.2:
                 return
             time.sleep(0.2)
         raise SystemExit("the vehicle did not reach its takeoff altitude")

@@ -78,6 +78,7 @@ fn start_sim(rt: &tokio::runtime::Runtime, drain_flying: f64) -> Sim {
         },
         setpoint_log: None,
         seed: 5,
+        gcs: None,
     };
     rt.spawn(sitl::udp::run_with_origin(
         sock,
@@ -123,8 +124,8 @@ fn take_off(a: &ureq::Agent, url: &str, op: &str, sim: &Sim) {
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
         let alt = -sim.control.view().position[2];
-        let mode = get(a, &format!("{url}/v1/status"))["vehicle"]["mode"].clone();
-        if alt > 4.8 && mode == "AUTO.LOITER" {
+        let v = get(a, &format!("{url}/v1/status"))["vehicle"].clone();
+        if alt > 4.8 && v["mode"] == "AUTO.LOITER" && v["landed_state"] == "in air" {
             break;
         }
         assert!(Instant::now() < deadline, "no takeoff");

@@ -210,6 +210,7 @@ impl Sim {
             config: sitl::px4::SimConfig::default(),
             setpoint_log: Some(log.to_path_buf()),
             seed: 3,
+            gcs: "127.0.0.1:0".parse().ok(),
         };
         rt.spawn(sitl::udp::run(
             sock,
@@ -325,8 +326,10 @@ fn take_off(g: &Gateway, sim: &Sim) {
     );
     assert_eq!(st, 200, "{v}");
     wait_until(30, "HOLD at 5 m", || {
-        sim.alt() > 4.8
-            && get(&format!("{u}/v1/status"), None).1["vehicle"]["mode"] == "AUTO.LOITER"
+        sim.alt() > 4.8 && {
+            let v = get(&format!("{u}/v1/status"), None).1;
+            v["vehicle"]["mode"] == "AUTO.LOITER" && v["vehicle"]["landed_state"] == "in air"
+        }
     });
 }
 
@@ -981,6 +984,149 @@ fn restart_forgets_pending_actions() {
     assert!(log1.exists() && log2.exists());
     println!("service-restart: 1/1 matched");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn pilot(port: u32, modes: &[&str]) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/pilot.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(port.to_string())
+        .args(modes)
+        .output()
+        .expect("python3 with pymavlink is needed (scripts/test.sh installs it)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "pilot {modes:?}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+/// The pilot wins, over real sockets: while the gateway flies a target, a pilot at a ground
+/// station (pymavlink, an independent MAVLink peer on the simulator's GCS port) switches PX4 to
+/// POSCTL. The gateway stops streaming at once, never takes the vehicle back, and refuses the
+/// agent's next action at the gate with an obligation; after the pilot pauses (AUTO.LOITER) and the operator
+/// releases, a fresh action flies. Evidence: the simulator's own counts of received setpoints
+/// and its log of the setpoints its controller took.
+#[test]
+fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
+    let dir = tmp("pilot");
+    let sim = Sim::start(&dir.join("vehicle-setpoints.jsonl"));
+    let g = Gateway::start(&dir, &format!("udpout:{}", sim.addr), "");
+    let u = g.url.clone();
+    let providers = Providers::start(&u, &g.provider);
+    let status = || get(&format!("{u}/v1/status"), None).1;
+    assert_eq!(
+        status()["vehicle"]["control"],
+        "operator",
+        "not handed over yet"
+    );
+    take_off(&g, &sim);
+    assert_eq!(
+        status()["vehicle"]["control"],
+        "gateway",
+        "the takeoff hands it over"
+    );
+    let submit = |rid: &str, generation: u64, target: [f64; 4], cert: &str| {
+        let env = json!({"response_id": rid, "agent_id": "planner-1", "generation": generation,
+            "catalog": {"id": "uav-px4", "version": 3}, "components": [route("a", target, 7, cert)]});
+        certify(&g, &env, "a", cert);
+        let (st, rep) = post(
+            &format!("{u}/v1/responses"),
+            Some(&g.agent),
+            env.to_string().as_bytes(),
+        );
+        assert_eq!(st, 200, "{rep}");
+        rep["components"][0].clone()
+    };
+    let c = submit("pilot-1", 1, [8.0, 2.0, -6.0, 0.0], "cert-p1");
+    assert_eq!(c["phase"], "DISPATCHED", "{c}");
+    wait_until(15, "OFFBOARD and the first target taken", || {
+        status()["vehicle"]["mode"] == "OFFBOARD"
+            && sim.fingerprints().contains(&fp(8.0, 2.0, -6.0, 0.0))
+    });
+
+    // The pilot takes the vehicle from a ground station.
+    let port = sim.control.gcs_port.load(Ordering::Relaxed);
+    assert_ne!(port, 0, "the simulator bound its ground-station port");
+    let p = pilot(port, &["POSCTL"]);
+    wait_until(3, "the override at the gateway", || {
+        let v = status();
+        v["vehicle"]["control"] == "operator" && v["vehicle"]["override_mode"] == "POSCTL"
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let received = sim.control.view().stats.setpoints_received;
+    std::thread::sleep(Duration::from_millis(1500));
+    let v = sim.control.view();
+    assert_eq!(
+        v.stats.setpoints_received, received,
+        "the gateway sent setpoints after the override"
+    );
+    assert_eq!(
+        v.mode,
+        (3, 0),
+        "the gateway took the vehicle back from POSCTL"
+    );
+
+    // The pilot pauses (AUTO.LOITER, in the air again): the vehicle stays theirs, and the
+    // agent's next action meets a closed adapter at the gate: that instance fails with a
+    // recoverable reason, so the agent gets an obligation for a fresh candidate.
+    let p2 = pilot(port, &["AUTO.LOITER"]);
+    wait_until(5, "airborne in AUTO.LOITER", || {
+        let v = status();
+        v["vehicle"]["mode"] == "AUTO.LOITER" && v["vehicle"]["landed_state"] == "in air"
+    });
+    let c2 = submit("pilot-2", 2, [12.0, 3.0, -6.0, 0.0], "cert-p2");
+    assert_eq!(
+        (c2["phase"].as_str(), c2["reason"].as_str()),
+        (Some("FAILED"), Some("ADAPTER_REJECTED")),
+        "{c2}"
+    );
+    assert!(c2["obligation"].is_u64(), "{c2}");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(sim.control.view().mode, (4, 3), "still AUTO.LOITER");
+    assert_eq!(sim.control.view().stats.setpoints_received, received);
+
+    // The operator hands the vehicle back; a fresh action flies.
+    let (st, v) = post(
+        &format!("{u}/v1/operator/release"),
+        Some(&g.operator),
+        b"{}",
+    );
+    assert_eq!(st, 200, "{v}");
+    wait_until(3, "control back at the gateway", || {
+        status()["vehicle"]["control"] == "gateway"
+    });
+    let c3 = submit("pilot-3", 3, [10.0, 4.0, -6.0, 0.0], "cert-p3");
+    assert_eq!(c3["phase"], "DISPATCHED", "{c3}");
+    wait_until(15, "the fresh target taken in OFFBOARD", || {
+        sim.fingerprints().contains(&fp(10.0, 4.0, -6.0, 0.0)) && sim.control.view().mode.0 == 6
+    });
+    assert!(!sim.fingerprints().contains(&fp(12.0, 3.0, -6.0, 0.0)));
+    // Two overrides: POSCTL, then the pilot's own pause while the vehicle was still theirs.
+    let metrics = http()
+        .get(format!("{u}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    assert!(
+        metrics.contains("halo_operator_overrides_total 2"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("override"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    drop(providers);
+    assert_eq!(g.stop(), 0);
+    println!(
+        "service-pilot-override: 1/1 matched (POSCTL confirmed after {} ms, AUTO.LOITER after {} ms)",
+        p["switched"][0]["after_ms"], p2["switched"][0]["after_ms"]
+    );
 }
 
 /// The example Python client, an independent peer, runs the running example against the

@@ -10,8 +10,9 @@
 //!
 //! # Safety behaviour
 //!
-//! - A dispatched target is streamed only until the `valid_until` its dispatch certified. Then
-//!   the bridge holds and says so ([`Event::TargetExpired`], [`Event::Holding`]): by default it
+//! - A dispatched target is streamed only until `hold_margin_ms` before the `valid_until` its
+//!   dispatch certified, so the vehicle has switched by the time the interval ends; at that
+//!   instant (a timer, not the next stream tick) the bridge sends the hold and says so ([`Event::TargetExpired`], [`Event::Holding`]): by default it
 //!   streams a hold at the position the vehicle was at for at most `hold_stream_ms`, then
 //!   switches PX4 to HOLD (AUTO.LOITER) and stops streaming. It never re-sends an expired target.
 //! - If the process stops, nothing is streamed, so PX4's own offboard-loss failsafe
@@ -93,6 +94,14 @@ pub struct Config {
     pub heartbeat_ms: u64,
     /// The link is down after this long without an autopilot heartbeat, ms.
     pub link_timeout_ms: u64,
+    /// A gap between autopilot heartbeats longer than this is counted
+    /// ([`Stats::heartbeat_gaps`]) and reported ([`Event::HeartbeatGap`]), ms. PX4 sends 1 Hz;
+    /// the largest gap measured against PX4 v1.16 SITL on a loaded host was 1.033 s.
+    pub heartbeat_gap_ms: u64,
+    /// The hold replaces a target this long before its `valid_until`, ms: one stream period
+    /// plus the link's latency, so that no setpoint of the target is taken by the vehicle at or
+    /// after the end of its certified interval.
+    pub hold_margin_ms: u64,
     /// Command ACK timeout, ms.
     pub command_timeout_ms: u64,
     /// Command retries after the first send.
@@ -126,6 +135,8 @@ impl Default for Config {
             stream_hz: 20.0,
             heartbeat_ms: 1000,
             link_timeout_ms: 1500,
+            heartbeat_gap_ms: 1200,
+            hold_margin_ms: 60,
             command_timeout_ms: 500,
             command_retries: 3,
             mode_confirm_ms: 2000,
@@ -305,6 +316,11 @@ pub enum Event {
         /// Why.
         reason: EnqueueError,
     },
+    /// The autopilot's heartbeats were further apart than `heartbeat_gap_ms`.
+    HeartbeatGap {
+        /// The gap, ms.
+        gap_ms: u64,
+    },
     /// TIMESYNC state.
     TimeSync {
         /// Whether an offset is known.
@@ -313,6 +329,10 @@ pub enum Event {
         offset_ns: Option<i64>,
         /// Last round trip, ns.
         rtt_ns: Option<u64>,
+        /// The fitted rate difference (autopilot clock faster by), parts per million.
+        skew_ppm: Option<f64>,
+        /// How far a mapped time may be off, ns.
+        uncertainty_ns: u64,
     },
     /// A STATUSTEXT from the autopilot.
     StatusText {
@@ -340,6 +360,10 @@ pub struct Stats {
     pub heartbeats_sent: u64,
     /// TIMESYNC requests sent.
     pub timesync_sent: u64,
+    /// Autopilot heartbeat gaps longer than `heartbeat_gap_ms`.
+    pub heartbeat_gaps: u64,
+    /// The longest gap between autopilot heartbeats, ms.
+    pub max_heartbeat_gap_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -532,7 +556,7 @@ impl Offboard {
         if !sp.is_finite() {
             return Err(EnqueueError::InvalidSetpoint);
         }
-        if valid_until <= now {
+        if self.hold_at(valid_until) <= now {
             return Err(EnqueueError::Expired);
         }
         if !self.link_up {
@@ -561,6 +585,11 @@ impl Offboard {
             valid_until,
         });
         Ok(())
+    }
+
+    /// When the hold replaces a target certified until `valid_until`.
+    fn hold_at(&self, valid_until: Mono) -> Mono {
+        valid_until.sub_ns(self.cfg.hold_margin_ms.saturating_mul(1_000_000))
     }
 
     /// Stops the current target and holds (per the hold policy).
@@ -682,10 +711,15 @@ impl Offboard {
         time_source: TimeSource,
         data: Telemetry,
     ) {
+        let uncertainty_ns = match time_source {
+            TimeSource::Mapped => self.timesync.uncertainty_ns(),
+            TimeSource::Arrival => 0,
+        };
         self.events.push_back(Event::Telemetry(TelemetryUpdate {
             generated_at,
             received_at,
             time_source,
+            uncertainty_ns,
             data,
         }));
     }
@@ -726,6 +760,14 @@ impl Offboard {
             MavMessage::HEARTBEAT(hb) => {
                 if header.component_id != ap_comp {
                     return;
+                }
+                if let Some(prev) = self.last_heartbeat {
+                    let gap_ms = now.since(prev) / 1_000_000;
+                    self.stats.max_heartbeat_gap_ms = self.stats.max_heartbeat_gap_ms.max(gap_ms);
+                    if gap_ms > self.cfg.heartbeat_gap_ms {
+                        self.stats.heartbeat_gaps += 1;
+                        self.events.push_back(Event::HeartbeatGap { gap_ms });
+                    }
                 }
                 self.last_heartbeat = Some(now);
                 if !self.link_up {
@@ -989,6 +1031,8 @@ impl Offboard {
                             synced: true,
                             offset_ns: self.timesync.offset_ns(),
                             rtt_ns: self.timesync.last_rtt_ns(),
+                            skew_ppm: self.timesync.skew_ppm(),
+                            uncertainty_ns: self.timesync.uncertainty_ns(),
                         });
                     }
                 }
@@ -1054,6 +1098,8 @@ impl Offboard {
                         synced: self.timesync.is_synced(),
                         offset_ns: self.timesync.offset_ns(),
                         rtt_ns: None,
+                        skew_ppm: self.timesync.skew_ppm(),
+                        uncertainty_ns: self.timesync.uncertainty_ns(),
                     });
                 }
                 let ts1 = i64::try_from(now.0).unwrap_or(i64::MAX);
@@ -1069,7 +1115,9 @@ impl Offboard {
                 }
                 self.timesync_unanswered = self.timesync_unanswered.saturating_add(1);
                 self.stats.timesync_sent += 1;
-                let period = if self.timesync.is_synced() {
+                // Fast until the fit has settled (enough samples agreeing within a few ms), then
+                // slow; a reset (reboot) or a spread-out fit brings the fast rate back.
+                let period = if self.timesync.settled() {
                     self.cfg.timesync_ms * 5
                 } else {
                     self.cfg.timesync_ms
@@ -1081,8 +1129,11 @@ impl Offboard {
         let target = self.target_ids();
         self.commands.handle_timeout(now, target);
         self.flush_commands();
-        // The stream.
-        if now >= self.next_stream {
+        // The stream, and a target's end at its own instant (not the next tick).
+        let ends = self
+            .target
+            .is_some_and(|t| now >= self.hold_at(t.valid_until));
+        if now >= self.next_stream || ends {
             self.stream_tick(now);
         }
     }
@@ -1090,9 +1141,9 @@ impl Offboard {
     fn stream_tick(&mut self, now: Mono) {
         let period = clamp_rate_ns(self.cfg.stream_hz);
         if let Some(t) = self.target {
-            if now >= t.valid_until {
-                // INVARIANT (no stale target): past its certified interval a target is never
-                // sent again.
+            if now >= self.hold_at(t.valid_until) {
+                // INVARIANT (no stale target): from `hold_margin_ms` before the end of its
+                // certified interval a target is never sent again.
                 self.target = None;
                 self.events.push_back(Event::TargetExpired {
                     binding: t.binding,
@@ -1182,6 +1233,9 @@ impl Offboard {
     /// When [`Offboard::handle_timeout`] must next run.
     pub fn poll_timeout(&self) -> Mono {
         let mut t = self.next_heartbeat.min(self.next_stream);
+        if let Some(a) = self.target {
+            t = t.min(self.hold_at(a.valid_until));
+        }
         if self.autopilot.is_some() {
             t = t.min(self.next_timesync);
         }

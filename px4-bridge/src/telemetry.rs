@@ -148,6 +148,10 @@ pub struct TelemetryUpdate {
     pub received_at: Mono,
     /// How `generated_at` was obtained.
     pub time_source: TimeSource,
+    /// How far `generated_at` may be off for a mapped time (the TIMESYNC fit's uncertainty),
+    /// ns; 0 for arrival time. A consumer that must fail closed treats the sample as this much
+    /// older.
+    pub uncertainty_ns: u64,
     /// The value.
     pub data: Telemetry,
 }

@@ -35,6 +35,12 @@ impl Mono {
         self.add_ns(ms.saturating_mul(1_000_000))
     }
 
+    /// `self - ns`, saturating at the origin.
+    #[must_use]
+    pub const fn sub_ns(self, ns: u64) -> Mono {
+        Mono(self.0.saturating_sub(ns))
+    }
+
     /// Nanoseconds from `earlier` to `self`, zero if `earlier` is later.
     pub const fn since(self, earlier: Mono) -> u64 {
         self.0.saturating_sub(earlier.0)

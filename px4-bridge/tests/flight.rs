@@ -742,3 +742,166 @@ fn without_the_operators_permission_nothing_is_streamed() {
     p.run_for(3 * S);
     assert_eq!(offboard_traffic(&p.a.sent).0, 0);
 }
+
+/// The hold replaces a target exactly `hold_margin_ms` before its `valid_until`, at its own
+/// instant rather than the next 20 Hz tick (checked to the millisecond in virtual time), and, as
+/// a property over intervals that fall anywhere between ticks and links with delay, the vehicle
+/// takes no setpoint of the target at or after its `valid_until`.
+#[test]
+fn the_hold_replaces_a_target_before_its_interval_ends() {
+    let margin_ms = Config::default().hold_margin_ms;
+    let mut checked = 0usize;
+    for (k, (valid_ms, delay_ms)) in [
+        (1_003u64, 0u64),
+        (1_517, 5),
+        (2_049, 20),
+        (2_777, 40),
+        (3_301, 10),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut p = pair_with(SimConfig::default(), Config::default());
+        p.a_to_b.delay_ns = delay_ms * MS;
+        p.b_to_a.delay_ns = delay_ms * MS;
+        take_off(&mut p);
+        let b = binding(40 + u8::try_from(k).unwrap());
+        let sp = Setpoint {
+            north_m: 2.0 + k as f32,
+            east_m: 1.0,
+            down_m: -5.0,
+            yaw_deg: 0.0,
+        };
+        let valid_until = p.now + valid_ms * MS;
+        p.a.ob
+            .try_enqueue(Mono(p.now), sp, b, Mono(valid_until))
+            .unwrap();
+        let taken_from = p.b.setpoints.len();
+        p.run_for(valid_ms * MS + 500 * MS);
+        let expired_at =
+            p.a.events
+                .iter()
+                .find_map(|(t, e)| {
+                    matches!(e, Event::TargetExpired { binding, .. } if *binding == b).then_some(*t)
+                })
+                .expect("the target expired");
+        assert_eq!(
+            expired_at,
+            valid_until - margin_ms * MS,
+            "the hold came at {} ms, not at valid_until - {margin_ms} ms",
+            (expired_at as i64 - valid_until as i64) / MS as i64
+        );
+        let fp = sitl::px4::fingerprint(sp.north_m, sp.east_m, sp.down_m, sp.yaw_deg);
+        let taken: Vec<u64> = p.b.setpoints[taken_from..]
+            .iter()
+            .filter(|r| r.fingerprint == fp)
+            .map(|r| r.t_ns)
+            .collect();
+        assert!(!taken.is_empty(), "the target was never taken");
+        let last = *taken.iter().max().unwrap();
+        assert!(
+            last < valid_until,
+            "case {k}: the vehicle took the target {} ms after its valid_until",
+            (last - valid_until) / MS
+        );
+        checked += taken.len();
+    }
+    assert!(checked > 50);
+}
+
+/// Heartbeat gaps longer than `heartbeat_gap_ms` are counted and reported; the link stays up
+/// while the gap is under the link timeout (a setting; 3 s here, so one lost 1 Hz heartbeat
+/// is a gap and not a link loss).
+#[test]
+fn heartbeat_gaps_are_counted() {
+    let mut p = pair_with(
+        SimConfig::default(),
+        Config {
+            link_timeout_ms: 3000,
+            ..Config::default()
+        },
+    );
+    assert!(p.run_until_cond(5 * S, |p| p.a.ob.link_up()), "no link");
+    p.run_for(2 * S);
+    assert_eq!(p.a.ob.stats().heartbeat_gaps, 0);
+    // 1.3 s of silence from the vehicle: one gap of 1.3–2.3 s between heartbeats.
+    p.b_to_a.down = true;
+    p.run_for(1300 * MS);
+    p.b_to_a.down = false;
+    p.run_for(2 * S);
+    assert!(p.a.ob.link_up());
+    assert_eq!(p.a.ob.stats().heartbeat_gaps, 1);
+    assert!(p.a.ob.stats().max_heartbeat_gap_ms > 1200);
+    assert!(
+        p.a.events
+            .iter()
+            .any(|(_, e)| matches!(e, Event::HeartbeatGap { gap_ms } if *gap_ms > 1200))
+    );
+}
+
+/// The autopilot's clock runs 1 % slow (measured on PX4 SITL under load) with an offset: the
+/// bridge's fitted mapping keeps LOCAL_POSITION_NED's generation time within a few ms of the
+/// truth over a minute of telemetry, reports an uncertainty that covers its error, never maps
+/// a sample into the future, and slows its TIMESYNC rate once settled.
+#[test]
+fn timesync_follows_a_drifting_autopilot_clock() {
+    let sim = SimConfig {
+        clock_offset_ms: 42_000,
+        clock_drift_ppm: -10_000,
+        ..SimConfig::default()
+    };
+    let mut p = pair_with(sim, Config::default());
+    p.a_to_b.delay_ns = 4 * MS;
+    p.b_to_a.delay_ns = 4 * MS;
+    p.run_for(60 * S);
+    let settled_from = 15 * S;
+    let mut checked = 0;
+    let mut worst = 0i64;
+    let mut worst_over_uncertainty = i64::MIN;
+    for (t, e) in &p.a.events {
+        if let Event::Telemetry(u) = e {
+            if *t > settled_from && matches!(u.data, Telemetry::LocalPosition { .. }) {
+                assert_eq!(u.time_source, TimeSource::Mapped);
+                assert!(u.generated_at <= u.received_at, "mapped into the future");
+                let truth = u.received_at.0 as i64 - (4 * MS) as i64;
+                let err = (u.generated_at.0 as i64 - truth).abs();
+                worst = worst.max(err);
+                // time_boot_ms is whole milliseconds: allow its truncation on top.
+                worst_over_uncertainty =
+                    worst_over_uncertainty.max(err - u.uncertainty_ns as i64 - MS as i64);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 1000, "{checked}");
+    assert!(
+        worst <= 4 * MS as i64,
+        "worst mapping error {} ms",
+        worst as f64 / 1e6
+    );
+    assert!(
+        worst_over_uncertainty <= 0,
+        "an error exceeded its reported uncertainty by {} ms",
+        worst_over_uncertainty as f64 / 1e6
+    );
+    let skew =
+        p.a.events
+            .iter()
+            .rev()
+            .find_map(|(_, e)| match e {
+                Event::TimeSync { skew_ppm, .. } => *skew_ppm,
+                _ => None,
+            })
+            .unwrap();
+    assert!((skew + 10_000.0).abs() < 300.0, "fitted skew {skew} ppm");
+    // Settled: one request every 5 s, not every second, in the last 20 s.
+    let late = p
+        .a
+        .sent
+        .iter()
+        .filter(
+            |(_, m)| matches!(m, mavlink::dialects::common::MavMessage::TIMESYNC(t) if t.tc1 == 0),
+        )
+        .count();
+    assert!(late < 30, "{late} TIMESYNC requests in 60 s: never settled");
+}

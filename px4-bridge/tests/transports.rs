@@ -85,6 +85,7 @@ async fn udp_bridge_flies_the_simulator_and_survives_a_link_loss() {
         },
         setpoint_log: None,
         seed: 3,
+        gcs: None,
     };
     let sim_task = tokio::spawn(sitl::udp::run(sock, opts, control.clone(), tx.subscribe()));
 
@@ -293,9 +294,10 @@ fn serial_transport_through_a_pseudo_terminal() {
     rt.block_on(async {
         let (tx, _) = broadcast::channel(1);
         let url = format!("serial:{}:921600", slave_path.display());
-        let (h, mut rx, task) = start(BridgeOptions::new(&url), tx.subscribe())
-            .await
-            .unwrap();
+        let mut bopts = BridgeOptions::new(&url);
+        // The test is the operator who handed the vehicle to the bridge.
+        bopts.config.offboard_permitted_at_start = true;
+        let (h, mut rx, task) = start(bopts, tx.subscribe()).await.unwrap();
         let mut log = Vec::new();
         assert!(
             wait_for(&mut rx, &mut log, 5, |e| matches!(

@@ -28,6 +28,8 @@ pub struct SimControl {
     pub delay_ms: Arc<AtomicU64>,
     /// Loss probability in parts per million, both directions.
     pub drop_ppm: Arc<AtomicU32>,
+    /// The ground-station port once bound (0 before, or without one).
+    pub gcs_port: Arc<AtomicU32>,
     view: Arc<Mutex<SimView>>,
 }
 
@@ -70,6 +72,10 @@ pub struct UdpOptions {
     pub setpoint_log: Option<PathBuf>,
     /// Seed for packet loss.
     pub seed: u64,
+    /// A ground-station port (PX4 SITL's GCS link; QGroundControl listens on 14550): once a
+    /// ground station has sent from it, it receives everything the vehicle sends, and its
+    /// commands (a mode switch, as a pilot would make) reach the vehicle. `None`: no GCS link.
+    pub gcs: Option<SocketAddr>,
 }
 
 fn rand(state: &mut u64) -> f64 {
@@ -81,6 +87,14 @@ fn rand(state: &mut u64) -> f64 {
     #[allow(clippy::cast_precision_loss, reason = "a uniform draw")]
     let u = (z >> 11) as f64 / (1u64 << 53) as f64;
     u
+}
+
+/// Receives on the ground-station socket, or never when there is none.
+async fn recv_gcs(gcs: Option<&UdpSocket>, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr)> {
+    match gcs {
+        Some(s) => s.recv_from(buf).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Binds the socket. Separate from [`run`] so callers can learn the bound port first.
@@ -127,6 +141,17 @@ pub async fn run_with_origin(
     let mut rng = opts.seed;
     let mut delayed: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
     let mut buf = vec![0u8; 2048];
+    let mut gcs_buf = vec![0u8; 2048];
+    let gcs = match opts.gcs {
+        Some(a) => Some(UdpSocket::bind(a).await?),
+        None => None,
+    };
+    if let Some(g) = gcs.as_ref() {
+        control
+            .gcs_port
+            .store(u32::from(g.local_addr()?.port()), Ordering::Relaxed);
+    }
+    let mut gcs_peer: Option<SocketAddr> = None;
     let mut last_view = 0u64;
     loop {
         let wake = sim
@@ -137,6 +162,15 @@ pub async fn run_with_origin(
             biased;
             _ = shutdown.recv() => break,
             () = tokio::time::sleep(wait) => sim.handle_timeout(now()),
+            r = recv_gcs(gcs.as_ref(), &mut gcs_buf) => {
+                let (n, from) = r?;
+                gcs_peer = Some(from);
+                let (msgs, _) = wire::decode(gcs_buf.get(..n).unwrap_or(&[]));
+                let t = now();
+                for (h, m) in msgs {
+                    sim.handle_message(t, &h, &m);
+                }
+            }
             r = socket.recv_from(&mut buf) => {
                 let (n, from) = r?;
                 let down = control.link_down.load(Ordering::Relaxed);
@@ -168,6 +202,9 @@ pub async fn run_with_origin(
             }
             // A send error (nobody listening yet) is not fatal for a UDP autopilot.
             let _ = socket.send_to(&bytes, to).await;
+            if let (Some(g), Some(p)) = (gcs.as_ref(), gcs_peer) {
+                let _ = g.send_to(&bytes, p).await;
+            }
         }
         while let Some(r) = sim.poll_setpoint() {
             if let Some(w) = log.as_mut() {

@@ -49,6 +49,7 @@ async fn pymavlink_flies_the_simulator_like_px4() {
         config: SimConfig::default(),
         setpoint_log: None,
         seed: 1,
+        gcs: None,
     };
     let sim = tokio::spawn(sitl::udp::run(sock, opts, SimControl::default(), rx));
     let lines = lines.await.unwrap();

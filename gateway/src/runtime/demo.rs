@@ -456,8 +456,13 @@ fn script(
     if st != 200 {
         return Err(DemoError(format!("takeoff refused: {v}")));
     }
+    // PX4 reports the mode at once and the landed state at 2 Hz: wait for both, since route
+    // actions need the vehicle `airborne`.
     if !c.wait(30, |c| {
-        alt() > 4.8 && c.status()["vehicle"]["mode"] == "AUTO.LOITER"
+        let v = c.status();
+        alt() > 4.8
+            && v["vehicle"]["mode"] == "AUTO.LOITER"
+            && v["vehicle"]["landed_state"] == "in air"
     }) {
         return Err(DemoError("the vehicle did not climb to 5 m".into()));
     }

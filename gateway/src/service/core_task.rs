@@ -789,7 +789,7 @@ impl Core {
                     self.last_link_refresh = now;
                     self.push_vehicle_source(
                         "link",
-                        Nanos(u.generated_at.0.min(now.0)),
+                        Nanos(u.generated_at.0.saturating_sub(u.uncertainty_ns).min(now.0)),
                         Value::Flag(true),
                     );
                 }
@@ -952,6 +952,17 @@ impl Core {
                     if *permitted { "may" } else { "may not" }
                 );
                 self.publish("vehicle_control", &json!({"permitted": permitted}));
+            }
+            BridgeEvent::HeartbeatGap { gap_ms } => {
+                tracing::warn!(
+                    gap_ms,
+                    "autopilot heartbeat gap of {gap_ms} ms (PX4 sends 1 Hz; the link is declared down after vehicle.link_timeout_ms)"
+                );
+                self.metrics.heartbeat_gaps.inc();
+                self.publish(
+                    "vehicle_link",
+                    &json!({"up": self.vehicle.link_up, "heartbeat_gap_ms": gap_ms}),
+                );
             }
             BridgeEvent::TargetObserved { .. } | BridgeEvent::TimeSync { .. } => {}
         }

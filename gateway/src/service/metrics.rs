@@ -77,6 +77,8 @@ pub struct Metrics {
     pub bridge_events_dropped: Gauge,
     /// Operator overrides: mode changes the gateway did not command while armed.
     pub overrides: Counter,
+    /// Autopilot heartbeat gaps over 1.2 s.
+    pub heartbeat_gaps: Counter,
 }
 
 impl Default for Metrics {
@@ -106,6 +108,7 @@ impl Metrics {
             events: Counter::default(),
             bridge_events_dropped: Gauge::default(),
             overrides: Counter::default(),
+            heartbeat_gaps: Counter::default(),
         };
         registry.register(
             "decisions",
@@ -181,6 +184,11 @@ impl Metrics {
             "operator_overrides",
             "Mode changes the gateway did not command while armed (the pilot took the vehicle)",
             m.overrides.clone(),
+        );
+        registry.register(
+            "heartbeat_gaps",
+            "Gaps over 1.2 s between autopilot heartbeats (PX4 sends 1 Hz)",
+            m.heartbeat_gaps.clone(),
         );
         Metrics { registry, ..m }
     }

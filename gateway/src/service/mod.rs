@@ -188,6 +188,7 @@ impl Service {
                 config: sitl::px4::SimConfig::default(),
                 setpoint_log: cfg.vehicle.sim_setpoint_log.clone(),
                 seed: 11,
+                gcs: None,
             };
             let task = tokio::spawn(sitl::udp::run(
                 sock,

@@ -3,6 +3,7 @@
 //! ```text
 //! halo-sitl px4 --port 14540            # send to 127.0.0.1:14540 from 0.0.0.0:14580, like PX4 SITL
 //! halo-sitl px4 --instance 1            # ports + 1, like a second PX4 SITL instance
+//! halo-sitl px4 --gcs-port 18570        # a ground station (pymavlink, QGC) on udp 18570
 //! halo-sitl px4 --log setpoints.jsonl --drop 0.05 --delay-ms 20 --clock-offset-ms 5000
 //! ```
 
@@ -53,12 +54,20 @@ enum Vehicle {
         /// The autopilot clock runs this far ahead, ms.
         #[arg(long, default_value_t = 0)]
         clock_offset_ms: i64,
+        /// The autopilot clock's rate error, ppm (PX4 SITL under load: about -10000, 1 % slow).
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        clock_drift_ppm: i64,
         /// What to do when the offboard stream stops in the air.
         #[arg(long, value_enum, default_value = "posctl")]
         loss_action: Loss,
         /// Stop after this many seconds (runs until Ctrl-C otherwise).
         #[arg(long)]
         duration_s: Option<u64>,
+        /// Ground-station port (PX4 SITL's GCS link: 18570; 0 for none). A ground station that
+        /// sends from it (pymavlink `udpout:HOST:18570`) gets the vehicle's stream and can
+        /// switch modes as a pilot would.
+        #[arg(long, default_value_t = 18570)]
+        gcs_port: u16,
     },
 }
 
@@ -83,8 +92,10 @@ fn main() -> std::process::ExitCode {
         drop,
         delay_ms,
         clock_offset_ms,
+        clock_drift_ppm,
         loss_action,
         duration_s,
+        gcs_port,
     } = cli.vehicle;
     if !(0.0..=1.0).contains(&drop) {
         eprintln!("error: --drop must be between 0 and 1");
@@ -103,6 +114,9 @@ fn main() -> std::process::ExitCode {
     let result = rt.block_on(async move {
         let bind: SocketAddr = SocketAddr::new([0, 0, 0, 0].into(), bind_port.saturating_add(instance));
         let remote = SocketAddr::new(host, port.saturating_add(instance));
+        let gcs = (gcs_port != 0).then(|| {
+            SocketAddr::new([0, 0, 0, 0].into(), gcs_port.saturating_add(instance))
+        });
         let socket = sitl::udp::bind(bind).await?;
         let control = SimControl::default();
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "checked range")]
@@ -110,6 +124,7 @@ fn main() -> std::process::ExitCode {
         control.delay_ms.store(delay_ms, Ordering::Relaxed);
         let config = SimConfig {
             clock_offset_ms,
+            clock_drift_ppm,
             loss_action: match loss_action {
                 Loss::Posctl => LossAction::Posctl,
                 Loss::Hold => LossAction::Hold,
@@ -119,7 +134,7 @@ fn main() -> std::process::ExitCode {
         };
         println!("halo-sitl px4: system 1 on udp {bind}, sending to {remote}");
         let (tx, rx) = tokio::sync::broadcast::channel(1);
-        let opts = UdpOptions { bind, remote, config, setpoint_log: log, seed: 1 };
+        let opts = UdpOptions { bind, remote, config, setpoint_log: log, seed: 1, gcs };
         let c2 = control.clone();
         let sim = tokio::spawn(async move { sitl::udp::run(socket, opts, c2, rx).await });
         let status = control.clone();

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""A pilot at a ground station, written with pymavlink: switches the simulated PX4's mode the way
+QGroundControl does (MAV_CMD_DO_SET_MODE from system 255) and waits until the vehicle's own
+heartbeat shows each mode. An independent MAVLink peer: it shares no code with the gateway.
+
+Usage: pilot.py GCS_PORT MODE [MODE ...]   (MODE: POSCTL or AUTO.LOITER)
+Prints one JSON line: {"switched": [{"mode", "confirmed", "after_ms"}, ...]}; exit 0 when every
+switch was confirmed.
+"""
+import json
+import os
+import sys
+import time
+
+os.environ["MAVLINK20"] = "1"
+os.environ.setdefault("MAVLINK_DIALECT", "common")
+from pymavlink import mavutil  # noqa: E402
+
+MODES = {"POSCTL": (3, 0), "AUTO.LOITER": (4, 3)}
+port = int(sys.argv[1])
+conn = mavutil.mavlink_connection(
+    f"udpout:127.0.0.1:{port}", source_system=255, source_component=190, dialect="common"
+)
+M = mavutil.mavlink
+
+
+def heartbeat():
+    conn.mav.heartbeat_send(M.MAV_TYPE_GCS, M.MAV_AUTOPILOT_INVALID, 0, 0, M.MAV_STATE_ACTIVE)
+
+
+def vehicle_heartbeat(timeout):
+    m = conn.recv_match(type="HEARTBEAT", blocking=True, timeout=timeout)
+    if m is not None and m.get_srcSystem() == 1 and m.get_srcComponent() == 1:
+        return m
+    return None
+
+
+def mode_of(hb):
+    return ((hb.custom_mode >> 16) & 0xFF, (hb.custom_mode >> 24) & 0xFF)
+
+
+# Make ourselves known (the vehicle streams to a ground station once it has heard from it).
+deadline = time.time() + 5
+seen = None
+while seen is None and time.time() < deadline:
+    heartbeat()
+    seen = vehicle_heartbeat(0.2)
+if seen is None:
+    print(json.dumps({"error": "no heartbeat from the vehicle on the ground-station port"}))
+    sys.exit(1)
+
+out = {"switched": []}
+for name in sys.argv[2:]:
+    main, sub = MODES[name]
+    t0 = time.time()
+    conn.mav.command_long_send(1, 1, M.MAV_CMD_DO_SET_MODE, 0, 1, main, sub, 0, 0, 0, 0)
+    ok = False
+    while time.time() < t0 + 3:
+        hb = vehicle_heartbeat(0.1)
+        if hb is not None and mode_of(hb) == (main, sub):
+            ok = True
+            break
+    out["switched"].append(
+        {"mode": name, "confirmed": ok, "after_ms": round((time.time() - t0) * 1000)}
+    )
+    if not ok:
+        break
+print(json.dumps(out), flush=True)
+sys.exit(0 if out["switched"] and all(s["confirmed"] for s in out["switched"]) else 1)
