@@ -34,12 +34,12 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
-            k_xy: 1.2,
-            k_z: 0.8,
+            k_xy: 1.0,
+            k_z: 1.1,
             v_xy: 4.0,
-            v_up: 1.0,
+            v_up: 1.2,
             v_down: 1.0,
-            a_xy: 2.0,
+            a_xy: 1.4,
             a_z: 1.0,
             tau: 0.3,
             lag: 0.1,
@@ -215,21 +215,23 @@ mod tests {
         (reached.unwrap_or(f64::INFINITY), overshoot)
     }
 
+    // The expected times are PX4 v1.16.0's, measured (sitl/data/px4-v1.16-measured.json:
+    // `climb_5m_s` 5.1 s from the ARM ACK, `move_5m_s` 3.4 s), with their tolerances.
     #[test]
-    fn climb_to_five_metres_takes_about_seven_seconds() {
+    fn climb_to_five_metres_matches_measured_px4() {
         let mut b = Body::default();
-        let (t, _) = time_to(&mut b, [0.0, 0.0, -5.0], 1.0);
-        assert!((6.0..8.0).contains(&t), "{t}");
+        let (t, _) = time_to(&mut b, [0.0, 0.0, -5.0], 0.05);
+        assert!((4.6..5.6).contains(&t), "{t}");
     }
 
     #[test]
-    fn five_metre_move_takes_about_three_seconds_with_a_small_overshoot() {
+    fn five_metre_move_matches_measured_px4_with_a_small_overshoot() {
         let mut b = Body {
             pos: [0.0, 0.0, -5.0],
             ..Body::default()
         };
         let (t, over) = time_to(&mut b, [5.0, 0.0, -5.0], 0.0);
-        assert!((2.3..3.6).contains(&t), "{t}");
+        assert!((3.0..3.8).contains(&t), "{t}");
         assert!(over > 0.01 && over < 0.5, "{over}");
     }
 }

@@ -101,6 +101,13 @@ pub struct SimConfig {
     pub spoolup_ms: u64,
     /// `MPC_LAND_SPEED`, m/s.
     pub land_speed: f64,
+    /// The position controller's period, ms: a setpoint that arrives is used from the next
+    /// control tick after it, and the last one stays in use until another arrives.
+    pub control_period_ms: u64,
+    /// How long PX4's land detector takes from ground contact to "landed", ms.
+    pub land_detect_ms: u64,
+    /// The extra HEARTBEAT PX4 sends after a mode change comes this long after it, ms.
+    pub mode_report_ms: u64,
     /// Home latitude, degrees.
     pub home_lat: f64,
     /// Home longitude, degrees.
@@ -130,14 +137,17 @@ impl Default for SimConfig {
             ready_after_ms: 2000,
             min_arm_battery_pct: 20.0,
             offboard_loss_ms: 1000,
-            loss_detection_ms: 500,
+            loss_detection_ms: 80,
             loss_action: LossAction::Posctl,
             offboard_warmup_ms: 1000,
             disarm_preflight_ms: 10_000,
             disarm_land_ms: 2000,
             takeoff_alt_m: 2.5,
-            spoolup_ms: 1000,
+            spoolup_ms: 50,
             land_speed: 0.7,
+            land_detect_ms: 3700,
+            control_period_ms: 20,
+            mode_report_ms: 35,
             home_lat: 47.397_742,
             home_lon: 8.545_594,
             home_alt_m: 488.0,
@@ -153,8 +163,10 @@ impl Default for SimConfig {
 /// One setpoint the controller took (the counterpart of PX4's `trajectory_setpoint`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SetpointRecord {
-    /// Simulation time, ns.
+    /// Simulation time the controller started using it, ns.
     pub t_ns: u64,
+    /// Simulation time it arrived, ns (a control period or less before `t_ns`).
+    pub arrived_ns: u64,
     /// The autopilot's `time_boot_ms` at that instant.
     pub time_boot_ms: u64,
     /// North, m.
@@ -242,8 +254,12 @@ pub struct Px4Sim {
     flew: bool,
     landed_at: Option<u64>,
     liftoff_at: Option<u64>,
+    /// Ground contact while descending, before the land detector concludes.
+    contact_at: Option<u64>,
     battery_pct: f64,
     sp: Option<Sp>,
+    /// A setpoint that arrived and waits for the next control tick, with its record.
+    pending: Option<(Sp, SetpointRecord)>,
     sp_first_ns: Option<u64>,
     sp_last_ns: Option<u64>,
     hold_at: [f64; 3],
@@ -303,8 +319,10 @@ impl Px4Sim {
             flew: false,
             landed_at: None,
             liftoff_at: None,
+            contact_at: None,
             battery_pct: battery,
             sp: None,
+            pending: None,
             sp_first_ns: None,
             sp_last_ns: None,
             hold_at: [0.0; 3],
@@ -369,11 +387,13 @@ impl Px4Sim {
         let changed = (self.main, self.sub) != (main, sub);
         self.main = main;
         self.sub = sub;
-        // Measured on PX4 v1.16: an extra HEARTBEAT right after a mode change (mode changes
+        // Measured on PX4 v1.16: an extra HEARTBEAT soon after a mode change (mode changes
         // were confirmed to the companion in 24–60 ms, not at the next 1 Hz heartbeat).
         if changed {
-            let hb = self.heartbeat();
-            self.outbox.push_back(hb);
+            let at = self.last_ns + self.cfg.mode_report_ms * MS;
+            if let Some(hb) = self.streams.iter_mut().find(|s| s.msg_id == 0) {
+                hb.next_at = hb.next_at.min(at);
+            }
         }
     }
 
@@ -462,23 +482,22 @@ impl Px4Sim {
                     type_mask: mask,
                     frame: s.coordinate_frame as u8,
                 };
-                self.sp = Some(sp);
-                if self.main == MAIN_OFFBOARD {
-                    self.stats.setpoints_accepted += 1;
-                    #[allow(clippy::cast_possible_truncation, reason = "f32 as received")]
-                    let yaw = yaw_deg as f32;
-                    self.log.push_back(SetpointRecord {
-                        t_ns: now_ns,
-                        time_boot_ms: self.boot_time_ns(now_ns) / MS,
-                        x: s.x,
-                        y: s.y,
-                        z: s.z,
-                        yaw_deg: yaw,
-                        type_mask: mask,
-                        frame: s.coordinate_frame as u8,
-                        fingerprint: fingerprint(s.x, s.y, s.z, yaw),
-                    });
-                }
+                #[allow(clippy::cast_possible_truncation, reason = "f32 as received")]
+                let yaw = yaw_deg as f32;
+                let record = SetpointRecord {
+                    t_ns: now_ns,
+                    arrived_ns: now_ns,
+                    time_boot_ms: self.boot_time_ns(now_ns) / MS,
+                    x: s.x,
+                    y: s.y,
+                    z: s.z,
+                    yaw_deg: yaw,
+                    type_mask: mask,
+                    frame: s.coordinate_frame as u8,
+                    fingerprint: fingerprint(s.x, s.y, s.z, yaw),
+                };
+                // Used from the next control tick; a newer one replaces one still waiting.
+                self.pending = Some((sp, record));
             }
             MavMessage::COMMAND_LONG(c) => {
                 if !ours(c.target_system, c.target_component) {
@@ -697,6 +716,19 @@ impl Px4Sim {
     }
 
     fn step(&mut self, now: u64, dt: f64) {
+        // The control tick takes the setpoint that arrived since the last one.
+        let period = self.cfg.control_period_ms.max(1) * MS;
+        if now % period < 5 * MS {
+            if let Some((sp, mut record)) = self.pending.take() {
+                self.sp = Some(sp);
+                if self.main == MAIN_OFFBOARD {
+                    self.stats.setpoints_accepted += 1;
+                    record.t_ns = now;
+                    record.time_boot_ms = self.boot_time_ns(now) / MS;
+                    self.log.push_back(record);
+                }
+            }
+        }
         // Offboard-loss failsafe.
         if self.armed && self.main == MAIN_OFFBOARD && !self.on_ground {
             let silent = self.sp_last_ns.map_or(u64::MAX, |l| now.saturating_sub(l));
@@ -777,6 +809,12 @@ impl Px4Sim {
         } else {
             self.body.step(dt, demand, &lim);
         }
+        // The ground holds the vehicle up.
+        if self.body.pos[2] > 0.0 {
+            self.body.pos[2] = 0.0;
+            self.body.vel[2] = self.body.vel[2].min(0.0);
+            self.body.acc[2] = self.body.acc[2].min(0.0);
+        }
         // Land detection.
         let airborne = self.body.pos[2] < -0.1;
         if airborne && self.on_ground {
@@ -790,10 +828,19 @@ impl Px4Sim {
                 (MAIN_AUTO, SUB_LAND | SUB_RTL) | (MAIN_POSCTL, _)
             );
             if descending_mode || self.body.pos[2] >= -0.02 {
-                self.on_ground = true;
-                self.body.pos[2] = 0.0;
-                self.landed_at = Some(now);
+                // PX4's land detector concludes a while after ground contact.
+                let since = *self.contact_at.get_or_insert(now);
+                if now.saturating_sub(since) >= self.cfg.land_detect_ms * MS {
+                    self.on_ground = true;
+                    self.body.pos[2] = 0.0;
+                    self.landed_at = Some(now);
+                    self.contact_at = None;
+                }
+            } else {
+                self.contact_at = None;
             }
+        } else {
+            self.contact_at = None;
         }
         // Automatic disarms.
         if self.armed && self.on_ground {
