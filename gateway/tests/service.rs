@@ -1008,7 +1008,8 @@ fn pilot(port: u32, modes: &[&str]) -> Value {
 /// POSCTL. The gateway stops streaming at once, never takes the vehicle back, and refuses the
 /// agent's next action at the gate with an obligation; after the pilot pauses (AUTO.LOITER) and the operator
 /// releases, a fresh action flies. Evidence: the simulator's own counts of received setpoints
-/// and its log of the setpoints its controller took.
+/// and its log of the setpoints its controller took, and what PX4 reports to the ground station
+/// as its target (POSITION_TARGET_LOCAL_NED, read by pymavlink).
 #[test]
 fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
     let dir = tmp("pilot");
@@ -1104,6 +1105,20 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
         sim.fingerprints().contains(&fp(10.0, 4.0, -6.0, 0.0)) && sim.control.view().mode.0 == 6
     });
     assert!(!sim.fingerprints().contains(&fp(12.0, 3.0, -6.0, 0.0)));
+    // The same, from PX4's own reports to a ground station (an independent observer, not the
+    // simulator's log): the vehicle holds the fresh target, never the refused one.
+    let watched = pilot(port, &["watch", "1.5"]);
+    let targets: Vec<&str> = watched["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        targets.contains(&fp(10.0, 4.0, -6.0, 0.0).as_str()),
+        "{targets:?}"
+    );
+    assert!(!targets.contains(&fp(12.0, 3.0, -6.0, 0.0).as_str()));
     // Two overrides: POSCTL, then the pilot's own pause while the vehicle was still theirs.
     let metrics = http()
         .get(format!("{u}/metrics"))

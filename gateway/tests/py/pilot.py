@@ -4,9 +4,13 @@ QGroundControl does (MAV_CMD_DO_SET_MODE from system 255) and waits until the ve
 heartbeat shows each mode. An independent MAVLink peer: it shares no code with the gateway.
 
 Usage: pilot.py GCS_PORT MODE [MODE ...]   (MODE: POSCTL or AUTO.LOITER)
+       pilot.py GCS_PORT watch SECONDS      (only watch what the vehicle holds as its target)
 Prints one JSON line: {"switched": [{"mode", "confirmed", "after_ms"}, ...]}; exit 0 when every
-switch was confirmed.
+switch was confirmed. Watching prints {"targets": [...]}: the position targets the vehicle
+reported in POSITION_TARGET_LOCAL_NED, as fingerprints (centimetres and tenths of a degree,
+the documented rule), each once, in the order first seen.
 """
+import math
 import json
 import os
 import sys
@@ -48,6 +52,30 @@ while seen is None and time.time() < deadline:
 if seen is None:
     print(json.dumps({"error": "no heartbeat from the vehicle on the ground-station port"}))
     sys.exit(1)
+
+def fingerprint(x, y, z, yaw_deg):
+    r = lambda v: int(math.floor(abs(v) + 0.5)) * (1 if v >= 0 else -1)  # half away from zero
+    yaw = math.fmod(yaw_deg, 360.0)
+    if yaw <= -180.0:
+        yaw += 360.0
+    elif yaw > 180.0:
+        yaw -= 360.0
+    yd = r(yaw * 10)
+    return f"n{r(x * 100)}_e{r(y * 100)}_d{r(z * 100)}_y{1800 if yd == -1800 else yd}"
+
+
+if sys.argv[2] == "watch":
+    seen, end = [], time.time() + float(sys.argv[3])
+    while time.time() < end:
+        heartbeat()
+        m = conn.recv_match(type="POSITION_TARGET_LOCAL_NED", blocking=True, timeout=0.2)
+        if m is None or m.get_srcSystem() != 1 or not math.isfinite(m.x):
+            continue
+        fp = fingerprint(m.x, m.y, m.z, math.degrees(m.yaw) if math.isfinite(m.yaw) else 0.0)
+        if fp not in seen:
+            seen.append(fp)
+    print(json.dumps({"targets": seen}), flush=True)
+    sys.exit(0)
 
 out = {"switched": []}
 for name in sys.argv[2:]:
