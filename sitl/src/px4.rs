@@ -101,6 +101,9 @@ pub struct SimConfig {
     pub spoolup_ms: u64,
     /// `MPC_LAND_SPEED`, m/s.
     pub land_speed: f64,
+    /// Keep a record of every setpoint that arrives in OFFBOARD, used or replaced before the
+    /// next control tick ([`Px4Sim::poll_arrival`]; for latency measurements).
+    pub record_arrivals: bool,
     /// The position controller's period, ms: a setpoint that arrives is used from the next
     /// control tick after it, and the last one stays in use until another arrives.
     pub control_period_ms: u64,
@@ -147,6 +150,7 @@ impl Default for SimConfig {
             land_speed: 0.7,
             land_detect_ms: 3700,
             control_period_ms: 20,
+            record_arrivals: false,
             mode_report_ms: 35,
             home_lat: 47.397_742,
             home_lon: 8.545_594,
@@ -260,6 +264,7 @@ pub struct Px4Sim {
     sp: Option<Sp>,
     /// A setpoint that arrived and waits for the next control tick, with its record.
     pending: Option<(Sp, SetpointRecord)>,
+    arrivals: VecDeque<SetpointRecord>,
     sp_first_ns: Option<u64>,
     sp_last_ns: Option<u64>,
     hold_at: [f64; 3],
@@ -323,6 +328,7 @@ impl Px4Sim {
             battery_pct: battery,
             sp: None,
             pending: None,
+            arrivals: VecDeque::new(),
             sp_first_ns: None,
             sp_last_ns: None,
             hold_at: [0.0; 3],
@@ -496,6 +502,9 @@ impl Px4Sim {
                     frame: s.coordinate_frame as u8,
                     fingerprint: fingerprint(s.x, s.y, s.z, yaw),
                 };
+                if self.cfg.record_arrivals && self.main == MAIN_OFFBOARD {
+                    self.arrivals.push_back(record.clone());
+                }
                 // Used from the next control tick; a newer one replaces one still waiting.
                 self.pending = Some((sp, record));
             }
@@ -1083,5 +1092,10 @@ impl Px4Sim {
     /// The next accepted-setpoint record.
     pub fn poll_setpoint(&mut self) -> Option<SetpointRecord> {
         self.log.pop_front()
+    }
+
+    /// The next arrival record (with `SimConfig::record_arrivals`).
+    pub fn poll_arrival(&mut self) -> Option<SetpointRecord> {
+        self.arrivals.pop_front()
     }
 }

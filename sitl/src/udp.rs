@@ -50,6 +50,9 @@ pub struct SimView {
     pub stats: SimStats,
     /// Every accepted setpoint so far.
     pub setpoints: Vec<SetpointRecord>,
+    /// With `SimConfig::record_arrivals`: every setpoint that arrived in OFFBOARD, used by the
+    /// controller or replaced before its next tick (`t_ns` = `arrived_ns` here).
+    pub arrivals: Vec<SetpointRecord>,
 }
 
 impl SimControl {
@@ -218,6 +221,11 @@ pub async fn run_with_origin(
                 v.setpoints.push(r);
             }
         }
+        while let Some(r) = sim.poll_arrival() {
+            if let Ok(mut v) = control.view.lock() {
+                v.arrivals.push(r);
+            }
+        }
         if t.saturating_sub(last_view) > 20_000_000 {
             last_view = t;
             if let Ok(mut v) = control.view.lock() {
@@ -229,6 +237,7 @@ pub async fn run_with_origin(
                     battery_pct: sim.battery_pct(),
                     stats: sim.stats(),
                     setpoints: std::mem::take(&mut v.setpoints),
+                    arrivals: std::mem::take(&mut v.arrivals),
                 };
             }
         }
