@@ -806,7 +806,7 @@ struct WorkflowFile {
 /// The contract domain's text and a name for it: the file, or the one compiled in.
 fn domain_text(domain: Option<&Path>) -> Result<(String, String), String> {
     match domain {
-        Some(p) => read(p)
+        Some(p) => read(p, crate::io::MAX_CONFIG_BYTES, "contract domain")
             .and_then(|b| String::from_utf8(b).map_err(|e| format!("{}: {e}", p.display())))
             .map(|t| (t, p.display().to_string())),
         None => Ok((
@@ -821,9 +821,10 @@ fn contract_run(domain: Option<&Path>, workflow: &Path, receipts: &Path, keep_go
     let loaded = domain_text(domain)
         .and_then(|(t, name)| crate::contract::Domain::parse(&t, &name).map_err(|e| e.0))
         .and_then(|d| {
-            let wf: WorkflowFile = read(workflow).and_then(|b| {
-                serde_json::from_slice(&b).map_err(|e| format!("{}: {e}", workflow.display()))
-            })?;
+            let wf: WorkflowFile = read(workflow, crate::io::MAX_WORKFLOW_BYTES, "workflow")
+                .and_then(|b| {
+                    serde_json::from_slice(&b).map_err(|e| format!("{}: {e}", workflow.display()))
+                })?;
             Ok((d, wf))
         });
     let (d, wf) = match loaded {
@@ -922,26 +923,19 @@ fn contract_audit(domain: Option<&Path>, receipts: &Path) -> i32 {
             return EXIT_ERROR;
         }
     };
-    let log = match std::fs::read_to_string(receipts) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: {}: cannot read: {e}", receipts.display());
-            return EXIT_ERROR;
-        }
-    };
     let mut values = Vec::new();
-    for (i, line) in log
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        match serde_json::from_str::<serde_json::Value>(line) {
-            Ok(v) => values.push(v),
-            Err(e) => {
-                eprintln!("error: {}:{}: {e}", receipts.display(), i + 1);
-                return EXIT_ERROR;
-            }
+    let read = crate::io::for_each_record(receipts, crate::io::MAX_RECORD_BYTES, |n, line| {
+        if line.trim().is_empty() {
+            return Ok(());
         }
+        let v = serde_json::from_str::<serde_json::Value>(line)
+            .map_err(|e| format!("{}:{n}: {e}", receipts.display()))?;
+        values.push(v);
+        Ok(())
+    });
+    if let Err(e) = read {
+        eprintln!("error: {e}");
+        return EXIT_ERROR;
     }
     match sitl::contract_audit::audit(&d, &values) {
         Ok(r) => {
@@ -964,18 +958,14 @@ fn contract_audit(domain: Option<&Path>, receipts: &Path) -> i32 {
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, String> {
-    if path == Path::new("-") {
-        use std::io::Read as _;
-        let mut b = Vec::new();
-        std::io::stdin()
-            .take(crate::core::envelope::MAX_RESPONSE_BYTES as u64 + 1)
-            .read_to_end(&mut b)
-            .map_err(|e| format!("standard input: {e}"))?;
-        return Ok(b);
-    }
-    std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
+/// Reads a file (or standard input for `-`) through a size cap: a response at most the
+/// envelope limit, everything else at most [`crate::io::MAX_CONFIG_BYTES`].
+fn read(path: &Path, cap: u64, what: &str) -> Result<Vec<u8>, String> {
+    crate::io::read_capped(path, cap, what)
 }
+
+/// The envelope's own size limit.
+const RESPONSE_READ_CAP: u64 = crate::core::envelope::MAX_RESPONSE_BYTES as u64;
 
 fn check(
     catalog: Option<&Path>,
@@ -991,7 +981,7 @@ fn check(
             return EXIT_ERROR;
         }
     };
-    let state_bytes = match read(state) {
+    let state_bytes = match read(state, crate::io::MAX_CONFIG_BYTES, "state file") {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: {e}");
@@ -1005,7 +995,7 @@ fn check(
             return EXIT_ERROR;
         }
     };
-    let resp_bytes = match read(response) {
+    let resp_bytes = match read(response, RESPONSE_READ_CAP, "response") {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: {e}");
@@ -1145,7 +1135,7 @@ fn digest(catalog: Option<&Path>, response: &Path, json: bool) -> i32 {
             return EXIT_ERROR;
         }
     };
-    let bytes = match read(response) {
+    let bytes = match read(response, RESPONSE_READ_CAP, "response") {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: {e}");

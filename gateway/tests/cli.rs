@@ -205,3 +205,78 @@ fn contract_run_and_independent_audit() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every file the binary reads goes through a size cap before it is parsed: an endless file
+/// (`/dev/zero`) or an oversized one is a one-line error naming the file, exit 3, and nothing
+/// is read past the cap.
+#[test]
+fn endless_and_oversized_files_are_refused_at_their_cap() {
+    let dir = std::env::temp_dir().join(format!("halo-cli-caps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let big_state = dir.join("big-state.json");
+    // A syntactically plausible state file of 2 MiB (one long provenance string).
+    std::fs::write(
+        &big_state,
+        format!(
+            "{{\"sources\": {{\"map\": {{\"provenance\": \"{}\"}}}}}}",
+            "x".repeat(2 << 20)
+        ),
+    )
+    .unwrap();
+    let state = path("docs/examples/state.json");
+    let resp = path("docs/examples/response.json");
+    let big = big_state.display().to_string();
+    let cases: Vec<(&str, Vec<&str>, &str)> = vec![
+        (
+            "state /dev/zero",
+            vec!["check", "--state", "/dev/zero", &resp],
+            "/dev/zero: the state file is larger than the 1048576-byte limit",
+        ),
+        (
+            "state of 2 MiB",
+            vec!["check", "--state", &big, &resp],
+            "the state file is larger than the 1048576-byte limit",
+        ),
+        (
+            "response /dev/zero",
+            vec!["check", "--state", &state, "/dev/zero"],
+            "/dev/zero: the response is larger than the 524288-byte limit",
+        ),
+        (
+            "catalog /dev/zero",
+            vec!["check", "--catalog", "/dev/zero", "--state", &state, &resp],
+            "/dev/zero: the catalog is larger than the 1048576-byte limit",
+        ),
+        (
+            "digest /dev/zero",
+            vec!["digest", "/dev/zero"],
+            "/dev/zero: the response is larger than the 524288-byte limit",
+        ),
+        (
+            "audit verify /dev/zero",
+            vec!["audit", "verify", "/dev/zero"],
+            "/dev/zero:1: a record is longer than the 1048576-byte limit",
+        ),
+        (
+            "contract audit /dev/zero",
+            vec!["contract", "audit", "/dev/zero"],
+            "/dev/zero:1: a record is longer than the 1048576-byte limit",
+        ),
+    ];
+    let mut matched = 0;
+    for (name, args, want) in &cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let ok =
+            out.status.code() == Some(EXIT_ERROR) && err.contains(want) && err.lines().count() == 1;
+        println!("  {name:<28} exit {:?}  {}", out.status.code(), err.trim());
+        assert!(ok, "{name}: {err}");
+        matched += 1;
+    }
+    println!("input-caps: {matched}/{} matched", cases.len());
+    assert_eq!(matched, 7);
+    let _ = std::fs::remove_dir_all(&dir);
+}

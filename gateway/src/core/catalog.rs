@@ -327,6 +327,10 @@ impl CatalogError {
 
 impl std::fmt::Display for CatalogError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A file that could not be read has no line or field to point at.
+        if self.line == 0 && self.field == "file" {
+            return write!(f, "{}: {}", self.file, self.message);
+        }
         write!(
             f,
             "{}:{}: {}: {}",

@@ -709,13 +709,14 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
 /// # Errors
 /// [`DemoError`] naming the file and line that does not parse.
 pub fn read_receipts(path: &Path) -> Result<Vec<crate::core::receipt::Receipt>, DemoError> {
-    let text = std::fs::read_to_string(path).map_err(err("receipt log"))?;
+    // Record by record, each at most MAX_RECORD_BYTES: a wrong path is an error, not memory.
     let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let r = serde_json::from_str(line)
-            .map_err(|e| DemoError(format!("{}:{}: {e}", path.display(), i + 1)))?;
+    crate::io::for_each_record(path, crate::io::MAX_RECORD_BYTES, |n, line| {
+        let r = serde_json::from_str(line).map_err(|e| format!("{}:{n}: {e}", path.display()))?;
         out.push(r);
-    }
+        Ok(())
+    })
+    .map_err(DemoError)?;
     Ok(out)
 }
 

@@ -67,7 +67,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
 /// A message naming the file when it cannot be read, parsed or written.
 pub fn bump_boot_epoch(dir: &Path) -> Result<u64, String> {
     let path = dir.join("boot_epoch");
-    let prev = match std::fs::read_to_string(&path) {
+    let prev = match read_small(&path) {
         Ok(s) => s.trim().parse::<u64>().map_err(|e| {
             format!(
                 "{}: not a boot epoch ({e}); remove it only if you accept that tokens minted \
@@ -96,8 +96,25 @@ pub fn new_credential() -> Result<String, String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
+/// Reads a small file (a boot epoch, a credential): at most 4 KiB, so a file replaced by
+/// something endless is an error rather than unbounded memory.
+fn read_small(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut buf = Vec::new();
+    std::fs::File::open(path)?
+        .take(4097)
+        .read_to_end(&mut buf)?;
+    if buf.len() > 4096 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "larger than 4096 bytes",
+        ));
+    }
+    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 fn load_or_create(path: &Path) -> Result<(String, bool), String> {
-    match std::fs::read_to_string(path) {
+    match read_small(path) {
         Ok(s) => {
             let t = s.trim().to_string();
             if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) {
