@@ -280,3 +280,45 @@ fn endless_and_oversized_files_are_refused_at_their_cap() {
     assert_eq!(matched, 7);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A state file is read as strictly as an envelope: a key repeated anywhere, or two
+/// certificates with one id, is an error naming it, not "the last one wins".
+#[test]
+fn state_files_refuse_repeated_keys_and_certificate_ids() {
+    let dir = std::env::temp_dir().join(format!("halo-cli-dups-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = r#"{"value": null, "epoch": 7, "provenance": "map-service", "generated_at_ms": 900}"#;
+    let cert = format!(
+        r#"{{"id": "cert-1", "covers": "{}", "valid_until_ms": 5000, "issuer": "geo"}}"#,
+        "ab".repeat(32)
+    );
+    let cases = [
+        (
+            format!(r#"{{"now_ms": 1000, "sources": {{"map": {src}, "map": {src}}}}}"#),
+            "duplicate key `sources.map`",
+        ),
+        (
+            r#"{"now_ms": 1000, "now_ms": 2000}"#.to_string(),
+            "duplicate key `now_ms`",
+        ),
+        (
+            format!(r#"{{"now_ms": 1000, "certificates": [{cert}, {cert}]}}"#),
+            "certificate `cert-1` appears twice",
+        ),
+    ];
+    let resp = path("docs/examples/response.json");
+    for (k, (text, want)) in cases.iter().enumerate() {
+        let p = dir.join(format!("state-{k}.json"));
+        std::fs::write(&p, text).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+            .args(["check", "--state"])
+            .arg(&p)
+            .arg(&resp)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(EXIT_ERROR), "{err}");
+        assert!(err.contains(want), "case {k}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -875,7 +875,11 @@ fn roles_and_bad_input() {
         ("older than held", format!("{u}/v1/state/traffic"), Some(&g.provider), upd(json!([]), at - 5_000).into_bytes(), 422, "OUT_OF_ORDER_UPDATE"),
         ("wrong value kind", format!("{u}/v1/state/traffic"), Some(&g.provider), upd(json!(5), at + 1).into_bytes(), 422, "VALUE_KIND_MISMATCH"),
         ("duplicate key", format!("{u}/v1/state/traffic"), Some(&g.provider),
-            format!("{{\"value\":[],\"epoch\":1,\"epoch\":2,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}").into_bytes(), 400, "INVALID_UPDATE"),
+            format!("{{\"value\":[],\"epoch\":1,\"epoch\":2,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}").into_bytes(), 400, "DUPLICATE_KEY"),
+        ("duplicate key in the value", format!("{u}/v1/state/traffic"), Some(&g.provider),
+            format!("{{\"value\":[{{\"north_m\":90,\"north_m\":1,\"east_m\":0,\"down_m\":-10}}],\"epoch\":1,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}").into_bytes(), 400, "DUPLICATE_KEY"),
+        ("certificate duplicate key", format!("{u}/v1/certificates"), Some(&g.provider),
+            br#"{"id":"c1","id":"c2","covers":"00","valid_for_ms":1000,"issuer":"geo"}"#.to_vec(), 400, "DUPLICATE_KEY"),
         ("oversized update", format!("{u}/v1/state/traffic"), Some(&g.provider), mid, 413, "BODY_TOO_LARGE"),
         ("certificate digest", format!("{u}/v1/certificates"), Some(&g.provider),
             br#"{"id":"c1","covers":"zz","valid_for_ms":1000,"issuer":"geo"}"#.to_vec(), 422, "INVALID_UPDATE"),
@@ -901,6 +905,7 @@ fn roles_and_bad_input() {
     let after = observe();
     assert_eq!(before, after, "a refused input changed state");
     println!("service-bad-input: {ok}/{} matched", cases.len());
+    assert_eq!(cases.len(), 18, "the bad-input table changed");
     assert_eq!(ok, cases.len());
     // And the gateway still takes a good update afterwards.
     let (st, _) = post(

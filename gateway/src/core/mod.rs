@@ -27,6 +27,7 @@ pub mod receipt;
 pub mod recovery;
 pub mod state;
 pub mod statefile;
+pub mod strict;
 pub mod support;
 pub mod time;
 pub mod variant;

@@ -131,6 +131,7 @@ impl ProviderUpdate {
 /// # Errors
 /// A message for people naming the offending source or certificate.
 pub fn parse_state(cat: &Catalog, bytes: &[u8]) -> Result<StateFile, String> {
+    super::strict::no_duplicate_keys(bytes)?;
     let raw: RawStateFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
     let mut updates = Vec::new();
     for (name, s) in &raw.sources {
@@ -143,8 +144,11 @@ pub fn parse_state(cat: &Catalog, bytes: &[u8]) -> Result<StateFile, String> {
             s.generated_at_ms,
         )?);
     }
-    let mut certificates = Vec::new();
+    let mut certificates: Vec<Certificate> = Vec::new();
     for c in raw.certificates {
+        if certificates.iter().any(|x| x.id == c.id) {
+            return Err(format!("certificate `{}` appears twice", c.id));
+        }
         certificates.push(Certificate {
             id: c.id,
             covers: Digest::from_hex(&c.covers).map_err(|e| format!("certificate covers: {e}"))?,

@@ -1228,6 +1228,14 @@ impl Core {
             ));
         };
         let kind = cat.source(ix).map(|s| s.value);
+        // Duplicate keys anywhere (the value is untyped JSON) are refused, as in envelopes.
+        crate::core::strict::no_duplicate_keys(bytes).map_err(|e| {
+            ApiError::new(
+                400,
+                ReasonCode::DUPLICATE_KEY,
+                format!("source `{source}`: {e}"),
+            )
+        })?;
         let body: StateBody = serde_json::from_slice(bytes).map_err(|e| {
             ApiError::new(
                 400,
@@ -1278,6 +1286,9 @@ impl Core {
     }
 
     fn certificate(&mut self, bytes: &[u8], wall_ms: u64) -> Answer {
+        crate::core::strict::no_duplicate_keys(bytes).map_err(|e| {
+            ApiError::new(400, ReasonCode::DUPLICATE_KEY, format!("certificate: {e}"))
+        })?;
         let body: CertificateBody = serde_json::from_slice(bytes).map_err(|e| {
             ApiError::new(400, ReasonCode::INVALID_UPDATE, format!("certificate: {e}"))
         })?;
