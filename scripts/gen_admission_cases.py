@@ -41,6 +41,7 @@ def healthy_state():
             "preflight": src(True, 1, "operator"),
             "wind": src(4.0, 1, "weather"),
             "z_range": src(1.42, 1, "rangefinder"),
+            "control": src(True, 1, "px4"),
         },
         "certificates": [{"id": "cert-9f2c", "covers": {"component": "e3"}, "valid_until_ms": 30_000,
                           "issuer": "tube-verifier"}],
@@ -56,7 +57,7 @@ SUPPORT = {"map": {"epoch": 7}, "traffic": {"epoch": 41},
 def running(**over):
     r = {
         "response_id": "resp-0007", "agent_id": "planner-1", "generation": 12,
-        "catalog": {"id": "uav-px4", "version": 3},
+        "catalog": {"id": "uav-px4", "version": 4},
         "components": [
             {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
             {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 1.42, "unit": "m"}},

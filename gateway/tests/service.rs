@@ -344,7 +344,7 @@ fn route(id: &str, t: [f64; 4], map_epoch: u64, cert: &str) -> Value {
 /// The embedded catalog with one change: a route action may wait for another's observed success.
 fn seq_catalog_text() -> String {
     let cat = halo_gateway::service::EMBEDDED_CATALOG
-        .replace("id = \"uav-px4\"\nversion = 3", "id = \"uav-px4-seq\"\nversion = 1")
+        .replace("id = \"uav-px4\"\nversion = 4", "id = \"uav-px4-seq\"\nversion = 1")
         .replace(
             "temporal = \"interval\"\nrules",
             "temporal = \"interval\"\nprerequisites = [{ type = \"route_action\", phases = [\"observed_success\"] }]\nrules",
@@ -464,7 +464,7 @@ fn the_running_example_flies_over_http() {
     // resp-0007: notice and report go out, the route action passes the gate and flies, the
     // status follows its dispatch.
     let r1 = json!({"response_id": "resp-0007", "agent_id": "planner-1", "generation": 12,
-    "catalog": {"id": "uav-px4", "version": 3},
+    "catalog": {"id": "uav-px4", "version": 4},
     "components": [
         {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
         {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 5.1, "unit": "m"}},
@@ -527,7 +527,7 @@ fn the_running_example_flies_over_http() {
             .any(|s| s["source"] == "map" && s["epoch"] == 8)
     });
     let r2 = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 13,
-    "catalog": {"id": "uav-px4", "version": 3},
+    "catalog": {"id": "uav-px4", "version": 4},
     "components": [
         route("e5", [30.0, 20.0, -10.0, 45.0], 7, "cert-a001"),
         {"id": "e6", "type": "status", "payload": {"text": "En route to WP4"}, "requires": [{"id": "e5", "phase": "dispatched"}]}
@@ -557,10 +557,10 @@ fn the_running_example_flies_over_http() {
     // The agent answers with a fresh candidate planned against epoch 8.
     let cand_route = route("e5", [30.0, 18.0, -10.0, 45.0], 8, "cert-a002");
     let as_response = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
-        "catalog": {"id": "uav-px4", "version": 3}, "components": [cand_route.clone()]});
+        "catalog": {"id": "uav-px4", "version": 4}, "components": [cand_route.clone()]});
     certify(&g, &as_response, "e5", "cert-a002");
     let cand = json!({"obligation": oid, "response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
-        "catalog": {"id": "uav-px4", "version": 3}, "components": [cand_route]});
+        "catalog": {"id": "uav-px4", "version": 4}, "components": [cand_route]});
     // Naming another obligation than the URL is refused and changes nothing.
     let (st, v) = post(
         &format!("{u}/v1/obligations/{}/candidates", oid + 100),
@@ -586,7 +586,7 @@ fn the_running_example_flies_over_http() {
 
     // Land through the gate.
     let r3 = json!({"response_id": "resp-0009", "agent_id": "planner-1", "generation": 15,
-        "catalog": {"id": "uav-px4", "version": 3},
+        "catalog": {"id": "uav-px4", "version": 4},
         "components": [{"id": "l1", "type": "land", "payload": {}}]});
     let (st, rep) = post(
         &format!("{u}/v1/responses"),
@@ -862,7 +862,7 @@ fn roles_and_bad_input() {
     let before = observe();
     let big = vec![b' '; 600 * 1024];
     let mid = vec![b' '; 100 * 1024];
-    let r1 = json!({"response_id": "r1", "agent_id": "a", "generation": 1, "catalog": {"id": "uav-px4", "version": 3},
+    let r1 = json!({"response_id": "r1", "agent_id": "a", "generation": 1, "catalog": {"id": "uav-px4", "version": 4},
                     "components": [{"id": "e1", "type": "notice", "payload": {"text": "x"}}], "extra": 1}).to_string();
     /// (what, url, credential, body, expected status, expected code)
     type Case<'a> = (&'a str, String, Option<&'a str>, Vec<u8>, u16, &'a str);
@@ -1010,8 +1010,8 @@ fn pilot(port: u32, modes: &[&str]) -> Value {
 
 /// The pilot wins, over real sockets: while the gateway flies a target, a pilot at a ground
 /// station (pymavlink, an independent MAVLink peer on the simulator's GCS port) switches PX4 to
-/// POSCTL. The gateway stops streaming at once, never takes the vehicle back, and refuses the
-/// agent's next action at the gate with an obligation; after the pilot pauses (AUTO.LOITER) and the operator
+/// POSCTL. The gateway stops streaming at once, never takes the vehicle back, and withholds the
+/// agent's next action (`control` lost: `CONTROL_NOT_GRANTED`) with an obligation; after the pilot pauses (AUTO.LOITER) and the operator
 /// releases, a fresh action flies. Evidence: the simulator's own counts of received setpoints
 /// and its log of the setpoints its controller took, and what PX4 reports to the ground station
 /// as its target (POSITION_TARGET_LOCAL_NED, read by pymavlink).
@@ -1036,7 +1036,7 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
     );
     let submit = |rid: &str, generation: u64, target: [f64; 4], cert: &str| {
         let env = json!({"response_id": rid, "agent_id": "planner-1", "generation": generation,
-            "catalog": {"id": "uav-px4", "version": 3}, "components": [route("a", target, 7, cert)]});
+            "catalog": {"id": "uav-px4", "version": 4}, "components": [route("a", target, 7, cert)]});
         certify(&g, &env, "a", cert);
         let (st, rep) = post(
             &format!("{u}/v1/responses"),
@@ -1076,8 +1076,8 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
     );
 
     // The pilot pauses (AUTO.LOITER, in the air again): the vehicle stays theirs, and the
-    // agent's next action meets a closed adapter at the gate: that instance fails with a
-    // recoverable reason, so the agent gets an obligation for a fresh candidate.
+    // agent's next action is withheld at admission: the catalog's `control` source is false,
+    // a recoverable reason, so the agent gets an obligation for a fresh candidate.
     let p2 = pilot(port, &["AUTO.LOITER"]);
     wait_until(5, "airborne in AUTO.LOITER", || {
         let v = status();
@@ -1086,7 +1086,7 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
     let c2 = submit("pilot-2", 2, [12.0, 3.0, -6.0, 0.0], "cert-p2");
     assert_eq!(
         (c2["phase"].as_str(), c2["reason"].as_str()),
-        (Some("FAILED"), Some("ADAPTER_REJECTED")),
+        (Some("WITHHELD"), Some("CONTROL_NOT_GRANTED")),
         "{c2}"
     );
     assert!(c2["obligation"].is_u64(), "{c2}");
@@ -1248,7 +1248,7 @@ fn stdio_agent_link() {
         }
     };
     let notice = json!({"response_id": "r-stdio", "agent_id": "planner-1", "generation": 1,
-        "catalog": {"id": "uav-px4", "version": 3},
+        "catalog": {"id": "uav-px4", "version": 4},
         "components": [{"id": "n1", "type": "notice", "payload": {"text": "hello from stdio"}}]});
     writeln!(
         stdin,
@@ -1404,7 +1404,7 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
 
     let send = |rid: &str, generation: u64, t: [f64; 4], cert: &str| -> Value {
         let r = json!({"response_id": rid, "agent_id": "planner-1", "generation": generation,
-            "catalog": {"id": "uav-px4", "version": 3}, "components": [route("a", t, 7, cert)]});
+            "catalog": {"id": "uav-px4", "version": 4}, "components": [route("a", t, 7, cert)]});
         certify(&g, &r, "a", cert);
         let (st, rep) = post(
             &format!("{u}/v1/responses"),

@@ -1160,7 +1160,7 @@ fn build_rule(
                         format!("unknown reason code `{name}`"),
                     )
                 })?;
-                if !(212..=221).contains(&code.number()) {
+                if !(212..=222).contains(&code.number()) {
                     return Err(cx.err(
                         span.clone(),
                         format!("{field}.code"),
@@ -1384,7 +1384,7 @@ temporal = "interval"
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../catalogs/uav-px4.toml");
         let src = std::fs::read_to_string(path).unwrap();
         let c = Catalog::parse(&src, "uav-px4.toml").unwrap();
-        assert_eq!((c.id().as_str(), c.version()), ("uav-px4", 3));
+        assert_eq!((c.id().as_str(), c.version()), ("uav-px4", 4));
         for t in [
             "notice",
             "report",

@@ -95,6 +95,7 @@ reasons! {
     SEPARATION_LOST(219) "the target is too close to known traffic";
     VEHICLE_STATE(220) "the vehicle is not in a state that allows this component";
     RULE_FAILED(221) "a catalog rule does not hold";
+    CONTROL_NOT_GRANTED(222) "the operator has not handed the vehicle to the gateway, or a pilot took it back";
 
     // --- closure and processing phases ---
     PARENT_WITHHELD(300) "a declared prerequisite is not retained, so the dependent is withheld";

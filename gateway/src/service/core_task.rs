@@ -422,6 +422,9 @@ pub struct Core {
     /// A deny-hold asked of the bridge: binding and the instant support was lost.
     deny_hold_since: Option<([u8; 32], Nanos)>,
     last_link_refresh: Nanos,
+    /// The bridge's last reported permission to fly (the operator handed it the vehicle and no
+    /// override took it back since).
+    control_granted: bool,
     last_housekeeping: Instant,
 }
 
@@ -524,6 +527,7 @@ impl Core {
             )?),
             None => None,
         };
+        let control_granted = handle.offboard_permitted();
         Ok(Core {
             gw,
             adapter: ServiceAdapter {
@@ -544,6 +548,7 @@ impl Core {
             pending: VecDeque::new(),
             deny_hold_since: None,
             last_link_refresh: Nanos::ZERO,
+            control_granted,
             last_housekeeping: origin,
         })
     }
@@ -792,6 +797,7 @@ impl Core {
                         Nanos(u.generated_at.0.saturating_sub(u.uncertainty_ns).min(now.0)),
                         Value::Flag(true),
                     );
+                    self.publish_control();
                 }
                 match &u.data {
                     Telemetry::LocalPosition {
@@ -946,6 +952,8 @@ impl Core {
                 );
             }
             BridgeEvent::Permission { permitted } => {
+                self.control_granted = *permitted;
+                self.publish_control();
                 tracing::info!(
                     permitted,
                     "the gateway {} fly the vehicle",
@@ -966,6 +974,16 @@ impl Core {
             }
             BridgeEvent::TargetObserved { .. } | BridgeEvent::TimeSync { .. } => {}
         }
+    }
+
+    /// The catalog's `control` source: whether the gateway may fly now (the operator handed it
+    /// the vehicle, no override took it back, no operator hold). Actions that need it lose their
+    /// support the instant it turns false: pending ones are withheld with an obligation
+    /// (`CONTROL_NOT_GRANTED`).
+    fn publish_control(&mut self) {
+        let now = self.now();
+        let granted = self.control_granted && !self.adapter.held;
+        self.push_vehicle_source("control", now, Value::Flag(granted));
     }
 
     fn push_vehicle_source(&mut self, name: &str, at: Nanos, value: Value) {
@@ -1344,6 +1362,7 @@ impl Core {
                     json!({"held": true, "bridge": r.as_ref().map_or_else(ToString::to_string, |()| "holding".into())}),
                 );
                 self.publish("operator_hold", &json!({"held": true}));
+                self.publish_control();
                 tracing::warn!("operator hold: agent actions will not dispatch until released");
                 self.pump();
                 let _ = reply.send(Ok(json!({"action": "hold", "held": true})));
@@ -1355,6 +1374,7 @@ impl Core {
                 self.gw
                     .record_external(now, "operator_hold", json!({"held": false}));
                 self.publish("operator_hold", &json!({"held": false}));
+                self.publish_control();
                 tracing::info!("operator released the hold");
                 self.pump();
                 let _ = reply.send(Ok(json!({"action": "release", "held": false})));

@@ -93,6 +93,7 @@ pub fn healthy_uav(gw: &mut Gateway, at_ms: u64) {
     put(gw, at_ms, "preflight", json!(true), 1, "operator", at_ms);
     put(gw, at_ms, "wind", json!(4.0), 1, "weather", at_ms);
     put(gw, at_ms, "z_range", json!(10.2), 1, "rangefinder", at_ms);
+    put(gw, at_ms, "control", json!(true), 1, "px4", at_ms);
 }
 
 /// The running example: notice e1, report e2, route action e3, status e4 requiring e3
@@ -102,7 +103,7 @@ pub fn running_example(response_id: &str, generation: u64) -> String {
         "response_id": response_id,
         "agent_id": "planner-1",
         "generation": generation,
-        "catalog": {"id": "uav-px4", "version": 3},
+        "catalog": {"id": "uav-px4", "version": 4},
         "components": [
             {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
             {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 10.2, "unit": "m"}},
