@@ -597,6 +597,27 @@ impl Catalog {
         if head.version == 0 {
             return Err(cx.err(head_span, "catalog.version", "version must be at least 1"));
         }
+        // Values that cannot be meant: every response would expire at once, or a tolerance or
+        // guard longer than any freshness limit a catalog would set.
+        if head.response_ttl_ms == 0 {
+            return Err(cx.err(
+                head_span,
+                "catalog.response_ttl_ms",
+                "must be at least 1 ms (0 would end every response at admission)",
+            ));
+        }
+        for (key, v) in [
+            ("catalog.adapter_guard_ms", head.adapter_guard_ms),
+            ("catalog.future_tolerance_ms", head.future_tolerance_ms),
+        ] {
+            if v > 3_600_000 {
+                return Err(cx.err(
+                    head_span.clone(),
+                    key,
+                    format!("{v} ms is over one hour (3600000)"),
+                ));
+            }
+        }
 
         if raw.sources.is_empty() {
             return Err(cx.err(head_span, "sources", "a catalog needs at least one source"));
@@ -1138,6 +1159,17 @@ fn build_rule(
         }
         Ok(())
     };
+    let positive = |name: &str, x: f64| -> Result<f64, CatalogError> {
+        if x.is_finite() && x > 0.0 {
+            Ok(x)
+        } else {
+            Err(cx.err(
+                span.clone(),
+                format!("{field}.{name}"),
+                format!("must be a positive number of metres, not {x}"),
+            ))
+        }
+    };
     let finite = |name: &str, x: f64| -> Result<f64, CatalogError> {
         if x.is_finite() {
             Ok(x)
@@ -1185,7 +1217,7 @@ fn build_rule(
             needs_target()?;
             RuleSpec {
                 rule: Rule::MaxAltitude {
-                    max_m: finite("max_m", *max_m)?,
+                    max_m: positive("max_m", *max_m)?,
                 },
                 code: code(c, ReasonCode::OPERATING_LIMIT)?,
             }
@@ -1199,7 +1231,7 @@ fn build_rule(
             RuleSpec {
                 rule: Rule::MaxDistance {
                     source: src(source, ValueKind::Position)?,
-                    max_m: finite("max_m", *max_m)?,
+                    max_m: positive("max_m", *max_m)?,
                 },
                 code: code(c, ReasonCode::OPERATING_LIMIT)?,
             }
@@ -1241,7 +1273,7 @@ fn build_rule(
             RuleSpec {
                 rule: Rule::Separation {
                     source: src(source, ValueKind::Traffic)?,
-                    min_m: finite("min_m", *min_m)?,
+                    min_m: positive("min_m", *min_m)?,
                 },
                 code: code(c, ReasonCode::SEPARATION_LOST)?,
             }
@@ -1395,6 +1427,45 @@ temporal = "interval"
             "status",
         ] {
             assert!(c.type_ix(t).is_some(), "missing type {t}");
+        }
+    }
+
+    /// Values a catalog author cannot have meant are load errors with the key path.
+    #[test]
+    fn values_that_cannot_be_meant_are_refused() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../catalogs/uav-px4.toml");
+        let src = std::fs::read_to_string(path).unwrap();
+        for (from, to, want) in [
+            (
+                "response_ttl_ms = 120000",
+                "response_ttl_ms = 0",
+                "catalog.response_ttl_ms: must be at least 1 ms",
+            ),
+            (
+                "future_tolerance_ms = 50 ",
+                "future_tolerance_ms = 86400000 ",
+                "catalog.future_tolerance_ms: 86400000 ms is over one hour",
+            ),
+            (
+                "{ kind = \"max_altitude\", max_m = 120.0 }",
+                "{ kind = \"max_altitude\", max_m = -120.0 }",
+                "max_m: must be a positive number of metres, not -120",
+            ),
+            (
+                "source = \"home\", max_m = 500.0",
+                "source = \"home\", max_m = 0.0",
+                "max_m: must be a positive number of metres, not 0",
+            ),
+            (
+                "source = \"traffic\", min_m = 30.0",
+                "source = \"traffic\", min_m = -1.0",
+                "min_m: must be a positive number of metres, not -1",
+            ),
+        ] {
+            assert!(src.contains(from), "{from}");
+            let e = Catalog::parse(&src.replace(from, to), "c.toml").unwrap_err();
+            assert!(e.to_string().contains(want), "{to}: {e}");
         }
     }
 
