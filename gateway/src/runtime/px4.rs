@@ -28,8 +28,9 @@ pub struct Px4Adapter {
     pub last_target: Option<[u8; 32]>,
     /// Targets whose stream this adapter ended (a later target, a hold or a land replaced
     /// it), as (response, component), for the shell to tell the gateway
-    /// (`Gateway::stream_ended`). Drain with [`Px4Adapter::take_ended`].
-    ended: Vec<(Id, Id)>,
+    /// (`Gateway::stream_ended`), by binding: the gate's critical section only notes the
+    /// binding; the ids are looked up when drained ([`Px4Adapter::take_ended`]).
+    ended: Vec<[u8; 32]>,
 }
 
 impl Px4Adapter {
@@ -55,10 +56,7 @@ impl Px4Adapter {
     /// The current target no longer streams (the bridge holds, lands or lost the link).
     pub fn target_ended(&mut self) {
         if let Some(b) = self.last_target.take() {
-            if let Some((r, c)) = self.attribute(&b) {
-                let ended = (r.clone(), c.clone());
-                self.ended.push(ended);
-            }
+            self.ended.push(b);
         }
     }
 
@@ -72,7 +70,11 @@ impl Px4Adapter {
 
     /// The streams ended since the last call, as (response, component).
     pub fn take_ended(&mut self) -> Vec<(Id, Id)> {
-        std::mem::take(&mut self.ended)
+        let ended = std::mem::take(&mut self.ended);
+        ended
+            .iter()
+            .filter_map(|b| self.attribute(b).map(|(r, c)| (r.clone(), c.clone())))
+            .collect()
     }
 
     /// The bridge handle.
