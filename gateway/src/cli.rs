@@ -178,13 +178,23 @@ enum AuditCmd {
         #[arg(long)]
         decisions: bool,
     },
-    /// Recompute the hash chain and every receipt hash of a JSON-lines receipt log. Give the
-    /// files of a rotated log in order (`boot-3.jsonl boot-3.1.jsonl ...`): the chain runs
-    /// across them.
+    /// Recompute the hash chain and every receipt hash of a JSON-lines receipt log, reading
+    /// each record strictly. Give the files of a rotated log in order (`boot-3.jsonl
+    /// boot-3.1.jsonl ...`): the chain runs across them. With `--key`, check the signed
+    /// checkpoints too: every receipt must be covered by a signature of that key and the log
+    /// must end with the gateway's shutdown checkpoint. Exit 0 when it verifies, 2 when not.
     Verify {
         /// The receipt log file(s), oldest first.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+        /// The gateway's audit public key: 64 hex digits, or a file holding them
+        /// (`STATE/audit-key.pub`; the demo writes `receipts.pub`).
+        #[arg(long)]
+        key: Option<String>,
+        /// A signed head kept off the vehicle (the `checkpoint` of `GET /v1/audit/head`, as
+        /// JSON): the log must hold exactly that checkpoint. Needs `--key`.
+        #[arg(long, requires = "key")]
+        head: Option<PathBuf>,
     },
 }
 
@@ -205,6 +215,10 @@ enum ContractCmd {
         /// Run every step even after a refusal (as an agent that does not listen would).
         #[arg(long)]
         keep_going: bool,
+        /// Sign the log: end it with a checkpoint signed by this Ed25519 audit key (created,
+        /// mode 0600, with `KEY.pub` beside it, when it does not exist).
+        #[arg(long)]
+        signing_key: Option<PathBuf>,
     },
     /// Replay a contract receipt log with the independent checker (it shares no decision code
     /// with the monitor): every decision, version, state, trace digest and reservation. Exit 0
@@ -215,6 +229,10 @@ enum ContractCmd {
         domain: Option<PathBuf>,
         /// The receipt log.
         receipts: PathBuf,
+        /// The audit public key the log's checkpoint must verify under (64 hex digits, or a
+        /// file holding them); every receipt must then be covered by its signature.
+        #[arg(long)]
+        key: Option<String>,
     },
 }
 
@@ -282,8 +300,8 @@ where
             quiet,
         } => demo(catalog.as_deref(), &out, quiet),
         Cmd::Audit {
-            cmd: AuditCmd::Verify { paths },
-        } => audit_verify(&paths),
+            cmd: AuditCmd::Verify { paths, key, head },
+        } => audit_verify(&paths, key.as_deref(), head.as_deref()),
         Cmd::Audit {
             cmd: AuditCmd::Show { paths, decisions },
         } => audit_show(&paths, decisions),
@@ -294,11 +312,23 @@ where
                     workflow,
                     receipts,
                     keep_going,
+                    signing_key,
                 },
-        } => contract_run(domain.as_deref(), &workflow, &receipts, keep_going),
+        } => contract_run(
+            domain.as_deref(),
+            &workflow,
+            &receipts,
+            keep_going,
+            signing_key.as_deref(),
+        ),
         Cmd::Contract {
-            cmd: ContractCmd::Audit { domain, receipts },
-        } => contract_audit(domain.as_deref(), &receipts),
+            cmd:
+                ContractCmd::Audit {
+                    domain,
+                    receipts,
+                    key,
+                },
+        } => contract_audit(domain.as_deref(), &receipts, key.as_deref()),
         Cmd::Catalog { path } => match crate::io::load_catalog(&path) {
             Ok(cat) => {
                 println!(
@@ -486,6 +516,19 @@ fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)> {
                 }
             ),
         ),
+        "checkpoint" => (
+            false,
+            format!(
+                "{}checkpoint over {} receipts, signed by key {}…",
+                if b.get("final") == Some(&serde_json::Value::Bool(true)) {
+                    "shutdown "
+                } else {
+                    ""
+                },
+                b.get("count").map(ToString::to_string).unwrap_or_default(),
+                s("key").get(..8).unwrap_or("?")
+            ),
+        ),
         _ => (false, kind.to_string()),
     };
     Some((decision, text))
@@ -515,17 +558,28 @@ fn audit_show(paths: &[PathBuf], decisions_only: bool) -> i32 {
     EXIT_OK
 }
 
-fn audit_verify(paths: &[PathBuf]) -> i32 {
-    let mut all = Vec::new();
-    for p in paths {
-        match crate::runtime::demo::read_receipts(p) {
-            Ok(rs) => all.extend(rs),
+fn audit_verify(paths: &[PathBuf], key: Option<&str>, head: Option<&Path>) -> i32 {
+    let key = match key.map(crate::audit::public_key).transpose() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("error: --key {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let kept = match head {
+        Some(p) => match crate::io::read_capped(p, crate::io::MAX_CONFIG_BYTES, "signed head")
+            .and_then(|b| {
+                serde_json::from_slice::<crate::core::receipt::Checkpoint>(&b)
+                    .map_err(|e| format!("{}: not a signed head: {e}", p.display()))
+            }) {
+            Ok(h) => Some(h),
             Err(e) => {
                 eprintln!("error: {e}");
                 return EXIT_ERROR;
             }
-        }
-    }
+        },
+        None => None,
+    };
     let label = if paths.len() == 1 {
         paths
             .first()
@@ -533,25 +587,111 @@ fn audit_verify(paths: &[PathBuf]) -> i32 {
     } else {
         format!("{} files", paths.len())
     };
-    match crate::core::receipt::verify_chain_from(&all) {
-        Ok((0, n)) => {
-            println!("{label}: {n} receipts, chain and hashes verify");
-            EXIT_OK
+    let log = match crate::audit::read_log(paths) {
+        Ok(l) => l,
+        Err(crate::audit::ReadError::Io(e)) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
         }
-        Ok((start, n)) => {
+        Err(crate::audit::ReadError::Record(e)) => {
+            println!("{e}");
+            return EXIT_REJECTED;
+        }
+    };
+    let v = match crate::audit::verify(&log.receipts, key.as_ref()) {
+        Ok(v) => v,
+        Err(f) => {
+            println!("{label}: receipt {}: {}", f.index, f.why);
+            return EXIT_REJECTED;
+        }
+    };
+    let mut ok = true;
+    let last = (v.first + v.count).saturating_sub(1);
+    if v.count == 0 {
+        println!("{label}: no receipts");
+    } else if v.first == 0 {
+        println!("{label}: {} receipts, chain and hashes verify", v.count);
+    } else {
+        println!(
+            "{label}: receipts {}..{last} ({}) verify; the chain starts at receipt {}: the files \
+             before it were rotated away or not given, so the link into the first file is taken \
+             as given",
+            v.first, v.count, v.first
+        );
+    }
+    match (key.as_ref(), v.covered) {
+        (Some(_), Some(covered)) => {
             println!(
-                "{label}: receipts {start}..{} ({n}) verify; the chain starts at receipt {start}: \
-                 the files before it were rotated away or not given, so the link into the first \
-                 file is taken as given",
-                start + n.saturating_sub(1)
+                "  {} signed checkpoint{} under the given key",
+                v.checkpoints,
+                if v.checkpoints == 1 {
+                    " verifies"
+                } else {
+                    "s verify"
+                }
             );
-            EXIT_OK
+            if covered < v.first + v.count {
+                ok = false;
+                println!(
+                    "  receipts {covered}..{last} are not covered by any signature: the log was cut or \
+                     appended to after its last checkpoint (or the gateway is still running, or stopped \
+                     without its shutdown checkpoint)"
+                );
+            } else if !v.ends_final && v.count > 0 {
+                ok = false;
+                println!(
+                    "  the log ends at a periodic checkpoint, not the shutdown one: receipts written \
+                     after it may have been cut (or the gateway is still running, or crashed); compare \
+                     with a signed head kept off the vehicle (--head)"
+                );
+            } else if v.count > 0 {
+                println!(
+                    "  every receipt is covered; the log ends with the gateway's shutdown checkpoint"
+                );
+            }
         }
-        Err((i, why)) => {
-            println!("{label}: receipt {i}: {why}");
-            EXIT_REJECTED
+        _ => {
+            println!(
+                "  integrity only: without --key this shows the log is internally consistent, not who \
+                 wrote it; a rewrite that recomputes every hash passes too{}",
+                if v.keys.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ". {} signed checkpoint{} present (key {}…): give --key to check them",
+                        v.checkpoints,
+                        if v.checkpoints == 1 { " is" } else { "s are" },
+                        v.keys.first().and_then(|k| k.get(..8)).unwrap_or("")
+                    )
+                }
+            );
         }
     }
+    if let (Some(h), Some(k)) = (&kept, key.as_ref()) {
+        match crate::audit::check_head(&log.receipts, h, k) {
+            Ok(()) => println!(
+                "  the log holds the signed head you kept (receipt {})",
+                h.count
+            ),
+            Err(e) => {
+                ok = false;
+                println!("  {e}");
+            }
+        }
+    }
+    if let Some(t) = &log.torn {
+        ok = false;
+        println!(
+            "  {}:{}: torn record at byte {} ({} bytes, no newline): the log was cut off mid-write; \
+             the {} receipts before it are the ones checked above",
+            t.file.display(),
+            t.line,
+            t.offset,
+            t.bytes,
+            v.count
+        );
+    }
+    if ok { EXIT_OK } else { EXIT_REJECTED }
 }
 
 struct RunArgs {
@@ -816,7 +956,34 @@ fn domain_text(domain: Option<&Path>) -> Result<(String, String), String> {
     }
 }
 
-fn contract_run(domain: Option<&Path>, workflow: &Path, receipts: &Path, keep_going: bool) -> i32 {
+fn contract_run(
+    domain: Option<&Path>,
+    workflow: &Path,
+    receipts: &Path,
+    keep_going: bool,
+    signing_key: Option<&Path>,
+) -> i32 {
+    let signer = match signing_key
+        .map(crate::audit::Signer::load_or_create)
+        .transpose()
+    {
+        Ok(s) => s.map(|(s, created)| {
+            if created {
+                if let Some(k) = signing_key {
+                    println!(
+                        "created the audit key {} (public key in {})",
+                        k.display(),
+                        crate::audit::public_path(k).display()
+                    );
+                }
+            }
+            s
+        }),
+        Err(e) => {
+            eprintln!("error: --signing-key {e}");
+            return EXIT_ERROR;
+        }
+    };
     use crate::contract::workflow::{Runner, Step};
     let loaded = domain_text(domain)
         .and_then(|(t, name)| crate::contract::Domain::parse(&t, &name).map_err(|e| e.0))
@@ -894,8 +1061,17 @@ versions: {:?}",
     );
     let mut lines = String::new();
     let mut n = 0;
+    let mut last = None;
     while let Some(r) = runner.monitor_mut().poll_receipt() {
         lines.push_str(&r.to_json_line());
+        lines.push('\n');
+        n += 1;
+        last = Some(r);
+    }
+    if let Some(s) = &signer {
+        let at = last.as_ref().map_or(0, |r| r.at_ns);
+        let cp = s.seal_after(last.as_ref(), at, crate::service::core_task::wall_now_ms());
+        lines.push_str(&cp.to_json_line());
         lines.push('\n');
         n += 1;
     }
@@ -913,7 +1089,14 @@ versions: {:?}",
     if refused { EXIT_PARTIAL } else { EXIT_OK }
 }
 
-fn contract_audit(domain: Option<&Path>, receipts: &Path) -> i32 {
+fn contract_audit(domain: Option<&Path>, receipts: &Path, key: Option<&str>) -> i32 {
+    let key = match key.map(crate::audit::public_key).transpose() {
+        Ok(k) => k.map(|k| k.to_bytes()),
+        Err(e) => {
+            eprintln!("error: --key {e}");
+            return EXIT_ERROR;
+        }
+    };
     let d = match domain_text(domain).and_then(|(t, name)| {
         sitl::contract_audit::AuditDomain::from_toml(&t).map_err(|e| format!("{name}: {e}"))
     }) {
@@ -923,25 +1106,44 @@ fn contract_audit(domain: Option<&Path>, receipts: &Path) -> i32 {
             return EXIT_ERROR;
         }
     };
-    let mut values = Vec::new();
-    let read = crate::io::for_each_record(receipts, crate::io::MAX_RECORD_BYTES, |n, line| {
-        if line.trim().is_empty() {
-            return Ok(());
+    let name = receipts.display().to_string();
+    let mut lines: Vec<String> = Vec::new();
+    let mut torn = None;
+    let read = crate::io::for_each_line(receipts, crate::io::MAX_RECORD_BYTES, |l| {
+        if torn.is_some() {
+            return Err(format!(
+                "{name}:{}: unexpected data after a torn record",
+                l.no
+            ));
         }
-        let v = serde_json::from_str::<serde_json::Value>(line)
-            .map_err(|e| format!("{}:{n}: {e}", receipts.display()))?;
-        values.push(v);
+        let text = match std::str::from_utf8(l.bytes) {
+            Ok(t) if l.terminated || serde_json::from_str::<serde_json::Value>(t).is_ok() => t,
+            _ if !l.terminated && !l.bytes.is_empty() => {
+                torn = Some((l.no, l.offset, l.bytes.len()));
+                return Ok(());
+            }
+            Ok(t) => t,
+            Err(e) => return Err(format!("{name}:{}: the record is not UTF-8: {e}", l.no)),
+        };
+        lines.push(text.to_string());
         Ok(())
     });
     if let Err(e) = read {
         eprintln!("error: {e}");
         return EXIT_ERROR;
     }
-    match sitl::contract_audit::audit(&d, &values) {
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let torn_note = |n: usize| {
+        torn.map(|(line, offset, bytes)| {
+            format!(
+                "{name}:{line}: torn record at byte {offset} ({bytes} bytes, no newline): the log was cut off mid-write; the {n} receipts before it are the ones checked"
+            )
+        })
+    };
+    match sitl::contract_audit::audit_lines(&d, &refs, key.as_ref()) {
         Ok(r) => {
             println!(
-                "{}: {} receipts verify independently: {} allowed, {} goals created, {} effects committed against their reservations, {} exact replays, root {}",
-                receipts.display(),
+                "{name}: {} receipts verify independently: {} allowed, {} goals created, {} effects committed against their reservations, {} exact replays, root {}",
                 r.receipts,
                 r.allowed,
                 r.goals,
@@ -949,10 +1151,38 @@ fn contract_audit(domain: Option<&Path>, receipts: &Path) -> i32 {
                 r.replays,
                 if r.closed { "closed" } else { "open" }
             );
-            EXIT_OK
+            if r.signed {
+                println!(
+                    "  signed: every receipt is covered by a checkpoint of the given key ({} checkpoint{}), the last one final",
+                    r.checkpoints,
+                    if r.checkpoints == 1 { "" } else { "s" }
+                );
+            } else {
+                println!(
+                    "  integrity only: without --key this shows the log is consistent, not who wrote it; a rewrite that recomputes every hash passes too{}",
+                    if r.checkpoints > 0 {
+                        format!(
+                            " ({} signed checkpoint(s) present: give --key)",
+                            r.checkpoints
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            match torn_note(lines.len()) {
+                Some(t) => {
+                    println!("  {t}");
+                    EXIT_REJECTED
+                }
+                None => EXIT_OK,
+            }
         }
         Err(e) => {
-            println!("{}: {e}", receipts.display());
+            println!("{name}: {e}");
+            if let Some(t) = torn_note(lines.len()) {
+                println!("  {t}");
+            }
             EXIT_REJECTED
         }
     }
@@ -1090,7 +1320,7 @@ fn demo(catalog: Option<&Path>, out: &Path, quiet: bool) -> i32 {
             println!("  fresh readmissions                  {}", s.readmitted);
             println!("  non-actions emitted                 {}", s.emitted);
             println!(
-                "  receipts (hash chain verified)      {} ({})",
+                "  receipts (chain and signatures)     {} ({})",
                 s.receipts,
                 if s.receipts_ok { "ok" } else { "FAILED" }
             );

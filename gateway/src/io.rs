@@ -53,6 +53,79 @@ pub fn read_text_capped(path: &Path, cap: u64, what: &str) -> Result<String, Str
     String::from_utf8(b).map_err(|e| format!("{}: the {what} is not UTF-8: {e}", path.display()))
 }
 
+/// One line of a line-oriented log, as [`for_each_line`] reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct LogLine<'a> {
+    /// 1-based line number.
+    pub no: usize,
+    /// Byte offset of the line's first byte in the file.
+    pub offset: u64,
+    /// The line without its newline.
+    pub bytes: &'a [u8],
+    /// Whether a newline ended it (false only for the last line of a file that a writer was
+    /// cut off in).
+    pub terminated: bool,
+}
+
+impl LogLine<'_> {
+    /// The line as UTF-8.
+    ///
+    /// # Errors
+    /// A message naming the line when it is not UTF-8.
+    pub fn text(&self, name: &str) -> Result<&str, String> {
+        std::str::from_utf8(self.bytes)
+            .map_err(|e| format!("{name}:{}: the record is not UTF-8: {e}", self.no))
+    }
+}
+
+/// Reads a line-oriented log line by line, each at most `cap` bytes, calling `each` with the
+/// line, its number, offset and whether a newline ended it. Blank lines are passed too.
+///
+/// # Errors
+/// A one-line message naming the file and line: cannot open or read, a line over the cap, or
+/// the first error `each` returns.
+pub fn for_each_line(
+    path: &Path,
+    cap: u64,
+    mut each: impl FnMut(LogLine<'_>) -> Result<(), String>,
+) -> Result<(), String> {
+    let name = path.display().to_string();
+    let f = std::fs::File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("{name}: no such file"),
+        _ => format!("{name}: cannot open: {e}"),
+    })?;
+    let mut r = std::io::BufReader::new(f);
+    let mut line = Vec::new();
+    let mut n = 0usize;
+    let mut offset = 0u64;
+    loop {
+        line.clear();
+        let got = (&mut r)
+            .take(cap + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| format!("{name}: cannot read: {e}"))?;
+        if got == 0 {
+            return Ok(());
+        }
+        n += 1;
+        let terminated = line.last() == Some(&b'\n');
+        if terminated {
+            line.pop();
+        } else if line.len() as u64 > cap {
+            return Err(format!(
+                "{name}:{n}: a record is longer than the {cap}-byte limit; nothing was read past it"
+            ));
+        }
+        each(LogLine {
+            no: n,
+            offset,
+            bytes: &line,
+            terminated,
+        })?;
+        offset += got as u64;
+    }
+}
+
 /// Reads a line-oriented log record by record, each at most `cap` bytes, calling `each` with
 /// the 1-based line number and the line (without its newline). Blank lines are passed too.
 ///
@@ -65,34 +138,7 @@ pub fn for_each_record(
     mut each: impl FnMut(usize, &str) -> Result<(), String>,
 ) -> Result<(), String> {
     let name = path.display().to_string();
-    let f = std::fs::File::open(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("{name}: no such file"),
-        _ => format!("{name}: cannot open: {e}"),
-    })?;
-    let mut r = std::io::BufReader::new(f);
-    let mut line = Vec::new();
-    let mut n = 0usize;
-    loop {
-        line.clear();
-        let got = (&mut r)
-            .take(cap + 1)
-            .read_until(b'\n', &mut line)
-            .map_err(|e| format!("{name}: cannot read: {e}"))?;
-        if got == 0 {
-            return Ok(());
-        }
-        n += 1;
-        if line.last() == Some(&b'\n') {
-            line.pop();
-        } else if line.len() as u64 > cap {
-            return Err(format!(
-                "{name}:{n}: a record is longer than the {cap}-byte limit; nothing was read past it"
-            ));
-        }
-        let text = std::str::from_utf8(&line)
-            .map_err(|e| format!("{name}:{n}: the record is not UTF-8: {e}"))?;
-        each(n, text)?;
-    }
+    for_each_line(path, cap, |l| each(l.no, l.text(&name)?))
 }
 
 /// Reads and validates a catalog file (at most [`MAX_CONFIG_BYTES`]).

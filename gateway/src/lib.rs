@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod audit;
 pub mod cli;
 pub mod contract;
 pub mod core;

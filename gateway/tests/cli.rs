@@ -171,24 +171,14 @@ fn contract_run_and_independent_audit() {
         .unwrap();
     lines[i]["body"]["verdict"] = serde_json::json!("allow");
     lines[i]["body"]["reason"] = serde_json::Value::Null;
-    let mut prev = halo_gateway::core::digest::Digest::default();
-    for (k, r) in lines.iter_mut().enumerate() {
-        r["prev"] = serde_json::json!(prev.to_hex());
-        let h = halo_gateway::core::digest::Digest::of(
-            halo_gateway::core::digest::tag::RECEIPT,
-            &[&halo_gateway::core::receipt::Receipt::hash_input(
-                k as u64,
-                &prev,
-                r["at_ns"].as_u64().unwrap(),
-                &r["body"],
-            )],
-        );
-        r["hash"] = serde_json::json!(h.to_hex());
-        prev = h;
-    }
-    let text: String = lines.iter().map(|r| format!("{r}\n")).collect();
-    std::fs::write(&log, text).unwrap();
-    assert_eq!(audit(), EXIT_REJECTED);
+    let rs: Vec<halo_gateway::core::Receipt> = lines
+        .into_iter()
+        .map(|v| serde_json::from_value(v).unwrap())
+        .collect();
+    common::write_relinked(std::path::Path::new(&log), &rs);
+    let (rc, text) = common::halo(&["contract", "audit", "--domain", &domain, &log]);
+    assert_eq!(rc, EXIT_REJECTED);
+    assert!(text.contains("the checker derives a refusal"), "{text}");
 
     // Usage and file errors.
     assert_eq!(run("Cargo.toml", &[]), EXIT_ERROR);
@@ -203,6 +193,145 @@ fn contract_run_and_independent_audit() {
         ]),
         EXIT_ERROR
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A signed contract log: `contract run --signing-key` ends it with a checkpoint; a consistent
+/// rewrite (an approver renamed, the no-fly rule dropped, every hash recomputed) passes the
+/// chain and the independent replay, and only the signature catches it.
+#[test]
+fn a_signed_contract_log_catches_a_consistent_rewrite() {
+    use common::{halo, read_log, write_relinked};
+    let dir = std::env::temp_dir().join(format!("halo-contract-sig-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let log = dir.join("receipts.jsonl");
+    let l = log.display().to_string();
+    let key = dir.join("audit-key");
+    let k = key.display().to_string();
+    let pubk = format!("{k}.pub");
+    let (rc, text) = halo(&[
+        "contract",
+        "run",
+        "--signing-key",
+        &k,
+        "--receipts",
+        &l,
+        &path("docs/examples/contract-workflow.json"),
+    ]);
+    assert_eq!(rc, EXIT_OK, "{text}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let (rc, text) = halo(&["contract", "audit", "--key", &pubk, &l]);
+    assert_eq!(rc, EXIT_OK, "{text}");
+    assert!(text.contains("signed: every receipt is covered"), "{text}");
+    assert_eq!(halo(&["audit", "verify", "--key", &pubk, &l]).0, EXIT_OK);
+
+    let rs = read_log(&log);
+    let forged = dir.join("forged.jsonl");
+    let f = forged.display().to_string();
+    let mut renamed = rs.clone();
+    renamed[0].body["request"]["op"]["approved_by"] = serde_json::json!("mallory");
+    let mut no_nofly = rs.clone();
+    let forbidden = &mut no_nofly[0].body["request"]["op"]["contract"]["forbidden"];
+    let before = forbidden.as_array().unwrap().len();
+    forbidden
+        .as_array_mut()
+        .unwrap()
+        .retain(|c| c != &serde_json::json!(["zone == nofly"]));
+    assert_eq!(forbidden.as_array().unwrap().len(), before - 1);
+    for forgery in [renamed, no_nofly] {
+        write_relinked(&forged, &forgery);
+        // The chain and the replay accept it: a hash chain cannot tell.
+        let (rc, text) = halo(&["contract", "audit", &f]);
+        assert_eq!(rc, EXIT_OK, "{text}");
+        let (rc, text) = halo(&["contract", "audit", "--key", &pubk, &f]);
+        assert_eq!(rc, EXIT_REJECTED, "{text}");
+        assert!(text.contains("signature does not verify"), "{text}");
+        assert_eq!(
+            halo(&["audit", "verify", "--key", &pubk, &f]).0,
+            EXIT_REJECTED
+        );
+    }
+    // Cut before its final checkpoint.
+    write_relinked(&forged, &rs[..rs.len() - 1]);
+    let (rc, text) = halo(&["contract", "audit", "--key", &pubk, &f]);
+    assert_eq!(rc, EXIT_REJECTED, "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Both verifiers read one canonical encoding per record, treat a blank line as an error, and
+/// report a torn tail with its byte offset after checking the intact prefix.
+#[test]
+fn both_verifiers_read_records_strictly_and_report_a_torn_tail() {
+    let dir = std::env::temp_dir().join(format!("halo-strict-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("receipts.jsonl");
+    let l = log.display().to_string();
+    assert_eq!(
+        common::halo(&[
+            "contract",
+            "run",
+            "--receipts",
+            &l,
+            &path("docs/examples/contract-workflow.json"),
+        ])
+        .0,
+        EXIT_OK
+    );
+    let honest = std::fs::read_to_string(&log).unwrap();
+    let first = honest.lines().next().unwrap().to_string();
+    let bad = dir.join("bad.jsonl");
+    let b = bad.display().to_string();
+    let variants = [
+        (
+            "duplicate key",
+            honest.replacen("{\"index\":0,", "{\"index\":0,\"index\":0,", 1),
+        ),
+        (
+            "unknown field",
+            honest.replacen(&first, &first.replacen("}", ",\"note\":1}", 1), 1),
+        ),
+        (
+            "whitespace",
+            honest.replacen("\"index\":0", "\"index\": 0", 1),
+        ),
+        (
+            "escaped character",
+            honest.replacen("\"caller\"", "\"c\\u0061ller\"", 1),
+        ),
+        ("blank line", honest.replacen('\n', "\n\n", 1)),
+    ];
+    for (what, text) in &variants {
+        assert_ne!(text, &honest, "{what}");
+        std::fs::write(&bad, text).unwrap();
+        for cmd in [&["audit", "verify"][..], &["contract", "audit"][..]] {
+            let mut a: Vec<&str> = cmd.to_vec();
+            a.push(&b);
+            let (rc, out) = common::halo(&a);
+            assert_eq!(rc, EXIT_REJECTED, "{what} via {cmd:?}: {out}");
+        }
+    }
+    // Torn: the last record cut mid-write.
+    let cut = honest.len() - 30;
+    let offset = honest[..cut].rfind('\n').unwrap() + 1;
+    std::fs::write(&bad, &honest[..cut]).unwrap();
+    let n = honest.lines().count() - 1;
+    for cmd in [&["audit", "verify"][..], &["contract", "audit"][..]] {
+        let mut a: Vec<&str> = cmd.to_vec();
+        a.push(&b);
+        let (rc, out) = common::halo(&a);
+        assert_eq!(rc, EXIT_REJECTED, "{cmd:?}: {out}");
+        assert!(
+            out.contains(&format!("torn record at byte {offset}")),
+            "{cmd:?}: {out}"
+        );
+        assert!(out.contains(&format!("{n} receipts")), "{cmd:?}: {out}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

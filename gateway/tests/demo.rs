@@ -29,6 +29,7 @@ async fn the_demo_flies_and_every_check_holds() {
     let k = tampered.len() / 2;
     tampered[k].at_ns += 1;
     assert!(halo_gateway::core::receipt::verify_chain(&tampered).is_err());
+    signed_receipts_catch_rewrites_deletions_and_cuts(&out);
     // The stale target (30, 20, -10, yaw 45) never appears in the vehicle's log.
     let log = std::fs::read_to_string(out.join("vehicle-setpoints.jsonl")).unwrap();
     assert!(!log.contains("\"n3000_e2000_d-1000_y450\""));
@@ -52,4 +53,79 @@ async fn the_demo_flies_and_every_check_holds() {
     let sent = std::fs::read_to_string(out.join("responses.jsonl")).unwrap();
     assert_eq!(sent.lines().count(), 4);
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The demo's log is signed: with the public key it wrote, `audit verify --key` passes on the
+/// log as written and exits 2 for each forgery a hash chain alone lets through.
+fn signed_receipts_catch_rewrites_deletions_and_cuts(out: &std::path::Path) {
+    use common::{halo, read_log, write_relinked};
+    let log = out.join("receipts.jsonl");
+    let key = out.join("receipts.pub").display().to_string();
+    let l = log.display().to_string();
+    let (rc, text) = halo(&["audit", "verify", "--key", &key, &l]);
+    assert_eq!(rc, 0, "{text}");
+    assert!(text.contains("every receipt is covered"), "{text}");
+    let (rc, text) = halo(&["audit", "verify", &l]);
+    assert_eq!(rc, 0, "{text}");
+    assert!(text.contains("integrity only"), "{text}");
+
+    let rs = read_log(&log);
+    let checkpoints: Vec<usize> = (0..rs.len())
+        .filter(|&i| rs[i].body["kind"] == "checkpoint")
+        .collect();
+    assert!(
+        checkpoints.len() >= 2,
+        "periodic and shutdown checkpoints: {checkpoints:?}"
+    );
+    assert_eq!(*checkpoints.last().unwrap(), rs.len() - 1);
+    let forged = out.join("forged.jsonl");
+    let f = forged.display().to_string();
+    let verify = |expect_without_key: i32| {
+        let (rc, signed) = halo(&["audit", "verify", "--key", &key, &f]);
+        assert_eq!(rc, 2, "{signed}");
+        let (rc, text) = halo(&["audit", "verify", &f]);
+        assert_eq!(rc, expect_without_key, "{text}");
+        signed
+    };
+
+    // A gate outcome flipped from dispatched to denied, every later hash recomputed.
+    let mut flipped = rs.clone();
+    let g = flipped
+        .iter()
+        .position(|r| r.body["kind"] == "gate" && r.body["outcome"] == "dispatched")
+        .unwrap();
+    flipped[g].body["outcome"] = serde_json::json!("denied");
+    write_relinked(&forged, &flipped);
+    verify(0);
+    // A record deleted and the chain re-linked.
+    let mut deleted = rs.clone();
+    deleted.remove(g);
+    write_relinked(&forged, &deleted);
+    verify(0);
+    // Cut to a prefix: inside a stretch, and exactly after a periodic checkpoint.
+    write_relinked(&forged, &rs[..checkpoints[0] + 3]);
+    let text = verify(0);
+    assert!(text.contains("not covered by any signature"), "{text}");
+    write_relinked(&forged, &rs[..=checkpoints[0]]);
+    let text = verify(0);
+    assert!(text.contains("not the shutdown one"), "{text}");
+    // The signed head kept off the vehicle catches a cut at a checkpoint too.
+    let head = out.join("head.json");
+    let mut kept = rs[rs.len() - 1].body.clone();
+    kept.as_object_mut().unwrap().remove("kind");
+    std::fs::write(&head, kept.to_string()).unwrap();
+    let h = head.display().to_string();
+    assert_eq!(
+        halo(&["audit", "verify", "--key", &key, "--head", &h, &l]).0,
+        0
+    );
+    let (rc, text) = halo(&["audit", "verify", "--key", &key, "--head", &h, &f]);
+    assert_eq!(rc, 2);
+    assert!(text.contains("receipts were cut"), "{text}");
+    // Another key than the one that signed.
+    let other = halo_gateway::audit::Signer::from_seed([5; 32]).public_hex();
+    let (rc, text) = halo(&["audit", "verify", "--key", &other, &l]);
+    assert_eq!(rc, 2, "{text}");
+    assert!(text.contains("another key"), "{text}");
+    let _ = std::fs::remove_file(&forged);
 }

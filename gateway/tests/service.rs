@@ -718,6 +718,35 @@ fn configuration_errors_are_one_line_and_exit_3() {
         err.contains("bad.toml:3:") && err.contains("speed"),
         "{err}"
     );
+    // An operator-supplied audit key that others can read is refused, not used.
+    let key = dir.join("audit-key");
+    std::fs::write(&key, format!("{}\n", "11".repeat(32))).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(
+            dir.join("key.toml"),
+            format!(
+                "[vehicle]\nurl = \"sim\"\n[state]\ndir = \"{}\"\n[receipts]\nsigning_key = \"{}\"\n",
+                dir.join("state").display(),
+                key.display()
+            ),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+            .args(["run", "--config"])
+            .arg(dir.join("key.toml"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("readable by others") && err.contains("chmod 600"),
+            "{err}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -934,6 +963,11 @@ fn restart_forgets_pending_actions() {
     let u = g.url.clone();
     let (_, st) = get(&format!("{u}/v1/status"), None);
     assert_eq!(st["boot_epoch"], 1);
+    let (code, head1) = get(&format!("{u}/v1/audit/head"), None);
+    assert_eq!(code, 200, "{head1}");
+    let key_file = dir.join("state/audit-key.pub");
+    let public_key = std::fs::read_to_string(&key_file).unwrap();
+    assert_eq!(head1["public_key"].as_str(), Some(public_key.trim()));
     take_off(&g, &sim);
     let providers = Providers::start(&u, &g.provider);
     std::thread::sleep(Duration::from_millis(600));
@@ -983,10 +1017,36 @@ fn restart_forgets_pending_actions() {
         !sim.fingerprints().contains(&e2_fp),
         "an action admitted before the restart reached the vehicle after it"
     );
+    let (_, st2) = get(&format!("{u2}/v1/status"), None);
+    assert_eq!(
+        st2["audit"]["public_key"], head1["public_key"],
+        "the key persists"
+    );
     assert_eq!(g2.stop(), 0);
     let log1 = dir.join("state/receipts/boot-1.jsonl");
     let log2 = dir.join("state/receipts/boot-2.jsonl");
     assert!(log1.exists() && log2.exists());
+    // The key persists across starts; the killed start's log has no shutdown checkpoint (its
+    // tail is not covered, exit 2), the cleanly stopped one is covered to its end.
+    let verify = |log: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+            .args(["audit", "verify", "--key"])
+            .arg(&key_file)
+            .arg(log)
+            .output()
+            .unwrap()
+    };
+    let o = verify(&log1);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("not covered by any signature") || text.contains("not the shutdown one"),
+        "{text}"
+    );
+    let o = verify(&log2);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("shutdown checkpoint"), "{text}");
     println!("service-restart: 1/1 matched");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -275,6 +275,8 @@ pub(crate) enum Record {
         what: &'static str,
         detail: serde_json::Value,
     },
+    /// A signed checkpoint over the chain before it (the shell signs; see `crate::audit`).
+    Checkpoint(super::receipt::Checkpoint),
 }
 
 /// One component instance's processing state.
@@ -990,6 +992,26 @@ impl Gateway {
         self.sh
             .receipts
             .push(now, Record::External { what, detail });
+    }
+
+    /// Seals every pending receipt and then a signed checkpoint over them, returning them in
+    /// order (the checkpoint last). `sign(head, count)` is given the hash of the last receipt
+    /// before the checkpoint and the number of receipts before it (its index), from the chain
+    /// itself, so the signed head is the chain's by construction.
+    pub fn seal_with_checkpoint(
+        &mut self,
+        now: Nanos,
+        wall: impl Fn(Nanos) -> Option<u64>,
+        sign: impl FnOnce(&super::Digest, u64) -> super::receipt::Checkpoint,
+    ) -> Vec<Receipt> {
+        let mut out: Vec<Receipt> =
+            std::iter::from_fn(|| self.sh.receipts.seal_with_wall(&wall)).collect();
+        let (head, count) = self.sh.receipts.head();
+        self.sh
+            .receipts
+            .push(now, Record::Checkpoint(sign(&head, count)));
+        out.extend(self.sh.receipts.seal_with_wall(&wall));
+        out
     }
 
     /// The next sealed receipt, stamped with the wall-clock time the shell maps its decision

@@ -78,9 +78,106 @@ impl Receipt {
         )
     }
 
+    /// The receipt that follows `prev` (or starts a chain, when `None`) with `body`, sealed.
+    pub fn next(
+        prev: Option<&Receipt>,
+        at_ns: u64,
+        wall_unix_ms: Option<u64>,
+        body: serde_json::Value,
+    ) -> Receipt {
+        let (index, prev) = prev.map_or((0, Digest::default()), |p| (p.index + 1, p.hash));
+        let hash = Digest::of(
+            tag::RECEIPT,
+            &[&Receipt::hash_input_wall(
+                index,
+                &prev,
+                at_ns,
+                wall_unix_ms,
+                &body,
+            )],
+        );
+        Receipt {
+            index,
+            prev,
+            at_ns,
+            body,
+            wall_unix_ms,
+            hash,
+        }
+    }
+
     /// One JSON line.
     pub fn to_json_line(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// A signed checkpoint: the chain head it covers, how many receipts precede it, when, and an
+/// Ed25519 signature by the gateway's audit key over [`Checkpoint::message`]. It is itself a
+/// receipt in the chain (body `{"kind": "checkpoint", ...}`) whose `prev` is `head` and whose
+/// `index` is `count`, so every receipt linked into `head` is covered by the signature.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checkpoint {
+    /// Receipts before this one in the chain (this checkpoint's index).
+    pub count: u64,
+    /// Hash of the receipt before this one (all zeros when `count` is 0).
+    pub head: Digest,
+    /// Monotonic instant of signing, ns since the gateway's origin.
+    pub at_ns: u64,
+    /// Wall-clock instant of signing, Unix ms.
+    pub wall_unix_ms: u64,
+    /// True for the checkpoint written at a clean shutdown: nothing follows it.
+    #[serde(rename = "final")]
+    pub last: bool,
+    /// The signer's Ed25519 public key, 64 hex digits.
+    pub key: String,
+    /// The signature over [`Checkpoint::message`], 128 hex digits.
+    pub sig: String,
+}
+
+impl Checkpoint {
+    /// Domain tag of the signed message.
+    pub const TAG: &'static [u8] = b"halo/checkpoint/v1\0";
+
+    /// The signed bytes: the tag, then `count`, `head`, `at_ns`, `wall_unix_ms` (big-endian
+    /// u64s; `head` as its 32 bytes) and one byte for `final`.
+    pub fn message(&self) -> Vec<u8> {
+        let mut m = Vec::with_capacity(Self::TAG.len() + 8 * 3 + 32 + 1);
+        m.extend_from_slice(Self::TAG);
+        m.extend_from_slice(&self.count.to_be_bytes());
+        m.extend_from_slice(&self.head.0);
+        m.extend_from_slice(&self.at_ns.to_be_bytes());
+        m.extend_from_slice(&self.wall_unix_ms.to_be_bytes());
+        m.push(u8::from(self.last));
+        m
+    }
+
+    /// The checkpoint a receipt body holds, when it is one (`{"kind": "checkpoint", ...}`).
+    ///
+    /// # Errors
+    /// A message when the body says it is a checkpoint but its fields are not one's.
+    pub fn from_body(body: &serde_json::Value) -> Result<Option<Checkpoint>, String> {
+        let Some(m) = body.as_object() else {
+            return Ok(None);
+        };
+        if m.get("kind").and_then(serde_json::Value::as_str) != Some("checkpoint") {
+            return Ok(None);
+        }
+        let mut m = m.clone();
+        m.remove("kind");
+        serde_json::from_value(serde_json::Value::Object(m))
+            .map(Some)
+            .map_err(|e| format!("a checkpoint record that is not one: {e}"))
+    }
+
+    /// This checkpoint as a receipt body.
+    pub fn to_body(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        if let Some(m) = v.as_object_mut() {
+            m.insert("kind".into(), "checkpoint".into());
+        }
+        v
     }
 }
 
@@ -160,6 +257,11 @@ impl<R: Serialize> ReceiptChain<R> {
         self.next_index += 1;
         self.prev = hash;
         Some(r)
+    }
+
+    /// The hash of the last sealed receipt (zeros before the first) and the number sealed.
+    pub fn head(&self) -> (Digest, u64) {
+        (self.prev, self.next_index)
     }
 
     /// Records waiting to be sealed.

@@ -95,10 +95,14 @@ fn err<E: std::fmt::Display>(ctx: &str) -> impl FnOnce(E) -> DemoError + '_ {
 }
 
 /// The files one run writes, each overwritten per run.
-pub const FILES: [(&str, &str); 5] = [
+pub const FILES: [(&str, &str); 6] = [
     (
         "receipts.jsonl",
-        "every decision, hash-linked; check it with `halo-gateway audit verify`",
+        "every decision, hash-linked and signed; check it with `halo-gateway audit verify --key receipts.pub`",
+    ),
+    (
+        "receipts.pub",
+        "the public half of the audit key that signed the receipts' checkpoints",
     ),
     (
         "responses.jsonl",
@@ -664,8 +668,10 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
         .map_err(err("demo script"))?;
     stop.store(true, Ordering::Relaxed);
     let _ = tokio::task::spawn_blocking(move || feeds.join()).await;
+    let public_key = svc.audit_public_key.clone();
     svc.shutdown();
     svc.wait().await.map_err(err("service"))?;
+    std::fs::copy(&public_key, out.join("receipts.pub")).map_err(err("public key"))?;
     let _ = tokio::task::spawn_blocking(move || narr.join()).await;
     let story = result?;
 
@@ -677,6 +683,10 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
         .map(|r| r.fingerprint.clone())
         .collect();
     let receipts = read_receipts(&out.join("receipts.jsonl"))?;
+    let key = crate::audit::public_key(&out.join("receipts.pub").display().to_string())
+        .map_err(DemoError)?;
+    let signed = crate::audit::verify(&receipts, Some(&key))
+        .is_ok_and(|v| v.ends_final && v.covered == Some(v.first + v.count));
     let g = seen.lock().map_err(|_| DemoError("narrator".into()))?;
     let route_dispatches = g
         .dispatched
@@ -699,7 +709,7 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
         readmitted: story.readmitted,
         emitted: g.emitted,
         receipts: receipts.len() as u64,
-        receipts_ok: crate::core::receipt::verify_chain(&receipts).is_ok(),
+        receipts_ok: signed,
         landed: sim.view().on_ground && !sim.view().armed,
     })
 }
@@ -709,15 +719,19 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
 /// # Errors
 /// [`DemoError`] naming the file and line that does not parse.
 pub fn read_receipts(path: &Path) -> Result<Vec<crate::core::receipt::Receipt>, DemoError> {
-    // Record by record, each at most MAX_RECORD_BYTES: a wrong path is an error, not memory.
-    let mut out = Vec::new();
-    crate::io::for_each_record(path, crate::io::MAX_RECORD_BYTES, |n, line| {
-        let r = serde_json::from_str(line).map_err(|e| format!("{}:{n}: {e}", path.display()))?;
-        out.push(r);
-        Ok(())
-    })
-    .map_err(DemoError)?;
-    Ok(out)
+    // Strictly, record by record, each at most MAX_RECORD_BYTES: a wrong path is an error, not
+    // memory; a torn tail is an error here.
+    let log =
+        crate::audit::read_log(&[path.to_path_buf()]).map_err(|e| DemoError(e.to_string()))?;
+    match log.torn {
+        Some(t) => Err(DemoError(format!(
+            "{}:{}: torn record at byte {}",
+            t.file.display(),
+            t.line,
+            t.offset
+        ))),
+        None => Ok(log.receipts),
+    }
 }
 
 /// The default output directory.

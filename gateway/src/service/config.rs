@@ -171,6 +171,14 @@ pub struct ReceiptConfig {
     pub max_file_bytes: u64,
     /// Receipt files kept in the receipts directory (all starts); the oldest go first.
     pub max_files: usize,
+    /// The Ed25519 audit key that signs checkpoints (one line of 64 hex digits, mode 0600);
+    /// `STATE/audit-key`, created at first start, when absent. An operator-supplied key must
+    /// exist. Its public half is written beside it as `KEY.pub`.
+    pub signing_key: Option<PathBuf>,
+    /// A signed checkpoint after at most this many receipts.
+    pub checkpoint_every: u64,
+    /// ... and at most this many seconds after the first receipt it does not yet cover.
+    pub checkpoint_interval_s: u64,
 }
 
 impl Default for ReceiptConfig {
@@ -181,6 +189,9 @@ impl Default for ReceiptConfig {
             summary_every_s: 10,
             max_file_bytes: 64 * 1024 * 1024,
             max_files: 16,
+            signing_key: None,
+            checkpoint_every: 1000,
+            checkpoint_interval_s: 10,
         }
     }
 }
@@ -297,6 +308,18 @@ impl Config {
             return Err(ConfigError(format!(
                 "{file}: receipts.max_file_bytes: {} is below 4096",
                 self.receipts.max_file_bytes
+            )));
+        }
+        if !(1..=1_000_000).contains(&self.receipts.checkpoint_every) {
+            return Err(ConfigError(format!(
+                "{file}: receipts.checkpoint_every: {} is outside 1..1000000",
+                self.receipts.checkpoint_every
+            )));
+        }
+        if !(1..=3600).contains(&self.receipts.checkpoint_interval_s) {
+            return Err(ConfigError(format!(
+                "{file}: receipts.checkpoint_interval_s: {} s is outside 1..3600",
+                self.receipts.checkpoint_interval_s
             )));
         }
         if !(2..=100_000).contains(&self.receipts.max_files) {

@@ -216,6 +216,11 @@ pub enum Cmd {
         /// Answer.
         reply: Reply,
     },
+    /// `GET /v1/audit/head`: the audit key and the latest signed checkpoint.
+    AuditHead {
+        /// Answer.
+        reply: Reply,
+    },
     /// `POST /v1/contract` (operator, provider) and `POST /v1/goals` (agent): one
     /// mission-contract operation, as the monitor's JSON request body.
     Contract {
@@ -426,6 +431,34 @@ pub struct Core {
     /// override took it back since).
     control_granted: bool,
     last_housekeeping: Instant,
+    audit: Option<Signing>,
+}
+
+/// Checkpoint signing: the key, when checkpoints are due, and the latest one.
+pub struct Signing {
+    signer: crate::audit::Signer,
+    every: u64,
+    interval: Duration,
+    /// Receipts written since the last checkpoint.
+    since: u64,
+    /// When the oldest of them was written.
+    since_at: Option<Instant>,
+    latest: Option<crate::core::receipt::Checkpoint>,
+}
+
+impl Signing {
+    /// Signs with `signer` after at most `every` receipts or `interval` after the oldest
+    /// receipt no checkpoint covers yet, and at shutdown.
+    pub fn new(signer: crate::audit::Signer, every: u64, interval: Duration) -> Signing {
+        Signing {
+            signer,
+            every: every.max(1),
+            interval,
+            since: 0,
+            since_at: None,
+            latest: None,
+        }
+    }
 }
 
 /// Unix ms now.
@@ -550,7 +583,15 @@ impl Core {
             last_link_refresh: Nanos::ZERO,
             control_granted,
             last_housekeeping: origin,
+            audit: None,
         })
+    }
+
+    /// Signs checkpoints into the receipt chain.
+    #[must_use]
+    pub fn with_signing(mut self, signing: Signing) -> Core {
+        self.audit = Some(signing);
+        self
     }
 
     /// Now on the shared monotonic clock.
@@ -638,11 +679,68 @@ impl Core {
         if n > 0 {
             self.receipts_written += n;
             self.metrics.receipts_written.inc_by(n);
+            if let Some(a) = self.audit.as_mut() {
+                a.since += n;
+                a.since_at.get_or_insert_with(Instant::now);
+            }
+            if self.audit.as_ref().is_some_and(|a| a.since >= a.every) {
+                self.checkpoint(false);
+            }
             if let Some(w) = self.receipts.as_mut() {
                 if let Err(e) = w.flush() {
                     tracing::error!(error = %e, "cannot flush the receipt log");
                 }
             }
+        }
+    }
+
+    /// Seals what is pending and a signed checkpoint over the whole chain so far (`last` at
+    /// shutdown), and writes them.
+    fn checkpoint(&mut self, last: bool) {
+        let Some(a) = self.audit.as_mut() else {
+            return;
+        };
+        let now = Nanos(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        let base = self.origin_wall_ms;
+        let wall = base.saturating_add(now.as_ms());
+        let mut signed = None;
+        let rs = self.gw.seal_with_checkpoint(
+            now,
+            |at| Some(base.saturating_add(at.as_ms())),
+            |head, count| {
+                let cp = a.signer.checkpoint(head, count, now.0, wall, last);
+                signed = Some(cp.clone());
+                cp
+            },
+        );
+        a.since = 0;
+        a.since_at = None;
+        if let Some(cp) = signed {
+            tracing::debug!(count = cp.count, head = %cp.head.short(), last, "signed checkpoint");
+            a.latest = Some(cp);
+        }
+        let n = rs.len() as u64;
+        if let Some(w) = self.receipts.as_mut() {
+            for r in &rs {
+                if let Err(e) = w.append(&r.to_json_line()) {
+                    tracing::error!(error = %e, "cannot write the receipt log");
+                }
+            }
+            if let Err(e) = w.flush() {
+                tracing::error!(error = %e, "cannot flush the receipt log");
+            }
+        }
+        self.receipts_written += n;
+        self.metrics.receipts_written.inc_by(n);
+    }
+
+    fn audit_head(&self) -> serde_json::Value {
+        match &self.audit {
+            Some(a) => json!({
+                "public_key": a.signer.public_hex(),
+                "checkpoint": a.latest,
+            }),
+            None => json!({"public_key": null, "checkpoint": null}),
         }
     }
 
@@ -1127,6 +1225,9 @@ impl Core {
             Cmd::Status { reply } => {
                 let _ = reply.send(Ok(self.status()));
             }
+            Cmd::AuditHead { reply } => {
+                let _ = reply.send(Ok(self.audit_head()));
+            }
             Cmd::Operator { op, reply } => self.operator(op, reply),
             Cmd::Contract {
                 caller,
@@ -1486,6 +1587,10 @@ impl Core {
                 ..self.vehicle.clone()
             },
             "operator_hold": self.adapter.held,
+            "audit": {
+                "public_key": self.audit.as_ref().map(|a| a.signer.public_hex()),
+                "last_checkpoint": self.audit.as_ref().and_then(|a| a.latest.as_ref()).map(|c| c.count),
+            },
             "contract": self.contract_status(),
             "responses_live": self.gw.response_ids().count(),
             "obligations_live": live_obligations,
@@ -1509,6 +1614,14 @@ impl Core {
             return;
         }
         self.last_housekeeping = t;
+        if self
+            .audit
+            .as_ref()
+            .and_then(|a| a.since_at.map(|at| t.duration_since(at) >= a.interval))
+            .unwrap_or(false)
+        {
+            self.checkpoint(false);
+        }
         let now = self.now();
         let cat = self.gw.catalog();
         for (i, s) in cat.sources().iter().enumerate() {
@@ -1618,6 +1731,7 @@ impl Core {
         }
         self.gw.flush_summaries(now);
         self.pump();
+        self.checkpoint(true);
         if let Some(w) = self.receipts.as_mut() {
             if let Err(e) = w.sync() {
                 tracing::error!(error = %e, "cannot sync the receipt log");
@@ -1656,6 +1770,7 @@ fn refuse(cmd: Cmd) {
         | Cmd::GetResponse { reply, .. }
         | Cmd::Obligations { reply }
         | Cmd::Status { reply }
+        | Cmd::AuditHead { reply }
         | Cmd::Operator { reply, .. }
         | Cmd::Contract { reply, .. }
         | Cmd::ContractStatus { reply }

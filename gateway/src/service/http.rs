@@ -101,6 +101,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/goals", post(post_goal))
         .route("/v1/goals/witness", post(post_witness))
         .route("/v1/status", get(get_status))
+        .route("/v1/audit/head", get(get_audit_head))
         .route("/metrics", get(get_metrics))
         .route("/v1/schema", get(get_schema))
         .fallback(not_found)
@@ -456,6 +457,22 @@ async fn get_status(State(st): State<AppState>, headers: HeaderMap) -> Response 
     }
     .await;
     answer_response(&st, "status", r)
+}
+
+async fn get_audit_head(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    let r = async {
+        if st.require_for_read {
+            authorize(
+                &st,
+                &headers,
+                &[Role::Agent, Role::Provider, Role::Operator],
+                "read the audit head",
+            )?;
+        }
+        call(&st, |reply| Cmd::AuditHead { reply }).await
+    }
+    .await;
+    answer_response(&st, "audit_head", r)
 }
 
 async fn get_metrics(State(st): State<AppState>, headers: HeaderMap) -> Response {

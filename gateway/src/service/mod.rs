@@ -128,6 +128,8 @@ pub struct Service {
     pub state_dir: PathBuf,
     /// The receipt log.
     pub receipts_path: PathBuf,
+    /// The audit key's public half (hex in a file), for `audit verify --key`.
+    pub audit_public_key: PathBuf,
     /// The vehicle URL the bridge uses.
     pub vehicle_url: String,
     /// The embedded simulator's controls, when `vehicle.url = "sim"`.
@@ -168,6 +170,29 @@ impl Service {
                 .join("receipts")
                 .join(format!("boot-{boot_epoch}.jsonl"))
         });
+
+        let key_path = cfg
+            .receipts
+            .signing_key
+            .clone()
+            .unwrap_or_else(|| state_dir.join("audit-key"));
+        let signer = if cfg.receipts.signing_key.is_some() {
+            crate::audit::Signer::load(&key_path)
+                .map_err(|e| ServiceError(format!("receipts.signing_key: {e}")))?
+        } else {
+            let (s, created) =
+                crate::audit::Signer::load_or_create(&key_path).map_err(ServiceError)?;
+            if created {
+                tracing::info!(key = %key_path.display(), "created the audit key");
+            }
+            s
+        };
+        let audit_public_key = crate::audit::public_path(&key_path);
+        if !audit_public_key.exists() {
+            signer
+                .write_public(&audit_public_key)
+                .map_err(ServiceError)?;
+        }
 
         let origin = Instant::now();
         let origin_wall_ms = core_task::wall_now_ms();
@@ -248,7 +273,12 @@ impl Service {
         .map_err(serr(&format!(
             "cannot open the receipt log {}",
             receipts_path.display()
-        )))?;
+        )))?
+        .with_signing(core_task::Signing::new(
+            signer,
+            cfg.receipts.checkpoint_every,
+            Duration::from_secs(cfg.receipts.checkpoint_interval_s),
+        ));
 
         let listener = tokio::net::TcpListener::bind(cfg.listen.http)
             .await
@@ -294,6 +324,7 @@ impl Service {
             boot_epoch,
             state_dir,
             receipts_path,
+            audit_public_key,
             vehicle_url,
             sim,
             shutdown,
@@ -391,6 +422,11 @@ pub fn banner(s: &Service) -> String {
         s.boot_epoch
     ));
     out.push_str(&format!("  receipts:  {}\n", s.receipts_path.display()));
+    out.push_str(&format!(
+        "  audit key: {} (verify with `halo-gateway audit verify --key {} ...`)\n",
+        s.audit_public_key.display(),
+        s.audit_public_key.display()
+    ));
     let roles = [
         ("agent", &s.credentials.agent, &s.credential_files.agent),
         (

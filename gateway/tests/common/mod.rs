@@ -199,3 +199,48 @@ pub fn apply_state(gw: &mut Gateway, state: &serde_json::Value, response_text: &
     }
     st.now
 }
+
+/// A receipt log's lines as receipts.
+pub fn read_log(path: &std::path::Path) -> Vec<halo_gateway::core::Receipt> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Writes receipts as the gateway would, after re-linking the chain the way a forger with
+/// write access would: indices renumbered, every hash recomputed, and each checkpoint's count
+/// and head set to the chain's (its signature cannot be redone without the key).
+pub fn write_relinked(path: &std::path::Path, receipts: &[halo_gateway::core::Receipt]) {
+    use halo_gateway::core::Receipt;
+    let mut out: Vec<Receipt> = Vec::new();
+    for r in receipts {
+        let mut body = r.body.clone();
+        if body["kind"] == "checkpoint" {
+            let (count, head) = out
+                .last()
+                .map_or((0, halo_gateway::core::Digest::default()), |p| {
+                    (p.index + 1, p.hash)
+                });
+            body["count"] = serde_json::json!(count);
+            body["head"] = serde_json::json!(head.to_hex());
+        }
+        let next = Receipt::next(out.last(), r.at_ns, r.wall_unix_ms, body);
+        out.push(next);
+    }
+    let text: String = out.iter().map(|r| r.to_json_line() + "\n").collect();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Runs the release binary; returns the exit code and standard output.
+pub fn halo(args: &[&str]) -> (i32, String) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr),
+    )
+}
