@@ -263,6 +263,48 @@ fn a_signed_contract_log_catches_a_consistent_rewrite() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Contract names follow the envelope's id rule in the monitor and, independently, in the
+/// checker: a root id with a Cyrillic look-alike letter or an approver with a NUL is refused
+/// (INVALID_ID), and the independent audit derives the same refusal from the log.
+#[test]
+fn contract_names_follow_the_id_rule_in_monitor_and_checker() {
+    let dir = std::env::temp_dir().join(format!("halo-contract-ids-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let wf: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(path("docs/examples/contract-workflow.json")).unwrap(),
+    )
+    .unwrap();
+    let mut lookalike = wf.clone();
+    let root = lookalike["contract"]["root"]
+        .as_str()
+        .unwrap()
+        .replace('e', "\u{0435}");
+    lookalike["contract"]["root"] = serde_json::json!(root);
+    let mut nul = wf.clone();
+    nul["approved_by"] = serde_json::json!("ops\u{0}lead");
+    for (name, w) in [("lookalike", lookalike), ("nul", nul)] {
+        let file = dir.join(format!("{name}.json"));
+        std::fs::write(&file, w.to_string()).unwrap();
+        let log = dir.join(format!("{name}.jsonl")).display().to_string();
+        let (rc, text) = common::halo(&[
+            "contract",
+            "run",
+            "--receipts",
+            &log,
+            &file.display().to_string(),
+        ]);
+        assert_eq!(rc, EXIT_PARTIAL, "{name}: {text}");
+        assert!(text.contains("INVALID_ID"), "{name}: {text}");
+        let (rc, text) = common::halo(&["contract", "audit", &log]);
+        assert_eq!(
+            rc, EXIT_OK,
+            "{name}: the checker derives the refusal too: {text}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Both verifiers read one canonical encoding per record, treat a blank line as an error, and
 /// report a torn tail with its byte offset after checking the intact prefix.
 #[test]

@@ -274,6 +274,42 @@ fn checks() -> Vec<Check> {
         move || (Fx::bare(), Role::Operator, reg(contract(), " ")),
     ));
     v.push(check(
+        "root: a root goal id with a look-alike letter from another script",
+        Deny,
+        Some(R::INVALID_ID),
+        move || {
+            let mut c = contract();
+            c.root = format!("{}\u{0430}", c.root); // Cyrillic a
+            (Fx::bare(), Role::Operator, reg(c, "ops-lead"))
+        },
+    ));
+    v.push(check(
+        "root: an approver name with a control character",
+        Deny,
+        Some(R::INVALID_ID),
+        move || (Fx::bare(), Role::Operator, reg(contract(), "ops\u{0}lead")),
+    ));
+    v.push(check(
+        "root: a permitted trace with an effect name outside the id rule",
+        Deny,
+        Some(R::INVALID_ID),
+        move || {
+            let mut c = contract();
+            c.traces[0][0] = "t\u{0430}keoff".to_string();
+            (Fx::bare(), Role::Operator, reg(c, "ops-lead"))
+        },
+    ));
+    v.push(check(
+        "propose: a goal id with a space",
+        Deny,
+        Some(R::INVALID_ID),
+        move || {
+            let f = Fx::new();
+            let op = f.propose_op(&goal("g 1", "survey", &[T1]));
+            (f, Role::Agent, op)
+        },
+    ));
+    v.push(check(
         "root: a contract for another domain",
         Deny,
         Some(R::SCHEMA_INVALID),
@@ -1787,7 +1823,8 @@ fn contract_protocol() {
         println!("  FAIL {f}");
     }
     println!("contract-protocol: {matched}/{} matched", all.len());
-    assert!(all.len() >= 65, "at least 65 checks");
+    assert_eq!(all.len(), 123, "the corpus: every check, pinned");
+    assert_eq!(matched, all.len());
     assert!(
         failures.is_empty(),
         "{} protocol checks failed",

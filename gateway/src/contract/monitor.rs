@@ -200,6 +200,90 @@ fn deny(reason: ReasonCode, detail: impl Into<String>) -> Failure {
     }
 }
 
+/// Goal ids, the root id, worker and approver names, and effect names (the text before `(`)
+/// follow the envelope's id rule: 1 to 64 bytes of `[A-Za-z0-9._-]`. A look-alike letter from
+/// another script, a space or a control character is `INVALID_ID`, before anything is decided.
+/// A blank approver is left to the approval check (`NOT_APPROVED`).
+fn check_ids(op: &Op) -> Result<(), Failure> {
+    fn goal_spec<'a>(g: &'a GoalSpec, ids: &mut Vec<(&'static str, &'a str)>) {
+        ids.push(("goal id", g.id.as_str()));
+        ids.push(("parent", g.parent.as_str()));
+    }
+    fn traces_of(t: &[Vec<String>]) -> impl Iterator<Item = &str> {
+        t.iter().flatten().map(String::as_str)
+    }
+    let mut ids: Vec<(&'static str, &str)> = Vec::new();
+    let mut effects: Vec<&str> = Vec::new();
+    match op {
+        Op::RegisterRoot {
+            approved_by,
+            contract,
+        } => {
+            if !approved_by.trim().is_empty() {
+                ids.push(("approver", approved_by.as_str()));
+            }
+            ids.push(("root goal id", contract.root.as_str()));
+            effects.extend(traces_of(&contract.traces));
+        }
+        Op::ProposeGoal { goal, witness } | Op::ReplaceGoal { goal, witness, .. } => {
+            goal_spec(goal, &mut ids);
+            if let Op::ReplaceGoal { old, .. } = op {
+                ids.push(("replaced goal", old.as_str()));
+            }
+            ids.push(("witness root", witness.root.as_str()));
+            effects.extend(traces_of(&goal.traces));
+        }
+        Op::DelegateGoal {
+            goal, root, worker, ..
+        } => {
+            ids.push(("goal", goal.as_str()));
+            ids.push(("root", root.as_str()));
+            if !worker.is_empty() {
+                // A missing worker is the schema check's (SCHEMA_INVALID).
+                ids.push(("worker", worker.as_str()));
+            }
+        }
+        Op::JoinGoals {
+            joined,
+            precedence,
+            sources,
+            ..
+        } => {
+            goal_spec(joined, &mut ids);
+            ids.extend(sources.iter().map(|s| ("joined goal", s.as_str())));
+            ids.extend(
+                precedence
+                    .iter()
+                    .flat_map(|(a, b)| [("precedence", a.as_str()), ("precedence", b.as_str())]),
+            );
+            effects.extend(traces_of(&joined.traces));
+        }
+        Op::AuthorizeEffect { effect, goal } => {
+            ids.push(("goal", goal.as_str()));
+            effects.push(effect.as_str());
+        }
+        Op::CommitEffect { effect, .. } => effects.push(effect.as_str()),
+        Op::Reauthorize { goal } | Op::CancelGoal { goal } | Op::CloseGoal { goal } => {
+            ids.push(("goal", goal.as_str()));
+        }
+        Op::ChangeVersion { .. } | Op::CloseRoot {} => {}
+    }
+    for e in effects {
+        let name = e.split_once('(').map_or(e, |(n, _)| n).trim();
+        ids.push(("effect name", name));
+    }
+    for (what, text) in ids {
+        // A reference to another root's goal is `ROOT/GOAL` (refused later as cross-root);
+        // each part follows the rule.
+        for part in text.splitn(2, '/') {
+            if let Err(e) = crate::core::ids::Id::new(part) {
+                return Err(deny(ReasonCode::INVALID_ID, format!("{what}: {e}")));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn indeterminate(reason: ReasonCode, detail: impl Into<String>) -> Failure {
     Failure {
         verdict: Verdict::Indeterminate,
@@ -587,6 +671,7 @@ impl Monitor {
                 approved_by,
             } => {
                 need(role == Role::Operator, "registerRoot")?;
+                check_ids(&req.op)?;
                 self.register_root(contract, approved_by)
                     .map(|()| (None, None))
             }
@@ -609,6 +694,7 @@ impl Monitor {
             }
             op => {
                 need(role == Role::Agent || role == Role::Operator, op.name())?;
+                check_ids(op)?;
                 if self.contract.is_none() {
                     return Err(deny(ReasonCode::NO_ROOT, "register a root contract first"));
                 }
