@@ -220,6 +220,12 @@ enum ContractCmd {
         #[arg(long)]
         signing_key: Option<PathBuf>,
     },
+    /// Validate a mission-contract domain file and print a summary: variables and effects,
+    /// each with its parameters. Exit 0 when it is valid, 3 when not.
+    Domain {
+        /// The domain (TOML).
+        path: PathBuf,
+    },
     /// Replay a contract receipt log with the independent checker (it shares no decision code
     /// with the monitor): every decision, version, state, trace digest and reservation. Exit 0
     /// when the log verifies, 2 when it does not.
@@ -329,6 +335,9 @@ where
                     key,
                 },
         } => contract_audit(domain.as_deref(), &receipts, key.as_deref()),
+        Cmd::Contract {
+            cmd: ContractCmd::Domain { path },
+        } => contract_domain(&path),
         Cmd::Catalog { path } => match crate::io::load_catalog(&path) {
             Ok(cat) => {
                 println!(
@@ -355,7 +364,15 @@ where
                 EXIT_OK
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                if looks_like_contract_domain(&path) {
+                    eprintln!(
+                        "error: {}: this is a mission-contract domain (it has a [domain] table), not a HALO catalog; check it with `halo-gateway contract domain {}`",
+                        path.display(),
+                        path.display()
+                    );
+                } else {
+                    eprintln!("error: {e}");
+                }
                 EXIT_ERROR
             }
         },
@@ -956,6 +973,59 @@ fn domain_text(domain: Option<&Path>) -> Result<(String, String), String> {
     }
 }
 
+/// Whether a file that failed to load as a catalog is a contract domain instead.
+fn looks_like_contract_domain(path: &Path) -> bool {
+    crate::io::read_text_capped(path, crate::io::MAX_CONFIG_BYTES, "catalog")
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .is_some_and(|t| t.contains_key("domain") && !t.contains_key("catalog"))
+}
+
+fn contract_domain(path: &Path) -> i32 {
+    let d = match domain_text(Some(path))
+        .and_then(|(t, name)| crate::contract::Domain::parse(&t, &name).map_err(|e| e.0))
+    {
+        Ok(d) => d,
+        Err(e) => {
+            let is_catalog =
+                crate::io::read_text_capped(path, crate::io::MAX_CONFIG_BYTES, "domain")
+                    .ok()
+                    .and_then(|t| t.parse::<toml::Table>().ok())
+                    .is_some_and(|t| t.contains_key("catalog") && !t.contains_key("domain"));
+            if is_catalog {
+                eprintln!(
+                    "error: {}: this is a HALO catalog (it has a [catalog] table), not a contract domain; check it with `halo-gateway catalog {}`",
+                    path.display(),
+                    path.display()
+                );
+            } else {
+                eprintln!("error: {e}");
+            }
+            return EXIT_ERROR;
+        }
+    };
+    println!(
+        "contract domain `{}` v{}: {} variables, {} effect types ({} normalized effects)",
+        d.id,
+        d.version,
+        d.vars.len(),
+        d.effects.len(),
+        d.table.len()
+    );
+    for v in &d.vars {
+        println!("  variable {}", v.name);
+    }
+    for e in &d.effects {
+        let params: Vec<String> = e
+            .params
+            .iter()
+            .map(|(p, vals)| format!("{p}: {}", vals.join("|")))
+            .collect();
+        println!("  effect   {}({})", e.name, params.join(", "));
+    }
+    EXIT_OK
+}
+
 fn contract_run(
     domain: Option<&Path>,
     workflow: &Path,
@@ -990,7 +1060,13 @@ fn contract_run(
         .and_then(|d| {
             let wf: WorkflowFile = read(workflow, crate::io::MAX_WORKFLOW_BYTES, "workflow")
                 .and_then(|b| {
-                    serde_json::from_slice(&b).map_err(|e| format!("{}: {e}", workflow.display()))
+                    serde_json::from_slice(&b).map_err(|e| {
+                        format!(
+                            "{}: {}",
+                            workflow.display(),
+                            crate::core::strict::explain(&b, &e)
+                        )
+                    })
                 })?;
             Ok((d, wf))
         });

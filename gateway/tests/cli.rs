@@ -305,6 +305,78 @@ fn contract_names_follow_the_id_rule_in_monitor_and_checker() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Error messages say what was expected: a byte-order mark, a number past u64, a table defined
+/// twice (with its full key path), and a contract domain given where a catalog is expected (and
+/// the other way round), each one line naming the file once.
+#[test]
+fn error_messages_say_what_was_expected() {
+    let dir = std::env::temp_dir().join(format!("halo-cli-msgs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = std::fs::read(path("docs/examples/state.json")).unwrap();
+    let mut bom = b"\xef\xbb\xbf".to_vec();
+    bom.extend_from_slice(&state);
+    let bom_file = dir.join("bom.json");
+    std::fs::write(&bom_file, &bom).unwrap();
+    let big_file = dir.join("big.json");
+    std::fs::write(
+        &big_file,
+        r#"{"sources": {"map": {"value": null, "epoch": 99999999999999999999, "provenance": "p", "generated_at_ms": 1}}}"#,
+    )
+    .unwrap();
+    let cat = std::fs::read_to_string(path("catalogs/uav-px4.toml")).unwrap();
+    let dup_file = dir.join("dup.toml");
+    let table = &cat[cat.find("[types.notice]").unwrap()..cat.find("[types.report]").unwrap()];
+    std::fs::write(&dup_file, format!("{cat}\n{table}")).unwrap();
+    let response = path("docs/examples/response.json");
+    let (b, g, d) = (
+        bom_file.display().to_string(),
+        big_file.display().to_string(),
+        dup_file.display().to_string(),
+    );
+    let domain = path("catalogs/contract-uav.toml");
+    let catalog = path("catalogs/uav-px4.toml");
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            vec!["check", "--state", &b, &response],
+            "byte-order mark (bytes EF BB BF)".into(),
+        ),
+        (
+            vec!["check", "--state", &g, &response],
+            "99999999999999999999 is not a whole number from 0 to 18446744073709551615".into(),
+        ),
+        (vec!["catalog", &d], "types.notice: defined twice".into()),
+        (
+            vec!["catalog", &domain],
+            format!(
+                "this is a mission-contract domain (it has a [domain] table), not a HALO catalog; check it with `halo-gateway contract domain {domain}`"
+            ),
+        ),
+        (
+            vec!["contract", "domain", &catalog],
+            format!(
+                "this is a HALO catalog (it has a [catalog] table), not a contract domain; check it with `halo-gateway catalog {catalog}`"
+            ),
+        ),
+    ];
+    for (args, want) in &cases {
+        let (rc, text) = common::halo(args);
+        assert_eq!(rc, EXIT_ERROR, "{args:?}: {text}");
+        assert!(text.contains(want.as_str()), "{args:?}: {text}");
+        assert_eq!(text.trim().lines().count(), 1, "{args:?}: {text}");
+        let file = args.iter().rev().find(|a| a.contains('/')).unwrap();
+        let named = if args[0] == "check" { args[2] } else { file };
+        assert_eq!(
+            text.matches(named).count(),
+            if want.contains(named) { 2 } else { 1 },
+            "{args:?}: {text}"
+        );
+    }
+    let (rc, text) = common::halo(&["contract", "domain", &domain]);
+    assert_eq!(rc, EXIT_OK, "{text}");
+    assert!(text.contains("contract domain `uav-survey`"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Both verifiers read one canonical encoding per record, treat a blank line as an error, and
 /// report a torn tail with its byte offset after checking the intact prefix.
 #[test]

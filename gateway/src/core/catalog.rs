@@ -559,6 +559,14 @@ fn field_at(src: &str, offset: usize) -> String {
         .next()
         .unwrap_or("")
         .trim();
+    // On a table header itself (a table defined twice), the header is the path.
+    if line.starts_with('[') {
+        return line
+            .trim_matches(|c| c == '[' || c == ']')
+            .trim()
+            .to_string();
+    }
+    let before = src.get(..line_start).unwrap_or(before);
     let table = before
         .lines()
         .rev()
@@ -586,8 +594,11 @@ impl Catalog {
         let cx = Ctx { file, src };
         let raw: RawCatalog = toml::from_str(src).map_err(|e| {
             let span = e.span().unwrap_or(0..0);
-            let msg = e.message().trim().to_string();
+            let mut msg = e.message().trim().to_string();
             let field = field_at(src, span.start);
+            if msg == "duplicate key" {
+                msg = "defined twice; a key or table may appear once".into();
+            }
             cx.err(span, field, msg)
         })?;
 

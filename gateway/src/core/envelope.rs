@@ -257,8 +257,13 @@ fn check_format(format: Option<u32>) -> Result<(), Rejection> {
 /// `DUPLICATE_KEY`, `TOO_MANY_SUPPORT_CLAIMS` or `UNSUPPORTED_FORMAT`.
 pub fn parse_envelope(bytes: &[u8]) -> Result<RawResponse<'_>, Rejection> {
     let text = utf8(bytes)?;
-    let raw: RawResponse<'_> = serde_json::from_str(text)
-        .map_err(|e| Rejection::new(classify_json_error(&e), Vec::new(), e.to_string()))?;
+    let raw: RawResponse<'_> = serde_json::from_str(text).map_err(|e| {
+        Rejection::new(
+            classify_json_error(&e),
+            Vec::new(),
+            super::strict::explain(bytes, &e),
+        )
+    })?;
     check_format(raw.format)?;
     Ok(raw)
 }
@@ -269,8 +274,13 @@ pub fn parse_envelope(bytes: &[u8]) -> Result<RawResponse<'_>, Rejection> {
 /// As [`parse_envelope`].
 pub fn parse_candidate(bytes: &[u8]) -> Result<RawCandidate<'_>, Rejection> {
     let text = utf8(bytes)?;
-    let raw: RawCandidate<'_> = serde_json::from_str(text)
-        .map_err(|e| Rejection::new(classify_json_error(&e), Vec::new(), e.to_string()))?;
+    let raw: RawCandidate<'_> = serde_json::from_str(text).map_err(|e| {
+        Rejection::new(
+            classify_json_error(&e),
+            Vec::new(),
+            super::strict::explain(bytes, &e),
+        )
+    })?;
     check_format(raw.format)?;
     Ok(raw)
 }

@@ -107,7 +107,7 @@ impl ProviderUpdate {
     /// # Errors
     /// A message for people.
     pub fn parse(bytes: &[u8]) -> Result<ProviderUpdate, String> {
-        serde_json::from_slice(bytes).map_err(|e| e.to_string())
+        serde_json::from_slice(bytes).map_err(|e| super::strict::explain(bytes, &e))
     }
 
     /// Types the update against the catalog.
@@ -132,7 +132,8 @@ impl ProviderUpdate {
 /// A message for people naming the offending source or certificate.
 pub fn parse_state(cat: &Catalog, bytes: &[u8]) -> Result<StateFile, String> {
     super::strict::no_duplicate_keys(bytes)?;
-    let raw: RawStateFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let raw: RawStateFile =
+        serde_json::from_slice(bytes).map_err(|e| super::strict::explain(bytes, &e))?;
     let mut updates = Vec::new();
     for (name, s) in &raw.sources {
         updates.push(to_update(

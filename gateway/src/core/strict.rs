@@ -17,8 +17,56 @@ pub fn no_duplicate_keys(bytes: &[u8]) -> Result<(), String> {
         path: String::new(),
     }
     .deserialize(&mut d)
-    .map_err(|e| e.to_string())?;
-    d.end().map_err(|e| e.to_string())
+    .map_err(|e| explain(bytes, &e))?;
+    d.end().map_err(|e| explain(bytes, &e))
+}
+
+/// The UTF-8 byte-order mark.
+const BOM: &[u8] = b"\xef\xbb\xbf";
+
+/// A JSON error for people: what was expected where `serde_json`'s own words mislead. A text
+/// that starts with a byte-order mark says so (JSON text must not start with one), and a number
+/// beyond the u64 range, which `serde_json` reports as "floating point", is reported as the
+/// whole number it is not. Other errors are `serde_json`'s message with its line and column.
+pub fn explain(bytes: &[u8], e: &serde_json::Error) -> String {
+    if bytes.starts_with(BOM) {
+        return "the text starts with a UTF-8 byte-order mark (bytes EF BB BF), which JSON does \
+                not allow; save it without one"
+            .into();
+    }
+    let msg = e.to_string();
+    if let Some(rest) = msg.strip_prefix("invalid type: floating point `") {
+        if let Some((parsed, tail)) = rest.split_once('`') {
+            // The number as written: the numeric characters that end at the error's column.
+            let written = bytes
+                .split(|b| *b == b'\n')
+                .nth(e.line().saturating_sub(1))
+                .and_then(|l| l.get(..e.column().min(l.len())))
+                .map(|l| {
+                    let n = l
+                        .iter()
+                        .rev()
+                        .take_while(|b| {
+                            b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E')
+                        })
+                        .count();
+                    String::from_utf8_lossy(l.get(l.len() - n..).unwrap_or_default()).to_string()
+                })
+                .filter(|w| !w.is_empty());
+            let number = written.as_deref().unwrap_or(parsed);
+            if let Some(at) = tail.strip_prefix(", expected u64") {
+                return format!("{number} is not a whole number from 0 to {}{at}", u64::MAX);
+            }
+            if let Some(at) = tail.strip_prefix(", expected i64") {
+                return format!(
+                    "{number} is not a whole number from {} to {}{at}",
+                    i64::MIN,
+                    i64::MAX
+                );
+            }
+        }
+    }
+    msg
 }
 
 struct Walk {
@@ -99,6 +147,35 @@ mod tests {
         assert!(
             no_duplicate_keys(br#"{"a": 1} x"#).is_err(),
             "trailing bytes"
+        );
+    }
+}
+
+#[cfg(test)]
+mod explain_tests {
+    use super::*;
+
+    #[test]
+    fn a_byte_order_mark_and_a_number_past_u64_are_named() {
+        let bom = b"\xef\xbb\xbf{}";
+        let e = serde_json::from_slice::<serde_json::Value>(bom).unwrap_err();
+        assert!(explain(bom, &e).contains("byte-order mark"));
+        let big = br#"{"n": 18446744073709551616}"#;
+        #[derive(serde::Deserialize)]
+        struct N {
+            #[allow(dead_code, reason = "only parsed")]
+            n: u64,
+        }
+        let e = serde_json::from_slice::<N>(big).err().unwrap();
+        let m = explain(big, &e);
+        assert!(
+            m.contains("is not a whole number from 0 to 18446744073709551615 at line 1"),
+            "{m}"
+        );
+        assert!(
+            no_duplicate_keys(bom)
+                .unwrap_err()
+                .contains("byte-order mark")
         );
     }
 }

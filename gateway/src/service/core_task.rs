@@ -1249,7 +1249,8 @@ impl Core {
     }
 
     fn contract_op(&mut self, caller: ContractRole, bytes: &[u8]) -> Answer {
-        let op: Op = serde_json::from_slice(bytes).map_err(|e| {
+        let op: Op = serde_json::from_slice(bytes).map_err(|err| {
+            let e = crate::core::strict::explain(bytes, &err);
             ApiError::new(
                 400,
                 ReasonCode::SCHEMA_INVALID,
@@ -1300,7 +1301,8 @@ impl Core {
             parent: String,
             goal: crate::contract::GoalSpec,
         }
-        let r: Req = serde_json::from_slice(bytes).map_err(|e| {
+        let r: Req = serde_json::from_slice(bytes).map_err(|err| {
+            let e = crate::core::strict::explain(bytes, &err);
             ApiError::new(
                 400,
                 ReasonCode::SCHEMA_INVALID,
@@ -1355,7 +1357,8 @@ impl Core {
                 format!("source `{source}`: {e}"),
             )
         })?;
-        let body: StateBody = serde_json::from_slice(bytes).map_err(|e| {
+        let body: StateBody = serde_json::from_slice(bytes).map_err(|err| {
+            let e = crate::core::strict::explain(bytes, &err);
             ApiError::new(
                 400,
                 ReasonCode::INVALID_UPDATE,
@@ -1408,7 +1411,8 @@ impl Core {
         crate::core::strict::no_duplicate_keys(bytes).map_err(|e| {
             ApiError::new(400, ReasonCode::DUPLICATE_KEY, format!("certificate: {e}"))
         })?;
-        let body: CertificateBody = serde_json::from_slice(bytes).map_err(|e| {
+        let body: CertificateBody = serde_json::from_slice(bytes).map_err(|err| {
+            let e = crate::core::strict::explain(bytes, &err);
             ApiError::new(400, ReasonCode::INVALID_UPDATE, format!("certificate: {e}"))
         })?;
         let covers = Digest::from_hex(&body.covers).map_err(|e| {
