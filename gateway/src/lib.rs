@@ -31,6 +31,8 @@ pub mod audit;
 pub mod cli;
 pub mod contract;
 pub mod core;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod io;
 pub mod runtime;
 pub mod service;

@@ -1867,6 +1867,14 @@ fn canonical_line(rec: &Value) -> Option<String> {
     Some(out)
 }
 
+/// Whether `line` is the one canonical encoding of the receipt it parses to.
+pub fn is_canonical_line(line: &str) -> bool {
+    serde_json::from_str::<Value>(line)
+        .ok()
+        .and_then(|v| canonical_line(&v))
+        .is_some_and(|c| c == line)
+}
+
 /// Audits a receipt log given as its lines (without newlines): each line must be the canonical
 /// encoding of its record (so duplicate keys, unknown fields, whitespace and escapes are
 /// refused, and a blank line is an error), then as [`audit_signed`].

@@ -1,0 +1,191 @@
+//! A stable-toolchain smoke run of every fuzz target (`fuzz/`, docs/fuzzing.md): each entry
+//! point in `halo_gateway::fuzzing` runs over its seeds from the test data and a fixed number of
+//! deterministic mutations of them (byte flips, insertions, deletions, truncations, splices).
+//! A panic is a finding. The count of inputs per target is printed and pinned.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
+
+mod common;
+
+use halo_gateway::fuzzing;
+
+/// Mutations per target (on top of the seeds).
+const MUTATIONS: usize = 1500;
+
+/// A small deterministic generator (xorshift64*), so a failing input can be reproduced.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+const INTERESTING: &[&[u8]] = &[
+    b"\"",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    b"null",
+    b"-1",
+    b"1e999",
+    b"18446744073709551616",
+    b"\\u0000",
+    b"\xef\xbb\xbf",
+    b"\xff",
+    b"\n",
+    b"\"kind\":\"checkpoint\"",
+    b"0.5",
+    b"true",
+];
+
+fn mutate(rng: &mut Rng, seeds: &[Vec<u8>]) -> Vec<u8> {
+    let mut v = seeds[rng.below(seeds.len())].clone();
+    for _ in 0..=rng.below(4) {
+        let at = rng.below(v.len() + 1);
+        match rng.below(6) {
+            0 if !v.is_empty() => {
+                let i = at.min(v.len() - 1);
+                v[i] ^= 1 << rng.below(8);
+            }
+            1 => {
+                let ins = INTERESTING[rng.below(INTERESTING.len())];
+                v.splice(at..at, ins.iter().copied());
+            }
+            2 if !v.is_empty() => {
+                let end = (at + 1 + rng.below(16)).min(v.len());
+                v.drain(at.min(end)..end);
+            }
+            3 => v.truncate(at),
+            4 => {
+                let other = &seeds[rng.below(seeds.len())];
+                let from = rng.below(other.len() + 1);
+                v.truncate(at);
+                v.extend_from_slice(&other[from..]);
+            }
+            _ => {
+                if let Some(d) = v.iter().position(|b| b.is_ascii_digit()) {
+                    v.splice(d..=d, b"99999999999999999999".iter().copied());
+                }
+            }
+        }
+    }
+    v
+}
+
+fn run(name: &str, seeds: &[Vec<u8>], target: fn(&[u8])) -> usize {
+    assert!(!seeds.is_empty(), "{name}: no seeds");
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ name.len() as u64);
+    let mut n = 0;
+    for s in seeds {
+        target(s);
+        n += 1;
+    }
+    for _ in 0..MUTATIONS {
+        let input = mutate(&mut rng, seeds);
+        let r = std::panic::catch_unwind(|| target(&input));
+        assert!(
+            r.is_ok(),
+            "{name}: finding on input {:?}",
+            String::from_utf8_lossy(&input)
+        );
+        n += 1;
+    }
+    n
+}
+
+fn cases(file: &str, key: &str) -> Vec<Vec<u8>> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(common::data_dir().join(file)).unwrap())
+            .unwrap();
+    v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c[key].to_string().into_bytes())
+        .collect()
+}
+
+fn file(p: &str) -> Vec<u8> {
+    std::fs::read(common::repo_root().join(p)).unwrap()
+}
+
+#[test]
+fn every_fuzz_target_survives_its_smoke_run() {
+    let mut envelopes = cases("admission/structure.json", "response");
+    envelopes.extend(cases("admission/local.json", "response"));
+    envelopes.extend(cases("admission/closure.json", "response"));
+    envelopes.push(file("docs/examples/response.json"));
+    let mut states = cases("admission/local.json", "state");
+    states.push(file("docs/examples/state.json"));
+    let catalogs = vec![
+        file("catalogs/uav-px4.toml"),
+        file("gateway/tests/data/catalogs/graph.toml"),
+        file("gateway/tests/data/catalogs/schedule.toml"),
+    ];
+    let domains = vec![file("catalogs/contract-uav.toml")];
+    // Receipt lines: a signed contract log, written here.
+    let dir = std::env::temp_dir().join(format!("halo-fuzz-smoke-{}", std::process::id()));
+    let log = dir.join("r.jsonl");
+    let (rc, out) = common::halo(&[
+        "contract",
+        "run",
+        "--signing-key",
+        &dir.join("k").display().to_string(),
+        "--receipts",
+        &log.display().to_string(),
+        &common::repo_root()
+            .join("docs/examples/contract-workflow.json")
+            .display()
+            .to_string(),
+    ]);
+    assert_eq!(rc, 0, "{out}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut receipts: Vec<Vec<u8>> = text.lines().map(|l| l.as_bytes().to_vec()).collect();
+    receipts.push(text.into_bytes());
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let runs = [
+        ("envelope", run("envelope", &envelopes, fuzzing::envelope)),
+        (
+            "state_file",
+            run("state_file", &states, fuzzing::state_file),
+        ),
+        ("catalog", run("catalog", &catalogs, fuzzing::catalog_text)),
+        (
+            "contract_domain",
+            run("contract_domain", &domains, fuzzing::contract_domain),
+        ),
+        (
+            "receipt_lines",
+            run("receipt_lines", &receipts, fuzzing::receipt_lines),
+        ),
+    ];
+    let total: usize = runs.iter().map(|(_, n)| n).sum();
+    for (name, n) in &runs {
+        println!("  {name:<16} {n} inputs, no finding");
+    }
+    let want = 5 * MUTATIONS
+        + envelopes.len()
+        + states.len()
+        + catalogs.len()
+        + domains.len()
+        + receipts.len();
+    println!("fuzz-smoke: {total}/{want} matched");
+    assert_eq!(envelopes.len(), 108);
+    assert_eq!(total, want);
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer target in fuzz/ for a set number of executions (default 10,000,000
+# each) on the nightly toolchain, seeded from the repository's test data, and writes a report
+# (executions, coverage, findings) to target/fuzz-report.txt. Needs `rustup toolchain install
+# nightly`; installs cargo-fuzz when missing. CI does not run this: it runs the stable smoke
+# test (gateway/tests/fuzz_smoke.rs) over the same entry points.
+#
+#   scripts/fuzz.sh [EXECUTIONS] [TARGET...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs="${1:-10000000}"
+shift || true
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+    targets=(envelope state_file catalog contract_domain receipt_lines)
+fi
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+rustup run nightly rustc --version >/dev/null
+
+# Seeds from the test data: every admission case's response and state, the catalogs, the
+# contract domain, and a signed contract receipt log.
+seeds=target/fuzz-seeds
+rm -rf "$seeds" && mkdir -p "$seeds"/{envelope,state_file,catalog,contract_domain,receipt_lines}
+python3 - "$seeds" <<'PY'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+n = 0
+for f in ["structure", "local", "closure"]:
+    for c in json.load(open(f"gateway/tests/data/admission/{f}.json"))["cases"]:
+        (out / "envelope" / f"{n}.json").write_text(json.dumps(c["response"]))
+        (out / "state_file" / f"{n}.json").write_text(json.dumps(c["state"]))
+        n += 1
+PY
+cp docs/examples/response.json "$seeds/envelope/"
+cp docs/examples/state.json "$seeds/state_file/"
+cp catalogs/uav-px4.toml gateway/tests/data/catalogs/*.toml "$seeds/catalog/"
+cp catalogs/contract-uav.toml "$seeds/contract_domain/"
+cargo run --release -q -p halo-gateway -- contract run --signing-key "$seeds/key" \
+    --receipts "$seeds/receipt_lines/log.jsonl" docs/examples/contract-workflow.json >/dev/null
+head -1 "$seeds/receipt_lines/log.jsonl" > "$seeds/receipt_lines/one.jsonl"
+rm -f "$seeds/key" "$seeds/key.pub"
+
+report=target/fuzz-report.txt
+echo "fuzz run $(date -u +%FT%TZ), $runs executions per target, $(nproc) cores" > "$report"
+for t in "${targets[@]}"; do
+    echo "==> $t ($runs executions)"
+    mkdir -p "fuzz/corpus/$t"
+    start=$(date +%s)
+    log="target/fuzz-$t.log"
+    if (cd fuzz && cargo +nightly fuzz run "$t" "corpus/$t" "../$seeds/$t" -- \
+        -runs="$runs" -max_len=65536 -print_final_stats=1) >"$log" 2>&1; then
+        verdict="no finding"
+    else
+        verdict="FINDING (see $log and fuzz/artifacts/$t/)"
+    fi
+    secs=$(( $(date +%s) - start ))
+    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*')
+    line="$t: ${execs:-?} executions in ${secs} s, coverage ${cov:-?} edges, $verdict"
+    echo "$line" | tee -a "$report"
+done
+echo "report: $report"
