@@ -12,7 +12,7 @@ runs="${1:-10000000}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(envelope state_file catalog contract_domain receipt_lines)
+    targets=(envelope state_file catalog contract_domain receipt_lines offboard contract_workflow)
 fi
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup run nightly rustc --version >/dev/null
@@ -20,7 +20,7 @@ rustup run nightly rustc --version >/dev/null
 # Seeds from the test data: every admission case's response and state, the catalogs, the
 # contract domain, and a signed contract receipt log.
 seeds=target/fuzz-seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{envelope,state_file,catalog,contract_domain,receipt_lines}
+rm -rf "$seeds" && mkdir -p "$seeds"/{envelope,state_file,catalog,contract_domain,receipt_lines,offboard,contract_workflow}
 python3 - "$seeds" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
@@ -30,11 +30,20 @@ for f in ["structure", "local", "closure"]:
         (out / "envelope" / f"{n}.json").write_text(json.dumps(c["response"]))
         (out / "state_file" / f"{n}.json").write_text(json.dumps(c["state"]))
         n += 1
+# Offboard scripts, two bytes a step (see halo_gateway::fuzzing::offboard).
+scripts = [
+    [0, 0x85, 1, 10, 3, 100, 2, 40, 0, 0x84, 2, 100, 2, 100, 2, 200, 4, 0, 2, 100],
+    [0, 0x85, 3, 30, 2, 255, 2, 255, 0, 0x86, 2, 100, 3, 50, 2, 100],
+    [0, 0x85, 3, 200, 2, 20, 8, 5, 7, 0, 5, 0, 2, 50, 9, 0, 3, 50, 2, 255, 6, 3, 0xFD, 9, 0, 0, 0, 1, 1, 0],
+]
+for i, sc in enumerate(scripts):
+    (out / "offboard" / f"{i}.bin").write_bytes(bytes(sc))
 PY
 cp docs/examples/response.json "$seeds/envelope/"
 cp docs/examples/state.json "$seeds/state_file/"
 cp catalogs/uav-px4.toml gateway/tests/data/catalogs/*.toml "$seeds/catalog/"
 cp catalogs/contract-uav.toml "$seeds/contract_domain/"
+cp docs/examples/contract-workflow*.json "$seeds/contract_workflow/"
 cargo run --release -q -p halo-gateway -- contract run --signing-key "$seeds/key" \
     --receipts "$seeds/receipt_lines/log.jsonl" docs/examples/contract-workflow.json >/dev/null
 head -1 "$seeds/receipt_lines/log.jsonl" > "$seeds/receipt_lines/one.jsonl"

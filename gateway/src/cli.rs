@@ -951,14 +951,7 @@ fn operator(
     }
 }
 
-/// A contract workflow file.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WorkflowFile {
-    approved_by: String,
-    contract: crate::contract::ContractSpec,
-    steps: Vec<crate::contract::workflow::Step>,
-}
+use crate::contract::workflow::WorkflowFile;
 
 /// The contract domain's text and a name for it: the file, or the one compiled in.
 fn domain_text(domain: Option<&Path>) -> Result<(String, String), String> {

@@ -134,3 +134,234 @@ pub fn receipt_lines(data: &[u8]) {
 fn audit_domain() -> Option<sitl::contract_audit::AuditDomain> {
     sitl::contract_audit::AuditDomain::from_toml(crate::service::EMBEDDED_CONTRACT_DOMAIN).ok()
 }
+
+/// A script of vehicle messages and bridge calls for the PX4 bridge's offboard state machine,
+/// two bytes per step: PX4 heartbeats (mode and armed state from the argument), positions,
+/// command acknowledgements, TIMESYNC, raw MAVLink bytes (decoded by the `mavlink` crate), time
+/// passing (every timer served), targets enqueued with an interval, holds, mode commands and the
+/// operator's permission. Invariants, kept by this function's own bookkeeping: the target's
+/// setpoint is never sent at or after its `valid_until`, never after a hold was asked for or an
+/// override reported, and never before it was enqueued.
+///
+/// # Panics
+/// When the bridge sends the target's setpoint outside its interval or while holding.
+#[allow(
+    clippy::panic,
+    reason = "a fuzz target reports a broken invariant by panicking"
+)]
+pub fn offboard(data: &[u8]) -> usize {
+    use px4_bridge::mavlink::MavHeader;
+    use px4_bridge::mavlink::dialects::common::{
+        COMMAND_ACK_DATA, HEARTBEAT_DATA, LOCAL_POSITION_NED_DATA, MavAutopilot, MavCmd,
+        MavMessage, MavModeFlag, MavResult, MavType, TIMESYNC_DATA,
+    };
+    use px4_bridge::offboard::{Config as BridgeConfig, Event, Offboard};
+    use px4_bridge::{Command, Mono, Px4Mode, Setpoint};
+
+    const TARGET: Setpoint = Setpoint {
+        north_m: 1234.5,
+        east_m: -321.25,
+        down_m: -7.75,
+        yaw_deg: 33.0,
+    };
+    let modes = [
+        Px4Mode::OFFBOARD,
+        Px4Mode::HOLD,
+        Px4Mode::POSCTL,
+        Px4Mode::LAND,
+        Px4Mode::RTL,
+        Px4Mode::TAKEOFF,
+    ];
+    let px4 = MavHeader {
+        system_id: 1,
+        component_id: 1,
+        sequence: 0,
+    };
+    let mut now = Mono(1_000_000_000);
+    let mut ob = Offboard::new(
+        BridgeConfig {
+            offboard_permitted_at_start: true,
+            ..BridgeConfig::default()
+        },
+        now,
+    );
+    // Our bookkeeping: the enqueued target's interval end, if it may stream.
+    let mut live: Option<Mono> = None;
+    let mut sent = 0usize;
+    let mut check = |ob: &mut Offboard, now: Mono, live: &mut Option<Mono>| {
+        while let Some(m) = ob.poll_transmit() {
+            if let MavMessage::SET_POSITION_TARGET_LOCAL_NED(sp) = &m {
+                #[allow(clippy::float_cmp, reason = "the exact bits the bridge was given")]
+                let ours = sp.x == TARGET.north_m && sp.y == TARGET.east_m && sp.z == TARGET.down_m;
+                if ours && !live.is_some_and(|vu| now < vu) {
+                    panic!(
+                        "the target's setpoint was sent at {now:?} outside its interval ({live:?})"
+                    );
+                }
+                sent += usize::from(ours);
+            }
+        }
+        while let Some(e) = ob.poll_event() {
+            if matches!(
+                e,
+                Event::Override { .. } | Event::TargetExpired { .. } | Event::Holding { .. }
+            ) {
+                *live = None;
+            }
+        }
+    };
+    let mut steps = data.chunks(2);
+    let mut seq = 0u8;
+    while let Some(step) = steps.next() {
+        let (op, arg) = (
+            step.first().copied().unwrap_or(0),
+            step.get(1).copied().unwrap_or(0),
+        );
+        let mode = modes
+            .get(usize::from(arg) % modes.len())
+            .copied()
+            .unwrap_or(Px4Mode::HOLD);
+        match op % 10 {
+            0 => {
+                let mut base = MavModeFlag::MAV_MODE_FLAG_CUSTOM_MODE_ENABLED;
+                if arg & 0x80 != 0 {
+                    base |= MavModeFlag::MAV_MODE_FLAG_SAFETY_ARMED;
+                }
+                let hb = MavMessage::HEARTBEAT(HEARTBEAT_DATA {
+                    custom_mode: mode.custom_mode(),
+                    mavtype: MavType::MAV_TYPE_QUADROTOR,
+                    autopilot: MavAutopilot::MAV_AUTOPILOT_PX4,
+                    base_mode: base,
+                    ..HEARTBEAT_DATA::DEFAULT
+                });
+                ob.handle_message(now, &px4, &hb);
+            }
+            1 => {
+                let pos = MavMessage::LOCAL_POSITION_NED(LOCAL_POSITION_NED_DATA {
+                    time_boot_ms: u32::try_from(now.0 / 1_000_000).unwrap_or(0),
+                    x: f32::from(arg) - 100.0,
+                    z: -f32::from(arg % 20),
+                    ..LOCAL_POSITION_NED_DATA::DEFAULT
+                });
+                ob.handle_message(now, &px4, &pos);
+            }
+            2 => {
+                // Time passes: every timer up to the end is served at its instant.
+                let end = Mono(now.0 + u64::from(arg) * 5_000_000);
+                loop {
+                    let t = ob.poll_timeout();
+                    if t > end {
+                        break;
+                    }
+                    now = Mono(now.0.max(t.0));
+                    ob.handle_timeout(now);
+                    check(&mut ob, now, &mut live);
+                }
+                now = end;
+                ob.handle_timeout(now);
+            }
+            3 => {
+                let vu = Mono(now.0 + u64::from(arg) * 10_000_000);
+                if ob.try_enqueue(now, TARGET, [arg; 32], vu).is_ok() {
+                    live = Some(vu);
+                }
+            }
+            4 => {
+                ob.hold(now);
+                live = None;
+            }
+            5 => {
+                let _ = ob.command(now, Command::SetMode { mode });
+            }
+            6 => {
+                let take: Vec<u8> = steps
+                    .by_ref()
+                    .take(usize::from(arg % 40))
+                    .flatten()
+                    .copied()
+                    .collect();
+                for (h, m) in sitl::wire::decode(&take).0 {
+                    ob.handle_message(now, &h, &m);
+                }
+            }
+            7 => {
+                let ack = MavMessage::COMMAND_ACK(COMMAND_ACK_DATA {
+                    command: if arg & 1 == 0 {
+                        MavCmd::MAV_CMD_DO_SET_MODE
+                    } else {
+                        MavCmd::MAV_CMD_COMPONENT_ARM_DISARM
+                    },
+                    result: if arg & 2 == 0 {
+                        MavResult::MAV_RESULT_ACCEPTED
+                    } else {
+                        MavResult::MAV_RESULT_DENIED
+                    },
+                    ..COMMAND_ACK_DATA::DEFAULT
+                });
+                ob.handle_message(now, &px4, &ack);
+            }
+            8 => {
+                let ts = MavMessage::TIMESYNC(TIMESYNC_DATA {
+                    tc1: i64::from(arg) * 1_000_000 + 1,
+                    ts1: i64::try_from(now.0).unwrap_or(0) - i64::from(arg) * 1000,
+                    ..TIMESYNC_DATA::DEFAULT
+                });
+                ob.handle_message(now, &px4, &ts);
+            }
+            _ => {
+                if arg & 1 == 0 {
+                    ob.permit_offboard();
+                }
+                let raw = sitl::wire::encode(
+                    px4,
+                    &MavMessage::HEARTBEAT(HEARTBEAT_DATA::DEFAULT),
+                    &mut seq,
+                );
+                for (h, m) in sitl::wire::decode(&raw).0 {
+                    ob.handle_message(now, &h, &m);
+                }
+            }
+        }
+        check(&mut ob, now, &mut live);
+    }
+    sent
+}
+
+/// A contract workflow file (JSON), run through the monitor on the embedded domain with every
+/// step attempted; its receipts then go to the independent checker. Invariant: the checker
+/// accepts the log the monitor wrote (every decision it re-derives matches).
+///
+/// # Panics
+/// When the monitor's receipts do not pass the independent audit.
+#[allow(
+    clippy::panic,
+    reason = "a fuzz target reports a broken invariant by panicking"
+)]
+pub fn contract_workflow(data: &[u8]) {
+    use crate::contract::workflow::{Runner, WorkflowFile};
+    let Ok(wf) = serde_json::from_slice::<WorkflowFile>(data) else {
+        return;
+    };
+    let Ok(domain) = crate::contract::Domain::parse(
+        crate::service::EMBEDDED_CONTRACT_DOMAIN,
+        "embedded contract-uav.toml",
+    ) else {
+        return;
+    };
+    let Some(checker) = audit_domain() else {
+        return;
+    };
+    let mut runner = Runner::new(crate::contract::Monitor::new(domain), "fuzz");
+    if runner.register(&wf.contract, &wf.approved_by).allowed() {
+        for step in &wf.steps {
+            let _ = runner.step(step);
+        }
+    }
+    let mut values = Vec::new();
+    while let Some(r) = runner.monitor_mut().poll_receipt() {
+        values.push(serde_json::to_value(&r).unwrap_or_default());
+    }
+    if let Err(e) = sitl::contract_audit::audit(&checker, &values) {
+        panic!("the independent checker rejects the monitor's own log: {e}");
+    }
+}

@@ -159,6 +159,29 @@ fn every_fuzz_target_survives_its_smoke_run() {
     receipts.push(text.into_bytes());
     let _ = std::fs::remove_dir_all(&dir);
 
+    // Offboard scripts (two bytes a step, see `fuzzing::offboard`): PX4 in HOLD armed, a
+    // target enqueued, OFFBOARD, time, a hold; a pilot's POSCTL mid-stream; commands, acks,
+    // TIMESYNC and permission between.
+    let scripts: Vec<Vec<u8>> = vec![
+        vec![
+            0, 0x85, 1, 10, 3, 100, 2, 40, 0, 0x84, 2, 100, 2, 100, 2, 200, 4, 0, 2, 100,
+        ],
+        vec![
+            0, 0x85, 3, 30, 2, 255, 2, 255, 0, 0x86, 2, 100, 3, 50, 2, 100,
+        ],
+        vec![
+            0, 0x85, 3, 200, 2, 20, 8, 5, 7, 0, 5, 0, 2, 50, 9, 0, 3, 50, 2, 255, 6, 3, 0xFD, 9, 0,
+            0, 0, 1, 1, 0,
+        ],
+    ];
+    // The invariant is live: the seeds make the bridge stream the target.
+    let streamed: Vec<usize> = scripts.iter().map(|s| fuzzing::offboard(s)).collect();
+    println!("  offboard seeds stream the target: {streamed:?} setpoints checked");
+    assert!(streamed.iter().all(|n| *n > 0), "{streamed:?}");
+    let workflows = vec![
+        file("docs/examples/contract-workflow.json"),
+        file("docs/examples/contract-workflow-drifted.json"),
+    ];
     let runs = [
         ("envelope", run("envelope", &envelopes, fuzzing::envelope)),
         (
@@ -174,18 +197,31 @@ fn every_fuzz_target_survives_its_smoke_run() {
             "receipt_lines",
             run("receipt_lines", &receipts, fuzzing::receipt_lines),
         ),
+        (
+            "offboard",
+            run("offboard", &scripts, |d| {
+                let _ = fuzzing::offboard(d);
+            }),
+        ),
+        (
+            "contract_workflow",
+            run("contract_workflow", &workflows, fuzzing::contract_workflow),
+        ),
     ];
     let total: usize = runs.iter().map(|(_, n)| n).sum();
     for (name, n) in &runs {
         println!("  {name:<16} {n} inputs, no finding");
     }
-    let want = 5 * MUTATIONS
+    let want = runs.len() * MUTATIONS
         + envelopes.len()
         + states.len()
         + catalogs.len()
         + domains.len()
-        + receipts.len();
+        + receipts.len()
+        + scripts.len()
+        + workflows.len();
     println!("fuzz-smoke: {total}/{want} matched");
     assert_eq!(envelopes.len(), 108);
     assert_eq!(total, want);
+    assert_eq!(total, 10682, "the smoke run's size, pinned");
 }

@@ -192,6 +192,18 @@ struct Snapshot {
     revisions: BTreeMap<String, u64>,
 }
 
+/// A contract workflow file: `{"approved_by", "contract", "steps"}` (docs/contracts.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowFile {
+    /// The approving principal.
+    pub approved_by: String,
+    /// The root contract.
+    pub contract: ContractSpec,
+    /// The steps, in order.
+    pub steps: Vec<Step>,
+}
+
 /// Drives a monitor through a workflow on behalf of an agent, an operator and a provider.
 pub struct Runner {
     monitor: Monitor,
