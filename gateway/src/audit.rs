@@ -299,7 +299,7 @@ pub fn read_log(paths: &[PathBuf]) -> Result<Log, ReadError> {
                     log.receipts.push(r);
                     Ok(())
                 }
-                Err(why) if !l.terminated && last_file && !l.bytes.is_empty() => {
+                Err(why) if !l.terminated && last_file && is_torn_record(l.bytes) => {
                     tracing::debug!(%why, "torn tail");
                     log.torn = Some(Torn {
                         file: p.clone(),
@@ -321,6 +321,13 @@ pub fn read_log(paths: &[PathBuf]) -> Result<Log, ReadError> {
         read.map_err(ReadError::Io)?;
     }
     Ok(log)
+}
+
+/// Whether an unterminated last line is a record the writer was cut off in: a non-empty
+/// beginning of what the gateway writes (every record starts `{"index":`), not other bytes.
+pub fn is_torn_record(bytes: &[u8]) -> bool {
+    const START: &[u8] = b"{\"index\":";
+    !bytes.is_empty() && (bytes.starts_with(START) || START.starts_with(bytes))
 }
 
 /// One line, strictly: a receipt whose canonical encoding is exactly these bytes.
@@ -567,6 +574,10 @@ mod tests {
                 .to_string()
                 .contains(":1:")
         );
+        // An unterminated last line that is not the start of a receipt is not a torn record.
+        std::fs::write(&p, format!("{}\n\u{fffd}garbage", rs[0].to_json_line())).unwrap();
+        assert!(read_log(std::slice::from_ref(&p)).is_err());
+        assert!(is_torn_record(b"{\"ind") && !is_torn_record(b"\xff\xfe"));
         let _ = std::fs::remove_dir_all(&d);
     }
 }

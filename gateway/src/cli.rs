@@ -1187,7 +1187,7 @@ fn contract_audit(domain: Option<&Path>, receipts: &Path, key: Option<&str>) -> 
         }
         let text = match std::str::from_utf8(l.bytes) {
             Ok(t) if l.terminated || serde_json::from_str::<serde_json::Value>(t).is_ok() => t,
-            _ if !l.terminated && !l.bytes.is_empty() => {
+            _ if !l.terminated && crate::audit::is_torn_record(l.bytes) => {
                 torn = Some((l.no, l.offset, l.bytes.len()));
                 return Ok(());
             }

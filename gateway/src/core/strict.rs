@@ -34,6 +34,16 @@ pub fn explain(bytes: &[u8], e: &serde_json::Error) -> String {
                 not allow; save it without one"
             .into();
     }
+    if bytes.starts_with(b"\xff\xfe") || bytes.starts_with(b"\xfe\xff") {
+        return "the text is UTF-16 (it starts with a UTF-16 byte-order mark); save it as UTF-8"
+            .into();
+    }
+    if let Err(u) = std::str::from_utf8(bytes) {
+        return format!(
+            "the text is not UTF-8 (an invalid byte at offset {})",
+            u.valid_up_to()
+        );
+    }
     let msg = e.to_string();
     if let Some(rest) = msg.strip_prefix("invalid type: floating point `") {
         if let Some((parsed, tail)) = rest.split_once('`') {
