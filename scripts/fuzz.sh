@@ -6,6 +6,10 @@
 # test (gateway/tests/fuzz_smoke.rs) over the same entry points.
 #
 #   scripts/fuzz.sh [EXECUTIONS] [TARGET...]
+#
+# FUZZ_MAX_SECONDS caps each target's time (libFuzzer -max_total_time; the report then shows
+# the executions reached). FUZZ_SANITIZER picks cargo-fuzz's sanitizer: `none` (default; the
+# code under test forbids `unsafe`, and overflow checks are on) or `address`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-10000000}"
@@ -27,7 +31,8 @@ out = pathlib.Path(sys.argv[1])
 n = 0
 for f in ["structure", "local", "closure"]:
     for c in json.load(open(f"gateway/tests/data/admission/{f}.json"))["cases"]:
-        (out / "envelope" / f"{n}.json").write_text(json.dumps(c["response"]))
+        text = c["response_text"] if "response_text" in c else json.dumps(c["response"])
+        (out / "envelope" / f"{n}.json").write_text(text)
         (out / "state_file" / f"{n}.json").write_text(json.dumps(c["state"]))
         n += 1
 # Offboard scripts, two bytes a step (see halo_gateway::fuzzing::offboard).
@@ -50,14 +55,15 @@ head -1 "$seeds/receipt_lines/log.jsonl" > "$seeds/receipt_lines/one.jsonl"
 rm -f "$seeds/key" "$seeds/key.pub"
 
 report=target/fuzz-report.txt
-echo "fuzz run $(date -u +%FT%TZ), $runs executions per target, $(nproc) cores" > "$report"
+echo "fuzz run $(date -u +%FT%TZ), $runs executions per target (at most ${FUZZ_MAX_SECONDS:-unlimited} s each), sanitizer ${FUZZ_SANITIZER:-none}, $(nproc) cores, $(git rev-parse --short HEAD)" > "$report"
 for t in "${targets[@]}"; do
     echo "==> $t ($runs executions)"
     mkdir -p "fuzz/corpus/$t"
     start=$(date +%s)
     log="target/fuzz-$t.log"
-    if (cd fuzz && cargo +nightly fuzz run "$t" "corpus/$t" "../$seeds/$t" -- \
-        -runs="$runs" -max_len=65536 -print_final_stats=1) >"$log" 2>&1; then
+    if (cd fuzz && cargo +nightly fuzz run --sanitizer "${FUZZ_SANITIZER:-none}" "$t" \
+        "corpus/$t" "../$seeds/$t" -- -runs="$runs" -max_total_time="${FUZZ_MAX_SECONDS:-0}" \
+        -max_len=65536 -print_final_stats=1) >"$log" 2>&1; then
         verdict="no finding"
     else
         verdict="FINDING (see $log and fuzz/artifacts/$t/)"

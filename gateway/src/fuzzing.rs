@@ -12,15 +12,52 @@ const STATE: &str = include_str!("../../docs/examples/state.json");
 /// The running example, admitted after a refused input to show the refusal changed nothing.
 const RESPONSE: &str = include_str!("../../docs/examples/response.json");
 
+/// What every input starts from, parsed once per process (a fuzzer runs millions of inputs).
+struct Fixtures {
+    catalog: Catalog,
+    state: crate::core::statefile::StateFile,
+    /// The running example's decisions on a fresh gateway.
+    fresh: Option<serde_json::Value>,
+    domain: crate::contract::Domain,
+    checker: sitl::contract_audit::AuditDomain,
+}
+
+fn fixtures() -> Option<&'static Fixtures> {
+    static F: std::sync::OnceLock<Option<Fixtures>> = std::sync::OnceLock::new();
+    F.get_or_init(|| {
+        let catalog =
+            Catalog::parse(crate::service::EMBEDDED_CATALOG, "embedded uav-px4.toml").ok()?;
+        let state = parse_state(&catalog, STATE.as_bytes()).ok()?;
+        let domain = crate::contract::Domain::parse(
+            crate::service::EMBEDDED_CONTRACT_DOMAIN,
+            "embedded contract-uav.toml",
+        )
+        .ok()?;
+        let checker =
+            sitl::contract_audit::AuditDomain::from_toml(crate::service::EMBEDDED_CONTRACT_DOMAIN)
+                .ok()?;
+        let mut f = Fixtures {
+            catalog,
+            state,
+            fresh: None,
+            domain,
+            checker,
+        };
+        let (mut gw, now) = gateway_from(&f)?;
+        f.fresh = decisions(&mut gw, now);
+        Some(f)
+    })
+    .as_ref()
+}
+
 fn catalog() -> Option<Catalog> {
-    Catalog::parse(crate::service::EMBEDDED_CATALOG, "embedded uav-px4.toml").ok()
+    fixtures().map(|f| f.catalog.clone())
 }
 
 /// A gateway on the embedded catalog with the example state applied, and its instant.
-fn gateway() -> Option<(Gateway, Nanos)> {
-    let cat = catalog()?;
-    let st = parse_state(&cat, STATE.as_bytes()).ok()?;
-    let mut gw = Gateway::new(cat, Config::default());
+fn gateway_from(f: &Fixtures) -> Option<(Gateway, Nanos)> {
+    let st = f.state.clone();
+    let mut gw = Gateway::new(f.catalog.clone(), Config::default());
     for u in st.updates {
         gw.handle_source_update(st.now, u).ok()?;
     }
@@ -28,6 +65,10 @@ fn gateway() -> Option<(Gateway, Nanos)> {
         gw.handle_certificate(st.now, c).ok()?;
     }
     Some((gw, st.now))
+}
+
+fn gateway() -> Option<(Gateway, Nanos)> {
+    gateway_from(fixtures()?)
 }
 
 fn decisions(gw: &mut Gateway, now: Nanos) -> Option<serde_json::Value> {
@@ -58,10 +99,7 @@ pub fn envelope(data: &[u8]) {
             while gw.poll_event().is_some() || gw.poll_dispatch().is_some() {}
         }
         Err(_) => {
-            let Some((mut fresh, _)) = gateway() else {
-                return;
-            };
-            let want = decisions(&mut fresh, now);
+            let want = fixtures().and_then(|f| f.fresh.clone());
             let got = decisions(&mut gw, now);
             if want != got {
                 panic!("a refused envelope changed later decisions: {want:?} vs {got:?}");
@@ -126,13 +164,9 @@ pub fn receipt_lines(data: &[u8]) {
         }
     }
     let _ = crate::audit::verify(&rs, None);
-    if let Some(d) = audit_domain() {
-        let _ = sitl::contract_audit::audit_lines(&d, &lines, None);
+    if let Some(f) = fixtures() {
+        let _ = sitl::contract_audit::audit_lines(&f.checker, &lines, None);
     }
-}
-
-fn audit_domain() -> Option<sitl::contract_audit::AuditDomain> {
-    sitl::contract_audit::AuditDomain::from_toml(crate::service::EMBEDDED_CONTRACT_DOMAIN).ok()
 }
 
 /// A script of vehicle messages and bridge calls for the PX4 bridge's offboard state machine,
@@ -342,16 +376,11 @@ pub fn contract_workflow(data: &[u8]) {
     let Ok(wf) = serde_json::from_slice::<WorkflowFile>(data) else {
         return;
     };
-    let Ok(domain) = crate::contract::Domain::parse(
-        crate::service::EMBEDDED_CONTRACT_DOMAIN,
-        "embedded contract-uav.toml",
-    ) else {
+    let Some(f) = fixtures() else {
         return;
     };
-    let Some(checker) = audit_domain() else {
-        return;
-    };
-    let mut runner = Runner::new(crate::contract::Monitor::new(domain), "fuzz");
+    let checker = &f.checker;
+    let mut runner = Runner::new(crate::contract::Monitor::new(f.domain.clone()), "fuzz");
     if runner.register(&wf.contract, &wf.approved_by).allowed() {
         for step in &wf.steps {
             let _ = runner.step(step);
@@ -361,7 +390,7 @@ pub fn contract_workflow(data: &[u8]) {
     while let Some(r) = runner.monitor_mut().poll_receipt() {
         values.push(serde_json::to_value(&r).unwrap_or_default());
     }
-    if let Err(e) = sitl::contract_audit::audit(&checker, &values) {
+    if let Err(e) = sitl::contract_audit::audit(checker, &values) {
         panic!("the independent checker rejects the monitor's own log: {e}");
     }
 }

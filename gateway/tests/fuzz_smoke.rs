@@ -116,7 +116,13 @@ fn cases(file: &str, key: &str) -> Vec<Vec<u8>> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| c[key].to_string().into_bytes())
+        .map(
+            |c| match c.get(format!("{key}_text")).and_then(|t| t.as_str()) {
+                // A case written as raw text (malformed on purpose) is used as written.
+                Some(text) => text.as_bytes().to_vec(),
+                None => c[key].to_string().into_bytes(),
+            },
+        )
         .collect()
 }
 
