@@ -966,6 +966,14 @@ fn domain_text(domain: Option<&Path>) -> Result<(String, String), String> {
     }
 }
 
+/// A value's snake_case wire name (`allow`, `closed`), for people.
+fn snake(v: &impl serde::Serialize) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|x| x.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// Whether a file that failed to load as a catalog is a contract domain instead.
 fn looks_like_contract_domain(path: &Path) -> bool {
     crate::io::read_text_capped(path, crate::io::MAX_CONFIG_BYTES, "catalog")
@@ -1073,10 +1081,10 @@ fn contract_run(
     let mut runner = Runner::new(crate::contract::Monitor::new(d), "cli");
     let reg = runner.register(&wf.contract, &wf.approved_by);
     println!(
-        "register root `{}` (epoch {}): {:?}{}",
+        "register root `{}` (epoch {}): {}{}",
         wf.contract.root,
         wf.contract.epoch,
-        reg.verdict,
+        snake(&reg.verdict),
         reg.reason
             .map(|r| format!(" {r}: {}", reg.detail))
             .unwrap_or_default()
@@ -1105,8 +1113,13 @@ fn contract_run(
                 Step::Plan { label } => format!("plan `{label}`"),
             };
             match o.reason {
-                None => println!("{:>3}  {what:<48} {:?}", i + 1, o.verdict),
-                Some(r) => println!("{:>3}  {what:<48} {:?} {r}: {}", i + 1, o.verdict, o.detail),
+                None => println!("{:>3}  {what:<48} {}", i + 1, snake(&o.verdict)),
+                Some(r) => println!(
+                    "{:>3}  {what:<48} {} {r}: {}",
+                    i + 1,
+                    snake(&o.verdict),
+                    o.detail
+                ),
             }
             if !o.allowed() {
                 refused = true;
@@ -1118,15 +1131,19 @@ fn contract_run(
         }
     }
     let m = runner.monitor();
+    let v = m.versions();
     println!(
         "trace: {}
 root: {}
-versions: {:?}",
+versions: epoch {}, policy {}, state {}, graph {}",
         m.trace().join(" "),
         m.root_state()
-            .map(|r| format!("{r:?}"))
+            .map(|r| snake(&r))
             .unwrap_or_else(|| "not registered".into()),
-        m.versions()
+        v.epoch,
+        v.policy,
+        v.state,
+        v.graph
     );
     let mut lines = String::new();
     let mut n = 0;
