@@ -686,18 +686,25 @@ fn the_running_example_flies_over_http() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `halo-gateway run --config FILE` that must refuse to start: exit 3 and one line on stderr,
+/// which is returned.
+fn refused_config(file: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args(["run", "--config"])
+        .arg(file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    err
+}
+
 /// A missing configuration file is one clear line and exit code 3; so is an unknown key.
 #[test]
 fn configuration_errors_are_one_line_and_exit_3() {
     let dir = tmp("config");
-    let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
-        .args(["run", "--config"])
-        .arg(dir.join("nope.toml"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{err}");
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let err = refused_config(&dir.join("nope.toml"));
     assert!(
         err.contains("nope.toml") && err.contains("no such file"),
         "{err}"
@@ -707,13 +714,7 @@ fn configuration_errors_are_one_line_and_exit_3() {
         "[vehicle]\nurl = \"sim\"\nspeed = 3\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
-        .args(["run", "--config"])
-        .arg(dir.join("bad.toml"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{err}");
+    let err = refused_config(&dir.join("bad.toml"));
     assert!(
         err.contains("bad.toml:3:") && err.contains("speed"),
         "{err}"
@@ -734,14 +735,7 @@ fn configuration_errors_are_one_line_and_exit_3() {
             ),
         )
         .unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
-            .args(["run", "--config"])
-            .arg(dir.join("key.toml"))
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(3), "{err}");
-        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        let err = refused_config(&dir.join("key.toml"));
         assert!(
             err.contains("readable by others") && err.contains("chmod 600"),
             "{err}"

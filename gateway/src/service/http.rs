@@ -443,36 +443,46 @@ async fn post_operator(
     answer_response(&st, "operator", r)
 }
 
-async fn get_status(State(st): State<AppState>, headers: HeaderMap) -> Response {
+/// A read-only query of the core: open to anyone, or to any role's credential with
+/// `auth.require_for_read`.
+async fn read_query(
+    st: &AppState,
+    headers: &HeaderMap,
+    what: &str,
+    endpoint: &'static str,
+    cmd: impl FnOnce(Reply) -> Cmd,
+) -> Response {
     let r = async {
         if st.require_for_read {
             authorize(
-                &st,
-                &headers,
+                st,
+                headers,
                 &[Role::Agent, Role::Provider, Role::Operator],
-                "read status",
+                what,
             )?;
         }
-        call(&st, |reply| Cmd::Status { reply }).await
+        call(st, cmd).await
     }
     .await;
-    answer_response(&st, "status", r)
+    answer_response(st, endpoint, r)
+}
+
+async fn get_status(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    read_query(&st, &headers, "read status", "status", |reply| {
+        Cmd::Status { reply }
+    })
+    .await
 }
 
 async fn get_audit_head(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    let r = async {
-        if st.require_for_read {
-            authorize(
-                &st,
-                &headers,
-                &[Role::Agent, Role::Provider, Role::Operator],
-                "read the audit head",
-            )?;
-        }
-        call(&st, |reply| Cmd::AuditHead { reply }).await
-    }
-    .await;
-    answer_response(&st, "audit_head", r)
+    read_query(
+        &st,
+        &headers,
+        "read the audit head",
+        "audit_head",
+        |reply| Cmd::AuditHead { reply },
+    )
+    .await
 }
 
 async fn get_metrics(State(st): State<AppState>, headers: HeaderMap) -> Response {
