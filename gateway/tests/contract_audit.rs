@@ -764,4 +764,9 @@ fn contract_audit_and_mutants() {
     println!("contract-mutants: {} families", FAMILIES.len());
     println!("contract-mutants: {rejected}/{total} matched");
     assert_eq!(rejected, total, "{} mutants survived", total - rejected);
+    assert_eq!(
+        (FAMILIES.len(), total),
+        (31, 7720),
+        "the mutant corpus, pinned"
+    );
 }

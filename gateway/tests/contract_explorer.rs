@@ -120,4 +120,15 @@ fn contract_explorer() {
         Defect::ALL.len() + 1
     );
     assert_eq!(killed, Defect::ALL.len());
+    // The exploration's size, pinned (docs/conformance.md).
+    assert_eq!(
+        (
+            intact.states,
+            intact.transitions,
+            intact.trials.len(),
+            agree
+        ),
+        (7491, 20789, 155_212, 155_212)
+    );
+    assert_eq!((INVARIANTS.len(), Defect::ALL.len()), (11, 13));
 }

@@ -572,4 +572,51 @@ fn contract_pairs_and_comparators() {
     // that only typed lineage, resources, versions, policy or join evidence reveal.
     assert_eq!(rows[4].forbidden, 0);
     assert!(rows[4].commit > 0);
+    // Every printed cell is a claim (docs/contracts.md): pinned, so a change fails here.
+    let table: Vec<[usize; 8]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.benign,
+                r.commit,
+                r.deny,
+                r.reauth,
+                r.post,
+                r.forbidden,
+                r.policy,
+                r.prevent,
+            ]
+        })
+        .collect();
+    assert_eq!(
+        table,
+        vec![
+            [48, 34, 14, 0, 0, 14, 6, 14],
+            [48, 30, 18, 0, 0, 14, 6, 18],
+            [48, 30, 18, 0, 0, 14, 6, 18],
+            [48, 12, 0, 0, 36, 18, 6, 0],
+            [48, 18, 30, 0, 0, 0, 6, 30],
+            [48, 0, 42, 6, 0, 0, 0, 48],
+        ]
+    );
+    let by_class: Vec<String> = full_by_class
+        .iter()
+        .map(|(c, rs)| {
+            let r: Vec<String> = rs.iter().map(|(k, v)| format!("{k} x{v}")).collect();
+            format!("{c}: {}", r.join(", "))
+        })
+        .collect();
+    assert_eq!(
+        by_class,
+        [
+            "create: TRACE_EXPANSION x6",
+            "delegate: CROSS_ROOT x2, RESOURCE_EXPANSION x4",
+            "invalid-order: EFFECT_NOT_ADMITTED x6",
+            "join: JOIN_COMPOSITION x4, UNKNOWN_GOAL x2",
+            "replace: TRACE_EXPANSION x6",
+            "replan: FORBIDDEN_REACHABLE x2, POLICY_VIOLATION x4",
+            "resource-scope: RESOURCE_EXPANSION x6",
+            "stale-witness: STALE_VERSION x6",
+        ]
+    );
 }

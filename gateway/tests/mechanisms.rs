@@ -238,4 +238,33 @@ fn mechanisms() {
         matched.iter().filter(|m| **m).count()
     );
     assert_eq!(matched, [true; 4]);
+    // The printed table, pinned: (kept/supported, stale/opportunities, orphans/opportunities,
+    // blocked) per variant, as docs/conformance.md shows it.
+    let cells: Vec<(&str, [usize; 7])> = Variant::ALL
+        .iter()
+        .map(|v| {
+            let t = totals[v.name()];
+            (
+                v.name(),
+                [
+                    t.kept,
+                    t.supported,
+                    t.stale,
+                    t.stale_opp,
+                    t.orphan,
+                    t.orphan_opp,
+                    t.blocked,
+                ],
+            )
+        })
+        .collect();
+    assert_eq!(
+        cells,
+        [
+            ("Full", [29, 29, 0, 8, 0, 9, 0]),
+            ("WholeResponse", [18, 29, 0, 8, 0, 9, 11]),
+            ("IndependentFilter", [29, 29, 0, 8, 9, 9, 0]),
+            ("AdmissionOnly", [29, 29, 5, 8, 0, 9, 0]),
+        ]
+    );
 }

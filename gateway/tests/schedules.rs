@@ -793,6 +793,10 @@ fn schedules() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
+    assert!(
+        n > 0,
+        "HALO_SCHEDULES=0 runs no schedule; that is a failure, not 0/0 matched"
+    );
     let base: u64 = 0x4841_4C4F; // "HALO"
     let mut stats = Stats::default();
     let mut failures = Vec::new();
