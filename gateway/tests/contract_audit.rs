@@ -730,6 +730,11 @@ fn contract_audit_and_mutants() {
     }
     println!("\ncontract-audit: {receipts} receipts replayed");
     println!("contract-audit: {verified}/{} matched", streams.len());
+    assert_eq!(
+        (streams.len(), receipts),
+        (98, 1734),
+        "the corpus and its receipts, pinned"
+    );
 
     // A hash-only corruption is rejected too, but is not counted as a semantic mutant.
     let mut broken = streams[0].receipts.clone();

@@ -46,5 +46,6 @@ fn contract_scale_decisions() {
         println!("  FAIL {f}");
     }
     println!("contract-scale: {matched}/{} matched", all.len());
+    assert_eq!(all.len(), 133, "the corpus: every cell, pinned");
     assert!(failures.is_empty());
 }

@@ -229,6 +229,7 @@ fn graph_oracle() {
     let total: usize = by_size.values().map(|t| t.graphs).sum();
     let exact: usize = by_size.values().map(|t| t.exact).sum();
     println!("graph-oracle: {exact}/{total} matched (seed {})", art.seed);
+    assert_eq!(total, 180, "the corpus: every graph, pinned");
     println!(
         "  {:>4} {:>6} {:>6} {:>6} {:>8} {:>8} {:>10}",
         "|V|", "graphs", "edges", "exact", "sound", "closed", "maximal"

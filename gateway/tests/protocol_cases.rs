@@ -542,6 +542,7 @@ fn protocol_cases() {
     for f in &failures {
         println!("  MISMATCH {f}");
     }
-    assert!(cf.cases.len() >= 20);
+    assert_eq!(cf.cases.len(), 28, "the corpus: every case, pinned");
+    assert_eq!(matched, cf.cases.len());
     assert!(failures.is_empty());
 }
