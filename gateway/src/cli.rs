@@ -364,7 +364,7 @@ where
                 EXIT_OK
             }
             Err(e) => {
-                if looks_like_contract_domain(&path) {
+                if toml_has_table(&path, "domain", "catalog") {
                     eprintln!(
                         "error: {}: this is a mission-contract domain (it has a [domain] table), not a HALO catalog; check it with `halo-gateway contract domain {}`",
                         path.display(),
@@ -974,12 +974,13 @@ fn snake(v: &impl serde::Serialize) -> String {
         .unwrap_or_default()
 }
 
-/// Whether a file that failed to load as a catalog is a contract domain instead.
-fn looks_like_contract_domain(path: &Path) -> bool {
-    crate::io::read_text_capped(path, crate::io::MAX_CONFIG_BYTES, "catalog")
+/// Whether a TOML file has the top-level table `has` and not `lacks`: how a catalog
+/// (`[catalog]`) and a contract domain (`[domain]`) given to the other's command are told apart.
+fn toml_has_table(path: &Path, has: &str, lacks: &str) -> bool {
+    crate::io::read_text_capped(path, crate::io::MAX_CONFIG_BYTES, "TOML file")
         .ok()
         .and_then(|t| t.parse::<toml::Table>().ok())
-        .is_some_and(|t| t.contains_key("domain") && !t.contains_key("catalog"))
+        .is_some_and(|t| t.contains_key(has) && !t.contains_key(lacks))
 }
 
 fn contract_domain(path: &Path) -> i32 {
@@ -988,12 +989,7 @@ fn contract_domain(path: &Path) -> i32 {
     {
         Ok(d) => d,
         Err(e) => {
-            let is_catalog =
-                crate::io::read_text_capped(path, crate::io::MAX_CONFIG_BYTES, "domain")
-                    .ok()
-                    .and_then(|t| t.parse::<toml::Table>().ok())
-                    .is_some_and(|t| t.contains_key("catalog") && !t.contains_key("domain"));
-            if is_catalog {
+            if toml_has_table(path, "catalog", "domain") {
                 eprintln!(
                     "error: {}: this is a HALO catalog (it has a [catalog] table), not a contract domain; check it with `halo-gateway catalog {}`",
                     path.display(),

@@ -86,6 +86,17 @@ impl Receipt {
         body: serde_json::Value,
     ) -> Receipt {
         let (index, prev) = prev.map_or((0, Digest::default()), |p| (p.index + 1, p.hash));
+        Receipt::sealed(index, prev, at_ns, wall_unix_ms, body)
+    }
+
+    /// The receipt at `index` after the hash `prev`, with its hash computed.
+    fn sealed(
+        index: u64,
+        prev: Digest,
+        at_ns: u64,
+        wall_unix_ms: Option<u64>,
+        body: serde_json::Value,
+    ) -> Receipt {
         let hash = Digest::of(
             tag::RECEIPT,
             &[&Receipt::hash_input_wall(
@@ -234,28 +245,9 @@ impl<R: Serialize> ReceiptChain<R> {
     pub fn seal_with_wall(&mut self, wall: impl Fn(Nanos) -> Option<u64>) -> Option<Receipt> {
         let (at, record) = self.pending.pop_front()?;
         let body = serde_json::to_value(&record).unwrap_or(serde_json::Value::Null);
-        let index = self.next_index;
-        let wall_unix_ms = wall(at);
-        let hash = Digest::of(
-            tag::RECEIPT,
-            &[&Receipt::hash_input_wall(
-                index,
-                &self.prev,
-                at.0,
-                wall_unix_ms,
-                &body,
-            )],
-        );
-        let r = Receipt {
-            index,
-            prev: self.prev,
-            at_ns: at.0,
-            body,
-            wall_unix_ms,
-            hash,
-        };
+        let r = Receipt::sealed(self.next_index, self.prev, at.0, wall(at), body);
         self.next_index += 1;
-        self.prev = hash;
+        self.prev = r.hash;
         Some(r)
     }
 

@@ -669,27 +669,38 @@ impl Core {
             .gw
             .poll_receipt_with_wall(|at| Some(base.saturating_add(at.as_ms())))
         {
-            if let Some(w) = self.receipts.as_mut() {
-                if let Err(e) = w.append(&r.to_json_line()) {
-                    tracing::error!(error = %e, "cannot write the receipt log");
-                }
-            }
+            self.log_receipt(&r);
             n += 1;
         }
-        if n > 0 {
-            self.receipts_written += n;
-            self.metrics.receipts_written.inc_by(n);
-            if let Some(a) = self.audit.as_mut() {
-                a.since += n;
-                a.since_at.get_or_insert_with(Instant::now);
+        if n == 0 {
+            return;
+        }
+        if let Some(a) = self.audit.as_mut() {
+            a.since += n;
+            a.since_at.get_or_insert_with(Instant::now);
+        }
+        if self.audit.as_ref().is_some_and(|a| a.since >= a.every) {
+            self.checkpoint(false);
+        } else {
+            self.flush_receipts();
+        }
+    }
+
+    /// Appends one sealed receipt to the log and counts it.
+    fn log_receipt(&mut self, r: &crate::core::Receipt) {
+        if let Some(w) = self.receipts.as_mut() {
+            if let Err(e) = w.append(&r.to_json_line()) {
+                tracing::error!(error = %e, "cannot write the receipt log");
             }
-            if self.audit.as_ref().is_some_and(|a| a.since >= a.every) {
-                self.checkpoint(false);
-            }
-            if let Some(w) = self.receipts.as_mut() {
-                if let Err(e) = w.flush() {
-                    tracing::error!(error = %e, "cannot flush the receipt log");
-                }
+        }
+        self.receipts_written += 1;
+        self.metrics.receipts_written.inc();
+    }
+
+    fn flush_receipts(&mut self) {
+        if let Some(w) = self.receipts.as_mut() {
+            if let Err(e) = w.flush() {
+                tracing::error!(error = %e, "cannot flush the receipt log");
             }
         }
     }
@@ -697,12 +708,12 @@ impl Core {
     /// Seals what is pending and a signed checkpoint over the whole chain so far (`last` at
     /// shutdown), and writes them.
     fn checkpoint(&mut self, last: bool) {
+        let now = self.now();
+        let base = self.origin_wall_ms;
+        let wall = base.saturating_add(now.as_ms());
         let Some(a) = self.audit.as_mut() else {
             return;
         };
-        let now = Nanos(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX));
-        let base = self.origin_wall_ms;
-        let wall = base.saturating_add(now.as_ms());
         let mut signed = None;
         let rs = self.gw.seal_with_checkpoint(
             now,
@@ -719,19 +730,10 @@ impl Core {
             tracing::debug!(count = cp.count, head = %cp.head.short(), last, "signed checkpoint");
             a.latest = Some(cp);
         }
-        let n = rs.len() as u64;
-        if let Some(w) = self.receipts.as_mut() {
-            for r in &rs {
-                if let Err(e) = w.append(&r.to_json_line()) {
-                    tracing::error!(error = %e, "cannot write the receipt log");
-                }
-            }
-            if let Err(e) = w.flush() {
-                tracing::error!(error = %e, "cannot flush the receipt log");
-            }
+        for r in &rs {
+            self.log_receipt(r);
         }
-        self.receipts_written += n;
-        self.metrics.receipts_written.inc_by(n);
+        self.flush_receipts();
     }
 
     fn audit_head(&self) -> serde_json::Value {
