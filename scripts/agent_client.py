@@ -160,8 +160,16 @@ class DemoWorld:
         self.map_epoch = 7
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._publish_loop, daemon=True)
+        # The background loop and the script both publish; the gateway refuses an update older
+        # than the one it holds (OUT_OF_ORDER_UPDATE), so a publish stamps and sends under one
+        # lock and two publishers never cross.
+        self.publishing = threading.Lock()
 
     def publish(self):
+        with self.publishing:
+            self._publish_once()
+
+    def _publish_once(self):
         now = int(time.time() * 1000)
         updates = {
             "traffic": ([{"north_m": 300.0, "east_m": -200.0, "down_m": -40.0}], 41, "utm-feed-a"),
