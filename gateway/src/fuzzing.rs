@@ -131,11 +131,25 @@ pub fn catalog_text(data: &[u8]) {
     }
 }
 
-/// Contract domain text, through the monitor's parser and the independent checker's.
+/// Contract domain text, through the monitor's parser and the independent checker's. Invariant:
+/// the two readers accept exactly the same domains (a domain one of them refuses cannot be
+/// replayed by the other).
+///
+/// # Panics
+/// When one reader accepts a domain the other refuses.
+#[allow(
+    clippy::panic,
+    reason = "a fuzz target reports a broken invariant by panicking"
+)]
 pub fn contract_domain(data: &[u8]) {
     if let Ok(s) = std::str::from_utf8(data) {
-        let _ = crate::contract::Domain::parse(s, "fuzz.toml");
-        let _ = sitl::contract_audit::AuditDomain::from_toml(s);
+        let monitor = crate::contract::Domain::parse(s, "fuzz.toml");
+        let checker = sitl::contract_audit::AuditDomain::from_toml(s);
+        match (monitor, checker) {
+            (Ok(_), Err(e)) => panic!("the monitor accepts, the checker refuses ({e}):\n{s}"),
+            (Err(e), Ok(_)) => panic!("the checker accepts, the monitor refuses ({e}):\n{s}"),
+            _ => {}
+        }
     }
 }
 

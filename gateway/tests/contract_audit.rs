@@ -775,3 +775,195 @@ fn contract_audit_and_mutants() {
         "the mutant corpus, pinned"
     );
 }
+
+/// `contract-domain-rules`: the monitor's domain reader and the checker's (written separately
+/// from docs/contracts.md) accept the two shipped domains and refuse each malformed variant of
+/// one, for its own reason. A reader that lets a variant through fails here; the fuzz target
+/// `contract_domain` asserts the same agreement over generated text.
+#[test]
+fn both_domain_readers_refuse_what_the_rules_refuse() {
+    let base = text("catalogs/contract-uav.toml");
+    for file in [
+        "catalogs/contract-uav.toml",
+        "catalogs/contract-ground.toml",
+    ] {
+        Domain::parse(&text(file), file).unwrap();
+        AuditDomain::from_toml(&text(file)).unwrap();
+    }
+    let swap = |from: &str, to: &str| {
+        assert!(base.contains(from), "{from}");
+        base.replacen(from, to, 1)
+    };
+    let many_params: String = (0..17).map(|i| format!("p{i} = [\"x\"], ")).collect();
+    let variants: Vec<(&str, String)> = vec![
+        (
+            "an unknown top-level table",
+            format!("{base}\n[extra]\nk = 1\n"),
+        ),
+        (
+            "an unknown key in [domain]",
+            swap("version = 1", "version = 1\nowner = \"x\""),
+        ),
+        (
+            "a version that is not a u32",
+            swap("version = 1", "version = -1"),
+        ),
+        ("no version", swap("version = 1\n", "")),
+        (
+            "a domain id breaking the id rule",
+            swap("\"uav-survey\"", "\"uav survey\""),
+        ),
+        (
+            "a variable name breaking the id rule",
+            swap("airborne = \"bool\"", "\"air borne\" = \"bool\""),
+        ),
+        (
+            "an unknown type word",
+            swap("airborne = \"bool\"", "airborne = \"boolean\""),
+        ),
+        (
+            "an enum value that is not a string",
+            swap("\"nofly\"]", "7]"),
+        ),
+        (
+            "an enum value twice",
+            swap("\"nofly\"]", "\"nofly\", \"home\"]"),
+        ),
+        (
+            "an enum value breaking the id rule",
+            swap("\"nofly\"]", "\"no,fly\"]"),
+        ),
+        (
+            "an empty enum",
+            swap("battery = [\"high\", \"medium\", \"low\"]", "battery = []"),
+        ),
+        (
+            "an integer range with min > max",
+            swap("{ min = 0, max = 8 }", "{ min = 9, max = 8 }"),
+        ),
+        (
+            "an integer range with a third key",
+            swap("{ min = 0, max = 8 }", "{ min = 0, max = 8, step = 1 }"),
+        ),
+        (
+            "an unknown key in an effect",
+            swap("[effects.hold]\n", "[effects.hold]\nwhen = [\"x\"]\n"),
+        ),
+        (
+            "a parameter over a non-enum variable",
+            swap("params = { to = \"zone\" }", "params = { to = \"photos\" }"),
+        ),
+        (
+            "a parameter list with a number",
+            swap(
+                "params = { to = \"zone\" }",
+                "params = { to = [\"home\", 1] }",
+            ),
+        ),
+        (
+            "a parameter list with a repeat",
+            swap(
+                "params = { to = \"zone\" }",
+                "params = { to = [\"home\", \"home\"] }",
+            ),
+        ),
+        (
+            "417,605 argument combinations (over 4096)",
+            swap(
+                "params = { to = \"zone\" }",
+                &format!(
+                    "params = {{ a = {z}, b = {z}, c = {z}, d = {z}, to = \"zone\" }}",
+                    z = "[\"a1\", \"a2\", \"a3\", \"a4\", \"a5\", \"a6\", \"a7\", \"a8\", \"a9\", \"a10\", \"a11\", \"a12\", \"a13\", \"a14\", \"a15\", \"a16\", \"a17\"]"
+                ),
+            ),
+        ),
+        (
+            "seventeen parameters",
+            swap(
+                "params = { to = \"zone\" }",
+                &format!("params = {{ {many_params}to = \"zone\" }}"),
+            ),
+        ),
+        (
+            "a precondition over an unknown variable",
+            swap(
+                "pre = [\"airborne == true\"]\npost = [\"zone = $to\"]",
+                "pre = [\"flying == true\"]\npost = [\"zone = $to\"]",
+            ),
+        ),
+        (
+            "a precondition with four words",
+            swap("\"airborne == false\"", "\"airborne == false now\""),
+        ),
+        (
+            "an order comparison on a bool",
+            swap("\"airborne == false\"", "\"airborne < true\""),
+        ),
+        (
+            "a precondition constant out of range",
+            swap(
+                "pre = [\"airborne == true\", \"zone == $at\"]",
+                "pre = [\"photos <= 9\"]",
+            ),
+        ),
+        (
+            "an unknown parameter",
+            swap("\"zone == $at\"", "\"zone == $where\""),
+        ),
+        (
+            "a parameter compared with a bool",
+            swap("\"zone == $at\"", "\"airborne == $at\""),
+        ),
+        (
+            "an assignment to an unknown variable",
+            swap("post = [\"airborne = true\"]", "post = [\"flying = true\"]"),
+        ),
+        (
+            "an assignment of a value outside the enum",
+            swap("post = [\"zone = home\"]", "post = [\"zone = garage\"]"),
+        ),
+        (
+            "arithmetic on an enum",
+            swap("post = [\"photos += 1\"]", "post = [\"zone += 1\"]"),
+        ),
+        (
+            "a step that is not an integer",
+            swap("post = [\"photos += 1\"]", "post = [\"photos += one\"]"),
+        ),
+        (
+            "a step whose negation overflows",
+            swap(
+                "post = [\"photos += 1\"]",
+                "post = [\"photos -= -9223372036854775808\"]",
+            ),
+        ),
+        (
+            "an unknown assignment operator",
+            swap("post = [\"photos += 1\"]", "post = [\"photos *= 2\"]"),
+        ),
+        (
+            "a precondition that is not a string",
+            swap(
+                "pre = [\"airborne == true\"]\npost = [\"zone = $to\"]",
+                "pre = [1]\npost = [\"zone = $to\"]",
+            ),
+        ),
+        (
+            "an effect name breaking the id rule",
+            swap("[effects.hold]", "[effects.\"ho ld\"]"),
+        ),
+    ];
+    let mut refused = 0;
+    for (what, t) in &variants {
+        let m = Domain::parse(t, "variant.toml");
+        let c = AuditDomain::from_toml(t);
+        assert!(m.is_err(), "the monitor accepts {what}");
+        assert!(c.is_err(), "the checker accepts {what}");
+        refused += 1;
+    }
+    println!(
+        "contract-domain-rules: {refused}/{} refused by both readers",
+        variants.len()
+    );
+    assert_eq!(refused, 33);
+}

@@ -129,6 +129,9 @@ mod limit {
     pub const JOIN_SOURCES: usize = 8;
     pub const PRECEDENCE: usize = 28;
     pub const GUARD: usize = 4096;
+    pub const DOMAIN_ITEMS: usize = 256;
+    pub const PARAMS: usize = 16;
+    pub const COMBINATIONS: usize = 4096;
 }
 
 fn sha(parts: &[&[u8]]) -> [u8; 32] {
@@ -144,6 +147,67 @@ fn hex(b: &[u8]) -> String {
 }
 
 // --- the domain, re-read from its text ------------------------------------------------------
+
+/// `t` has no key outside `allowed` and at least its first `required` keys.
+fn exact_keys(t: &toml::Table, at: &str, allowed: &[&str], required: usize) -> Result<(), String> {
+    if let Some(k) = t.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(format!("{at}: unknown key `{k}`"));
+    }
+    match allowed.iter().take(required).find(|k| !t.contains_key(**k)) {
+        Some(k) => Err(format!("{at}: `{k}` missing")),
+        None => Ok(()),
+    }
+}
+
+fn sub_table<'a>(t: &'a toml::Table, key: &str) -> Result<&'a toml::Table, String> {
+    t.get(key)
+        .and_then(toml::Value::as_table)
+        .ok_or_else(|| format!("[{key}]: not a table"))
+}
+
+fn checked_name(at: &str, name: &str) -> Result<(), String> {
+    if id_ok(name) {
+        Ok(())
+    } else {
+        Err(format!("{at}: `{name}` breaks the id rule"))
+    }
+}
+
+/// 1 to `max` distinct names, each following the id rule.
+fn name_values(at: &str, a: &[toml::Value], max: usize) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    for x in a {
+        let name = x
+            .as_str()
+            .ok_or_else(|| format!("{at}: a value is not a string"))?;
+        checked_name(at, name)?;
+        if out.iter().any(|o| o == name) {
+            return Err(format!("{at}: `{name}` repeats"));
+        }
+        out.push(name.to_string());
+    }
+    if out.is_empty() || out.len() > max {
+        return Err(format!("{at}: {} values", out.len()));
+    }
+    Ok(out)
+}
+
+/// An optional list of strings (`pre`, `post`).
+fn string_list(e: &toml::Table, at: &str, key: &str) -> Result<Vec<String>, String> {
+    let Some(v) = e.get(key) else {
+        return Ok(Vec::new());
+    };
+    let a = v
+        .as_array()
+        .ok_or_else(|| format!("{at}.{key}: not a list"))?;
+    a.iter()
+        .map(|x| {
+            x.as_str()
+                .map(String::from)
+                .ok_or_else(|| format!("{at}.{key}: not a string"))
+        })
+        .collect()
+}
 
 #[derive(Clone, Debug)]
 enum Ty {
@@ -170,87 +234,186 @@ pub struct AuditDomain {
 pub(crate) type World = BTreeMap<String, String>;
 
 impl AuditDomain {
-    /// Reads a domain file.
+    /// Reads a domain file, strictly: the rules of docs/contracts.md ("The domain"), written here
+    /// from the document, not from the monitor's reader. Every table has exactly its keys, every
+    /// name follows the id rule, every list is names without repeats, every precondition and
+    /// postcondition is checked against the variables and parameters it names, and the limits
+    /// (256 variables, effects and enum values; 16 parameters and 4096 argument combinations per
+    /// effect) hold.
     ///
     /// # Errors
-    /// A message when the text is not a domain.
+    /// A message naming the key at fault when the text is not a domain.
     pub fn from_toml(text: &str) -> Result<AuditDomain, String> {
-        let v: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
-        let id = v
-            .get("domain")
-            .and_then(|d| d.get("id"))
-            .and_then(|x| x.as_str())
-            .ok_or("domain.id missing")?
-            .to_string();
+        let top: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        exact_keys(&top, "the file", &["domain", "variables", "effects"], 3)?;
+        let head = sub_table(&top, "domain")?;
+        exact_keys(head, "domain", &["id", "version"], 2)?;
+        let id = head
+            .get("id")
+            .and_then(toml::Value::as_str)
+            .ok_or("domain.id: a name in quotes")?;
+        checked_name("domain.id", id)?;
+        let version = head
+            .get("version")
+            .and_then(toml::Value::as_integer)
+            .ok_or("domain.version: an integer")?;
+        if !(0..=i64::from(u32::MAX)).contains(&version) {
+            return Err(format!("domain.version: {version} is not a version number"));
+        }
+        let var_table = sub_table(&top, "variables")?;
+        if var_table.len() > limit::DOMAIN_ITEMS {
+            return Err("variables: too many".into());
+        }
         let mut vars = BTreeMap::new();
-        for (name, t) in v
-            .get("variables")
-            .and_then(|x| x.as_table())
-            .ok_or("variables missing")?
-        {
-            let ty = if t.as_str() == Some("bool") {
-                Ty::Bool
-            } else if let Some(a) = t.as_array() {
-                Ty::Names(
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(String::from))
-                        .collect(),
-                )
-            } else if let Some(tb) = t.as_table() {
-                let lo = tb.get("min").and_then(|x| x.as_integer()).ok_or("min")?;
-                let hi = tb.get("max").and_then(|x| x.as_integer()).ok_or("max")?;
-                Ty::Range(lo, hi)
-            } else {
-                return Err(format!("variable {name}"));
+        for (name, t) in var_table {
+            checked_name("variables", name)?;
+            let ty = match t {
+                toml::Value::String(k) if k == "bool" => Ty::Bool,
+                toml::Value::Array(a) => Ty::Names(name_values(
+                    &format!("variables.{name}"),
+                    a,
+                    limit::DOMAIN_ITEMS,
+                )?),
+                toml::Value::Table(tb) => {
+                    exact_keys(tb, &format!("variables.{name}"), &["min", "max"], 2)?;
+                    let lo = tb.get("min").and_then(toml::Value::as_integer);
+                    let hi = tb.get("max").and_then(toml::Value::as_integer);
+                    match (lo, hi) {
+                        (Some(lo), Some(hi)) if lo <= hi => Ty::Range(lo, hi),
+                        _ => return Err(format!("variables.{name}: integers min <= max")),
+                    }
+                }
+                _ => return Err(format!("variables.{name}: not a type")),
             };
             vars.insert(name.clone(), ty);
         }
-        let mut effects = BTreeMap::new();
-        for (name, e) in v
-            .get("effects")
-            .and_then(|x| x.as_table())
-            .ok_or("effects missing")?
-        {
-            let strs = |k: &str| -> Vec<String> {
-                e.get(k)
-                    .and_then(|x| x.as_array())
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            };
+        let mut d = AuditDomain {
+            id: id.to_string(),
+            vars,
+            effects: BTreeMap::new(),
+        };
+        let effect_table = sub_table(&top, "effects")?;
+        if effect_table.len() > limit::DOMAIN_ITEMS {
+            return Err("effects: too many".into());
+        }
+        for (name, e) in effect_table {
+            checked_name("effects", name)?;
+            let at = format!("effects.{name}");
+            let e = e.as_table().ok_or_else(|| format!("{at}: not a table"))?;
+            exact_keys(e, &at, &["params", "pre", "post"], 0)?;
             let mut params = Vec::new();
-            if let Some(p) = e.get("params").and_then(|x| x.as_table()) {
+            if let Some(p) = e.get("params") {
+                let p = p
+                    .as_table()
+                    .ok_or_else(|| format!("{at}.params: not a table"))?;
+                if p.len() > limit::PARAMS {
+                    return Err(format!("{at}.params: too many"));
+                }
+                let mut combinations: usize = 1;
                 for (pn, pt) in p {
-                    let vals = if let Some(var) = pt.as_str() {
-                        match vars.get(var) {
+                    checked_name(&format!("{at}.params"), pn)?;
+                    let vals = match pt {
+                        toml::Value::String(var) => match d.vars.get(var) {
                             Some(Ty::Names(n)) => n.clone(),
-                            _ => return Err(format!("param {pn}")),
+                            _ => return Err(format!("{at}.params.{pn}: `{var}` is no enum")),
+                        },
+                        toml::Value::Array(a) => {
+                            name_values(&format!("{at}.params.{pn}"), a, limit::COMBINATIONS)?
                         }
-                    } else {
-                        pt.as_array()
-                            .map(|a| {
-                                a.iter()
-                                    .filter_map(|x| x.as_str().map(String::from))
-                                    .collect()
-                            })
-                            .unwrap_or_default()
+                        _ => return Err(format!("{at}.params.{pn}: not a type")),
                     };
+                    combinations = combinations.saturating_mul(vals.len());
                     params.push((pn.clone(), vals));
                 }
+                if combinations > limit::COMBINATIONS {
+                    return Err(format!("{at}: too many argument combinations"));
+                }
             }
-            effects.insert(
-                name.clone(),
-                EffectType {
-                    params,
-                    pre: strs("pre"),
-                    post: strs("post"),
-                },
-            );
+            let pre = string_list(e, &at, "pre")?;
+            let post = string_list(e, &at, "post")?;
+            for c in &pre {
+                d.checked_cond(c, Some(&params))
+                    .map_err(|m| format!("{at}.pre: `{c}`: {m}"))?;
+            }
+            for a in &post {
+                d.checked_assign(a, &params)
+                    .map_err(|m| format!("{at}.post: `{a}`: {m}"))?;
+            }
+            d.effects
+                .insert(name.clone(), EffectType { params, pre, post });
         }
-        Ok(AuditDomain { id, vars, effects })
+        Ok(d)
+    }
+
+    /// The right-hand side of a condition or assignment on `var`: `$param` (a name, so only for
+    /// an enum variable, and only inside an effect) or a constant of the variable's type.
+    fn checked_rhs(
+        &self,
+        var: &str,
+        rhs: &str,
+        params: Option<&[(String, Vec<String>)]>,
+    ) -> Result<(), String> {
+        match rhs.strip_prefix('$') {
+            Some(p) => {
+                let params = params.ok_or("a parameter outside an effect")?;
+                if !params.iter().any(|(n, _)| n == p) {
+                    return Err(format!("no parameter `{p}`"));
+                }
+                match self.vars.get(var) {
+                    Some(Ty::Names(_)) => Ok(()),
+                    _ => Err(format!("`{var}` holds no names")),
+                }
+            }
+            None => self
+                .norm_value(var, rhs)
+                .map(drop)
+                .ok_or_else(|| format!("`{rhs}` is not a value of `{var}`")),
+        }
+    }
+
+    /// `VAR OP VALUE`, OP one of `== != < <= > >=`, the order comparisons on integers only.
+    fn checked_cond(
+        &self,
+        text: &str,
+        params: Option<&[(String, Vec<String>)]>,
+    ) -> Result<(), String> {
+        let parts: Vec<&str> = text.split_whitespace().collect();
+        let [var, op, rhs] = parts.as_slice() else {
+            return Err("three words".into());
+        };
+        let ty = self.vars.get(*var).ok_or("unknown variable")?;
+        let ordered = matches!(*op, "<" | "<=" | ">" | ">=");
+        if !(ordered || matches!(*op, "==" | "!=")) {
+            return Err("unknown comparison".into());
+        }
+        if ordered && !matches!(ty, Ty::Range(..)) {
+            return Err("an order comparison on a non-integer".into());
+        }
+        self.checked_rhs(var, rhs, params)
+    }
+
+    /// `VAR = VALUE`, `VAR = $param`, or `VAR += N` / `VAR -= N` on an integer (N an integer
+    /// whose negation is one too).
+    fn checked_assign(&self, text: &str, params: &[(String, Vec<String>)]) -> Result<(), String> {
+        let parts: Vec<&str> = text.split_whitespace().collect();
+        let [var, op, rhs] = parts.as_slice() else {
+            return Err("three words".into());
+        };
+        let ty = self.vars.get(*var).ok_or("unknown variable")?;
+        match *op {
+            "=" => self.checked_rhs(var, rhs, Some(params)),
+            "+=" | "-=" => {
+                if !matches!(ty, Ty::Range(..)) {
+                    return Err("arithmetic on a non-integer".into());
+                }
+                let n: i64 = rhs.parse().map_err(|_| "not an integer step")?;
+                if *op == "-=" && n == i64::MIN {
+                    return Err("a step too large to subtract".into());
+                }
+                Ok(())
+            }
+            _ => Err("unknown assignment".into()),
+        }
     }
 
     /// A conjunction holds in `w` (a malformed one does not).

@@ -13,6 +13,12 @@ use serde::Deserialize;
 /// Most variables, effects and enum values in one domain.
 pub const MAX_DOMAIN_ITEMS: usize = 256;
 
+/// Most parameters one effect type takes.
+pub const MAX_EFFECT_PARAMS: usize = 16;
+
+/// Most normalized effects (argument combinations) one effect type has.
+pub const MAX_EFFECT_COMBINATIONS: usize = 4096;
+
 /// A variable's type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VarKind {
@@ -172,6 +178,41 @@ fn derr<T>(m: impl Into<String>) -> Result<T, DomainError> {
     Err(DomainError(m.into()))
 }
 
+/// Domain ids, variable, effect and parameter names, enum values and argument values follow the
+/// envelope's id rule (1 to 64 bytes of `[A-Za-z0-9._-]`): they are spelled inside effect texts
+/// like `goto(wp1)` and predicates like `zone == wp1`, which a space, comma or parenthesis would
+/// make ambiguous.
+fn named(file: &str, at: &str, text: &str) -> Result<(), DomainError> {
+    crate::core::ids::Id::new(text)
+        .map(drop)
+        .map_err(|e| DomainError(format!("{file}: {at}: {e}")))
+}
+
+/// A list of names: every element a string following the id rule, none twice, 1 to `max` of
+/// them.
+fn name_list(
+    file: &str,
+    at: &str,
+    a: &[toml::Value],
+    max: usize,
+) -> Result<Vec<String>, DomainError> {
+    let mut vals: Vec<String> = Vec::with_capacity(a.len());
+    for x in a {
+        let Some(v) = x.as_str() else {
+            return derr(format!("{file}: {at}: every value is a name in quotes"));
+        };
+        named(file, at, v)?;
+        if vals.iter().any(|w| w == v) {
+            return derr(format!("{file}: {at}: `{v}` is listed twice"));
+        }
+        vals.push(v.to_string());
+    }
+    if vals.is_empty() || vals.len() > max {
+        return derr(format!("{file}: {at}: 1 to {max} names"));
+    }
+    Ok(vals)
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawDomain {
@@ -206,22 +247,18 @@ impl Domain {
     pub fn parse(src: &str, file: &str) -> Result<Domain, DomainError> {
         let raw: RawDomain =
             toml::from_str(src).map_err(|e| DomainError(format!("{file}: {}", e.message())))?;
+        named(file, "domain.id", &raw.domain.id)?;
         let mut vars = Vec::new();
         for (name, v) in &raw.variables {
+            named(file, "variables", name)?;
             let kind = match v {
                 toml::Value::String(s) if s == "bool" => VarKind::Bool,
-                toml::Value::Array(a) => {
-                    let vals: Vec<String> = a
-                        .iter()
-                        .filter_map(|x| x.as_str().map(str::to_string))
-                        .collect();
-                    if vals.is_empty() || vals.len() != a.len() || vals.len() > MAX_DOMAIN_ITEMS {
-                        return derr(format!(
-                            "{file}: variables.{name}: an enum is 1 to 256 names"
-                        ));
-                    }
-                    VarKind::Enum(vals)
-                }
+                toml::Value::Array(a) => VarKind::Enum(name_list(
+                    file,
+                    &format!("variables.{name}"),
+                    a,
+                    MAX_DOMAIN_ITEMS,
+                )?),
                 toml::Value::Table(t) => {
                     let min = t.get("min").and_then(toml::Value::as_integer);
                     let max = t.get("max").and_then(toml::Value::as_integer);
@@ -259,8 +296,15 @@ impl Domain {
             names: HashMap::new(),
         };
         for (name, e) in &raw.effects {
+            named(file, "effects", name)?;
+            if e.params.len() > MAX_EFFECT_PARAMS {
+                return derr(format!(
+                    "{file}: effects.{name}.params: at most {MAX_EFFECT_PARAMS} parameters"
+                ));
+            }
             let mut params = Vec::new();
             for (p, ty) in &e.params {
+                named(file, &format!("effects.{name}.params"), p)?;
                 let values = match ty {
                     toml::Value::String(var) => match d.var(var).map(|(_, v)| &v.kind) {
                         Some(VarKind::Enum(vals)) => vals.clone(),
@@ -270,19 +314,18 @@ impl Domain {
                             ));
                         }
                     },
-                    toml::Value::Array(a) => a
-                        .iter()
-                        .filter_map(|x| x.as_str().map(str::to_string))
-                        .collect(),
+                    toml::Value::Array(a) => name_list(
+                        file,
+                        &format!("effects.{name}.params.{p}"),
+                        a,
+                        MAX_EFFECT_COMBINATIONS,
+                    )?,
                     _ => {
                         return derr(format!(
                             "{file}: effects.{name}.params.{p}: an enum variable name or a list of names"
                         ));
                     }
                 };
-                if values.is_empty() {
-                    return derr(format!("{file}: effects.{name}.params.{p}: no values"));
-                }
                 params.push((p.clone(), values));
             }
             let mut spec = EffectSpec {
@@ -321,7 +364,7 @@ impl Domain {
                     }
                 }
                 combos = next;
-                if combos.len() > 4096 {
+                if combos.len() > MAX_EFFECT_COMBINATIONS {
                     return derr(format!(
                         "{file}: effects.{}: too many argument combinations",
                         spec.name
@@ -414,6 +457,16 @@ impl Domain {
     ) -> Result<Rhs, String> {
         if let Some(p) = rhs.strip_prefix('$') {
             let e = effect.ok_or_else(|| format!("`{text}`: parameters only appear in effects"))?;
+            let is_enum = self
+                .vars
+                .get(usize::from(vi))
+                .is_some_and(|v| matches!(v.kind, VarKind::Enum(_)));
+            if !is_enum {
+                // An argument is a name; only an enum variable holds names.
+                return Err(format!(
+                    "`{text}`: a parameter's value is a name, so it only meets an enum variable"
+                ));
+            }
             let k = e
                 .params
                 .iter()
@@ -452,7 +505,13 @@ impl Domain {
                 let n: i64 = rhs
                     .parse()
                     .map_err(|_| format!("`{text}`: `{rhs}` is not an integer"))?;
-                Ok(Assign::Add(vi, if *op == "+=" { n } else { -n }))
+                let step = if *op == "+=" {
+                    Some(n)
+                } else {
+                    n.checked_neg()
+                };
+                let step = step.ok_or_else(|| format!("`{text}`: `{rhs}` cannot be subtracted"))?;
+                Ok(Assign::Add(vi, step))
             }
             o => Err(format!("`{text}`: unknown assignment `{o}`")),
         }
