@@ -17,7 +17,8 @@
 //! blocks it at or before its last drift-labelled step, *post-detected* when it is blocked only
 //! after, and *committed* when nothing blocks it. *Forbidden* counts cases whose executed effects
 //! reached a registered forbidden state (contract or current policy), judged by the domain's
-//! transition semantics, not by any control.
+//! transition semantics as the independent checker reads them (`sitl::contract_audit`'s
+//! `AuditDomain`, which shares no code with the monitor), not by any control.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -35,6 +36,8 @@ use halo_gateway::contract::workflow::{Runner, Step};
 use halo_gateway::contract::{ContractSpec, Domain, GoalSpec, Monitor, PolicyRule, Verdict};
 use halo_gateway::core::receipt::verify_chain;
 use serde::Deserialize;
+use serde_json::Value;
+use sitl::contract_audit::{AuditDomain, World};
 
 #[derive(Deserialize)]
 struct Pair {
@@ -45,14 +48,23 @@ struct Pair {
     drifted: Vec<Step>,
 }
 
-fn domain_for(id: &str) -> Domain {
+/// The monitor's reading of a domain (for the controls) and the independent checker's (for the
+/// ground truth).
+fn domain_for(id: &str) -> (Domain, AuditDomain) {
     let file = match id {
         "uav-survey" => "catalogs/contract-uav.toml",
         "ground-depot" => "catalogs/contract-ground.toml",
         other => panic!("no domain {other}"),
     };
-    let path = common::repo_root().join(file);
-    Domain::parse(&std::fs::read_to_string(&path).unwrap(), file).unwrap()
+    let text = std::fs::read_to_string(common::repo_root().join(file)).unwrap();
+    (
+        Domain::parse(&text, file).unwrap(),
+        AuditDomain::from_toml(&text).unwrap(),
+    )
+}
+
+fn json_map(values: &BTreeMap<String, Value>) -> serde_json::Map<String, Value> {
+    values.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
 fn load_pairs() -> Vec<Pair> {
@@ -69,64 +81,90 @@ fn load_pairs() -> Vec<Pair> {
 // --- ground truth ----------------------------------------------------------------------------
 
 /// The modeled world a workflow acts on: the domain's transition semantics, observations and the
-/// policy in force. Judges forbidden states; decides nothing.
+/// policy in force, all through the independent checker's `AuditDomain`. Judges forbidden
+/// states; decides nothing.
 struct Truth<'a> {
-    d: &'a Domain,
-    state: State,
-    trace: Vec<u32>,
-    forbidden: Vec<Pred>,
-    policy_forbid: Vec<Pred>,
+    d: &'a AuditDomain,
+    world: World,
+    /// Canonical effect texts executed so far.
+    trace: Vec<String>,
+    forbidden: Vec<Vec<String>>,
+    policy_forbid: Vec<Vec<String>>,
     entered_forbidden: bool,
     entered_policy_forbidden: bool,
 }
 
 impl<'a> Truth<'a> {
-    fn new(d: &'a Domain, c: &ContractSpec) -> Truth<'a> {
+    fn new(d: &'a AuditDomain, c: &ContractSpec) -> Truth<'a> {
+        assert!(c.forbidden.iter().all(|p| d.is_predicate(p)), "forbidden");
         Truth {
             d,
-            state: d.state(&c.initial).unwrap(),
+            world: d.world(&json_map(&c.initial)).unwrap(),
             trace: Vec::new(),
-            forbidden: c.forbidden.iter().map(|p| d.pred(p).unwrap()).collect(),
+            forbidden: c.forbidden.clone(),
             policy_forbid: Vec::new(),
             entered_forbidden: false,
             entered_policy_forbidden: false,
         }
     }
 
-    fn forbidden_now(&self) -> bool {
-        self.forbidden
+    fn in_contract_forbidden(&self) -> bool {
+        self.forbidden.iter().any(|p| self.d.holds(&self.world, p))
+    }
+
+    fn in_policy_forbidden(&self) -> bool {
+        self.policy_forbid
             .iter()
-            .chain(&self.policy_forbid)
-            .any(|p| p.holds(&self.state))
+            .any(|p| self.d.holds(&self.world, p))
+    }
+
+    /// The current world in the monitor's encoding, for the controls (which are given the
+    /// current state).
+    fn state_in(&self, d: &Domain) -> State {
+        let values: BTreeMap<String, Value> = self
+            .world
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        d.state(&values).unwrap()
+    }
+
+    /// The executed trace as the monitor's effect ids.
+    fn trace_in(&self, d: &Domain) -> Vec<u32> {
+        self.trace.iter().map(|e| d.effect_id(e).unwrap()).collect()
     }
 
     fn apply(&mut self, step: &Step, case: &str) {
         match step {
             Step::Effect { effect, .. } => {
-                let e = self.d.effect_id(effect).unwrap();
-                self.state = self.d.apply(&self.state, e).unwrap_or_else(|| {
+                let e = self.d.canonical_effect(effect).unwrap();
+                self.world = self.d.apply_effect(&self.world, &e).unwrap_or_else(|| {
                     panic!("{case}: `{effect}` is not physically applicable; fix the case")
                 });
                 self.trace.push(e);
             }
             Step::Observe { values, .. } => {
-                self.state = self.d.observe(&self.state, values).unwrap()
+                self.world = self.d.observe(&self.world, &json_map(values)).unwrap();
             }
             Step::Policy { rules, .. } => {
                 self.policy_forbid = rules
                     .iter()
                     .filter_map(|r| match r {
-                        PolicyRule::Forbid { when } => Some(self.d.pred(when).unwrap()),
+                        PolicyRule::Forbid { when } => Some(when.clone()),
                         _ => None,
                     })
                     .collect();
+                assert!(
+                    self.policy_forbid.iter().all(|p| self.d.is_predicate(p)),
+                    "{case}: policy"
+                );
             }
             _ => {}
         }
-        if self.forbidden.iter().any(|p| p.holds(&self.state)) {
+        if self.in_contract_forbidden() {
             self.entered_forbidden = true;
         }
-        if self.policy_forbid.iter().any(|p| p.holds(&self.state)) {
+        if self.in_policy_forbidden() {
             self.entered_policy_forbidden = true;
         }
     }
@@ -235,7 +273,7 @@ impl<'a> Baseline<'a> {
         let mut composed = Vec::new();
         for u in &own {
             // The goal's success predicate after its own continuation.
-            let mut s = t.state.clone();
+            let mut s = t.state_in(self.d);
             for &e in u {
                 match self.d.apply(&s, e) {
                     Some(n) => s = n,
@@ -252,12 +290,12 @@ impl<'a> Baseline<'a> {
             }
         }
         for x in &composed {
-            let mut full = t.trace.clone();
+            let mut full = t.trace_in(self.d);
             full.extend_from_slice(x);
             if !self.lc.contains(&full) {
                 return false;
             }
-            let mut s = t.state.clone();
+            let mut s = t.state_in(self.d);
             for &e in x {
                 match self.d.apply(&s, e) {
                     Some(n) if !self.forbidden.iter().any(|p| p.holds(&n)) => s = n,
@@ -309,7 +347,7 @@ impl<'a> Baseline<'a> {
                     ),
                     Kind::FinalState => Verdict::Allow,
                     Kind::Continuation => {
-                        let next = self.d.apply(&t.state, e);
+                        let next = self.d.apply(&t.state_in(self.d), e);
                         let ok = self.k.iter().any(|x| x.first() == Some(&e))
                             && next.is_some_and(|n| !self.forbidden.iter().any(|p| p.holds(&n)));
                         if ok {
@@ -326,15 +364,21 @@ impl<'a> Baseline<'a> {
                 }
             }
             Step::CloseRoot { .. } => match k {
-                Kind::FinalState => allow(
-                    !self.visited_forbidden
-                        && !t.forbidden_now()
-                        && self.closing.holds(&t.state)
-                        && self.lc.contains(&t.trace),
-                ),
-                Kind::Continuation => {
-                    allow(self.closing.holds(&t.state) && self.lc.contains(&t.trace))
+                Kind::FinalState => {
+                    // The control's own judgement of the final state, over the monitor's domain.
+                    let state = t.state_in(self.d);
+                    allow(
+                        !self.visited_forbidden
+                            && !self.forbidden.iter().any(|p| p.holds(&state))
+                            && !t.in_policy_forbidden()
+                            && self.closing.holds(&state)
+                            && self.lc.contains(&t.trace_in(self.d)),
+                    )
                 }
+                Kind::Continuation => allow(
+                    self.closing.holds(&t.state_in(self.d))
+                        && self.lc.contains(&t.trace_in(self.d)),
+                ),
                 _ => Verdict::Allow,
             },
             _ => Verdict::Allow,
@@ -352,8 +396,14 @@ struct Run {
     policy_forbidden: bool,
 }
 
-fn run_case(kind: Kind, d: &Domain, c: &ContractSpec, steps: &[Step], case: &str) -> Run {
-    let mut truth = Truth::new(d, c);
+fn run_case(
+    kind: Kind,
+    (d, ad): &(Domain, AuditDomain),
+    c: &ContractSpec,
+    steps: &[Step],
+    case: &str,
+) -> Run {
+    let mut truth = Truth::new(ad, c);
     let mut out = Run::default();
     if kind == Kind::Full {
         let mut r = Runner::new(Monitor::new(d.clone()), case);
@@ -368,7 +418,7 @@ fn run_case(kind: Kind, d: &Domain, c: &ContractSpec, steps: &[Step], case: &str
             truth.apply(s, case);
             assert_eq!(
                 r.monitor().in_forbidden_state(),
-                truth.forbidden.iter().any(|p| p.holds(&truth.state)),
+                truth.in_contract_forbidden(),
                 "{case}"
             );
         }
@@ -390,7 +440,10 @@ fn run_case(kind: Kind, d: &Domain, c: &ContractSpec, steps: &[Step], case: &str
                 break;
             }
             truth.apply(s, case);
-            if truth.forbidden_now() {
+            // The final-state control watches the states it passes through, judged by its own
+            // reading of the contract's and current policy's forbidden predicates.
+            let state = truth.state_in(d);
+            if b.forbidden.iter().any(|p| p.holds(&state)) || truth.in_policy_forbidden() {
                 b.visited_forbidden = true;
             }
         }
@@ -443,7 +496,7 @@ fn contract_pairs_and_comparators() {
         "six pairs per class: {classes:?}"
     );
 
-    let domains: BTreeMap<String, Domain> = ["uav-survey", "ground-depot"]
+    let domains: BTreeMap<String, (Domain, AuditDomain)> = ["uav-survey", "ground-depot"]
         .iter()
         .map(|id| (id.to_string(), domain_for(id)))
         .collect();

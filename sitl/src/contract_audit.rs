@@ -231,7 +231,8 @@ pub struct AuditDomain {
     effects: BTreeMap<String, EffectType>,
 }
 
-pub(crate) type World = BTreeMap<String, String>;
+/// A modeled state as the checker holds it: each variable's value as text (`true`, `wp1`, `3`).
+pub type World = BTreeMap<String, String>;
 
 impl AuditDomain {
     /// Reads a domain file, strictly: the rules of docs/contracts.md ("The domain"), written here
@@ -417,13 +418,49 @@ impl AuditDomain {
     }
 
     /// A conjunction holds in `w` (a malformed one does not).
-    pub(crate) fn holds(&self, w: &World, conds: &[String]) -> bool {
+    pub fn holds(&self, w: &World, conds: &[String]) -> bool {
         self.all(w, conds) == Some(true)
     }
 
+    /// Whether every condition parses against this domain's variables.
+    pub fn is_predicate(&self, conds: &[String]) -> bool {
+        self.wellformed(conds)
+    }
+
     /// The successor of `w` under canonical effect text `e`.
-    pub(crate) fn apply_effect(&self, w: &World, e: &str) -> Option<World> {
+    pub fn apply_effect(&self, w: &World, e: &str) -> Option<World> {
         self.step(w, e)
+    }
+
+    /// The canonical text of an effect (`land` → `land()`, whitespace dropped), or `None` when
+    /// the domain has no such effect.
+    pub fn canonical_effect(&self, text: &str) -> Option<String> {
+        self.canon(text)
+    }
+
+    /// A full world from `{variable: value}`: every variable given, each value of its type,
+    /// nothing else named.
+    pub fn world(&self, values: &serde_json::Map<String, Value>) -> Option<World> {
+        if values.keys().any(|k| !self.vars.contains_key(k)) {
+            return None;
+        }
+        self.vars
+            .keys()
+            .map(|var| {
+                let raw = values.get(var)?;
+                Some((var.clone(), self.norm_value(var, &Self::value_text(raw))?))
+            })
+            .collect()
+    }
+
+    /// `w` with some variables set (a trusted observation); `None` when one is unknown or
+    /// ill-typed.
+    pub fn observe(&self, w: &World, values: &serde_json::Map<String, Value>) -> Option<World> {
+        let mut out = w.clone();
+        for (k, v) in values {
+            out.insert(k.clone(), self.norm_value(k, &Self::value_text(v))?);
+        }
+        Some(out)
     }
 
     /// Canonical effect text, or `None` when the effect is not registered.
@@ -1336,19 +1373,10 @@ impl<'d> Replay<'d> {
                     .get("initial")
                     .and_then(Value::as_object)
                     .ok_or("initial")?;
-                let mut w = World::new();
-                for var in self.d.vars.keys() {
-                    let raw = init.get(var).ok_or("initial incomplete")?;
-                    w.insert(
-                        var.clone(),
-                        self.d
-                            .norm_value(var, &AuditDomain::value_text(raw))
-                            .ok_or("initial ill-typed")?,
-                    );
-                }
-                if init.keys().any(|k| !self.d.vars.contains_key(k)) {
-                    return Err("initial names an unknown variable".into());
-                }
+                let w = self
+                    .d
+                    .world(init)
+                    .ok_or("initial incomplete, ill-typed or naming an unknown variable")?;
                 let forbidden = string_lists(&c["forbidden"]);
                 let closing = strings(&c["closing"]);
                 let mut discharge = BTreeMap::new();
@@ -1408,14 +1436,10 @@ impl<'d> Replay<'d> {
                     fx.apply.push(Change::Policy(self.parse_rules(p)?));
                 }
                 if let Some(o) = observe {
-                    let mut w = self.world.clone();
-                    for (k, v) in o.as_object().ok_or("observe")? {
-                        let val = self
-                            .d
-                            .norm_value(k, &AuditDomain::value_text(v))
-                            .ok_or("ill-typed observation")?;
-                        w.insert(k.clone(), val);
-                    }
+                    let w = self
+                        .d
+                        .observe(&self.world, o.as_object().ok_or("observe")?)
+                        .ok_or("ill-typed observation")?;
                     fx.apply.push(Change::Observe(w));
                 }
                 fx.apply.push(Change::Lifecycle("suspended"));
