@@ -31,7 +31,7 @@ import time
 
 import httpx
 
-CATALOG = {"id": "uav-px4", "version": 4}
+CATALOG = {"id": "uav-px4", "version": 5}
 
 
 def default_state_dir():

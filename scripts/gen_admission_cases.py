@@ -57,7 +57,7 @@ SUPPORT = {"map": {"epoch": 7}, "traffic": {"epoch": 41},
 def running(**over):
     r = {
         "response_id": "resp-0007", "agent_id": "planner-1", "generation": 12,
-        "catalog": {"id": "uav-px4", "version": 4},
+        "catalog": {"id": "uav-px4", "version": 5},
         "components": [
             {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
             {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 1.42, "unit": "m"}},
@@ -86,10 +86,12 @@ def P(reason="DEPS_NOT_READY"):
     return {"phase": "PENDING", "reason": reason}
 
 
-def W(reason, obligation=None):
+def W(reason, obligation=None, route=None):
     d = {"phase": "WITHHELD", "reason": reason}
     if obligation is not None:
         d["obligation"] = obligation
+    if route is not None:
+        d["route"] = route
     return d
 
 
@@ -101,11 +103,12 @@ def ok_running():
     return {"e1": E, "e2": E, "e3": R, "e4": P()}
 
 
-def e3_blocked(reason, recoverable=True):
-    """e3 denied at admission: recoverable -> WITHHELD with an obligation, e4 withheld by
-    closure; terminal -> INVALIDATED and e4 invalidated with it."""
+def e3_blocked(reason, recoverable=True, route=None):
+    """e3 denied at admission: recoverable -> WITHHELD with an obligation (naming `route` when
+    given: the paper's Table 6 route per profile), e4 withheld by closure; terminal ->
+    INVALIDATED and e4 invalidated with it."""
     if recoverable:
-        return {"e1": E, "e2": E, "e3": W(reason, True), "e4": W("PARENT_WITHHELD")}
+        return {"e1": E, "e2": E, "e3": W(reason, True, route), "e4": W("PARENT_WITHHELD")}
     return {"e1": E, "e2": E, "e3": I(reason), "e4": I("PARENT_FAILED")}
 
 
@@ -150,7 +153,7 @@ s = healthy_state(); s["sources"]["z_range"]["generated_at_ms"] = NOW - 500
 case("local", "report-source-at-limit", comps(ok_running()), state=s)
 
 s = healthy_state(); s["sources"]["map"]["epoch"] = 8
-case("local", "map-epoch-changed", comps(e3_blocked("EPOCH_CHANGED")), state=s)
+case("local", "map-epoch-changed", comps(e3_blocked("EPOCH_CHANGED", route="replan")), state=s)
 
 s = healthy_state(); s["sources"]["traffic"]["epoch"] = 42
 case("local", "traffic-epoch-changed", comps(e3_blocked("EPOCH_CHANGED")), state=s)
@@ -168,14 +171,14 @@ s = healthy_state(); del s["sources"]["z_range"]
 case("local", "range-never-received", comps({"e1": E, "e2": W("SOURCE_MISSING"), "e3": R, "e4": P()}), state=s)
 
 r = running(); comp(r, "e3")["payload"]["north_m"] = 120.0
-case("local", "target-outside-corridor", comps(e3_blocked("OUT_OF_BOUNDS")), response=r)
+case("local", "target-outside-corridor", comps(e3_blocked("OUT_OF_BOUNDS", route="corrected_scope")), response=r)
 
 r = running(); comp(r, "e3")["payload"]["north_m"] = 100.0
 case("local", "target-on-corridor-edge", comps(ok_running()), response=r)
 
 s = healthy_state(); s["sources"]["bounds"]["value"]["down_min"] = -200.0
 r = running(); comp(r, "e3")["payload"]["down_m"] = -130.0
-case("local", "target-above-altitude-limit", comps(e3_blocked("OPERATING_LIMIT", recoverable=False)),
+case("local", "target-above-altitude-limit", comps(e3_blocked("OPERATING_LIMIT", route="corrected_scope")),
      state=s, response=r)
 
 s = healthy_state(); s["sources"]["bounds"]["value"]["down_min"] = -200.0
@@ -183,35 +186,35 @@ r = running(); comp(r, "e3")["payload"]["down_m"] = -120.0
 case("local", "target-at-altitude-limit", comps(ok_running()), state=s, response=r)
 
 s = healthy_state(); s["sources"]["home"]["value"] = {"north_m": 600.0, "east_m": 0.0, "down_m": 0.0}
-case("local", "target-too-far-from-home", comps(e3_blocked("OPERATING_LIMIT", recoverable=False)), state=s)
+case("local", "target-too-far-from-home", comps(e3_blocked("OPERATING_LIMIT", route="corrected_scope")), state=s)
 
 s = healthy_state(); s["sources"]["battery"]["value"] = 24.9
-case("local", "battery-below-minimum-terminal", comps(e3_blocked("ENERGY_LOW", recoverable=False)), state=s)
+case("local", "battery-below-minimum", comps(e3_blocked("ENERGY_LOW", route="refresh_preflight")), state=s)
 
 s = healthy_state(); s["sources"]["battery"]["value"] = 25.0
 case("local", "battery-at-minimum", comps(ok_running()), state=s)
 
 s = healthy_state(); s["sources"]["link"]["value"] = False
-case("local", "link-unhealthy", comps(e3_blocked("LINK_UNHEALTHY")), state=s)
+case("local", "link-unhealthy", comps(e3_blocked("LINK_UNHEALTHY", route="refresh_preflight")), state=s)
 
 s = healthy_state(); s["sources"]["authority"]["value"] = False
-case("local", "pilot-authority-not-current", comps(e3_blocked("AUTHORITY_NOT_CURRENT")), state=s)
+case("local", "pilot-authority-not-current", comps(e3_blocked("AUTHORITY_NOT_CURRENT", route="fresh_authority")), state=s)
 
 s = healthy_state(); s["sources"]["airspace"]["value"] = False
-case("local", "airspace-not-authorized-terminal",
-     comps(e3_blocked("AIRSPACE_NOT_AUTHORIZED", recoverable=False)), state=s)
+case("local", "airspace-not-authorized",
+     comps(e3_blocked("AIRSPACE_NOT_AUTHORIZED", route="fresh_authorization")), state=s)
 
 s = healthy_state(); s["sources"]["preflight"]["value"] = False
-case("local", "preflight-missing", comps(e3_blocked("PREFLIGHT_MISSING")), state=s)
+case("local", "preflight-missing", comps(e3_blocked("PREFLIGHT_MISSING", route="refresh_preflight")), state=s)
 
 s = healthy_state(); s["sources"]["wind"]["value"] = 12.5
-case("local", "wind-above-limit-terminal", comps(e3_blocked("OPERATING_LIMIT", recoverable=False)), state=s)
+case("local", "wind-above-limit", comps(e3_blocked("OPERATING_LIMIT", route="corrected_scope")), state=s)
 
 s = healthy_state(); s["sources"]["wind"]["value"] = 12.0
 case("local", "wind-at-limit", comps(ok_running()), state=s)
 
 s = healthy_state(); s["sources"]["traffic"]["value"] = [{"north_m": 12.0, "east_m": 3.5, "down_m": -39.9}]
-case("local", "intruder-inside-separation", comps(e3_blocked("SEPARATION_LOST")), state=s)
+case("local", "intruder-inside-separation", comps(e3_blocked("SEPARATION_LOST", route="fresh_traffic")), state=s)
 
 s = healthy_state(); s["sources"]["traffic"]["value"] = [{"north_m": 12.0, "east_m": 3.5, "down_m": -40.0}]
 case("local", "intruder-exactly-at-separation", comps(ok_running()), state=s)

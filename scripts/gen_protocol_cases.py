@@ -15,7 +15,7 @@ OUT = os.path.join(ROOT, "gateway", "tests", "data", "protocol", "cases.json")
 
 ROUTE = {"frame": "local_ned", "north_m": 12.0, "east_m": 3.5, "down_m": -10.0, "yaw_deg": 90.0, "duration_s": 8.0}
 SUPPORT = {"map": {"epoch": 7}, "traffic": {"epoch": 41}, "bounds": {"epoch": 3, "provenance": "corridor-12"}}
-CAT = {"id": "uav-px4", "version": 4}
+CAT = {"id": "uav-px4", "version": 5}
 
 
 def e3(**payload_over):
@@ -217,14 +217,26 @@ case("terminal/emitted-dependent-stays-emitted", setup() + [
      "expect_phases": {"r1": {"e3": "FAILED:OBSERVATION_FAILED", "e4": "EMITTED"}}},
 ])
 
-# 16 -- a terminal denial ends the instance without an obligation; nothing can replace it.
-case("terminal/energy-low-is-terminal", setup() + [
+# 16 -- a terminal denial ends the instance without an obligation; nothing can replace it. The
+# vehicle is no longer airborne (VEHICLE_STATE): not a Table 6 profile, the plan itself is void.
+case("terminal/vehicle-not-airborne-is-terminal", setup() + [
     admitted(),
-    upd("battery", 20.0, 1, "px4", 1200, 1200),
-    {"at": 1210, "check": True, "expect_phases": {"r1": {"e3": "INVALIDATED:ENERGY_LOW", "e4": "INVALIDATED:PARENT_FAILED",
+    upd("vehicle", "landed", 1, "px4", 1200, 1200),
+    {"at": 1210, "check": True, "expect_phases": {"r1": {"e3": "INVALIDATED:VEHICLE_STATE", "e4": "INVALIDATED:PARENT_FAILED",
                                                           "e1": "EMITTED", "e2": "EMITTED"}},
      "expect_no_token": True},
     {"at": 1300, "candidate": dict(candidate([e3()]), obligation=999), "expect": "rejected:NO_OBLIGATION"},
+])
+
+# 16b -- OPS-1: low energy after admission withholds the action with an obligation on Table 6's
+# route (refreshed preflight support, then a new admission); its dependent is withheld with it.
+case("recovery/energy-low-routes-to-refreshed-preflight", setup() + [
+    admitted(),
+    upd("battery", 20.0, 1, "px4", 1200, 1200),
+    {"at": 1210, "check": True, "expect_phases": {"r1": {"e3": "WITHHELD:ENERGY_LOW", "e4": "WITHHELD:PARENT_WITHHELD",
+                                                          "e1": "EMITTED", "e2": "EMITTED"}},
+     "expect_no_token": True,
+     "expect_obligation": {"response": "r1", "component": "e3", "state": "DISPATCHED", "route": "refresh_preflight"}},
 ])
 
 # 17 -- scoped recovery: stale traffic, refreshed support, a fresh candidate dispatches.

@@ -256,7 +256,7 @@ fn readmission(c: &mut Criterion) {
     let support = serde_json::json!({"map": {"epoch": 7}, "traffic": {"epoch": 41}, "bounds": {"epoch": 3, "provenance": "corridor-12"}});
     let e3 = serde_json::json!({"id": "e3", "type": "route_action", "payload": route, "support": support, "certificate": "cert-9f2c"});
     let resp = serde_json::json!({"response_id": "r1", "agent_id": "planner-1", "generation": 12,
-        "catalog": {"id": "uav-px4", "version": 4}, "components": [
+        "catalog": {"id": "uav-px4", "version": 5}, "components": [
             {"id": "e1", "type": "notice", "payload": {"text": "Survey starts"}},
             e3.clone(),
             {"id": "e4", "type": "status", "payload": {"text": "En route"}, "requires": [{"id": "e3", "phase": "dispatched"}]}]})
@@ -312,7 +312,7 @@ fn readmission(c: &mut Criterion) {
         put(gw, at, "wind", json!(3.0), 1, "wx");
     };
     let candidate = serde_json::json!({"obligation": 1, "response_id": "r1", "agent_id": "planner-1", "generation": 13,
-        "catalog": {"id": "uav-px4", "version": 4}, "components": [e3]})
+        "catalog": {"id": "uav-px4", "version": 5}, "components": [e3]})
     .to_string();
     c.bench_function("readmission/candidate", |b| {
         b.iter_batched(

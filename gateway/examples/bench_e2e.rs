@@ -199,7 +199,7 @@ fn latency(n: usize) {
         ];
         let cert = format!("cert-{i}");
         let env = json!({"response_id": format!("b-{i}"), "agent_id": "bench", "generation": i + 1,
-            "catalog": {"id": "uav-px4", "version": 4}, "components": [route(t, 1.0, &cert)]});
+            "catalog": {"id": "uav-px4", "version": 5}, "components": [route(t, 1.0, &cert)]});
         let c = json!({"id": cert, "covers": digest(&cat, &env), "valid_for_ms": 1500, "issuer": "tube-verifier"});
         let (st, v) = post(
             &a,
@@ -363,7 +363,7 @@ fn memory(seconds: u64, binary: &str) {
             let cert = format!("cert-m{k}");
             let t = [10.0 + (k % 5) as f64, 3.0, -10.0, 90.0];
             let env = json!({"response_id": format!("m-{k}"), "agent_id": "bench", "generation": k + 1,
-                "catalog": {"id": "uav-px4", "version": 4}, "components": [route(t, 59.0, &cert)]});
+                "catalog": {"id": "uav-px4", "version": 5}, "components": [route(t, 59.0, &cert)]});
             let cat =
                 halo_gateway::service::load_catalog(&halo_gateway::service::Config::default())
                     .unwrap();

@@ -63,6 +63,9 @@ struct ExpectComponent {
     reason: Option<String>,
     #[serde(default)]
     obligation: Option<bool>,
+    /// The recovery route the obligation names (Table 6's route per profile).
+    #[serde(default)]
+    route: Option<String>,
 }
 
 fn run_case(c: &Case) -> Result<(), String> {
@@ -148,6 +151,15 @@ fn run_case(c: &Case) -> Result<(), String> {
                             "`{}` obligation {:?}, expected {o}",
                             comp.id, comp.obligation
                         ));
+                    }
+                }
+                if let Some(route) = &exp.route {
+                    let got = comp
+                        .obligation
+                        .and_then(|o| gw.obligation(o))
+                        .map_or("none", |o| o.route.as_str());
+                    if got != route {
+                        return Err(format!("`{}` route {got}, expected {route}", comp.id));
                     }
                 }
                 let retained_phase =

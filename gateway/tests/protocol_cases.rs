@@ -475,6 +475,16 @@ fn step(w: &mut World, s: &Value) -> Result<(), String> {
                 ));
             }
         }
+        if let Some(route) = o.get("route").and_then(Value::as_str) {
+            let ob =
+                w.gw.obligations()
+                    .filter(|ob| ob.response.as_str() == rid && ob.component.as_str() == cid)
+                    .last()
+                    .unwrap();
+            if ob.route.as_str() != route {
+                return Err(format!("obligation route {}, expected {route}", ob.route));
+            }
+        }
         if let Some(scope) = o.get("scope") {
             let want_scope: Vec<&str> = scope
                 .as_array()
@@ -542,7 +552,7 @@ fn protocol_cases() {
     for f in &failures {
         println!("  MISMATCH {f}");
     }
-    assert_eq!(cf.cases.len(), 28, "the corpus: every case, pinned");
+    assert_eq!(cf.cases.len(), 29, "the corpus: every case, pinned");
     assert_eq!(matched, cf.cases.len());
     assert!(failures.is_empty());
 }

@@ -50,7 +50,7 @@ fn telemetry_is_summarized_and_decisions_are_kept() {
     gw.handle_response(Nanos::from_ms(1_000), text.as_bytes())
         .unwrap();
     let mut all = drain(&mut gw);
-    // First updates of each source are recorded (13 sources in `uav-px4` v4).
+    // First updates of each source are recorded (13 sources in `uav-px4` v5).
     assert_eq!(
         kinds(&all)
             .iter()

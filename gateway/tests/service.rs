@@ -344,7 +344,7 @@ fn route(id: &str, t: [f64; 4], map_epoch: u64, cert: &str) -> Value {
 /// The embedded catalog with one change: a route action may wait for another's observed success.
 fn seq_catalog_text() -> String {
     let cat = halo_gateway::service::EMBEDDED_CATALOG
-        .replace("id = \"uav-px4\"\nversion = 4", "id = \"uav-px4-seq\"\nversion = 1")
+        .replace("id = \"uav-px4\"\nversion = 5", "id = \"uav-px4-seq\"\nversion = 1")
         .replace(
             "temporal = \"interval\"\nrules",
             "temporal = \"interval\"\nprerequisites = [{ type = \"route_action\", phases = [\"observed_success\"] }]\nrules",
@@ -464,7 +464,7 @@ fn the_running_example_flies_over_http() {
     // resp-0007: notice and report go out, the route action passes the gate and flies, the
     // status follows its dispatch.
     let r1 = json!({"response_id": "resp-0007", "agent_id": "planner-1", "generation": 12,
-    "catalog": {"id": "uav-px4", "version": 4},
+    "catalog": {"id": "uav-px4", "version": 5},
     "components": [
         {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
         {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 5.1, "unit": "m"}},
@@ -527,7 +527,7 @@ fn the_running_example_flies_over_http() {
             .any(|s| s["source"] == "map" && s["epoch"] == 8)
     });
     let r2 = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 13,
-    "catalog": {"id": "uav-px4", "version": 4},
+    "catalog": {"id": "uav-px4", "version": 5},
     "components": [
         route("e5", [30.0, 20.0, -10.0, 45.0], 7, "cert-a001"),
         {"id": "e6", "type": "status", "payload": {"text": "En route to WP4"}, "requires": [{"id": "e5", "phase": "dispatched"}]}
@@ -557,10 +557,10 @@ fn the_running_example_flies_over_http() {
     // The agent answers with a fresh candidate planned against epoch 8.
     let cand_route = route("e5", [30.0, 18.0, -10.0, 45.0], 8, "cert-a002");
     let as_response = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
-        "catalog": {"id": "uav-px4", "version": 4}, "components": [cand_route.clone()]});
+        "catalog": {"id": "uav-px4", "version": 5}, "components": [cand_route.clone()]});
     certify(&g, &as_response, "e5", "cert-a002");
     let cand = json!({"obligation": oid, "response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
-        "catalog": {"id": "uav-px4", "version": 4}, "components": [cand_route]});
+        "catalog": {"id": "uav-px4", "version": 5}, "components": [cand_route]});
     // Naming another obligation than the URL is refused and changes nothing.
     let (st, v) = post(
         &format!("{u}/v1/obligations/{}/candidates", oid + 100),
@@ -586,7 +586,7 @@ fn the_running_example_flies_over_http() {
 
     // Land through the gate.
     let r3 = json!({"response_id": "resp-0009", "agent_id": "planner-1", "generation": 15,
-        "catalog": {"id": "uav-px4", "version": 4},
+        "catalog": {"id": "uav-px4", "version": 5},
         "components": [{"id": "l1", "type": "land", "payload": {}}]});
     let (st, rep) = post(
         &format!("{u}/v1/responses"),
@@ -885,7 +885,7 @@ fn roles_and_bad_input() {
     let before = observe();
     let big = vec![b' '; 600 * 1024];
     let mid = vec![b' '; 100 * 1024];
-    let r1 = json!({"response_id": "r1", "agent_id": "a", "generation": 1, "catalog": {"id": "uav-px4", "version": 4},
+    let r1 = json!({"response_id": "r1", "agent_id": "a", "generation": 1, "catalog": {"id": "uav-px4", "version": 5},
                     "components": [{"id": "e1", "type": "notice", "payload": {"text": "x"}}], "extra": 1}).to_string();
     /// (what, url, credential, body, expected status, expected code)
     type Case<'a> = (&'a str, String, Option<&'a str>, Vec<u8>, u16, &'a str);
@@ -1090,7 +1090,7 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
     );
     let submit = |rid: &str, generation: u64, target: [f64; 4], cert: &str| {
         let env = json!({"response_id": rid, "agent_id": "planner-1", "generation": generation,
-            "catalog": {"id": "uav-px4", "version": 4}, "components": [route("a", target, 7, cert)]});
+            "catalog": {"id": "uav-px4", "version": 5}, "components": [route("a", target, 7, cert)]});
         certify(&g, &env, "a", cert);
         let (st, rep) = post(
             &format!("{u}/v1/responses"),
@@ -1302,7 +1302,7 @@ fn stdio_agent_link() {
         }
     };
     let notice = json!({"response_id": "r-stdio", "agent_id": "planner-1", "generation": 1,
-        "catalog": {"id": "uav-px4", "version": 4},
+        "catalog": {"id": "uav-px4", "version": 5},
         "components": [{"id": "n1", "type": "notice", "payload": {"text": "hello from stdio"}}]});
     writeln!(
         stdin,
@@ -1458,7 +1458,7 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
 
     let send = |rid: &str, generation: u64, t: [f64; 4], cert: &str| -> Value {
         let r = json!({"response_id": rid, "agent_id": "planner-1", "generation": generation,
-            "catalog": {"id": "uav-px4", "version": 4}, "components": [route("a", t, 7, cert)]});
+            "catalog": {"id": "uav-px4", "version": 5}, "components": [route("a", t, 7, cert)]});
         certify(&g, &r, "a", cert);
         let (st, rep) = post(
             &format!("{u}/v1/responses"),

@@ -107,12 +107,23 @@ pub struct Recovery {
     pub assignee: Id,
     /// The catalog-defined route (refresh, replan, approval ...).
     pub route: Id,
+    /// Routes for particular reasons (e.g. a fresh airspace authorization for
+    /// `AIRSPACE_NOT_AUTHORIZED`); every other recoverable reason takes `route`.
+    pub routes: Vec<(ReasonCode, Id)>,
 }
 
 impl Recovery {
     /// True when `code` creates an obligation.
     pub fn is_recoverable(&self, code: ReasonCode) -> bool {
         self.recoverable.contains(&code)
+    }
+
+    /// The route an obligation created for `code` names.
+    pub fn route_for(&self, code: ReasonCode) -> &Id {
+        self.routes
+            .iter()
+            .find(|(c, _)| *c == code)
+            .map_or(&self.route, |(_, r)| r)
     }
 }
 
@@ -513,6 +524,8 @@ struct RawRecovery {
     retry_limit: u8,
     assignee: String,
     route: String,
+    #[serde(default)]
+    routes: BTreeMap<String, String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -930,6 +943,7 @@ impl Catalog {
                         .map_err(|e| cx.err(span.clone(), &base, e.to_string()))?,
                     route: Id::new("none")
                         .map_err(|e| cx.err(span.clone(), &base, e.to_string()))?,
+                    routes: Vec::new(),
                 },
                 Some(r) => {
                     let f = format!("{base}.recovery");
@@ -965,6 +979,21 @@ impl Catalog {
                     if rr.expiry_ms == 0 {
                         return Err(cx.err(r.span(), format!("{f}.expiry_ms"), "must be positive"));
                     }
+                    let mut routes = Vec::new();
+                    for (name, route) in &rr.routes {
+                        let at = format!("{f}.routes.{name}");
+                        let code = ReasonCode::from_name(name).ok_or_else(|| {
+                            cx.err(r.span(), &at, format!("unknown reason code `{name}`"))
+                        })?;
+                        if !recoverable.contains(&code) {
+                            return Err(cx.err(
+                                r.span(),
+                                &at,
+                                format!("`{name}` is not in `recoverable`, so no obligation takes this route"),
+                            ));
+                        }
+                        routes.push((code, cx.id(r.span(), &at, route)?));
+                    }
                     Recovery {
                         recoverable,
                         scope: match rr.scope {
@@ -975,6 +1004,7 @@ impl Catalog {
                         retry_limit: rr.retry_limit,
                         assignee: cx.id(r.span(), &format!("{f}.assignee"), &rr.assignee)?,
                         route: cx.id(r.span(), &format!("{f}.route"), &rr.route)?,
+                        routes,
                     }
                 }
             };
@@ -1422,12 +1452,62 @@ temporal = "interval"
     }
 
     #[test]
+    fn routes_name_recoverable_reasons_only() {
+        let src = BASE.to_string()
+            + r#"
+[types.hold]
+class = "action"
+payload = "hold"
+adapter = "px4"
+footprint = { a = 100 }
+temporal = "point"
+rules = [{ kind = "flag", source = "a", code = "LINK_UNHEALTHY" }]
+
+[types.hold.recovery]
+recoverable = ["STALE_SOURCE", "LINK_UNHEALTHY"]
+scope = "self"
+expiry_ms = 1000
+retry_limit = 1
+assignee = "agent"
+route = "replan"
+routes = { LINK_UNHEALTHY = "refresh_link" }
+"#;
+        let c = Catalog::parse(&src, "t.toml").unwrap();
+        let r = &c.type_spec(c.type_ix("hold").unwrap()).unwrap().recovery;
+        assert_eq!(
+            r.route_for(ReasonCode::LINK_UNHEALTHY).as_str(),
+            "refresh_link"
+        );
+        assert_eq!(r.route_for(ReasonCode::STALE_SOURCE).as_str(), "replan");
+        let not_recoverable = src.replace(
+            "routes = { LINK_UNHEALTHY",
+            "routes = { EPOCH_CHANGED = \"x\", LINK_UNHEALTHY",
+        );
+        let e = err(&not_recoverable);
+        assert_eq!(e.field(), "types.hold.recovery.routes.EPOCH_CHANGED", "{e}");
+        assert!(e.to_string().contains("not in `recoverable`"), "{e}");
+        let unknown = src.replace(
+            "routes = { LINK_UNHEALTHY",
+            "routes = { NO_SUCH_CODE = \"x\", LINK_UNHEALTHY",
+        );
+        assert_eq!(
+            err(&unknown).field(),
+            "types.hold.recovery.routes.NO_SUCH_CODE"
+        );
+        let bad_id = src.replace("\"refresh_link\"", "\"refresh link\"");
+        assert_eq!(
+            err(&bad_id).field(),
+            "types.hold.recovery.routes.LINK_UNHEALTHY"
+        );
+    }
+
+    #[test]
     fn the_shipped_uav_catalog_loads() {
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../catalogs/uav-px4.toml");
         let src = std::fs::read_to_string(path).unwrap();
         let c = Catalog::parse(&src, "uav-px4.toml").unwrap();
-        assert_eq!((c.id().as_str(), c.version()), ("uav-px4", 4));
+        assert_eq!((c.id().as_str(), c.version()), ("uav-px4", 5));
         for t in [
             "notice",
             "report",

@@ -1429,7 +1429,7 @@ impl Shared {
             refreshed_mask: 0,
             scope,
             assignee: spec.recovery.assignee.clone(),
-            route: spec.recovery.route.clone(),
+            route: spec.recovery.route_for(reason).clone(),
             expiry: now.saturating_add(spec.recovery.expiry),
             discharge: Discharge::FreshCandidate { after: now },
             state: ObligationState::Created,

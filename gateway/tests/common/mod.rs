@@ -103,7 +103,7 @@ pub fn running_example(response_id: &str, generation: u64) -> String {
         "response_id": response_id,
         "agent_id": "planner-1",
         "generation": generation,
-        "catalog": {"id": "uav-px4", "version": 4},
+        "catalog": {"id": "uav-px4", "version": 5},
         "components": [
             {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
             {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 10.2, "unit": "m"}},
