@@ -553,13 +553,15 @@ fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)> {
 
 fn audit_show(paths: &[PathBuf], decisions_only: bool) -> i32 {
     for p in paths {
-        let rs = match crate::runtime::demo::read_receipts(p) {
-            Ok(rs) => rs,
+        // A log torn by a crash is shown up to its last whole record, then said to be torn.
+        let log = match crate::audit::read_log(std::slice::from_ref(p)) {
+            Ok(log) => log,
             Err(e) => {
                 eprintln!("error: {e}");
                 return EXIT_ERROR;
             }
         };
+        let rs = log.receipts;
         for r in &rs {
             let Some((decision, text)) = receipt_line(r) else {
                 continue;
@@ -570,6 +572,17 @@ fn audit_show(paths: &[PathBuf], decisions_only: bool) -> i32 {
             #[allow(clippy::cast_precision_loss, reason = "seconds for people")]
             let t = r.at_ns as f64 / 1e9;
             println!("{:>6} {t:>10.3}s  {text}", r.index);
+        }
+        if let Some(t) = log.torn {
+            eprintln!(
+                "warning: {}:{}: the last record is torn at byte {} ({} bytes of it, a crash while \
+                 writing); shown above is everything before it. `halo-gateway audit verify` \
+                 checks the intact part.",
+                t.file.display(),
+                t.line,
+                t.offset,
+                t.bytes
+            );
         }
     }
     EXIT_OK

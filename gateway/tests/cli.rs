@@ -446,6 +446,15 @@ fn both_verifiers_read_records_strictly_and_report_a_torn_tail() {
         );
         assert!(out.contains(&format!("{n} receipts")), "{cmd:?}: {out}");
     }
+    // `audit show` shows the intact prefix (every whole record) and says the tail is torn.
+    let (rc, out) = common::halo(&["audit", "show", &b]);
+    assert_eq!(rc, EXIT_OK, "{out}");
+    let shown = out.lines().filter(|l| l.contains("s  ")).count();
+    assert_eq!(shown, n, "{out}");
+    assert!(
+        out.contains(&format!("the last record is torn at byte {offset}")),
+        "{out}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1173,8 +1173,9 @@ fn the_shadow_catches_an_overblocking_gateway() {
             }
         }
     }
+    let matched = usize::from((caught, on_action) == (179, 58));
     println!(
-        "schedules-overblocking-mutant: caught in {caught}/200 schedules, {on_action} first at a supported action withheld"
+        "schedules-overblocking-mutant: {matched}/1 matched (caught in {caught}/200 schedules, {on_action} first at a supported action withheld)"
     );
     assert_eq!((caught, on_action), (179, 58));
 }

@@ -758,7 +758,7 @@ fn roles_and_bad_input() {
         ("operator", Some(&g.operator)),
     ];
     // (method, path, body, roles allowed; "*" = public)
-    let routes: [(&str, &str, &str, &[&str]); 16] = [
+    let routes: [(&str, &str, &str, &[&str]); 17] = [
         ("POST", "/v1/responses", "{}", &["agent"]),
         ("GET", "/v1/responses/nosuch", "", &["agent", "operator"]),
         ("GET", "/v1/obligations", "", &["agent", "operator"]),
@@ -778,6 +778,7 @@ fn roles_and_bad_input() {
         ("GET", "/v1/contract", "", &["agent", "operator"]),
         ("POST", "/v1/goals", "{}", &["agent"]),
         ("GET", "/v1/status", "", &["*"]),
+        ("GET", "/v1/audit/head", "", &["*"]),
         ("GET", "/v1/schema", "", &["*"]),
         ("GET", "/metrics", "", &["*"]),
     ];
@@ -856,7 +857,7 @@ fn roles_and_bad_input() {
         );
     }
     println!("service-roles: {matched}/{total} matched");
-    assert_eq!((matched, total), (80, 80));
+    assert_eq!((matched, total), (85, 85));
 
     // Bad input: a clear status and reason, and nothing else changes.
     let observe = || {
