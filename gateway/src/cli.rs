@@ -101,7 +101,9 @@ enum Cmd {
         /// Print machine-readable JSON instead of text.
         #[arg(long)]
         json: bool,
-        /// Mechanism variant (full, whole_response, independent_filter, admission_only).
+        /// Mechanism variant: full (the product); for comparison whole_response,
+        /// independent_filter (no_dependency), admission_only, agent_spec_global,
+        /// agent_spec_scoped, global_snapshot, local_unbound (docs/protocol.md).
         #[arg(long, default_value = "full")]
         variant: Variant,
     },

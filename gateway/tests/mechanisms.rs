@@ -1,14 +1,21 @@
 //! `mechanisms`: one shared set of conditions (`tests/data/mechanisms/conditions.json`) through
-//! the four variants. Counts, against the hand-written ground truth of each condition:
+//! the eight variants of the core (`Variant::ALL`: the product, the three reduced variants and
+//! the paper's comparators AgentSpec-Global, AgentSpec-Scoped, GlobalSnapshot and
+//! Local-Unbound). Counts, against the hand-written ground truth of each condition:
 //!
 //! - supported-kept: supported components that reached their output (emitted or enqueued);
 //! - stale-dispatch: adapter calls for an action the ground truth says is unsupported;
 //! - orphan-leak: dependents that reached their output although a declared prerequisite never
 //!   reached its required phase;
-//! - supported-blocked: supported components that never reached their output.
+//! - supported-blocked: supported components that never reached their output;
+//! - replay-accepted: spent tokens presented again that reached the adapter again (every token
+//!   that reached the adapter is replayed once).
 //!
 //! WholeResponse overblocks, IndependentFilter leaks orphans, AdmissionOnly leaks stale
-//! dispatches, Full does none of these.
+//! dispatches; AgentSpec-Global overblocks at admission and accepts replays; AgentSpec-Scoped
+//! matches Full at admission but leaks every post-admission drift and accepts replays;
+//! GlobalSnapshot overblocks on unrelated drift; Local-Unbound dispatches past epoch and
+//! provenance changes. Full does none of these.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -23,7 +30,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::*;
 use halo_gateway::core::statefile::ProviderUpdate;
-use halo_gateway::core::{Config, Event, Gateway, Id, Nanos, RecordingAdapter, Variant};
+use halo_gateway::core::{
+    Config, DispatchToken, Event, Gateway, Id, Nanos, RecordingAdapter, Variant,
+};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -91,6 +100,8 @@ struct Row {
     orphan: usize,
     orphan_opp: usize,
     blocked: usize,
+    replayed: usize,
+    replay_opp: usize,
 }
 
 fn run(c: &Condition, variant: Variant) -> Row {
@@ -123,13 +134,26 @@ fn run(c: &Condition, variant: Variant) -> Row {
     let t_gate = Nanos::from_ms(c.gate_at.unwrap_or(1_200 + shift));
     let mut ad = RecordingAdapter::new();
     // Gate every ready action, including any that become ready after a dispatch.
+    let mut spent = Vec::new();
     while !tokens.is_empty() {
         for t in tokens.drain(..) {
+            let before = ad.calls.len();
+            let wire = t.to_wire();
             let _ = gw.final_gate(t_gate, t, &mut ad);
+            if ad.calls.len() > before {
+                spent.push(wire);
+            }
         }
         events.extend(std::iter::from_fn(|| gw.poll_event()));
         tokens.extend(std::iter::from_fn(|| gw.poll_dispatch()));
     }
+    // The replay control: every token that reached the adapter, presented once more.
+    let dispatched = ad.calls.len();
+    for w in &spent {
+        let _ = gw.final_gate(t_gate, DispatchToken::from_wire(w).unwrap(), &mut ad);
+    }
+    let replayed = ad.calls.len() - dispatched;
+    ad.calls.truncate(dispatched);
     for e in &events {
         if let Event::Emit { component, .. } = e {
             reached.insert(component.to_string());
@@ -143,6 +167,8 @@ fn run(c: &Condition, variant: Variant) -> Row {
     let parent_of_e4 = c.status_after.clone().unwrap_or_else(|| "e3".into());
     let mut row = Row {
         supported: supported.len(),
+        replayed,
+        replay_opp: spent.len(),
         ..Row::default()
     };
     for id in ["e1", "e2", "e3", "e4"] {
@@ -192,6 +218,8 @@ fn mechanisms() {
             t.orphan += r.orphan;
             t.orphan_opp += r.orphan_opp;
             t.blocked += r.blocked;
+            t.replayed += r.replayed;
+            t.replay_opp += r.replay_opp;
             per.push((c.name.clone(), v.name(), r));
         }
     }
@@ -201,46 +229,90 @@ fn mechanisms() {
         f.conditions.len()
     );
     println!(
-        "  {:<18} {:>16} {:>16} {:>14} {:>19}",
-        "variant", "supported-kept↑", "stale-dispatch↓", "orphan-leak↓", "supported-blocked↓"
+        "  {:<18} {:>16} {:>16} {:>14} {:>19} {:>17}",
+        "variant",
+        "supported-kept↑",
+        "stale-dispatch↓",
+        "orphan-leak↓",
+        "supported-blocked↓",
+        "replay-accepted↓"
     );
     for v in Variant::ALL {
         let t = totals[v.name()];
         println!(
-            "  {:<18} {:>16} {:>16} {:>14} {:>19}",
+            "  {:<18} {:>16} {:>16} {:>14} {:>19} {:>17}",
             v.name(),
             format!("{}/{}", t.kept, t.supported),
             format!("{}/{}", t.stale, t.stale_opp),
             format!("{}/{}", t.orphan, t.orphan_opp),
-            format!("{}/{}", t.blocked, t.supported)
+            format!("{}/{}", t.blocked, t.supported),
+            format!("{}/{}", t.replayed, t.replay_opp)
         );
     }
     for (c, v, r) in &per {
-        if r.stale + r.orphan + r.blocked > 0 {
+        if r.stale + r.orphan + r.blocked + r.replayed > 0 {
             println!(
-                "    {c:<36} {v:<18} stale {} orphan {} blocked {}",
-                r.stale, r.orphan, r.blocked
+                "    {c:<36} {v:<18} stale {} orphan {} blocked {} replayed {}",
+                r.stale, r.orphan, r.blocked, r.replayed
             );
         }
     }
-    let full = totals["Full"];
-    let whole = totals["WholeResponse"];
-    let indep = totals["IndependentFilter"];
-    let adm = totals["AdmissionOnly"];
+    let t = |name: &str| totals[name];
+    let (full, whole, indep, adm) = (
+        t("Full"),
+        t("WholeResponse"),
+        t("IndependentFilter"),
+        t("AdmissionOnly"),
+    );
+    let (global, scoped, snapshot, unbound) = (
+        t("AgentSpecGlobal"),
+        t("AgentSpecScoped"),
+        t("GlobalSnapshot"),
+        t("LocalUnbound"),
+    );
+    // AgentSpec-Scoped is the matched admission-time control: on every condition whose drift
+    // happens before admission it decides exactly as Full does.
+    let admission_time: Vec<&str> = f
+        .conditions
+        .iter()
+        .filter(|c| c.post.is_empty() && c.post_revoke.is_none() && c.gate_at.is_none())
+        .map(|c| c.name.as_str())
+        .collect();
+    let same_at_admission = admission_time.iter().all(|c| {
+        let row = |v: &str| {
+            per.iter()
+                .find(|(n, w, _)| n == c && *w == v)
+                .map(|(_, _, r)| (r.kept, r.stale, r.orphan, r.blocked))
+        };
+        row("Full") == row("AgentSpecScoped")
+    });
     let matched = [
-        full.kept == full.supported && full.stale == 0 && full.orphan == 0 && full.blocked == 0,
-        whole.blocked > 0 && whole.stale == 0 && whole.orphan == 0,
-        indep.orphan > 0 && indep.stale == 0,
-        adm.stale > 0 && adm.orphan == 0,
+        full.kept == full.supported
+            && full.stale == 0
+            && full.orphan == 0
+            && full.blocked == 0
+            && full.replayed == 0,
+        whole.blocked > 0 && whole.stale == 0 && whole.orphan == 0 && whole.replayed == 0,
+        indep.orphan > 0 && indep.stale == 0 && indep.replayed == 0,
+        adm.stale > 0 && adm.orphan == 0 && adm.replayed == 0,
+        global.blocked > 0 && global.replayed == global.replay_opp && global.replay_opp > 0,
+        same_at_admission
+            && scoped.stale > 0
+            && scoped.orphan == 0
+            && scoped.replayed == scoped.replay_opp
+            && scoped.replay_opp > 0,
+        snapshot.blocked > 0 && snapshot.stale == 0 && snapshot.orphan == 0,
+        unbound.stale > 0 && unbound.orphan == 0 && unbound.blocked == 0,
     ];
     println!(
-        "mechanisms: {}/4 matched (Full avoids all; WholeResponse overblocks; IndependentFilter leaks orphans; AdmissionOnly leaks stale dispatches)",
-        matched.iter().filter(|m| **m).count()
+        "mechanisms: {}/8 matched (Full avoids all; WholeResponse overblocks; IndependentFilter leaks orphans; AdmissionOnly leaks stale dispatches; AgentSpecGlobal overblocks and accepts replays; AgentSpecScoped matches Full at admission ({} conditions), then leaks drift and accepts replays; GlobalSnapshot overblocks on unrelated drift; LocalUnbound dispatches past epoch and provenance changes)",
+        matched.iter().filter(|m| **m).count(),
+        admission_time.len()
     );
-    assert_eq!(matched, [true; 4]);
+    assert_eq!(matched, [true; 8]);
     // The printed table, pinned: (kept/supported, stale/opportunities, orphans/opportunities,
-    // blocked) per variant, as docs/conformance.md shows it.
-    let cells: Vec<(&str, [usize; 7])> = Variant::ALL
+    // blocked, replays accepted/replayed) per variant, as docs/conformance.md shows it.
+    let cells: Vec<(&str, [usize; 9])> = Variant::ALL
         .iter()
         .map(|v| {
             let t = totals[v.name()];
@@ -254,6 +326,8 @@ fn mechanisms() {
                     t.orphan,
                     t.orphan_opp,
                     t.blocked,
+                    t.replayed,
+                    t.replay_opp,
                 ],
             )
         })
@@ -261,10 +335,14 @@ fn mechanisms() {
     assert_eq!(
         cells,
         [
-            ("Full", [29, 29, 0, 8, 0, 9, 0]),
-            ("WholeResponse", [18, 29, 0, 8, 0, 9, 11]),
-            ("IndependentFilter", [29, 29, 0, 8, 9, 9, 0]),
-            ("AdmissionOnly", [29, 29, 5, 8, 0, 9, 0]),
+            ("Full", [29, 29, 0, 8, 0, 9, 0, 0, 4]),
+            ("WholeResponse", [18, 29, 0, 8, 0, 9, 11, 0, 2]),
+            ("IndependentFilter", [29, 29, 0, 8, 9, 9, 0, 0, 4]),
+            ("AdmissionOnly", [29, 29, 5, 8, 0, 9, 0, 0, 9]),
+            ("AgentSpecGlobal", [18, 29, 5, 8, 0, 9, 11, 7, 7]),
+            ("AgentSpecScoped", [29, 29, 5, 8, 0, 9, 0, 9, 9]),
+            ("GlobalSnapshot", [27, 29, 0, 8, 0, 9, 2, 0, 3]),
+            ("LocalUnbound", [29, 29, 5, 8, 0, 9, 0, 0, 9]),
         ]
     );
 }

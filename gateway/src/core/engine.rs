@@ -33,7 +33,7 @@ use super::phase::Phase;
 use super::reason::ReasonCode;
 use super::receipt::{Receipt, ReceiptChain};
 use super::state::{Certificate, Snapshot, SourceUpdate, UpdateError};
-use super::support::{Timing, Verdict, local_ok};
+use super::support::{Claims, Timing, Verdict, local_ok_with};
 use super::time::Nanos;
 use super::variant::Variant;
 
@@ -356,6 +356,9 @@ pub(crate) struct Resp {
     pub(crate) deadline: Nanos,
     pub(crate) graph: Graph,
     pub(crate) inst: Vec<Inst>,
+    /// The GlobalSnapshot comparison variant only: every catalog source's (epoch, provenance)
+    /// when the response was admitted (or last readmitted). Empty otherwise.
+    pub(crate) snapshot: Vec<Option<(u64, Id)>>,
 }
 
 impl Resp {
@@ -571,6 +574,7 @@ impl Gateway {
             deadline: Nanos::MAX,
             graph: v.graph,
             inst,
+            snapshot: self.sh.global_snapshot(),
         };
         let all = r.all_mask();
         self.sh.summarizing = true;
@@ -627,14 +631,17 @@ impl Gateway {
         let mut changed_any = self.sh.note_refresh(source, generated_at, now);
         if self.sh.cfg.variant.reevaluates() {
             let bit = 1u64 << source.0;
+            // GlobalSnapshot (a comparison variant) judges every component on every source.
+            let global = self.sh.cfg.variant.global_snapshot();
             for r in self.responses.values_mut() {
                 let mut affected = 0u64;
                 for (i, c) in r.graph.components().iter().enumerate() {
-                    let uses = self
-                        .sh
-                        .cat
-                        .type_spec(c.ty)
-                        .is_some_and(|t| t.footprint_mask & bit != 0);
+                    let uses = global
+                        || self
+                            .sh
+                            .cat
+                            .type_spec(c.ty)
+                            .is_some_and(|t| t.footprint_mask & bit != 0);
                     if uses {
                         affected |= 1u64 << i;
                     }
@@ -1103,6 +1110,48 @@ impl Shared {
         r.graph.component(i).and_then(|c| self.cat.type_spec(c.ty))
     }
 
+    /// Whether claims bind in `LocalOK` (all variants but Local-Unbound).
+    pub(crate) fn claims(&self) -> Claims {
+        if self.cfg.variant.binds_claims() {
+            Claims::Bound
+        } else {
+            Claims::Unbound
+        }
+    }
+
+    /// The GlobalSnapshot variant's proposal-wide snapshot of every catalog source; empty for
+    /// every other variant.
+    pub(crate) fn global_snapshot(&self) -> Vec<Option<(u64, Id)>> {
+        if !self.cfg.variant.global_snapshot() {
+            return Vec::new();
+        }
+        (0..self.cat.sources().len())
+            .map(|i| {
+                let s = SourceIx(u8::try_from(i).unwrap_or(u8::MAX));
+                self.snap
+                    .source(s)
+                    .map(|st| (st.epoch, st.provenance.clone()))
+            })
+            .collect()
+    }
+
+    /// GlobalSnapshot only: the first catalog source whose identity changed since `r`'s
+    /// snapshot, with the reason.
+    pub(crate) fn snapshot_changed(&self, r: &Resp) -> Option<(ReasonCode, SourceIx)> {
+        r.snapshot.iter().enumerate().find_map(|(i, then)| {
+            let s = SourceIx(u8::try_from(i).ok()?);
+            let now = self.snap.source(s).map(|st| (st.epoch, &st.provenance));
+            match (then, now) {
+                (Some((e, _)), Some((e2, _))) if *e != e2 => Some((ReasonCode::EPOCH_CHANGED, s)),
+                (Some((_, p)), Some((_, p2))) if p != p2 => {
+                    Some((ReasonCode::PROVENANCE_CHANGED, s))
+                }
+                (Some(_), None) => Some((ReasonCode::SOURCE_MISSING, s)),
+                _ => None,
+            }
+        })
+    }
+
     /// Re-evaluates `LocalOK` for the components in `mask` that are not settled. Returns the
     /// components whose verdict changed (all of `mask` on first admission).
     pub(crate) fn evaluate(&mut self, r: &mut Resp, mask: u64, now: Nanos) -> u64 {
@@ -1122,7 +1171,13 @@ impl Shared {
             } else {
                 Timing::BeforeEffect
             };
-            let v = local_ok(&self.cat, spec, c, &self.snap, now, timing);
+            let mut v = local_ok_with(&self.cat, spec, c, &self.snap, now, timing, self.claims());
+            if timing != Timing::Proceeded {
+                if let Some((code, s)) = self.snapshot_changed(r) {
+                    v.fail(code, Some(s));
+                    v.changes_at = Nanos::MAX;
+                }
+            }
             let first = x.phase == Phase::Proposed;
             // INVARIANT (deny-hold): an action still streaming under its certified interval
             // that loses support is reported at the instant of the loss.
@@ -1195,14 +1250,16 @@ impl Shared {
             return;
         }
         let variant = self.cfg.variant;
-        let affected = match variant {
-            Variant::WholeResponse => r.all_mask(),
-            Variant::IndependentFilter => changed,
-            Variant::Full | Variant::AdmissionOnly if changed == r.all_mask() => changed,
-            Variant::Full | Variant::AdmissionOnly => changed | r.graph.descendants(changed),
+        let whole = variant.whole_response();
+        let deps = variant.uses_dependencies();
+        let affected = if whole {
+            r.all_mask()
+        } else if !deps || changed == r.all_mask() {
+            changed
+        } else {
+            changed | r.graph.descendants(changed)
         };
-        let whole_ok =
-            variant == Variant::WholeResponse && r.inst.iter().all(|x| x.settled() || x.eligible());
+        let whole_ok = whole && r.inst.iter().all(|x| x.settled() || x.eligible());
         let mut flipped = 0u64;
         let topo: Vec<u16> = r.graph.topo().to_vec();
         for &i in &topo {
@@ -1210,17 +1267,17 @@ impl Shared {
                 continue;
             }
             let Some(x) = r.inst(i) else { continue };
-            let member = match variant {
-                Variant::WholeResponse => whole_ok && x.eligible(),
-                Variant::IndependentFilter => x.eligible(),
-                Variant::Full | Variant::AdmissionOnly => {
-                    // INVARIANT (closure): a member's parents are all members.
-                    x.eligible()
-                        && r.graph
-                            .parents(i)
-                            .iter()
-                            .all(|&(p, _)| r.inst(p).is_some_and(|y| y.member))
-                }
+            let member = if whole {
+                whole_ok && x.eligible()
+            } else if !deps {
+                x.eligible()
+            } else {
+                // INVARIANT (closure): a member's parents are all members.
+                x.eligible()
+                    && r.graph
+                        .parents(i)
+                        .iter()
+                        .all(|&(p, _)| r.inst(p).is_some_and(|y| y.member))
             };
             let was = x.member;
             let first = x.phase == Phase::Proposed;
@@ -1259,7 +1316,7 @@ impl Shared {
         }
         let reason = if !x.local.ok {
             x.local.code.unwrap_or(ReasonCode::RULE_FAILED)
-        } else if self.cfg.variant == Variant::WholeResponse {
+        } else if self.cfg.variant.whole_response() {
             ReasonCode::NOT_RETAINED
         } else {
             ReasonCode::PARENT_WITHHELD
@@ -1306,9 +1363,11 @@ impl Shared {
             x.token = None;
             x.member = false;
         }
-        let recoverable = self
-            .spec(r, i)
-            .is_some_and(|s| s.recovery.is_recoverable(reason));
+        // Without a recovery process (the AgentSpec comparators) every denial is terminal.
+        let recoverable = self.cfg.variant.recovers()
+            && self
+                .spec(r, i)
+                .is_some_and(|s| s.recovery.is_recoverable(reason));
         if recoverable {
             self.set_phase(r, i, Phase::Withheld, Some(reason), now);
             self.create_obligation(r, i, reason, now);

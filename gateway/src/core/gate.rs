@@ -25,9 +25,8 @@ use super::obligation::ObligationId;
 use super::payload::ActionCommand;
 use super::phase::Phase;
 use super::reason::ReasonCode;
-use super::support::{Timing, local_ok};
+use super::support::{Timing, local_ok_with};
 use super::time::Nanos;
-use super::variant::Variant;
 
 /// What the gate hands to the adapter.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -232,53 +231,59 @@ impl Gateway {
         let Some(spec) = self.sh.cat.type_spec(c.ty) else {
             return Decision::Refuse(ReasonCode::TOKEN_MISMATCH);
         };
+        let variant = self.sh.cfg.variant;
+        if !variant.gates() {
+            // The AgentSpec comparators have no dispatch process: a known token of the current
+            // instance goes to the adapter, however often it is presented.
+            return Decision::Allow;
+        }
         if x.phase != Phase::Retained {
             return Decision::Deny(ReasonCode::INSTANCE_ENDED, 0);
         }
-        let variant = self.sh.cfg.variant;
 
         // e ∈ A*_t: local support at the decision instant, and the closure condition.
         if variant.rechecks() {
-            let v = local_ok(
+            let v = local_ok_with(
                 &self.sh.cat,
                 spec,
                 c,
                 &self.sh.snap,
                 now,
                 Timing::BeforeEffect,
+                self.sh.claims(),
             );
             if !v.ok {
                 return Decision::Deny(v.code.unwrap_or(ReasonCode::RULE_FAILED), v.failing);
             }
-            match variant {
-                Variant::Full | Variant::AdmissionOnly => {
-                    let parents_in = r
-                        .graph
-                        .parents(i)
-                        .iter()
-                        .all(|&(p, _)| r.inst(p).is_some_and(|y| y.member));
-                    if !parents_in {
-                        return Decision::Deny(ReasonCode::PARENT_WITHHELD, 0);
-                    }
+            if let Some((code, s)) = self.sh.snapshot_changed(r) {
+                return Decision::Deny(code, 1u64 << s.0);
+            }
+            if variant.whole_response() {
+                let whole = r
+                    .inst
+                    .iter()
+                    .enumerate()
+                    .all(|(j, y)| j == usize::from(i) || y.phase.has_proceeded() || y.member);
+                if !whole {
+                    return Decision::Deny(ReasonCode::NOT_RETAINED, 0);
                 }
-                Variant::WholeResponse => {
-                    let whole =
-                        r.inst.iter().enumerate().all(|(j, y)| {
-                            j == usize::from(i) || y.phase.has_proceeded() || y.member
-                        });
-                    if !whole {
-                        return Decision::Deny(ReasonCode::NOT_RETAINED, 0);
-                    }
+            } else if variant.uses_dependencies() {
+                let parents_in = r
+                    .graph
+                    .parents(i)
+                    .iter()
+                    .all(|&(p, _)| r.inst(p).is_some_and(|y| y.member));
+                if !parents_in {
+                    return Decision::Deny(ReasonCode::PARENT_WITHHELD, 0);
                 }
-                Variant::IndependentFilter => {}
             }
         }
         // DepsReady_t(e).
         if !self.sh.deps_ready(r, i) {
             return Decision::Deny(ReasonCode::DEPS_NOT_READY, 0);
         }
-        // WitnessOK_t(W_e).
-        if variant.rechecks() {
+        // WitnessOK_t(W_e); Local-Unbound (a comparison variant) has no admission binding.
+        if variant.rechecks() && variant.binds_claims() {
             let Some(w) = x.witness.as_ref() else {
                 return Decision::Deny(ReasonCode::TOKEN_MISMATCH, 0);
             };
@@ -426,8 +431,11 @@ impl Gateway {
                 let valid_until = now.saturating_add(span);
                 let recoverable = spec.recovery.is_recoverable(ReasonCode::ADAPTER_REJECTED);
                 // INVARIANT (one dispatch): the token is consumed before the adapter is called,
-                // so a failed or repeated call can never reuse it.
-                self.sh.ledger.consume(seq);
+                // so a failed or repeated call can never reuse it. (The AgentSpec comparison
+                // variants have no dispatch process and never spend one.)
+                if self.sh.cfg.variant.gates() {
+                    self.sh.ledger.consume(seq);
+                }
                 let req = EnqueueRequest {
                     now,
                     response: &rid,

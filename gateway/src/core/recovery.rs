@@ -18,7 +18,7 @@ use super::ids::Id;
 use super::obligation::{ObligationId, ObligationState};
 use super::phase::Phase;
 use super::reason::ReasonCode;
-use super::support::{Timing, local_ok};
+use super::support::{Timing, local_ok_with};
 use super::time::Nanos;
 use super::variant::Variant;
 
@@ -222,13 +222,14 @@ impl Gateway {
             let Some(spec) = self.sh.cat.type_spec(c.ty) else {
                 continue;
             };
-            let v = local_ok(
+            let v = local_ok_with(
                 &self.sh.cat,
                 spec,
                 c,
                 &self.sh.snap,
                 now,
                 Timing::BeforeEffect,
+                self.sh.claims(),
             );
             let parents_in = !self.sh.cfg.variant.uses_dependencies()
                 || graph
@@ -279,6 +280,9 @@ impl Gateway {
         };
         r.graph = graph;
         r.done_at = None;
+        // GlobalSnapshot (a comparison variant): the candidate is a new proposal, taken
+        // against the current snapshot.
+        r.snapshot = self.sh.global_snapshot();
         let mut superseded = Vec::new();
         for (i, _) in &fresh {
             let Some(old) = r.inst_mut(*i) else { continue };
@@ -397,7 +401,7 @@ impl Gateway {
                 "a rolling action is renewed after its window was dispatched",
             ));
         }
-        let v = local_ok(
+        let v = local_ok_with(
             &self.sh.cat,
             spec,
             c,
@@ -406,6 +410,7 @@ impl Gateway {
             Timing::RollingRenewal {
                 since: x.admitted_at,
             },
+            self.sh.claims(),
         );
         if !v.ok {
             let code = v.code.unwrap_or(ReasonCode::ROLLING_NOT_REFRESHED);

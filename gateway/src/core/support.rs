@@ -44,7 +44,7 @@ impl Verdict {
         }
     }
 
-    fn fail(&mut self, code: ReasonCode, source: Option<SourceIx>) {
+    pub(crate) fn fail(&mut self, code: ReasonCode, source: Option<SourceIx>) {
         if self.ok {
             self.ok = false;
             self.code = Some(code);
@@ -76,6 +76,16 @@ pub enum Timing {
     },
 }
 
+/// Whether the agent's claimed epochs and provenance bind (`Bound`, the product) or are
+/// ignored (`Unbound`, the Local-Unbound comparison variant only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claims {
+    /// A claimed epoch or provenance must match the current source.
+    Bound,
+    /// Claimed epochs and provenance are not compared.
+    Unbound,
+}
+
 /// Evaluates `LocalOK` for component `c` of type `spec` at `now`.
 pub fn local_ok(
     cat: &Catalog,
@@ -84,6 +94,19 @@ pub fn local_ok(
     snap: &Snapshot,
     now: Nanos,
     timing: Timing,
+) -> Verdict {
+    local_ok_with(cat, spec, c, snap, now, timing, Claims::Bound)
+}
+
+/// [`local_ok`] with the claims check chosen by the variant.
+pub fn local_ok_with(
+    cat: &Catalog,
+    spec: &TypeSpec,
+    c: &Component,
+    snap: &Snapshot,
+    now: Nanos,
+    timing: Timing,
+    claims: Claims,
 ) -> Verdict {
     let mut v = Verdict::pass();
     // The earliest instant raw support lapses (ROLLING coverage) and the certificate's end
@@ -104,6 +127,7 @@ pub fn local_ok(
         fresh_end = fresh_end.min(last_fresh);
         v.lapse_at(last_fresh.saturating_add(Nanos(1)));
         match c.claim(s) {
+            Some(_) if claims == Claims::Unbound => {}
             Some(cl) => {
                 if cl.epoch.is_some_and(|e| e != st.epoch) {
                     v.fail(ReasonCode::EPOCH_CHANGED, Some(s));
