@@ -107,6 +107,22 @@ enum Cmd {
         #[arg(long, default_value = "full")]
         variant: Variant,
     },
+    /// Replay recorded agent responses (JSON lines: family, provenance with the envelope's
+    /// digest, envelope) under twelve drift conditions through every mechanism variant, and
+    /// print the replay panel against an independent oracle (docs/conformance.md,
+    /// `replay-panel`). Exit 0 when the product (Full) keeps every supported component and
+    /// leaks nothing, 2 when not; each reduced variant's expected failure is reported.
+    Replay {
+        /// A `.jsonl` cohort, or a directory of them.
+        cohort: PathBuf,
+        /// Catalog file (TOML); the embedded `uav-px4` catalog when absent.
+        #[arg(long)]
+        catalog: Option<PathBuf>,
+        /// Baseline state the responses' claims refer to; `docs/examples/state.json` (embedded)
+        /// when absent.
+        #[arg(long)]
+        state: Option<PathBuf>,
+    },
     /// Print the canonical digest of every component of a response (what a certificate must
     /// cover).
     Digest {
@@ -297,6 +313,11 @@ where
             json,
             variant,
         } => check(catalog.as_deref(), &state, &response, json, variant),
+        Cmd::Replay {
+            cohort,
+            catalog,
+            state,
+        } => replay(&cohort, catalog.as_deref(), state.as_deref()),
         Cmd::Digest {
             catalog,
             response,
@@ -1289,6 +1310,58 @@ fn contract_audit(domain: Option<&Path>, receipts: &Path, key: Option<&str>) -> 
 /// envelope limit, everything else at most [`crate::io::MAX_CONFIG_BYTES`].
 fn read(path: &Path, cap: u64, what: &str) -> Result<Vec<u8>, String> {
     crate::io::read_capped(path, cap, what)
+}
+
+/// The baseline state `replay` uses when none is given.
+const EXAMPLE_STATE: &str = include_str!("../../docs/examples/state.json");
+
+fn replay(cohort: &Path, catalog: Option<&Path>, state: Option<&Path>) -> i32 {
+    let text = |p: &Path, what: &str| -> Result<String, String> {
+        let b = read(p, crate::io::MAX_CONFIG_BYTES, what)?;
+        String::from_utf8(b).map_err(|_| format!("{}: not UTF-8", p.display()))
+    };
+    let cat = match catalog {
+        Some(p) => text(p, "catalog").map(|t| (t, p.display().to_string())),
+        None => Ok((
+            crate::service::EMBEDDED_CATALOG.to_string(),
+            "embedded uav-px4.toml".to_string(),
+        )),
+    };
+    let st = match state {
+        Some(p) => text(p, "state file"),
+        None => Ok(EXAMPLE_STATE.to_string()),
+    };
+    let prepared =
+        cat.and_then(|(c, name)| st.and_then(|s| crate::replay::Replay::new(&c, &name, &s)));
+    let r = match prepared.and_then(|r| crate::replay::read_cohort(cohort).map(|c| (r, c))) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let (replay, records) = r;
+    eprintln!(
+        "replaying {} recorded responses × 12 conditions × {} variants ...",
+        records.len(),
+        Variant::ALL.len()
+    );
+    let panel = replay.run(&records, &Variant::ALL);
+    print!("{}", crate::replay::render(&panel));
+    let claims = crate::replay::claims(&panel);
+    let matched = claims.iter().filter(|(_, ok, _)| *ok).count();
+    println!("replay-panel: {matched}/{} matched", claims.len());
+    for (v, ok, what) in &claims {
+        println!(
+            "  {:<18} {} {what}",
+            v.name(),
+            if *ok { "yes" } else { "NO " }
+        );
+    }
+    // The product's row decides the exit code; a reduced variant can only show its failure
+    // where the cohort gives it an opportunity (a cohort of notices has none).
+    let full_ok = claims.iter().any(|(v, ok, _)| *v == Variant::Full && *ok);
+    if full_ok { EXIT_OK } else { EXIT_REJECTED }
 }
 
 /// The envelope's own size limit.

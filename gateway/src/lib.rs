@@ -34,5 +34,6 @@ pub mod core;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod io;
+pub mod replay;
 pub mod runtime;
 pub mod service;

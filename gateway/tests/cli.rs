@@ -574,3 +574,49 @@ fn state_files_refuse_repeated_keys_and_certificate_ids() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `halo-gateway replay` takes a user's own recorded responses: a directory of JSON-lines files
+/// (family, provenance with the envelope's digest, envelope), prints the panel and exits 0 when
+/// the product keeps every supported component and leaks nothing. A record whose digest does not
+/// match its envelope is refused with its file and line.
+#[test]
+fn replay_takes_a_directory_of_recorded_responses() {
+    let dir = std::env::temp_dir().join(format!("halo-replay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cohort = std::fs::read_to_string(common::data_dir().join("replay/cohort.jsonl")).unwrap();
+    let lines: Vec<&str> = cohort.lines().collect();
+    // Two files: a running-example-shaped response and a fan-out one.
+    let pick = |family: &str| {
+        *lines
+            .iter()
+            .find(|l| l.contains(&format!("\"family\":\"{family}\"")))
+            .unwrap()
+    };
+    std::fs::write(
+        dir.join("a.jsonl"),
+        format!("{}\n", pick("running-example")),
+    )
+    .unwrap();
+    std::fs::write(dir.join("b.jsonl"), format!("{}\n", pick("fan-out"))).unwrap();
+    let d = dir.display().to_string();
+    let (rc, out) = common::halo(&["replay", &d]);
+    assert_eq!(rc, EXIT_OK, "{out}");
+    assert!(
+        out.contains("2 responses × 12 conditions × 8 variants"),
+        "{out}"
+    );
+    assert!(out.contains("Full               yes"), "{out}");
+    // A record whose envelope was edited after its digest was taken.
+    let edited = pick("fan-out").replacen("\"planner-1\"", "\"planner-2\"", 1);
+    std::fs::write(
+        dir.join("b.jsonl"),
+        format!("{}\n{edited}\n", pick("fan-out")),
+    )
+    .unwrap();
+    let (rc, out) = common::halo(&["replay", &d]);
+    assert_eq!(rc, EXIT_ERROR, "{out}");
+    assert!(out.contains("b.jsonl:2: provenance digest"), "{out}");
+    assert!(out.contains("does not match the envelope"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
