@@ -443,7 +443,44 @@ pub fn cells() -> Vec<Cell> {
             v.push(cell(f, format!("{f}-{x}"), ALLOW, move || transition(&s)));
         }
     }
-    // J: 2..8 sources under a precedence chain: one joined continuation.
+    // Each family's first value over the published profile (the paper's Table 7 contrast
+    // probes): Indeterminate / PROFILE_LIMIT, nothing retained. The root stays inside the
+    // profile; the proposed goal carries the one dimension over it.
+    v.push(cell("D", "D-64 (over)".into(), LIMIT, || {
+        transition(&Shape { d: 64, ..BASE })
+    }));
+    let over: [(&str, &str, fn(&mut GoalSpec)); 5] = [
+        ("L", "L-65 (over)", |g| {
+            g.traces = vec![(0..65).map(act).collect()];
+        }),
+        ("R", "R-257 (over)", |g| {
+            g.resources = (0..257).map(|i| format!("r{i}")).collect();
+        }),
+        ("O", "O-257 (over)", |g| {
+            g.obligations = (0..257).map(|i| format!("o{i}")).collect();
+        }),
+        ("F", "F-257 (over)", |g| {
+            g.frames = preds(257, "n >= 0").into_iter().map(|p| vec![p]).collect();
+        }),
+        ("C", "C-257 (over)", |g| {
+            g.closing = preds(257, "n >= 4");
+        }),
+    ];
+    for (f, name, change) in over {
+        v.push(cell(f, name.into(), LIMIT, move || {
+            let mut p = transition(&BASE);
+            if let Op::ProposeGoal { goal, witness } = &mut p.request.op {
+                change(goal);
+                witness.edit = edit_digest(goal).to_hex();
+            }
+            p
+        }));
+    }
+    // J: 2..8 sources under a precedence chain: one joined continuation; 9 is over.
+    v.push(cell("J", "J-9 (over)".into(), LIMIT, || {
+        let chain: Vec<(usize, usize)> = (1..9).map(|i| (i - 1, i)).collect();
+        join(&singles(9, 0), &chain, true, false)
+    }));
     for k in 2..=8usize {
         v.push(cell("J", format!("J-{k}"), ALLOW, move || {
             let chain: Vec<(usize, usize)> = (1..k).map(|i| (i - 1, i)).collect();
