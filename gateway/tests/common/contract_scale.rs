@@ -363,6 +363,9 @@ fn singles(k: usize, base: usize) -> Vec<Vec<Vec<String>>> {
     (0..k).map(|i| vec![vec![act(base + i)]]).collect()
 }
 
+/// An over-profile probe: family, cell name, and the change to the proposed goal.
+type OverProbe = (&'static str, &'static str, fn(&mut GoalSpec));
+
 /// A one-factor family: name, values, and the shape for a value.
 type Family = (&'static str, &'static [usize], fn(usize) -> Shape);
 
@@ -449,7 +452,7 @@ pub fn cells() -> Vec<Cell> {
     v.push(cell("D", "D-64 (over)".into(), LIMIT, || {
         transition(&Shape { d: 64, ..BASE })
     }));
-    let over: [(&str, &str, fn(&mut GoalSpec)); 5] = [
+    let over: [OverProbe; 5] = [
         ("L", "L-65 (over)", |g| {
             g.traces = vec![(0..65).map(act).collect()];
         }),
