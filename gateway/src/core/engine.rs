@@ -50,6 +50,27 @@ pub struct Config {
     pub done_retention: Nanos,
     /// Which provider updates get a receipt of their own.
     pub receipts: ReceiptPolicy,
+    /// Seeded defects (one, or a pair), for showing the suites catch them. Only in a
+    /// `seeded-defects` build.
+    #[cfg(feature = "seeded-defects")]
+    pub defects: Vec<super::defect::Defect>,
+}
+
+impl Config {
+    /// Whether this build runs with seeded defect `d` (always false without the
+    /// `seeded-defects` feature).
+    #[cfg(feature = "seeded-defects")]
+    pub(crate) fn seeded(&self, d: super::defect::Defect) -> bool {
+        self.defects.contains(&d)
+    }
+
+    /// Whether this build runs with seeded defect `d` (always false without the
+    /// `seeded-defects` feature).
+    #[cfg(not(feature = "seeded-defects"))]
+    #[inline(always)]
+    pub(crate) const fn seeded(&self, _d: super::defect::Defect) -> bool {
+        false
+    }
 }
 
 /// Which provider updates get a receipt of their own. Refusals, decisions, phases, gate
@@ -76,6 +97,8 @@ impl Default for Config {
             max_live_responses: 64,
             done_retention: Nanos::from_ms(10_000),
             receipts: ReceiptPolicy::All,
+            #[cfg(feature = "seeded-defects")]
+            defects: Vec::new(),
         }
     }
 }
@@ -1252,9 +1275,10 @@ impl Shared {
         let variant = self.cfg.variant;
         let whole = variant.whole_response();
         let deps = variant.uses_dependencies();
+        let forget = self.cfg.seeded(super::defect::Defect::ForgetDependents);
         let affected = if whole {
             r.all_mask()
-        } else if !deps || changed == r.all_mask() {
+        } else if !deps || forget || changed == r.all_mask() {
             changed
         } else {
             changed | r.graph.descendants(changed)

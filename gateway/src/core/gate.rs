@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use super::binding::{DispatchToken, Seq};
 use super::catalog::Temporal;
+use super::defect::Defect;
 use super::digest::Digest;
 use super::engine::{Gateway, Record};
 use super::ids::Id;
@@ -252,7 +253,7 @@ impl Gateway {
                 Timing::BeforeEffect,
                 self.sh.claims(),
             );
-            if !v.ok {
+            if !v.ok && !self.sh.cfg.seeded(Defect::NoLocalRecheckAtGate) {
                 return Decision::Deny(v.code.unwrap_or(ReasonCode::RULE_FAILED), v.failing);
             }
             if let Some((code, s)) = self.sh.snapshot_changed(r) {
@@ -267,7 +268,7 @@ impl Gateway {
                 if !whole {
                     return Decision::Deny(ReasonCode::NOT_RETAINED, 0);
                 }
-            } else if variant.uses_dependencies() {
+            } else if variant.uses_dependencies() && !self.sh.cfg.seeded(Defect::NoClosureAtGate) {
                 let parents_in = r
                     .graph
                     .parents(i)
@@ -283,7 +284,10 @@ impl Gateway {
             return Decision::Deny(ReasonCode::DEPS_NOT_READY, 0);
         }
         // WitnessOK_t(W_e); Local-Unbound (a comparison variant) has no admission binding.
-        if variant.rechecks() && variant.binds_claims() {
+        if variant.rechecks()
+            && variant.binds_claims()
+            && !self.sh.cfg.seeded(Defect::NoWitnessCheck)
+        {
             let Some(w) = x.witness.as_ref() else {
                 return Decision::Deny(ReasonCode::TOKEN_MISMATCH, 0);
             };
@@ -347,7 +351,9 @@ impl Gateway {
         }
         // Bring time-driven support changes up to `now` through the ordinary incremental path,
         // so retention flags and phases are exact at the decision instant.
-        self.handle_timeout(now);
+        if !self.sh.cfg.seeded(Defect::NoTimersAtGate) {
+            self.handle_timeout(now);
+        }
         let decision = self.decide(now, &token);
         if let Decision::Refuse(code) = decision {
             return self.refuse(now, &token, code);
@@ -433,7 +439,7 @@ impl Gateway {
                 // INVARIANT (one dispatch): the token is consumed before the adapter is called,
                 // so a failed or repeated call can never reuse it. (The AgentSpec comparison
                 // variants have no dispatch process and never spend one.)
-                if self.sh.cfg.variant.gates() {
+                if self.sh.cfg.variant.gates() && !self.sh.cfg.seeded(Defect::TokenNotSpent) {
                     self.sh.ledger.consume(seq);
                 }
                 let req = EnqueueRequest {

@@ -13,6 +13,7 @@
 
 pub mod binding;
 pub mod catalog;
+pub mod defect;
 pub mod digest;
 pub mod engine;
 pub mod envelope;

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The seeded-defect harness: builds the core with the `seeded-defects` feature (single defects
+# in core/defect.rs; never in a product build) and runs the schedules against each defect and
+# one pair, printing how many schedules each fails. HALO_DEFECT_SCHEDULES sets the number of
+# schedules per defect (default 1,000; the counts are pinned at that default, and CI runs it so
+# from scripts/test.sh).
+#
+#   scripts/seeded_defects.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo test --release -p halo-gateway --features seeded-defects \
+    --test schedules seeded_defects -- --nocapture
