@@ -962,7 +962,7 @@ fn both_domain_readers_refuse_what_the_rules_refuse() {
         refused += 1;
     }
     println!(
-        "contract-domain-rules: {refused}/{} refused by both readers",
+        "contract-domain-rules: {refused}/{} matched (refused by both readers)",
         variants.len()
     );
     assert_eq!(refused, 33);

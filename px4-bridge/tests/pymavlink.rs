@@ -38,14 +38,27 @@ async fn pymavlink_decodes_what_the_bridge_sends() {
         .spawn()
         .expect("python3 is needed for the pymavlink peer tests");
     let stdout = child.stdout.take().unwrap();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let lines = tokio::task::spawn_blocking(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<_>>()
+        let mut out = Vec::new();
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if l.trim() == "READY" {
+                let _ = ready_tx.send(());
+            }
+            out.push(l);
+        }
+        out
     });
-    // Give the script time to import pymavlink and bind.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The script says READY once pymavlink is imported and its socket bound. Importing can take
+    // seconds on a loaded machine, so wait for the word rather than a fixed time; a peer that
+    // never gets there still fails, after a minute.
+    let ready = tokio::task::spawn_blocking(move || ready_rx.recv_timeout(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(
+        ready.is_ok(),
+        "the pymavlink peer did not start within 60 s (is pymavlink installed? run ./scripts/test.sh)"
+    );
 
     let (tx, _) = tokio::sync::broadcast::channel(1);
     let mut bopts = BridgeOptions::new(&format!("udpout:127.0.0.1:{port}"));
