@@ -265,7 +265,10 @@ struct Providers {
 }
 
 impl Providers {
+    /// Publishes once and returns when every update was accepted (so a test never races the
+    /// first publication), then keeps publishing in the background.
     fn start(url: &str, token: &str) -> Providers {
+        Providers::publish_once(url, token, 7);
         let stop = Arc::new(AtomicBool::new(false));
         let map_epoch = Arc::new(AtomicU64::new(7));
         let (s, m, url, token) = (
@@ -459,7 +462,6 @@ fn the_running_example_flies_over_http() {
     // The operator arms (once PX4 is ready) and takes off to 5 m.
     take_off(&g, &sim);
     let providers = Providers::start(&u, &g.provider);
-    std::thread::sleep(Duration::from_millis(600));
 
     // resp-0007: notice and report go out, the route action passes the gate and flies, the
     // status follows its dispatch.
@@ -965,7 +967,6 @@ fn restart_forgets_pending_actions() {
     assert_eq!(head1["public_key"].as_str(), Some(public_key.trim()));
     take_off(&g, &sim);
     let providers = Providers::start(&u, &g.provider);
-    std::thread::sleep(Duration::from_millis(600));
     // e2 waits for e1's observed success (PX4 echoes e1 only after about a second of
     // streaming, once OFFBOARD is on): e2 is retained with its token, not yet dispatched.
     let mut e2 = route("e2", [20.0, 10.0, -10.0, 0.0], 7, "cert-b2");
@@ -1455,7 +1456,6 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
     // The operator's takeoff is the contract's first effect.
     take_off(&g, &sim);
     let providers = Providers::start(&u, &g.provider);
-    std::thread::sleep(Duration::from_millis(600));
 
     let send = |rid: &str, generation: u64, t: [f64; 4], cert: &str| -> Value {
         let r = json!({"response_id": rid, "agent_id": "planner-1", "generation": generation,
