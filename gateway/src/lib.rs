@@ -37,3 +37,4 @@ pub mod io;
 pub mod replay;
 pub mod runtime;
 pub mod service;
+pub mod transfer;

@@ -1233,7 +1233,7 @@ fn build_rule(
                         format!("unknown reason code `{name}`"),
                     )
                 })?;
-                if !(212..=222).contains(&code.number()) {
+                if !(212..=225).contains(&code.number()) {
                     return Err(cx.err(
                         span.clone(),
                         format!("{field}.code"),

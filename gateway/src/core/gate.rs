@@ -30,7 +30,7 @@ use super::support::{Timing, local_ok_with};
 use super::time::Nanos;
 
 /// What the gate hands to the adapter.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct EnqueueRequest<'a> {
     /// The decision instant.
     pub now: Nanos,
@@ -61,6 +61,8 @@ pub enum AdapterError {
     NotReady,
     /// The adapter does not handle this command.
     Unsupported,
+    /// The external system refused the command as given (a merge that conflicts).
+    Refused,
 }
 
 impl std::fmt::Display for AdapterError {
@@ -70,6 +72,7 @@ impl std::fmt::Display for AdapterError {
             AdapterError::QueueFull => "queue full",
             AdapterError::NotReady => "vehicle not ready",
             AdapterError::Unsupported => "unsupported command",
+            AdapterError::Refused => "refused by the external system",
         })
     }
 }
@@ -603,7 +606,7 @@ impl Adapter for RecordingAdapter {
             at: req.now,
             response: req.response.clone(),
             component: req.component.clone(),
-            command: req.command,
+            command: req.command.clone(),
             binding: *req.binding,
             seq: req.seq,
             valid_until: req.valid_until,

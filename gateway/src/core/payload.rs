@@ -29,6 +29,8 @@ pub enum PayloadKind {
     Land,
     /// Status message (non-action).
     Status,
+    /// Merge one branch into another (action; the repository-merge domain).
+    Merge,
 }
 
 impl PayloadKind {
@@ -36,7 +38,7 @@ impl PayloadKind {
     pub const fn is_action(self) -> bool {
         matches!(
             self,
-            PayloadKind::RouteAction | PayloadKind::Hold | PayloadKind::Land
+            PayloadKind::RouteAction | PayloadKind::Hold | PayloadKind::Land | PayloadKind::Merge
         )
     }
 
@@ -50,6 +52,7 @@ impl PayloadKind {
             PayloadKind::Hold => "hold",
             PayloadKind::Land => "land",
             PayloadKind::Status => "status",
+            PayloadKind::Merge => "merge",
         }
     }
 }
@@ -120,6 +123,17 @@ pub struct HoldPayload {
     pub duration_s: f64,
 }
 
+/// Merge branch `source` into branch `target` (the repository-merge domain; which commits are
+/// meant is pinned by the component's claims on the target head and the patch).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergePayload {
+    /// The branch whose change is merged.
+    pub source: Id,
+    /// The branch it is merged into.
+    pub target: Id,
+}
+
 /// Land where the vehicle is.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -142,10 +156,12 @@ pub enum Payload {
     Land(LandPayload),
     /// See [`PayloadKind::Status`].
     Status(TextPayload),
+    /// See [`PayloadKind::Merge`].
+    Merge(MergePayload),
 }
 
 /// The exact command an action hands to the adapter.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ActionCommand {
     /// Fly to and hold this target for its duration.
     Route(RouteTarget),
@@ -156,6 +172,13 @@ pub enum ActionCommand {
     },
     /// Land.
     Land,
+    /// Merge `source` into `target`.
+    Merge {
+        /// Source branch.
+        source: Id,
+        /// Target branch.
+        target: Id,
+    },
 }
 
 fn check_coord(name: &str, v: f64) -> Result<(), String> {
@@ -218,6 +241,13 @@ impl Payload {
             }
             PayloadKind::Land => Payload::Land(de(raw)?),
             PayloadKind::Status => Payload::Status(de(raw)?),
+            PayloadKind::Merge => {
+                let m: MergePayload = de(raw)?;
+                if m.source == m.target {
+                    return Err("`source` and `target` must be different branches".into());
+                }
+                Payload::Merge(m)
+            }
         };
         Ok(p)
     }
@@ -232,17 +262,22 @@ impl Payload {
             Payload::Hold(_) => PayloadKind::Hold,
             Payload::Land(_) => PayloadKind::Land,
             Payload::Status(_) => PayloadKind::Status,
+            Payload::Merge(_) => PayloadKind::Merge,
         }
     }
 
     /// The adapter command for an action payload, `None` for non-actions.
-    pub const fn command(&self) -> Option<ActionCommand> {
+    pub fn command(&self) -> Option<ActionCommand> {
         match self {
             Payload::RouteAction(t) => Some(ActionCommand::Route(*t)),
             Payload::Hold(h) => Some(ActionCommand::Hold {
                 duration_s: h.duration_s,
             }),
             Payload::Land(_) => Some(ActionCommand::Land),
+            Payload::Merge(m) => Some(ActionCommand::Merge {
+                source: m.source.clone(),
+                target: m.target.clone(),
+            }),
             _ => None,
         }
     }

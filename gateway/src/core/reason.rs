@@ -96,6 +96,9 @@ reasons! {
     VEHICLE_STATE(220) "the vehicle is not in a state that allows this component";
     RULE_FAILED(221) "a catalog rule does not hold";
     CONTROL_NOT_GRANTED(222) "the operator has not handed the vehicle to the gateway, or a pilot took it back";
+    CHECKS_FAILED(223) "the required checks (CI) have not passed on the exact change";
+    APPROVAL_MISSING(224) "no current approval covers the exact change";
+    PROTECTION_DENIES(225) "the target's protection rules do not allow this change now";
 
     // --- closure and processing phases ---
     PARENT_WITHHELD(300) "a declared prerequisite is not retained, so the dependent is withheld";

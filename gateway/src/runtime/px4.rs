@@ -99,7 +99,7 @@ impl Adapter for Px4Adapter {
         let binding: [u8; 32] = req.binding.0;
         // The gateway and the bridge share one clock origin, so the instants carry over as is.
         let valid_until = Mono(req.valid_until.0);
-        let r = match req.command {
+        let r = match &req.command {
             #[allow(clippy::cast_possible_truncation, reason = "MAVLink carries f32")]
             ActionCommand::Route(t) => self.handle.try_enqueue(
                 Setpoint {
@@ -113,6 +113,8 @@ impl Adapter for Px4Adapter {
             ),
             ActionCommand::Hold { .. } => self.handle.hold(),
             ActionCommand::Land => self.handle.command(Command::Land),
+            // Not a vehicle command: the repository-merge domain has its own adapter.
+            ActionCommand::Merge { .. } => return Err(AdapterError::Unsupported),
         };
         r.map_err(adapter_error)?;
         if self.last_target != Some(binding) {

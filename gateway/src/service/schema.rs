@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use crate::core::catalog::Catalog;
 use crate::core::envelope::{FORMAT_VERSION, MAX_COMPONENTS, MAX_PREREQUISITES};
 use crate::core::payload::{
-    HoldPayload, LandPayload, PayloadKind, RefreshPayload, ReportPayload, RouteTarget, TextPayload,
+    HoldPayload, LandPayload, MergePayload, PayloadKind, RefreshPayload, ReportPayload,
+    RouteTarget, TextPayload,
 };
 
 fn schema_of<T: JsonSchema>() -> Value {
@@ -38,6 +39,7 @@ fn payload_schema(kind: PayloadKind) -> Value {
         PayloadKind::RouteAction => schema_of::<RouteTarget>(),
         PayloadKind::Hold => schema_of::<HoldPayload>(),
         PayloadKind::Land => schema_of::<LandPayload>(),
+        PayloadKind::Merge => schema_of::<MergePayload>(),
     }
 }
 
