@@ -320,6 +320,28 @@ mod tests {
     }
 
     #[test]
+    fn merge_names_two_different_branches() {
+        let m = Payload::parse(PayloadKind::Merge, r#"{"source":"feature","target":"main"}"#)
+            .unwrap();
+        assert_eq!(
+            m.command(),
+            Some(ActionCommand::Merge {
+                source: "feature".parse().unwrap(),
+                target: "main".parse().unwrap()
+            })
+        );
+        assert!(PayloadKind::Merge.is_action());
+        for bad in [
+            r#"{"source":"main","target":"main"}"#,
+            r#"{"source":"feature"}"#,
+            r#"{"source":"feature","target":"main","force":true}"#,
+            r#"{"source":"fea ture","target":"main"}"#,
+        ] {
+            assert!(Payload::parse(PayloadKind::Merge, bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn unknown_and_duplicate_fields_are_rejected() {
         assert!(Payload::parse(PayloadKind::Notice, r#"{"text":"a","extra":1}"#).is_err());
         assert!(Payload::parse(PayloadKind::Notice, r#"{"text":"a","text":"b"}"#).is_err());
