@@ -321,8 +321,11 @@ mod tests {
 
     #[test]
     fn merge_names_two_different_branches() {
-        let m = Payload::parse(PayloadKind::Merge, r#"{"source":"feature","target":"main"}"#)
-            .unwrap();
+        let m = Payload::parse(
+            PayloadKind::Merge,
+            r#"{"source":"feature","target":"main"}"#,
+        )
+        .unwrap();
         assert_eq!(
             m.command(),
             Some(ActionCommand::Merge {
