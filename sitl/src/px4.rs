@@ -16,7 +16,8 @@
 //!   before); armed without taking off for 10 s it disarms (`COM_DISARM_PRFLT`); after landing
 //!   it disarms after 2 s (`COM_DISARM_LAND`);
 //! - with the stream stopped in the air, after `COM_OF_LOSS_T` (1 s) plus detection the
-//!   heartbeat shows POSCTL (main 3) and, with no manual control, it descends and disarms;
+//!   heartbeat shows POSCTL (main 3) and, with no manual control, it descends and disarms,
+//!   after which the heartbeat reads the interrupted mode (OFFBOARD) again;
 //! - commands sent to component 0 are accepted and ACKed twice.
 //!
 //! Every setpoint the controller takes in OFFBOARD is recorded (PX4's `trajectory_setpoint`
@@ -271,6 +272,9 @@ pub struct Px4Sim {
     hold_yaw: f64,
     takeoff_to: f64,
     failsafe: bool,
+    /// The mode the offboard-loss failsafe took the vehicle out of (PX4 shows it again once the
+    /// failsafe disarms the vehicle).
+    before_failsafe: Option<(u8, u8)>,
     streams: Vec<Stream>,
     outbox: VecDeque<MavMessage>,
     log: VecDeque<SetpointRecord>,
@@ -335,6 +339,7 @@ impl Px4Sim {
             hold_yaw: 0.0,
             takeoff_to: 0.0,
             failsafe: false,
+            before_failsafe: None,
             streams,
             outbox: VecDeque::new(),
             log: VecDeque::new(),
@@ -693,9 +698,16 @@ impl Px4Sim {
 
     fn disarm(&mut self) {
         self.armed = false;
-        self.failsafe = false;
-        if self.main == MAIN_POSCTL || (self.main == MAIN_AUTO && self.sub != SUB_LOITER) {
-            self.set_mode(MAIN_AUTO, SUB_LOITER);
+        let after_failsafe = std::mem::take(&mut self.failsafe);
+        match self.before_failsafe.take() {
+            // Measured on PX4 v1.16: once the offboard-loss failsafe has descended and
+            // disarmed, the heartbeat reads the mode it interrupted (OFFBOARD) again.
+            Some((main, sub)) if after_failsafe => self.set_mode(main, sub),
+            _ => {
+                if self.main == MAIN_POSCTL || (self.main == MAIN_AUTO && self.sub != SUB_LOITER) {
+                    self.set_mode(MAIN_AUTO, SUB_LOITER);
+                }
+            }
         }
     }
 
@@ -744,6 +756,7 @@ impl Px4Sim {
             if silent > (self.cfg.offboard_loss_ms + self.cfg.loss_detection_ms) * MS {
                 self.stats.failsafes += 1;
                 self.failsafe = true;
+                self.before_failsafe = Some((self.main, self.sub));
                 self.status_text(
                     MavSeverity::MAV_SEVERITY_CRITICAL,
                     "Failsafe activated: offboard signal lost",
