@@ -1,0 +1,349 @@
+//! What a user's code pays: criterion benchmarks of whole public calls on realistic inputs — the
+//! shipped `uav-px4` catalog, the example state (`docs/examples/state.json`), and a 32-component
+//! response shaped like an agent's (6 route actions with certificates, claims and the catalog's
+//! 12 rules; 2 holds; 4 notices; 4 reports; 16 statuses that declare 200 prerequisites between
+//! them).
+//!
+//! ```text
+//! cargo bench -p halo-gateway --bench user_path
+//! ```
+//!
+//! - `user/admission_from_bytes`: `Gateway::handle_response` on the JSON bytes (parse, digests,
+//!   validation, LocalOK, closure, bindings, tokens, events), excluding the receipts' sealing;
+//! - `user/receipts_of_one_admission`: sealing (`poll_receipt` until empty) the receipts that
+//!   admission queued;
+//! - `user/final_gate`: one whole `final_gate` call on a fresh token (timers brought up to date,
+//!   the decision, the token spent, a no-op adapter, phases, dependents, the receipt record);
+//! - `user/readmission`: a fresh candidate from its JSON bytes to its new binding;
+//! - `user/update_one_footprint` and `user/update_many_footprints`: a provider update that
+//!   invalidates one footprint (`z_range`, the reports) or all six route actions (`traffic`);
+//! - `user/contract_transition_with_receipt`: a mission-contract transition and its receipt
+//!   sealed.
+//!
+//! Each iteration starts from a prepared gateway (built outside the timing, `iter_batched`), so
+//! a number is the call alone. docs/benchmarks.md records the results and the machine.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "benchmark fixtures"
+)]
+#![allow(missing_docs, reason = "criterion macros generate undocumented items")]
+
+#[path = "../tests/common/contract_scale.rs"]
+mod contract_scale;
+
+use std::hint::black_box;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use halo_gateway::core::engine::{Config, Gateway};
+use halo_gateway::core::envelope::parse_envelope;
+use halo_gateway::core::gate::{Adapter, AdapterError, EnqueueRequest};
+use halo_gateway::core::graph::validate;
+use halo_gateway::core::statefile::{ProviderUpdate, parse_state};
+use halo_gateway::core::{Catalog, Certificate, DispatchToken, Id, Nanos, SourceUpdate};
+use serde_json::{Value, json};
+
+fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn catalog() -> Catalog {
+    let t = std::fs::read_to_string(root().join("catalogs/uav-px4.toml")).unwrap();
+    Catalog::parse(&t, "uav-px4.toml").unwrap()
+}
+
+/// The 32-component response; `rid` names it.
+fn response(rid: &str) -> String {
+    let mut comps: Vec<Value> = Vec::new();
+    let claims = json!({"map": {"epoch": 7}, "traffic": {"epoch": 41},
+                        "bounds": {"epoch": 3, "provenance": "corridor-12"}});
+    for k in 0..6 {
+        comps.push(json!({"id": format!("a{k}"), "type": "route_action",
+            "payload": {"frame": "local_ned", "north_m": 10.0 + k as f64, "east_m": 3.5 + k as f64,
+                        "down_m": -10.0, "yaw_deg": 90.0, "duration_s": 6.0},
+            "support": claims, "certificate": format!("cert-{k}")}));
+    }
+    for k in 0..2 {
+        comps.push(json!({"id": format!("h{k}"), "type": "hold", "payload": {"duration_s": 4.0}}));
+    }
+    for k in 0..4 {
+        comps.push(json!({"id": format!("n{k}"), "type": "notice",
+                          "payload": {"text": format!("Survey leg {k} starts")}}));
+        comps.push(json!({"id": format!("r{k}"), "type": "report",
+                          "payload": {"sensor": "z_range", "value": 10.2, "unit": "m"}}));
+    }
+    // 16 statuses over the 16 parents above: 200 prerequisites (8 statuses × 13, 8 × 12).
+    let parents: Vec<(String, &str)> = (0..6)
+        .map(|k| (format!("a{k}"), "dispatched"))
+        .chain((0..2).map(|k| (format!("h{k}"), "dispatched")))
+        .chain((0..4).map(|k| (format!("n{k}"), "emitted")))
+        .chain((0..4).map(|k| (format!("r{k}"), "emitted")))
+        .collect();
+    let mut edges = 0;
+    for s in 0..16 {
+        let want = if s < 8 { 13 } else { 12 };
+        let req: Vec<Value> = (0..want)
+            .map(|j| {
+                let (id, phase) = &parents[(s + j) % parents.len()];
+                json!({"id": id, "phase": phase})
+            })
+            .collect();
+        edges += req.len();
+        comps.push(json!({"id": format!("s{s}"), "type": "status",
+                          "payload": {"text": format!("status {s}")}, "requires": req}));
+    }
+    assert_eq!((comps.len(), edges), (32, 200));
+    json!({"response_id": rid, "agent_id": "planner-1", "generation": 7,
+           "catalog": {"id": "uav-px4", "version": 5}, "components": comps})
+    .to_string()
+}
+
+struct NullAdapter;
+
+impl Adapter for NullAdapter {
+    fn try_enqueue(&mut self, _req: &EnqueueRequest<'_>) -> Result<(), AdapterError> {
+        Ok(())
+    }
+}
+
+struct World {
+    cat: Catalog,
+    now: Nanos,
+    updates: Vec<SourceUpdate>,
+    certs: Vec<Certificate>,
+}
+
+impl World {
+    /// A gateway holding the example state and the certificates, nothing admitted yet.
+    fn fresh(&self) -> Gateway {
+        let mut gw = Gateway::new(self.cat.clone(), Config::default());
+        for u in &self.updates {
+            gw.handle_source_update(self.now, u.clone()).unwrap();
+        }
+        for c in &self.certs {
+            gw.handle_certificate(self.now, c.clone()).unwrap();
+        }
+        while gw.poll_receipt().is_some() {}
+        while gw.poll_event().is_some() {}
+        gw
+    }
+}
+
+/// The example state with a certificate for each route action of `text`.
+fn world(text: &str) -> World {
+    let cat = catalog();
+    let st = parse_state(
+        &cat,
+        &std::fs::read(root().join("docs/examples/state.json")).unwrap(),
+    )
+    .unwrap();
+    let raw = parse_envelope(text.as_bytes()).unwrap();
+    let v = validate(&cat, &raw).unwrap();
+    let certs = (0..6)
+        .map(|k| {
+            let i = v.graph.index_of(&format!("a{k}").parse().unwrap()).unwrap();
+            Certificate {
+                id: format!("cert-{k}").parse().unwrap(),
+                covers: v.graph.component(i).unwrap().digest,
+                valid_until: Nanos::from_ms(60_000),
+                issuer: "tube-verifier".parse().unwrap(),
+            }
+        })
+        .collect();
+    World {
+        cat,
+        now: st.now,
+        updates: st.updates,
+        certs,
+    }
+}
+
+/// A gateway with the response admitted, its events and receipts drained, and its tokens.
+fn admitted(w: &World, text: &str) -> (Gateway, Vec<DispatchToken>) {
+    let mut gw = w.fresh();
+    gw.handle_response(w.now, text.as_bytes()).unwrap();
+    while gw.poll_receipt().is_some() {}
+    while gw.poll_event().is_some() {}
+    let toks = std::iter::from_fn(|| gw.poll_dispatch()).collect();
+    (gw, toks)
+}
+
+fn user_path(c: &mut Criterion) {
+    let text = response("resp-bench");
+    let w = world(&text);
+    let mut g = c.benchmark_group("user");
+
+    g.bench_function("admission_from_bytes", |b| {
+        b.iter_batched(
+            || w.fresh(),
+            |mut gw| {
+                let r = gw.handle_response(w.now, black_box(text.as_bytes()));
+                (gw, black_box(r.is_ok()))
+            },
+            BatchSize::PerIteration,
+        )
+    });
+
+    {
+        let mut gw = w.fresh();
+        gw.handle_response(w.now, text.as_bytes()).unwrap();
+        let n = std::iter::from_fn(|| gw.poll_receipt()).count();
+        eprintln!("one admission of the 32-component response queues {n} receipts");
+    }
+    g.bench_function("receipts_of_one_admission", |b| {
+        b.iter_batched(
+            || {
+                let mut gw = w.fresh();
+                gw.handle_response(w.now, text.as_bytes()).unwrap();
+                gw
+            },
+            |mut gw| {
+                let mut n = 0;
+                while gw.poll_receipt().is_some() {
+                    n += 1;
+                }
+                (gw, black_box(n))
+            },
+            BatchSize::PerIteration,
+        )
+    });
+
+    g.bench_function("final_gate", |b| {
+        b.iter_batched(
+            || {
+                let (gw, mut toks) = admitted(&w, &text);
+                let t = toks.pop().unwrap();
+                (gw, t)
+            },
+            |(mut gw, tok)| {
+                let o = gw.final_gate(w.now, tok, &mut NullAdapter);
+                (gw, black_box(o))
+            },
+            BatchSize::PerIteration,
+        )
+    });
+
+    // Readmission: traffic's epoch moves, every route action is withheld with an obligation; a
+    // fresh candidate for `a0` against the new epoch.
+    let drifted = || {
+        let (mut gw, _) = admitted(&w, &text);
+        let u = ProviderUpdate {
+            source: "traffic".into(),
+            value: json!([{"north_m": 400.0, "east_m": 400.0, "down_m": -50.0}]),
+            epoch: 42,
+            provenance: "utm-feed-a".parse().unwrap(),
+            generated_at_ms: 10_050,
+        };
+        gw.handle_source_update(Nanos::from_ms(10_050), u.typed(&w.cat).unwrap())
+            .unwrap();
+        while gw.poll_receipt().is_some() {}
+        while gw.poll_event().is_some() {}
+        gw
+    };
+    let oid = drifted()
+        .obligations()
+        .find(|o| o.component.as_str() == "a0")
+        .unwrap()
+        .id
+        .0;
+    let mut a0: Value = serde_json::from_str::<Value>(&text).unwrap()["components"][0].clone();
+    a0["support"]["traffic"]["epoch"] = json!(42);
+    a0["certificate"] = json!("cert-fresh");
+    let cand = json!({"obligation": oid, "response_id": "resp-bench", "agent_id": "planner-1",
+                      "generation": 8, "catalog": {"id": "uav-px4", "version": 5},
+                      "components": [a0.clone()]})
+    .to_string();
+    let cand_env = json!({"response_id": "x", "agent_id": "planner-1", "generation": 1,
+                          "catalog": {"id": "uav-px4", "version": 5}, "components": [a0]})
+    .to_string();
+    let covers = {
+        let raw = parse_envelope(cand_env.as_bytes()).unwrap();
+        let v = validate(&w.cat, &raw).unwrap();
+        v.graph.component(0).unwrap().digest
+    };
+    let ready = || {
+        let mut gw = drifted();
+        gw.handle_certificate(
+            Nanos::from_ms(10_060),
+            Certificate {
+                id: "cert-fresh".parse::<Id>().unwrap(),
+                covers,
+                valid_until: Nanos::from_ms(60_000),
+                issuer: "tube-verifier".parse().unwrap(),
+            },
+        )
+        .unwrap();
+        while gw.poll_receipt().is_some() {}
+        gw
+    };
+    g.bench_function("readmission", |b| {
+        b.iter_batched(
+            ready,
+            |mut gw| {
+                let r = gw.handle_candidate(Nanos::from_ms(10_070), black_box(cand.as_bytes()));
+                assert!(r.is_ok(), "{r:?}");
+                gw
+            },
+            BatchSize::PerIteration,
+        )
+    });
+
+    for (name, source, value, epoch, prov) in [
+        (
+            "update_one_footprint",
+            "z_range",
+            json!(9.9),
+            2,
+            "rangefinder",
+        ),
+        (
+            "update_many_footprints",
+            "traffic",
+            json!([{"north_m": 400.0, "east_m": 400.0, "down_m": -50.0}]),
+            42,
+            "utm-feed-a",
+        ),
+    ] {
+        let u = ProviderUpdate {
+            source: source.into(),
+            value,
+            epoch,
+            provenance: prov.parse().unwrap(),
+            generated_at_ms: 10_050,
+        }
+        .typed(&w.cat)
+        .unwrap();
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || (admitted(&w, &text).0, u.clone()),
+                |(mut gw, u)| {
+                    let r = gw.handle_source_update(Nanos::from_ms(10_050), u);
+                    (gw, black_box(r.is_ok()))
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+
+    let p = contract_scale::transition(&contract_scale::BASE);
+    g.bench_function("contract_transition_with_receipt", |b| {
+        b.iter_batched(
+            || (p.monitor.clone(), p.request.clone()),
+            |(mut m, r)| {
+                let d = m.handle(r);
+                let mut n = 0;
+                while m.poll_receipt().is_some() {
+                    n += 1;
+                }
+                (m, black_box((d, n)))
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, user_path);
+criterion_main!(benches);
