@@ -1342,8 +1342,9 @@ fn replay(cohort: &Path, catalog: Option<&Path>, state: Option<&Path>) -> i32 {
     };
     let (replay, records) = r;
     eprintln!(
-        "replaying {} recorded responses × 12 conditions × {} variants ...",
+        "replaying {} recorded responses × {} conditions × {} variants ...",
         records.len(),
+        crate::replay::conditions().len(),
         Variant::ALL.len()
     );
     let panel = replay.run(&records, &Variant::ALL);
@@ -1351,13 +1352,7 @@ fn replay(cohort: &Path, catalog: Option<&Path>, state: Option<&Path>) -> i32 {
     let claims = crate::replay::claims(&panel);
     let matched = claims.iter().filter(|(_, ok, _)| *ok).count();
     println!("replay-panel: {matched}/{} matched", claims.len());
-    for (v, ok, what) in &claims {
-        println!(
-            "  {:<18} {} {what}",
-            v.name(),
-            if *ok { "yes" } else { "NO " }
-        );
-    }
+    print!("{}", crate::replay::render_claims(&claims));
     // The product's row decides the exit code; a reduced variant can only show its failure
     // where the cohort gives it an opportunity (a cohort of notices has none).
     let full_ok = claims.iter().any(|(v, ok, _)| *v == Variant::Full && *ok);

@@ -91,7 +91,7 @@ pub fn read_cohort(path: &Path) -> Result<Vec<Recorded>, String> {
                 continue;
             }
             let at = format!("{}:{}", f.display(), k + 1);
-            out.push(record(line).map_err(|e| format!("{at}: {e}"))?.with_at(at));
+            out.push(record(line, &at).map_err(|e| format!("{at}: {e}"))?);
         }
     }
     if out.is_empty() {
@@ -100,14 +100,7 @@ pub fn read_cohort(path: &Path) -> Result<Vec<Recorded>, String> {
     Ok(out)
 }
 
-impl Recorded {
-    fn with_at(mut self, at: String) -> Recorded {
-        self.at = at;
-        self
-    }
-}
-
-fn record(line: &str) -> Result<Recorded, String> {
+fn record(line: &str, at: &str) -> Result<Recorded, String> {
     let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
     let obj = v.as_object().ok_or("a record is a JSON object")?;
     if let Some(k) = obj
@@ -135,7 +128,7 @@ fn record(line: &str) -> Result<Recorded, String> {
         .to_string();
     Ok(Recorded {
         family,
-        at: String::new(),
+        at: at.to_string(),
         envelope,
     })
 }
@@ -1042,6 +1035,21 @@ pub fn claims(panel: &Panel) -> Vec<(Variant, bool, &'static str)> {
                 ),
             };
             (*v, ok && clean, what)
+        })
+        .collect()
+}
+
+/// Each variant's expectation as text: `VARIANT yes|NO what it must show`, one line each (the
+/// replay and transfer panels and `halo-gateway replay` print them alike).
+pub fn render_claims(claims: &[(Variant, bool, &str)]) -> String {
+    claims
+        .iter()
+        .map(|(v, ok, what)| {
+            format!(
+                "  {:<18} {} {what}\n",
+                v.name(),
+                if *ok { "yes" } else { "NO " }
+            )
         })
         .collect()
 }

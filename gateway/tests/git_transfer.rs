@@ -28,13 +28,7 @@ fn git_transfer() {
     let cl = claims(&rows);
     let matched = cl.iter().filter(|(_, ok, _)| *ok).count();
     println!("git-transfer: {matched}/{} matched", cl.len());
-    for (v, ok, what) in &cl {
-        println!(
-            "  {:<18} {} {what}",
-            v.name(),
-            if *ok { "yes" } else { "NO " }
-        );
-    }
+    print!("{}", halo_gateway::replay::render_claims(&cl));
     assert_eq!(Case::ALL.len(), 12);
     assert_eq!(matched, cl.len());
     // Every cell, pinned per repetition: (unaffected kept / unaffected, stale merges / changed

@@ -45,13 +45,7 @@ fn replay_panel() {
     let cl = claims(&panel);
     let matched = cl.iter().filter(|(_, ok, _)| *ok).count();
     println!("replay-panel: {matched}/{} matched", cl.len());
-    for (v, ok, what) in &cl {
-        println!(
-            "  {:<18} {} {what}",
-            v.name(),
-            if *ok { "yes" } else { "NO " }
-        );
-    }
+    print!("{}", halo_gateway::replay::render_claims(&cl));
     assert_eq!(matched, cl.len());
     assert_eq!((panel.runs, panel.conditions), (22_176, 12));
     // Every printed cell, pinned: kept/supported, stale-epoch, wrong-bounds, other and orphan

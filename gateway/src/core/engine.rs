@@ -1179,6 +1179,8 @@ impl Shared {
     /// components whose verdict changed (all of `mask` on first admission).
     pub(crate) fn evaluate(&mut self, r: &mut Resp, mask: u64, now: Nanos) -> u64 {
         let mut changed = 0u64;
+        // GlobalSnapshot only (empty snapshot otherwise): one answer for the whole response.
+        let snapshot = self.snapshot_changed(r);
         for i in bits(mask) {
             let (Some(c), Some(x)) = (r.graph.component(i), r.inst(i)) else {
                 continue;
@@ -1196,7 +1198,7 @@ impl Shared {
             };
             let mut v = local_ok_with(&self.cat, spec, c, &self.snap, now, timing, self.claims());
             if timing != Timing::Proceeded {
-                if let Some((code, s)) = self.snapshot_changed(r) {
+                if let Some((code, s)) = snapshot {
                     v.fail(code, Some(s));
                     v.changes_at = Nanos::MAX;
                 }
