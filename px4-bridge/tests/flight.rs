@@ -985,11 +985,12 @@ fn the_simulator_matches_measured_px4() {
     got.insert("rate_battery_status_hz", rate(147));
     got.insert("rate_sys_status_hz", rate(1));
     got.insert("rate_heartbeat_hz", rate(0));
+    // A yaw other than the heading on the ground (0°), so PX4's own yaw at takeoff shows.
     let sp = Setpoint {
         north_m: 0.0,
         east_m: 0.0,
         down_m: -5.0,
-        yaw_deg: 0.0,
+        yaw_deg: 90.0,
     };
     p.a.ob
         .try_enqueue(Mono(p.now), sp, binding(60), Mono(p.now + 120 * S))
@@ -1031,9 +1032,28 @@ fn the_simulator_matches_measured_px4() {
     // The ACK may arrive after liftoff has begun: measure from it either way.
     let lift = p.run_until_cond(5 * S, |p| alt(p) > 0.1);
     assert!(lift);
+    let lifted_at = p.now;
     got.insert("airborne_after_arm_s", (p.now - ack) as f64 / 1e9);
     assert!(p.run_until_cond(20 * S, |p| (alt(p) - 5.0).abs() < 0.2));
     got.insert("climb_5m_s", (p.now - ack) as f64 / 1e9);
+    // The target was echoed while armed before liftoff, but with PX4's heading: the bridge saw
+    // its own target (yaw included) only after liftoff.
+    let echoed_before_liftoff =
+        p.a.received
+            .iter()
+            .any(|(t, m, finite)| *t >= ack && *t < lifted_at && *m == 85 && *finite);
+    let observed_at = p
+        .a
+        .events
+        .iter()
+        .find_map(|(t, e)| {
+            matches!(e, Event::TargetObserved { binding: b, .. } if *b == binding(60)).then_some(*t)
+        })
+        .expect("the climb target was echoed");
+    got.insert(
+        "takeoff_yaw_substituted",
+        f64::from(u8::from(echoed_before_liftoff && observed_at > lifted_at)),
+    );
     p.run_for(3 * S);
     let t0 = p.now;
     let north = Setpoint { north_m: 5.0, ..sp };
@@ -1042,7 +1062,18 @@ fn the_simulator_matches_measured_px4() {
         .unwrap();
     assert!(p.run_until_cond(20 * S, |p| (p.b.sim.position()[0] - 5.0).abs() < 0.2));
     got.insert("move_5m_s", (p.now - t0) as f64 / 1e9);
-    p.run_for(3 * S);
+    // Hover there: settled, PX4 holds 0.2–0.6 m off its target.
+    p.run_for(10 * S);
+    let (mut near, mut far) = (f64::INFINITY, 0.0_f64);
+    for _ in 0..300 {
+        p.run_for(50 * MS);
+        let pos = p.b.sim.position();
+        let d = ((pos[0] - 5.0).powi(2) + pos[1].powi(2) + (pos[2] + 5.0).powi(2)).sqrt();
+        near = near.min(d);
+        far = far.max(d);
+    }
+    got.insert("hold_error_min_m", near);
+    got.insert("hold_error_max_m", far);
     let (n, sent) = (p.a.events.len(), p.now);
     assert_eq!(command(&mut p, Command::Land), CommandOutcome::Accepted);
     confirms.push(mode_confirmations(&p, n, sent, Px4Mode::LAND));
@@ -1052,7 +1083,52 @@ fn the_simulator_matches_measured_px4() {
     assert!(p.run_until_cond(10 * S, |p| !p.b.sim.armed()));
     got.insert("disarm_after_land_s", (p.now - down) as f64 / 1e9);
 
-    // Flight 2: the stream stops in the air.
+    // Flight 2: AUTO.TAKEOFF to 3 m; the ground-station link's stream on the way.
+    let mut p = pair_with(SimConfig::default(), Config::default());
+    assert!(p.run_until_cond(5 * S, |p| p.a.ob.link_up()), "no link");
+    p.run_for(2 * S);
+    let now = p.now;
+    p.b.sim.enable_gcs_link(now);
+    while p.b.sim.poll_transmit_gcs().is_some() {}
+    p.run_for(5 * S);
+    let mut gcs_targets = 0;
+    while let Some(m) = p.b.sim.poll_transmit_gcs() {
+        gcs_targets += usize::from(matches!(
+            m,
+            mavlink::dialects::common::MavMessage::POSITION_TARGET_LOCAL_NED(_)
+        ));
+    }
+    got.insert("rate_gcs_position_target_hz", gcs_targets as f64 / 5.0);
+    assert_eq!(command(&mut p, Command::Arm), CommandOutcome::Accepted);
+    let n = p.a.events.len();
+    let home_amsl = SimConfig::default().home_alt_m as f32;
+    assert_eq!(
+        command(
+            &mut p,
+            Command::Takeoff {
+                altitude_amsl_m: Some(home_amsl + 3.0)
+            }
+        ),
+        CommandOutcome::Accepted
+    );
+    let ack = p.a.events[n..]
+        .iter()
+        .find_map(|(t, e)| {
+            matches!(
+                e,
+                Event::Command {
+                    command: Command::Takeoff { .. },
+                    ..
+                }
+            )
+            .then_some(*t)
+        })
+        .unwrap();
+    assert!(p.run_until_cond(20 * S, |p| alt(p) >= 0.95 * 3.0));
+    got.insert("takeoff_3m_95pct_s", (p.now - ack) as f64 / 1e9);
+    while p.b.sim.poll_transmit_gcs().is_some() {}
+
+    // Flight 3: the stream stops in the air.
     let mut p = pair_with(SimConfig::default(), Config::default());
     take_off(&mut p);
     let (n, sent) = (p.a.events.len(), p.now);
@@ -1131,7 +1207,7 @@ fn the_simulator_matches_measured_px4() {
         );
     }
     println!("px4-facts: {matched}/{} matched", facts.facts.len());
-    assert_eq!(facts.facts.len(), 19, "the measurement file changed");
-    assert_eq!(got.len(), 19, "every fact measured");
+    assert_eq!(facts.facts.len(), 24, "the measurement file changed");
+    assert_eq!(got.len(), 24, "every fact measured");
     assert_eq!(matched, facts.facts.len());
 }

@@ -18,7 +18,10 @@
 //! - with the stream stopped in the air, after `COM_OF_LOSS_T` (1 s) plus detection the
 //!   heartbeat shows POSCTL (main 3) and, with no manual control, it descends and disarms,
 //!   after which the heartbeat reads the interrupted mode (OFFBOARD) again;
-//! - commands sent to component 0 are accepted and ACKed twice.
+//! - commands sent to component 0 are accepted and ACKed twice;
+//! - a ground-station link with its own streams (POSITION_TARGET_LOCAL_NED at 50 Hz);
+//! - settled at a target it holds 0.2–0.6 m off it; leaving the ground in OFFBOARD it keeps
+//!   its own heading briefly; AUTO.TAKEOFF slows well before its height.
 //!
 //! Every setpoint the controller takes in OFFBOARD is recorded (PX4's `trajectory_setpoint`
 //! topic): the evidence of what reached the vehicle.
@@ -126,6 +129,17 @@ pub struct SimConfig {
     pub drain_flying: f64,
     /// Answer TIMESYNC requests (off to test a companion's fallback to arrival time).
     pub answer_timesync: bool,
+    /// How far from its position target PX4 holds once settled, m, least and most: the hover
+    /// error drifts slowly between the two (measured in SIH: 0.2–0.6 m). `[0, 0]` holds exactly.
+    pub hold_error_m: [f64; 2],
+    /// AUTO.TAKEOFF's climb speed limit, m/s (`MPC_TKO_SPEED`-like).
+    pub takeoff_speed: f64,
+    /// AUTO.TAKEOFF's vertical approach gain, 1/s: lower than the position controller's, so the
+    /// climb slows well before the takeoff altitude (measured: 0→3 m to 95 % in 5.9 s).
+    pub takeoff_gain: f64,
+    /// Leaving the ground in OFFBOARD, PX4 flies and reports its own heading instead of the
+    /// setpoint's yaw until this long after liftoff, ms.
+    pub takeoff_yaw_ms: u64,
     /// Dynamics.
     #[serde(skip)]
     pub limits: Limits,
@@ -160,6 +174,10 @@ impl Default for SimConfig {
             drain_idle: 0.02,
             drain_flying: 0.15,
             answer_timesync: true,
+            hold_error_m: [0.2, 0.6],
+            takeoff_speed: 1.0,
+            takeoff_gain: 0.5,
+            takeoff_yaw_ms: 400,
             limits: Limits::default(),
         }
     }
@@ -277,6 +295,13 @@ pub struct Px4Sim {
     before_failsafe: Option<(u8, u8)>,
     streams: Vec<Stream>,
     outbox: VecDeque<MavMessage>,
+    /// The ground-station link's own streams (empty until [`Px4Sim::enable_gcs_link`]).
+    gcs_streams: Vec<Stream>,
+    gcs_outbox: VecDeque<MavMessage>,
+    /// The position target the hover error is measured from, and since when the vehicle has
+    /// been near it (the error builds up only once it has settled there).
+    err_target: [f64; 3],
+    near_since: Option<u64>,
     log: VecDeque<SetpointRecord>,
     stats: SimStats,
 }
@@ -342,6 +367,10 @@ impl Px4Sim {
             before_failsafe: None,
             streams,
             outbox: VecDeque::new(),
+            gcs_streams: Vec::new(),
+            gcs_outbox: VecDeque::new(),
+            err_target: [0.0; 3],
+            near_since: None,
             log: VecDeque::new(),
             stats: SimStats::default(),
         }
@@ -353,6 +382,40 @@ impl Px4Sim {
         let drifted = since + since * i128::from(self.cfg.clock_drift_ppm) / 1_000_000;
         let off = i128::from(self.cfg.clock_offset_ms) * 1_000_000;
         u64::try_from((drifted + off).max(0)).unwrap_or(u64::MAX)
+    }
+
+    /// Opens PX4 SITL's ground-station link: its own stream set (PX4 streams
+    /// POSITION_TARGET_LOCAL_NED there at about 50 Hz, measured), read with
+    /// [`Px4Sim::poll_transmit_gcs`]; command ACKs and STATUSTEXT go to both links.
+    pub fn enable_gcs_link(&mut self, now_ns: u64) {
+        if !self.gcs_streams.is_empty() {
+            return;
+        }
+        self.gcs_streams = [
+            (0, 1.0),   // HEARTBEAT
+            (85, 50.0), // POSITION_TARGET_LOCAL_NED (measured on PX4 v1.16 SITL)
+            (32, 30.0), // LOCAL_POSITION_NED
+            (30, 20.0), // ATTITUDE
+            (33, 5.0),  // GLOBAL_POSITION_INT
+            (1, 1.0),   // SYS_STATUS
+            (245, 1.0), // EXTENDED_SYS_STATE
+            (242, 0.5), // HOME_POSITION
+        ]
+        .into_iter()
+        .map(|(msg_id, hz)| Stream {
+            msg_id,
+            interval_ns: rate_ns(hz),
+            next_at: now_ns,
+        })
+        .collect();
+    }
+
+    /// A message both links carry (command ACKs, STATUSTEXT).
+    fn broadcast(&mut self, msg: MavMessage) {
+        if !self.gcs_streams.is_empty() {
+            self.gcs_outbox.push_back(msg.clone());
+        }
+        self.outbox.push_back(msg);
     }
 
     /// Position, NED metres.
@@ -402,7 +465,8 @@ impl Px4Sim {
         // were confirmed to the companion in 24–60 ms, not at the next 1 Hz heartbeat).
         if changed {
             let at = self.last_ns + self.cfg.mode_report_ms * MS;
-            if let Some(hb) = self.streams.iter_mut().find(|s| s.msg_id == 0) {
+            let heartbeats = self.streams.iter_mut().chain(self.gcs_streams.iter_mut());
+            for hb in heartbeats.filter(|s| s.msg_id == 0) {
                 hb.next_at = hb.next_at.min(at);
             }
         }
@@ -436,7 +500,7 @@ impl Px4Sim {
             ..STATUSTEXT_DATA::DEFAULT
         };
         st.text = text.into();
-        self.outbox.push_back(MavMessage::STATUSTEXT(st));
+        self.broadcast(MavMessage::STATUSTEXT(st));
     }
 
     fn offboard_signal_ok(&self, now: u64) -> bool {
@@ -449,8 +513,19 @@ impl Px4Sim {
         }
     }
 
-    /// Feeds one received message from system `header.system_id`.
+    /// Feeds one message received on the offboard link from system `header.system_id`.
     pub fn handle_message(&mut self, now_ns: u64, header: &MavHeader, msg: &MavMessage) {
+        self.handle_on(now_ns, false, header, msg);
+    }
+
+    /// Feeds one message received on the ground-station link (see
+    /// [`Px4Sim::enable_gcs_link`]): commands act on the vehicle as from the offboard link; a
+    /// rate request changes the ground-station link's stream.
+    pub fn handle_gcs_message(&mut self, now_ns: u64, header: &MavHeader, msg: &MavMessage) {
+        self.handle_on(now_ns, true, header, msg);
+    }
+
+    fn handle_on(&mut self, now_ns: u64, gcs: bool, header: &MavHeader, msg: &MavMessage) {
         self.advance(now_ns);
         let ours = |sys: u8, comp: u8| {
             (sys == self.cfg.system_id || sys == 0) && (comp == self.cfg.component_id || comp == 0)
@@ -520,6 +595,7 @@ impl Px4Sim {
                 self.stats.commands += 1;
                 let result = self.handle_command(
                     now_ns,
+                    gcs,
                     c.command,
                     [c.param1, c.param2, c.param3, c.param7],
                 );
@@ -534,24 +610,29 @@ impl Px4Sim {
                 });
                 if c.target_component == 0 {
                     // Measured on PX4 v1.16: a broadcast-component command is ACKed twice.
-                    self.outbox.push_back(ack.clone());
+                    self.broadcast(ack.clone());
                 }
-                self.outbox.push_back(ack);
+                self.broadcast(ack);
             }
             MavMessage::TIMESYNC(t) if t.tc1 == 0 && self.cfg.answer_timesync => {
                 let sender = u8::try_from(header.system_id).unwrap_or(0);
-                self.outbox.push_back(MavMessage::TIMESYNC(TIMESYNC_DATA {
+                let reply = MavMessage::TIMESYNC(TIMESYNC_DATA {
                     tc1: i64::try_from(self.boot_time_ns(now_ns)).unwrap_or(i64::MAX),
                     ts1: t.ts1,
                     target_system: sender,
                     target_component: header.component_id,
-                }));
+                });
+                if gcs {
+                    self.gcs_outbox.push_back(reply);
+                } else {
+                    self.outbox.push_back(reply);
+                }
             }
             _ => {}
         }
     }
 
-    fn handle_command(&mut self, now: u64, cmd: MavCmd, p: [f32; 4]) -> MavResult {
+    fn handle_command(&mut self, now: u64, gcs: bool, cmd: MavCmd, p: [f32; 4]) -> MavResult {
         match cmd {
             MavCmd::MAV_CMD_COMPONENT_ARM_DISARM => {
                 let forced = (p[1] - 21196.0).abs() < 0.5;
@@ -580,6 +661,7 @@ impl Px4Sim {
                     self.landed_at = None;
                     self.failsafe = false;
                     self.hold_at = self.body.pos;
+                    self.hold_yaw = self.body.yaw_deg;
                     MavResult::MAV_RESULT_ACCEPTED
                 } else {
                     if !self.armed {
@@ -673,7 +755,12 @@ impl Px4Sim {
                     reason = "message ids"
                 )]
                 let id = p[0].round() as u32;
-                let Some(s) = self.streams.iter_mut().find(|s| s.msg_id == id) else {
+                let streams = if gcs {
+                    &mut self.gcs_streams
+                } else {
+                    &mut self.streams
+                };
+                let Some(s) = streams.iter_mut().find(|s| s.msg_id == id) else {
                     return MavResult::MAV_RESULT_UNSUPPORTED;
                 };
                 let us = f64::from(p[1]);
@@ -722,6 +809,7 @@ impl Px4Sim {
         let next_stream = self
             .streams
             .iter()
+            .chain(&self.gcs_streams)
             .map(|s| s.next_at)
             .min()
             .unwrap_or(u64::MAX);
@@ -779,7 +867,11 @@ impl Px4Sim {
                 (MAIN_OFFBOARD, _) => match self.sp {
                     Some(sp) => Demand::Position {
                         target: sp.pos,
-                        yaw_deg: sp.yaw_deg,
+                        yaw_deg: if self.own_yaw(now) {
+                            self.hold_yaw
+                        } else {
+                            sp.yaw_deg
+                        },
                     },
                     None => Demand::Position {
                         target: self.hold_at,
@@ -787,8 +879,9 @@ impl Px4Sim {
                     },
                 },
                 (MAIN_AUTO, SUB_TAKEOFF) => {
-                    if (self.body.pos[2] - self.takeoff_to).abs() < 0.2 {
+                    if (self.body.pos[2] - self.takeoff_to).abs() < 0.1 {
                         self.set_mode(MAIN_AUTO, SUB_LOITER);
+                        self.hold_at[2] = self.takeoff_to;
                     }
                     Demand::Position {
                         target: [self.hold_at[0], self.hold_at[1], self.takeoff_to],
@@ -818,6 +911,25 @@ impl Px4Sim {
                     yaw_deg: self.hold_yaw,
                 },
             }
+        };
+        let demand = if matches!(
+            (self.main, self.sub),
+            (MAIN_OFFBOARD, _) | (MAIN_AUTO, SUB_LOITER)
+        ) {
+            self.with_hold_error(now, demand)
+        } else {
+            self.near_since = None;
+            demand
+        };
+        // PX4's takeoff climbs slower than its position controller and slows early.
+        let lim = if (self.main, self.sub) == (MAIN_AUTO, SUB_TAKEOFF) {
+            Limits {
+                v_up: self.cfg.takeoff_speed,
+                k_z: self.cfg.takeoff_gain,
+                ..lim
+            }
+        } else {
+            lim
         };
         // On the ground, only an upward demand lifts off.
         let lifts = match demand {
@@ -893,6 +1005,64 @@ impl Px4Sim {
         }
     }
 
+    /// Leaving the ground in OFFBOARD, PX4 holds its own heading (and reports it as the
+    /// target's yaw) until shortly after liftoff.
+    fn own_yaw(&self, now: u64) -> bool {
+        self.armed
+            && self.main == MAIN_OFFBOARD
+            && (self.on_ground
+                || self
+                    .liftoff_at
+                    .is_some_and(|l| now.saturating_sub(l) < self.cfg.takeoff_yaw_ms * MS))
+    }
+
+    /// PX4 does not hold a position exactly: once the vehicle has settled near its target, it
+    /// holds a point that drifts slowly between `hold_error_m[0]` and `[1]` away from it (a
+    /// deterministic stand-in for SIH's estimator and wind errors; the target it reports is
+    /// unchanged).
+    fn with_hold_error(&mut self, now: u64, demand: Demand) -> Demand {
+        let Demand::Position { target, yaw_deg } = demand else {
+            self.near_since = None;
+            return demand;
+        };
+        if target
+            .iter()
+            .zip(self.err_target)
+            .any(|(a, b)| (a - b).abs() > 0.05)
+        {
+            self.err_target = target;
+            self.near_since = None;
+        }
+        let p = self.body.pos;
+        let d =
+            ((target[0] - p[0]).powi(2) + (target[1] - p[1]).powi(2) + (target[2] - p[2]).powi(2))
+                .sqrt();
+        if self.near_since.is_none() && !self.on_ground && d < 0.3 {
+            self.near_since = Some(now);
+        }
+        let Some(since) = self.near_since else {
+            return demand;
+        };
+        #[allow(clippy::cast_precision_loss, reason = "seconds")]
+        let (settled_s, t) = (
+            now.saturating_sub(since) as f64 / 1e9,
+            now.saturating_sub(self.boot_ns) as f64 / 1e9,
+        );
+        let ramp = ((settled_s - 1.0) / 2.0).clamp(0.0, 1.0);
+        let [lo, hi] = self.cfg.hold_error_m;
+        let tau = std::f64::consts::TAU;
+        let m = (lo + hi) / 2.0 + (hi - lo) / 2.0 * (tau * t / 12.0).sin();
+        let th = tau * t / 40.0;
+        Demand::Position {
+            target: [
+                target[0] + ramp * m * th.cos(),
+                target[1] + ramp * m * th.sin(),
+                target[2],
+            ],
+            yaw_deg,
+        }
+    }
+
     fn landed_state(&self) -> MavLandedState {
         if self.on_ground {
             MavLandedState::MAV_LANDED_STATE_ON_GROUND
@@ -905,178 +1075,198 @@ impl Px4Sim {
         }
     }
 
+    fn emit_streams(&mut self, now: u64) {
+        for gcs in [false, true] {
+            let set = if gcs {
+                &mut self.gcs_streams
+            } else {
+                &mut self.streams
+            };
+            let mut due: heapless::Vec<u32, 16> = heapless::Vec::new();
+            for s in set.iter_mut() {
+                if s.interval_ns == u64::MAX {
+                    s.next_at = u64::MAX;
+                    continue;
+                }
+                if now < s.next_at {
+                    continue;
+                }
+                // Catch up without a burst after a long gap.
+                s.next_at = if now - s.next_at > s.interval_ns {
+                    now + s.interval_ns
+                } else {
+                    s.next_at + s.interval_ns
+                };
+                // At most 11 streams per link: always room.
+                let _ = due.push(s.msg_id);
+            }
+            for id in due {
+                if let Some(msg) = self.stream_message(id, now) {
+                    if gcs {
+                        self.gcs_outbox.push_back(msg);
+                    } else {
+                        self.outbox.push_back(msg);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The stream message `msg_id` as it reads at `now`.
     #[allow(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
         reason = "telemetry encodings"
     )]
-    fn emit_streams(&mut self, now: u64) {
+    fn stream_message(&self, msg_id: u32, now: u64) -> Option<MavMessage> {
         let boot_ms = (self.boot_time_ns(now) / MS) as u32;
-        for k in 0..self.streams.len() {
-            let Some(s) = self.streams.get(k).copied() else {
-                continue;
-            };
-            if s.interval_ns == u64::MAX {
-                if let Some(sm) = self.streams.get_mut(k) {
-                    sm.next_at = u64::MAX;
-                }
-                continue;
-            }
-            if now < s.next_at {
-                continue;
-            }
-            if let Some(sm) = self.streams.get_mut(k) {
-                // Catch up without a burst after a long gap.
-                sm.next_at = if now - s.next_at > s.interval_ns {
-                    now + s.interval_ns
-                } else {
-                    s.next_at + s.interval_ns
+        let b = self.body;
+        let msg = match msg_id {
+            0 => self.heartbeat(),
+            32 => MavMessage::LOCAL_POSITION_NED(LOCAL_POSITION_NED_DATA {
+                time_boot_ms: boot_ms,
+                x: b.pos[0] as f32,
+                y: b.pos[1] as f32,
+                z: b.pos[2] as f32,
+                vx: b.vel[0] as f32,
+                vy: b.vel[1] as f32,
+                vz: b.vel[2] as f32,
+            }),
+            85 => {
+                let (pos, yaw, mask, vel, acc) = match (self.armed, self.main, self.sp) {
+                    (_, MAIN_OFFBOARD, Some(sp)) => (
+                        [sp.pos[0] as f32, sp.pos[1] as f32, sp.pos[2] as f32],
+                        if self.own_yaw(now) {
+                            self.hold_yaw.to_radians() as f32
+                        } else {
+                            sp.yaw_deg.to_radians() as f32
+                        },
+                        0u16,
+                        b.vel_cmd,
+                        b.acc,
+                    ),
+                    (true, _, _) => (
+                        [
+                            self.hold_at[0] as f32,
+                            self.hold_at[1] as f32,
+                            self.hold_at[2] as f32,
+                        ],
+                        self.hold_yaw.to_radians() as f32,
+                        0u16,
+                        b.vel_cmd,
+                        b.acc,
+                    ),
+                    _ => ([f32::NAN; 3], f32::NAN, 63u16, [0.0; 3], [0.0; 3]),
                 };
+                MavMessage::POSITION_TARGET_LOCAL_NED(POSITION_TARGET_LOCAL_NED_DATA {
+                    time_boot_ms: boot_ms,
+                    x: pos[0],
+                    y: pos[1],
+                    z: pos[2],
+                    vx: vel[0] as f32,
+                    vy: vel[1] as f32,
+                    vz: vel[2] as f32,
+                    afx: acc[0] as f32,
+                    afy: acc[1] as f32,
+                    afz: acc[2] as f32,
+                    yaw,
+                    yaw_rate: 0.0,
+                    type_mask: PositionTargetTypemask::from_bits_truncate(mask),
+                    coordinate_frame: MavFrame::MAV_FRAME_LOCAL_NED,
+                })
             }
-            let b = self.body;
-            let msg = match s.msg_id {
-                0 => self.heartbeat(),
-                32 => MavMessage::LOCAL_POSITION_NED(LOCAL_POSITION_NED_DATA {
+            30 => MavMessage::ATTITUDE(ATTITUDE_DATA {
+                time_boot_ms: boot_ms,
+                roll: (b.acc[1] / 9.81).atan() as f32,
+                pitch: (-b.acc[0] / 9.81).atan() as f32,
+                yaw: b.yaw_deg.to_radians() as f32,
+                rollspeed: 0.0,
+                pitchspeed: 0.0,
+                yawspeed: 0.0,
+            }),
+            33 => {
+                let lat = self.cfg.home_lat + b.pos[0] / 111_320.0;
+                let lon = self.cfg.home_lon
+                    + b.pos[1] / (111_320.0 * self.cfg.home_lat.to_radians().cos());
+                MavMessage::GLOBAL_POSITION_INT(GLOBAL_POSITION_INT_DATA {
                     time_boot_ms: boot_ms,
-                    x: b.pos[0] as f32,
-                    y: b.pos[1] as f32,
-                    z: b.pos[2] as f32,
-                    vx: b.vel[0] as f32,
-                    vy: b.vel[1] as f32,
-                    vz: b.vel[2] as f32,
-                }),
-                85 => {
-                    let (pos, yaw, mask, vel, acc) = match (self.armed, self.main, self.sp) {
-                        (_, MAIN_OFFBOARD, Some(sp)) => (
-                            [sp.pos[0] as f32, sp.pos[1] as f32, sp.pos[2] as f32],
-                            sp.yaw_deg.to_radians() as f32,
-                            0u16,
-                            b.vel_cmd,
-                            b.acc,
-                        ),
-                        (true, _, _) => (
-                            [
-                                self.hold_at[0] as f32,
-                                self.hold_at[1] as f32,
-                                self.hold_at[2] as f32,
-                            ],
-                            self.hold_yaw.to_radians() as f32,
-                            0u16,
-                            b.vel_cmd,
-                            b.acc,
-                        ),
-                        _ => ([f32::NAN; 3], f32::NAN, 63u16, [0.0; 3], [0.0; 3]),
-                    };
-                    MavMessage::POSITION_TARGET_LOCAL_NED(POSITION_TARGET_LOCAL_NED_DATA {
-                        time_boot_ms: boot_ms,
-                        x: pos[0],
-                        y: pos[1],
-                        z: pos[2],
-                        vx: vel[0] as f32,
-                        vy: vel[1] as f32,
-                        vz: vel[2] as f32,
-                        afx: acc[0] as f32,
-                        afy: acc[1] as f32,
-                        afz: acc[2] as f32,
-                        yaw,
-                        yaw_rate: 0.0,
-                        type_mask: PositionTargetTypemask::from_bits_truncate(mask),
-                        coordinate_frame: MavFrame::MAV_FRAME_LOCAL_NED,
-                    })
+                    lat: (lat * 1e7) as i32,
+                    lon: (lon * 1e7) as i32,
+                    alt: ((self.cfg.home_alt_m - b.pos[2]) * 1000.0) as i32,
+                    relative_alt: (-b.pos[2] * 1000.0) as i32,
+                    vx: (b.vel[0] * 100.0) as i16,
+                    vy: (b.vel[1] * 100.0) as i16,
+                    vz: (b.vel[2] * 100.0) as i16,
+                    hdg: ((b.yaw_deg.rem_euclid(360.0)) * 100.0) as u16,
+                })
+            }
+            147 => {
+                let mv = self.voltage_mv();
+                let mut voltages = [u16::MAX; 10];
+                if let Some(v) = voltages.first_mut() {
+                    *v = mv;
                 }
-                30 => MavMessage::ATTITUDE(ATTITUDE_DATA {
-                    time_boot_ms: boot_ms,
-                    roll: (b.acc[1] / 9.81).atan() as f32,
-                    pitch: (-b.acc[0] / 9.81).atan() as f32,
-                    yaw: b.yaw_deg.to_radians() as f32,
-                    rollspeed: 0.0,
-                    pitchspeed: 0.0,
-                    yawspeed: 0.0,
-                }),
-                33 => {
-                    let lat = self.cfg.home_lat + b.pos[0] / 111_320.0;
-                    let lon = self.cfg.home_lon
-                        + b.pos[1] / (111_320.0 * self.cfg.home_lat.to_radians().cos());
-                    MavMessage::GLOBAL_POSITION_INT(GLOBAL_POSITION_INT_DATA {
-                        time_boot_ms: boot_ms,
-                        lat: (lat * 1e7) as i32,
-                        lon: (lon * 1e7) as i32,
-                        alt: ((self.cfg.home_alt_m - b.pos[2]) * 1000.0) as i32,
-                        relative_alt: (-b.pos[2] * 1000.0) as i32,
-                        vx: (b.vel[0] * 100.0) as i16,
-                        vy: (b.vel[1] * 100.0) as i16,
-                        vz: (b.vel[2] * 100.0) as i16,
-                        hdg: ((b.yaw_deg.rem_euclid(360.0)) * 100.0) as u16,
-                    })
-                }
-                147 => {
-                    let mv = self.voltage_mv();
-                    let mut voltages = [u16::MAX; 10];
-                    if let Some(v) = voltages.first_mut() {
-                        *v = mv;
-                    }
-                    MavMessage::BATTERY_STATUS(BATTERY_STATUS_DATA {
-                        current_consumed: -1,
-                        energy_consumed: -1,
-                        temperature: i16::MAX,
-                        voltages,
-                        current_battery: if self.armed { 1200 } else { 50 },
-                        id: 0,
-                        battery_function: MavBatteryFunction::MAV_BATTERY_FUNCTION_ALL,
-                        mavtype: MavBatteryType::MAV_BATTERY_TYPE_LIPO,
-                        battery_remaining: self.battery_pct.round() as i8,
-                        ..BATTERY_STATUS_DATA::DEFAULT
-                    })
-                }
-                1 => MavMessage::SYS_STATUS(SYS_STATUS_DATA {
-                    onboard_control_sensors_present: MavSysStatusSensor::empty(),
-                    onboard_control_sensors_enabled: MavSysStatusSensor::empty(),
-                    onboard_control_sensors_health: MavSysStatusSensor::empty(),
-                    load: 300,
-                    voltage_battery: self.voltage_mv(),
+                MavMessage::BATTERY_STATUS(BATTERY_STATUS_DATA {
+                    current_consumed: -1,
+                    energy_consumed: -1,
+                    temperature: i16::MAX,
+                    voltages,
                     current_battery: if self.armed { 1200 } else { 50 },
-                    drop_rate_comm: 0,
-                    errors_comm: 0,
-                    errors_count1: 0,
-                    errors_count2: 0,
-                    errors_count3: 0,
-                    errors_count4: 0,
+                    id: 0,
+                    battery_function: MavBatteryFunction::MAV_BATTERY_FUNCTION_ALL,
+                    mavtype: MavBatteryType::MAV_BATTERY_TYPE_LIPO,
                     battery_remaining: self.battery_pct.round() as i8,
-                    ..SYS_STATUS_DATA::DEFAULT
-                }),
-                245 => MavMessage::EXTENDED_SYS_STATE(EXTENDED_SYS_STATE_DATA {
-                    vtol_state: MavVtolState::MAV_VTOL_STATE_UNDEFINED,
-                    landed_state: self.landed_state(),
-                }),
-                242 => MavMessage::HOME_POSITION(HOME_POSITION_DATA {
-                    latitude: (self.cfg.home_lat * 1e7) as i32,
-                    longitude: (self.cfg.home_lon * 1e7) as i32,
-                    altitude: (self.cfg.home_alt_m * 1000.0) as i32,
-                    x: 0.0,
-                    y: 0.0,
-                    z: 0.0,
-                    q: [1.0, 0.0, 0.0, 0.0],
-                    approach_x: 0.0,
-                    approach_y: 0.0,
-                    approach_z: 0.0,
-                    time_usec: self.boot_time_ns(now) / 1000,
-                }),
-                49 => MavMessage::GPS_GLOBAL_ORIGIN(GPS_GLOBAL_ORIGIN_DATA {
-                    latitude: (self.cfg.home_lat * 1e7) as i32,
-                    longitude: (self.cfg.home_lon * 1e7) as i32,
-                    altitude: (self.cfg.home_alt_m * 1000.0) as i32,
-                    time_usec: self.boot_time_ns(now) / 1000,
-                }),
-                111 => MavMessage::TIMESYNC(TIMESYNC_DATA {
-                    tc1: 0,
-                    ts1: i64::try_from(self.boot_time_ns(now)).unwrap_or(i64::MAX),
-                    target_system: 0,
-                    target_component: 0,
-                }),
-                _ => continue,
-            };
-            self.outbox.push_back(msg);
-        }
+                    ..BATTERY_STATUS_DATA::DEFAULT
+                })
+            }
+            1 => MavMessage::SYS_STATUS(SYS_STATUS_DATA {
+                onboard_control_sensors_present: MavSysStatusSensor::empty(),
+                onboard_control_sensors_enabled: MavSysStatusSensor::empty(),
+                onboard_control_sensors_health: MavSysStatusSensor::empty(),
+                load: 300,
+                voltage_battery: self.voltage_mv(),
+                current_battery: if self.armed { 1200 } else { 50 },
+                drop_rate_comm: 0,
+                errors_comm: 0,
+                errors_count1: 0,
+                errors_count2: 0,
+                errors_count3: 0,
+                errors_count4: 0,
+                battery_remaining: self.battery_pct.round() as i8,
+                ..SYS_STATUS_DATA::DEFAULT
+            }),
+            245 => MavMessage::EXTENDED_SYS_STATE(EXTENDED_SYS_STATE_DATA {
+                vtol_state: MavVtolState::MAV_VTOL_STATE_UNDEFINED,
+                landed_state: self.landed_state(),
+            }),
+            242 => MavMessage::HOME_POSITION(HOME_POSITION_DATA {
+                latitude: (self.cfg.home_lat * 1e7) as i32,
+                longitude: (self.cfg.home_lon * 1e7) as i32,
+                altitude: (self.cfg.home_alt_m * 1000.0) as i32,
+                x: 0.0,
+                y: 0.0,
+                z: 0.0,
+                q: [1.0, 0.0, 0.0, 0.0],
+                approach_x: 0.0,
+                approach_y: 0.0,
+                approach_z: 0.0,
+                time_usec: self.boot_time_ns(now) / 1000,
+            }),
+            49 => MavMessage::GPS_GLOBAL_ORIGIN(GPS_GLOBAL_ORIGIN_DATA {
+                latitude: (self.cfg.home_lat * 1e7) as i32,
+                longitude: (self.cfg.home_lon * 1e7) as i32,
+                altitude: (self.cfg.home_alt_m * 1000.0) as i32,
+                time_usec: self.boot_time_ns(now) / 1000,
+            }),
+            111 => MavMessage::TIMESYNC(TIMESYNC_DATA {
+                tc1: 0,
+                ts1: i64::try_from(self.boot_time_ns(now)).unwrap_or(i64::MAX),
+                target_system: 0,
+                target_component: 0,
+            }),
+            _ => return None,
+        };
+        Some(msg)
     }
 
     #[allow(
@@ -1088,9 +1278,14 @@ impl Px4Sim {
         (14_000.0 + 2_800.0 * self.battery_pct / 100.0) as u16
     }
 
-    /// The next message to send, from [`Px4Sim::header`].
+    /// The next message to send on the offboard link, from [`Px4Sim::header`].
     pub fn poll_transmit(&mut self) -> Option<MavMessage> {
         self.outbox.pop_front()
+    }
+
+    /// The next message to send on the ground-station link.
+    pub fn poll_transmit_gcs(&mut self) -> Option<MavMessage> {
+        self.gcs_outbox.pop_front()
     }
 
     /// The header of every message the vehicle sends (the link layer fills the sequence).

@@ -76,8 +76,11 @@ pub struct UdpOptions {
     /// Seed for packet loss.
     pub seed: u64,
     /// A ground-station port (PX4 SITL's GCS link; QGroundControl listens on 14550): once a
-    /// ground station has sent from it, it receives everything the vehicle sends, and its
-    /// commands (a mode switch, as a pilot would make) reach the vehicle. `None`: no GCS link.
+    /// ground station has sent to it, it receives the GCS link's own streams (with
+    /// POSITION_TARGET_LOCAL_NED at about 50 Hz, as PX4 SITL sends) plus command ACKs and
+    /// STATUSTEXT, and its commands (a mode switch, as a pilot would make) reach the vehicle.
+    /// The offboard link's test controls (loss, delay, drop) do not apply to it. `None`: no
+    /// GCS link.
     pub gcs: Option<SocketAddr>,
 }
 
@@ -135,6 +138,10 @@ pub async fn run_with_origin(
 ) -> std::io::Result<()> {
     let now = || u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let mut sim = Px4Sim::new(opts.config, now());
+    if opts.gcs.is_some() {
+        sim.enable_gcs_link(now());
+    }
+    let mut gcs_seq = 0u8;
     let mut log = match &opts.setpoint_log {
         Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p)?)),
         None => None,
@@ -171,7 +178,7 @@ pub async fn run_with_origin(
                 let (msgs, _) = wire::decode(gcs_buf.get(..n).unwrap_or(&[]));
                 let t = now();
                 for (h, m) in msgs {
-                    sim.handle_message(t, &h, &m);
+                    sim.handle_gcs_message(t, &h, &m);
                 }
             }
             r = socket.recv_from(&mut buf) => {
@@ -205,8 +212,12 @@ pub async fn run_with_origin(
             }
             // A send error (nobody listening yet) is not fatal for a UDP autopilot.
             let _ = socket.send_to(&bytes, to).await;
+        }
+        while let Some(m) = sim.poll_transmit_gcs() {
             if let (Some(g), Some(p)) = (gcs.as_ref(), gcs_peer) {
-                let _ = g.send_to(&bytes, p).await;
+                let _ = g
+                    .send_to(&wire::encode(sim.header(), &m, &mut gcs_seq), p)
+                    .await;
             }
         }
         while let Some(r) = sim.poll_setpoint() {
