@@ -189,8 +189,12 @@ fn user_path(c: &mut Criterion) {
     {
         let mut gw = w.fresh();
         gw.handle_response(w.now, text.as_bytes()).unwrap();
-        let n = std::iter::from_fn(|| gw.poll_receipt()).count();
-        eprintln!("one admission of the 32-component response queues {n} receipts");
+        let rs: Vec<_> = std::iter::from_fn(|| gw.poll_receipt()).collect();
+        let bytes: usize = rs.iter().map(|r| r.body.as_str().len()).sum();
+        eprintln!(
+            "one admission of the 32-component response queues {} receipt(s), {bytes} bytes of canonical body",
+            rs.len()
+        );
     }
     g.bench_function("receipts_of_one_admission", |b| {
         b.iter_batched(

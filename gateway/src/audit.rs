@@ -480,7 +480,7 @@ mod tests {
     fn relink(rs: &mut [Receipt]) {
         let mut prev: Option<Receipt> = None;
         for r in rs.iter_mut() {
-            let body = r.body.clone();
+            let body = r.body.value();
             *r = Receipt::next(prev.as_ref(), r.at_ns, r.wall_unix_ms, body);
             prev = Some(r.clone());
         }
@@ -499,7 +499,8 @@ mod tests {
 
         // A body changed and every later hash recomputed: the chain holds, the signature not.
         let mut forged = rs.clone();
-        forged[2].body = serde_json::json!({"kind": "x", "i": 99});
+        forged[2].body =
+            crate::core::receipt::Body::from_value(&serde_json::json!({"kind": "x", "i": 99}));
         relink(&mut forged);
         assert!(crate::core::receipt::verify_chain(&forged).is_ok());
         let e = verify(&forged, Some(&key)).unwrap_err();

@@ -404,7 +404,8 @@ where
 
 /// One receipt as a line for people.
 fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)> {
-    let b = &r.body;
+    let body = r.body.value();
+    let b = &body;
     let s = |k: &str| b.get(k).and_then(serde_json::Value::as_str).unwrap_or("");
     let code = |k: &str| {
         b.get(k)

@@ -234,15 +234,19 @@ fn a_signed_contract_log_catches_a_consistent_rewrite() {
     let forged = dir.join("forged.jsonl");
     let f = forged.display().to_string();
     let mut renamed = rs.clone();
-    renamed[0].body["request"]["op"]["approved_by"] = serde_json::json!("mallory");
+    renamed[0]
+        .body
+        .edit(|b| b["request"]["op"]["approved_by"] = serde_json::json!("mallory"));
     let mut no_nofly = rs.clone();
-    let forbidden = &mut no_nofly[0].body["request"]["op"]["contract"]["forbidden"];
-    let before = forbidden.as_array().unwrap().len();
-    forbidden
-        .as_array_mut()
-        .unwrap()
-        .retain(|c| c != &serde_json::json!(["zone == nofly"]));
-    assert_eq!(forbidden.as_array().unwrap().len(), before - 1);
+    no_nofly[0].body.edit(|b| {
+        let forbidden = &mut b["request"]["op"]["contract"]["forbidden"];
+        let before = forbidden.as_array().unwrap().len();
+        forbidden
+            .as_array_mut()
+            .unwrap()
+            .retain(|c| c != &serde_json::json!(["zone == nofly"]));
+        assert_eq!(forbidden.as_array().unwrap().len(), before - 1);
+    });
     for forgery in [renamed, no_nofly] {
         write_relinked(&forged, &forgery);
         // The chain and the replay accept it: a hash chain cannot tell.

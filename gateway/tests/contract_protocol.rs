@@ -1790,7 +1790,7 @@ fn contract_protocol() {
             last = Some(r);
         }
         let last = last.expect("a receipt");
-        ok &= last.body["verdict"] == serde_json::to_value(d.verdict).unwrap();
+        ok &= last.body.value()["verdict"] == serde_json::to_value(d.verdict).unwrap();
         if ok {
             matched += 1;
         } else {

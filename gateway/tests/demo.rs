@@ -71,7 +71,7 @@ fn signed_receipts_catch_rewrites_deletions_and_cuts(out: &std::path::Path) {
 
     let rs = read_log(&log);
     let checkpoints: Vec<usize> = (0..rs.len())
-        .filter(|&i| rs[i].body["kind"] == "checkpoint")
+        .filter(|&i| rs[i].body.value()["kind"] == "checkpoint")
         .collect();
     assert!(
         checkpoints.len() >= 2,
@@ -92,9 +92,14 @@ fn signed_receipts_catch_rewrites_deletions_and_cuts(out: &std::path::Path) {
     let mut flipped = rs.clone();
     let g = flipped
         .iter()
-        .position(|r| r.body["kind"] == "gate" && r.body["outcome"] == "dispatched")
+        .position(|r| {
+            let b = r.body.value();
+            b["kind"] == "gate" && b["outcome"] == "dispatched"
+        })
         .unwrap();
-    flipped[g].body["outcome"] = serde_json::json!("denied");
+    flipped[g]
+        .body
+        .edit(|b| b["outcome"] = serde_json::json!("denied"));
     write_relinked(&forged, &flipped);
     verify(0);
     // A record deleted and the chain re-linked.
@@ -111,7 +116,7 @@ fn signed_receipts_catch_rewrites_deletions_and_cuts(out: &std::path::Path) {
     assert!(text.contains("not the shutdown one"), "{text}");
     // The signed head kept off the vehicle catches a cut at a checkpoint too.
     let head = out.join("head.json");
-    let mut kept = rs[rs.len() - 1].body.clone();
+    let mut kept = rs[rs.len() - 1].body.value();
     kept.as_object_mut().unwrap().remove("kind");
     std::fs::write(&head, kept.to_string()).unwrap();
     let h = head.display().to_string();

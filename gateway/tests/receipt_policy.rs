@@ -20,8 +20,9 @@ use serde_json::json;
 fn kinds(rs: &[Receipt]) -> Vec<String> {
     rs.iter()
         .map(|r| {
-            let k = r.body["kind"].as_str().unwrap_or("?").to_string();
-            match r.body["source"].as_str() {
+            let b = r.body.value();
+            let k = b["kind"].as_str().unwrap_or("?").to_string();
+            match b["source"].as_str() {
                 Some(s) => format!("{k}:{s}"),
                 None => k,
             }
@@ -98,12 +99,13 @@ fn telemetry_is_summarized_and_decisions_are_kept() {
     let s = drain(&mut gw);
     let summary = s
         .iter()
-        .find(|r| r.body["kind"] == "source_summary")
+        .map(|r| r.body.value())
+        .find(|b| b["kind"] == "source_summary")
         .expect("a summary receipt");
-    assert_eq!(summary.body["source"], "battery");
-    assert_eq!(summary.body["updates"], 25);
-    assert_eq!(summary.body["first_generated_at_ns"], 1_100_000_000u64);
-    assert_eq!(summary.body["last_generated_at_ns"], 1_580_000_000u64);
+    assert_eq!(summary["source"], "battery");
+    assert_eq!(summary["updates"], 25);
+    assert_eq!(summary["first_generated_at_ns"], 1_100_000_000u64);
+    assert_eq!(summary["last_generated_at_ns"], 1_580_000_000u64);
     all.extend(quiet);
     all.extend(r);
     all.extend(r2);

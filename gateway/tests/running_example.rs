@@ -130,10 +130,11 @@ fn every_decision_leaves_a_hash_linked_receipt() {
         halo_gateway::core::receipt::verify_chain(&receipts),
         Ok(receipts.len() as u64)
     );
-    let kinds: Vec<&str> = receipts
+    let kinds: Vec<String> = receipts
         .iter()
-        .map(|r| r.body["kind"].as_str().unwrap())
+        .map(|r| r.body.value()["kind"].as_str().unwrap().to_owned())
         .collect();
+    let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
     assert!(kinds.contains(&"admitted"));
     assert!(kinds.contains(&"gate"));
     assert!(kinds.contains(&"gate_refused"));
@@ -142,7 +143,9 @@ fn every_decision_leaves_a_hash_linked_receipt() {
     // One JSON line per receipt, and a tampered line no longer verifies.
     let mut tampered = receipts.clone();
     let last = tampered.len() - 1;
-    tampered[last].body["code"] = serde_json::json!("TOKEN_REVOKED");
+    tampered[last]
+        .body
+        .edit(|b| b["code"] = serde_json::json!("TOKEN_REVOKED"));
     assert!(halo_gateway::core::receipt::verify_chain(&tampered).is_err());
 }
 

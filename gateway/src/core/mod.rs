@@ -12,6 +12,7 @@
 //! - [`receipt`]: hash-linked receipts.
 
 pub mod binding;
+pub mod canonical;
 pub mod catalog;
 pub mod defect;
 pub mod digest;

@@ -17,6 +17,61 @@ use serde::{Deserialize, Serialize};
 use super::digest::{Digest, tag};
 use super::time::Nanos;
 
+/// A receipt's record as canonical JSON text (keys sorted, no whitespace): exactly the bytes
+/// its hash covers. Sealing writes it straight from the typed record
+/// ([`super::canonical`]); reading a receipt from a log parses the body and writes it back in
+/// canonical form, so a body whose keys were merely reordered still verifies, as it always has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Body(String);
+
+impl Body {
+    /// The canonical text of `value`.
+    pub fn from_value(value: &serde_json::Value) -> Body {
+        Body::of(value)
+    }
+
+    /// The canonical text of any record (`null` when it has no JSON form, as the `Value`
+    /// route gave).
+    pub fn of<T: Serialize + ?Sized>(record: &T) -> Body {
+        let mut out = Vec::with_capacity(256);
+        if super::canonical::write(&mut out, record).is_err() {
+            out.clear();
+            out.extend_from_slice(b"null");
+        }
+        // Canonical JSON is UTF-8 by construction (serde_json writes strings as given).
+        Body(String::from_utf8(out).unwrap_or_else(|_| "null".to_owned()))
+    }
+
+    /// The body as a JSON value.
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The canonical text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Changes the body through its JSON value (tools and tests that forge receipts).
+    pub fn edit(&mut self, f: impl FnOnce(&mut serde_json::Value)) {
+        let mut v = self.value();
+        f(&mut v);
+        *self = Body::from_value(&v);
+    }
+}
+
+impl Serialize for Body {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.value().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Body {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Body, D::Error> {
+        serde_json::Value::deserialize(d).map(|v| Body::from_value(&v))
+    }
+}
+
 /// A sealed receipt.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -28,7 +83,7 @@ pub struct Receipt {
     /// Decision instant on the gateway's monotonic clock.
     pub at_ns: u64,
     /// The record, as canonical JSON.
-    pub body: serde_json::Value,
+    pub body: Body,
     /// Wall-clock time of the decision, Unix ms, when the shell knows it (format 2). Hashed
     /// when present, so a log written without it (format 1) verifies unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,24 +106,41 @@ impl Receipt {
         wall_unix_ms: Option<u64>,
         body: &serde_json::Value,
     ) -> Vec<u8> {
-        let mut obj = serde_json::json!({
-            "at_ns": at_ns,
-            "body": body,
-            "index": index,
-            "prev": prev.to_hex(),
-        });
-        if let (Some(w), Some(m)) = (wall_unix_ms, obj.as_object_mut()) {
-            m.insert("wall_unix_ms".into(), w.into());
+        Receipt::hash_input_canonical(index, prev, at_ns, wall_unix_ms, &Body::from_value(body))
+    }
+
+    /// The hashed bytes: the canonical JSON of `{"at_ns", "body", "index", "prev"}` plus
+    /// `"wall_unix_ms"` when present (keys in that, sorted, order).
+    fn hash_input_canonical(
+        index: u64,
+        prev: &Digest,
+        at_ns: u64,
+        wall_unix_ms: Option<u64>,
+        body: &Body,
+    ) -> Vec<u8> {
+        let mut out = Vec::with_capacity(body.0.len() + 160);
+        out.extend_from_slice(b"{\"at_ns\":");
+        push_u64(&mut out, at_ns);
+        out.extend_from_slice(b",\"body\":");
+        out.extend_from_slice(body.0.as_bytes());
+        out.extend_from_slice(b",\"index\":");
+        push_u64(&mut out, index);
+        out.extend_from_slice(b",\"prev\":\"");
+        push_hex(&mut out, prev);
+        out.push(b'"');
+        if let Some(w) = wall_unix_ms {
+            out.extend_from_slice(b",\"wall_unix_ms\":");
+            push_u64(&mut out, w);
         }
-        // serde_json's map is ordered by key (no `preserve_order`), so this is canonical.
-        serde_json::to_vec(&obj).unwrap_or_default()
+        out.push(b'}');
+        out
     }
 
     /// Recomputes this receipt's hash from its fields.
     pub fn recompute(&self) -> Digest {
         Digest::of(
             tag::RECEIPT,
-            &[&Receipt::hash_input_wall(
+            &[&Receipt::hash_input_canonical(
                 self.index,
                 &self.prev,
                 self.at_ns,
@@ -86,7 +158,7 @@ impl Receipt {
         body: serde_json::Value,
     ) -> Receipt {
         let (index, prev) = prev.map_or((0, Digest::default()), |p| (p.index + 1, p.hash));
-        Receipt::sealed(index, prev, at_ns, wall_unix_ms, body)
+        Receipt::sealed(index, prev, at_ns, wall_unix_ms, Body::from_value(&body))
     }
 
     /// The receipt at `index` after the hash `prev`, with its hash computed.
@@ -95,11 +167,11 @@ impl Receipt {
         prev: Digest,
         at_ns: u64,
         wall_unix_ms: Option<u64>,
-        body: serde_json::Value,
+        body: Body,
     ) -> Receipt {
         let hash = Digest::of(
             tag::RECEIPT,
-            &[&Receipt::hash_input_wall(
+            &[&Receipt::hash_input_canonical(
                 index,
                 &prev,
                 at_ns,
@@ -117,9 +189,56 @@ impl Receipt {
         }
     }
 
-    /// One JSON line.
+    /// One JSON line: the fields in declaration order, the body's canonical text as is (the
+    /// same bytes `serde_json` writes for this struct, without parsing the body again).
     pub fn to_json_line(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
+        let mut out = Vec::with_capacity(self.body.0.len() + 200);
+        out.extend_from_slice(b"{\"index\":");
+        push_u64(&mut out, self.index);
+        out.extend_from_slice(b",\"prev\":\"");
+        push_hex(&mut out, &self.prev);
+        out.extend_from_slice(b"\",\"at_ns\":");
+        push_u64(&mut out, self.at_ns);
+        out.extend_from_slice(b",\"body\":");
+        out.extend_from_slice(self.body.0.as_bytes());
+        if let Some(w) = self.wall_unix_ms {
+            out.extend_from_slice(b",\"wall_unix_ms\":");
+            push_u64(&mut out, w);
+        }
+        out.extend_from_slice(b",\"hash\":\"");
+        push_hex(&mut out, &self.hash);
+        out.extend_from_slice(b"\"}");
+        // Only ASCII was added around a UTF-8 body.
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+fn push_u64(out: &mut Vec<u8>, v: u64) {
+    let mut b = [0u8; 20];
+    let mut i = b.len();
+    let mut v = v;
+    loop {
+        i -= 1;
+        if let Some(d) = b.get_mut(i) {
+            // v % 10 < 10.
+            #[allow(clippy::cast_possible_truncation, reason = "a decimal digit")]
+            let digit = (v % 10) as u8;
+            *d = b'0' + digit;
+        }
+        v /= 10;
+        if v == 0 || i == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(b.get(i..).unwrap_or_default());
+}
+
+fn push_hex(out: &mut Vec<u8>, d: &Digest) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for b in d.0 {
+        for nibble in [b >> 4, b & 0xf] {
+            out.push(HEX.get(usize::from(nibble)).copied().unwrap_or(b'0'));
+        }
     }
 }
 
@@ -168,8 +287,13 @@ impl Checkpoint {
     ///
     /// # Errors
     /// A message when the body says it is a checkpoint but its fields are not one's.
-    pub fn from_body(body: &serde_json::Value) -> Result<Option<Checkpoint>, String> {
-        let Some(m) = body.as_object() else {
+    pub fn from_body(body: &Body) -> Result<Option<Checkpoint>, String> {
+        // Canonical text: a checkpoint's body has this exact member; most bodies do not.
+        if !body.as_str().contains(r#""kind":"checkpoint""#) {
+            return Ok(None);
+        }
+        let v = body.value();
+        let Some(m) = v.as_object() else {
             return Ok(None);
         };
         if m.get("kind").and_then(serde_json::Value::as_str) != Some("checkpoint") {
@@ -244,8 +368,13 @@ impl<R: Serialize> ReceiptChain<R> {
     /// decision instant to (Unix ms).
     pub fn seal_with_wall(&mut self, wall: impl Fn(Nanos) -> Option<u64>) -> Option<Receipt> {
         let (at, record) = self.pending.pop_front()?;
-        let body = serde_json::to_value(&record).unwrap_or(serde_json::Value::Null);
-        let r = Receipt::sealed(self.next_index, self.prev, at.0, wall(at), body);
+        let r = Receipt::sealed(
+            self.next_index,
+            self.prev,
+            at.0,
+            wall(at),
+            Body::of(&record),
+        );
         self.next_index += 1;
         self.prev = r.hash;
         Some(r)
@@ -333,7 +462,7 @@ mod tests {
         }
         let mut rs: Vec<Receipt> = std::iter::from_fn(|| c.seal()).collect();
         assert_eq!(verify_chain(&rs), Ok(5));
-        rs[2].body = serde_json::json!({"kind": "x", "i": 99});
+        rs[2].body = Body::from_value(&serde_json::json!({"kind": "x", "i": 99}));
         assert_eq!(verify_chain(&rs), Err((2, "hash does not recompute")));
         rs[2].hash = rs[2].recompute();
         assert_eq!(
@@ -377,6 +506,25 @@ mod tests {
         assert_eq!(back, rs[0]);
         rs[0].wall_unix_ms = Some(1);
         assert_eq!(verify_chain(&rs), Err((0, "hash does not recompute")));
+    }
+
+    #[test]
+    fn the_json_line_is_what_serde_writes_and_reads_back() {
+        let mut c = ReceiptChain::new();
+        c.push(
+            Nanos(3),
+            serde_json::json!({"z": "é\n", "a": [1.5, -2, null], "kind": "x"}),
+        );
+        c.push(Nanos(u64::MAX), serde_json::json!({}));
+        let a = c.seal_with_wall(|_| Some(0)).unwrap();
+        let b = c.seal().unwrap();
+        for r in [a, b] {
+            let line = r.to_json_line();
+            assert_eq!(line, serde_json::to_string(&r).unwrap());
+            let back: Receipt = serde_json::from_str(&line).unwrap();
+            assert_eq!(back, r);
+            assert_eq!(back.recompute(), r.hash);
+        }
     }
 
     #[test]

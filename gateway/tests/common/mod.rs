@@ -216,7 +216,7 @@ pub fn write_relinked(path: &std::path::Path, receipts: &[halo_gateway::core::Re
     use halo_gateway::core::Receipt;
     let mut out: Vec<Receipt> = Vec::new();
     for r in receipts {
-        let mut body = r.body.clone();
+        let mut body = r.body.value();
         if body["kind"] == "checkpoint" {
             let (count, head) = out
                 .last()

@@ -1,0 +1,672 @@
+//! Canonical JSON written straight from a `Serialize` value: object keys sorted (by their
+//! bytes) at every level, no whitespace, numbers and strings exactly as `serde_json` writes
+//! them. The bytes equal `serde_json::to_vec(&serde_json::to_value(v)?)` — what receipts have
+//! always hashed — without building the `Value` tree, which was most of a receipt's cost.
+//!
+//! Matching the `Value` route in the corners: an `f32` is widened to `f64` first; a non-finite
+//! float is `null`; integer and char map keys become strings; when two entries of one object
+//! share a key the last one wins. Anything `to_value` refuses is refused here too
+//! ([`Error`]), so a record either encodes the same way on both routes or on neither; the
+//! equivalence is tested over every receipt the test suites produce.
+
+use std::fmt;
+
+use serde::ser::{self, Serialize};
+
+/// A value that has no canonical JSON form (a non-string map key, a failing `Serialize`).
+#[derive(Debug)]
+pub struct Error(String);
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl ser::Error for Error {
+    fn custom<T: fmt::Display>(msg: T) -> Error {
+        Error(msg.to_string())
+    }
+}
+
+/// Appends the canonical JSON of `value` to `out`. On error `out` may hold a partial write:
+/// callers start from an empty or truncated buffer.
+///
+/// # Errors
+/// When `value` has no JSON form (see [`Error`]).
+pub fn write<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), Error> {
+    value.serialize(Canon { out })
+}
+
+/// The canonical JSON of `value`.
+///
+/// # Errors
+/// As [`write`].
+pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::with_capacity(256);
+    write(&mut out, value)?;
+    Ok(out)
+}
+
+/// Writes a JSON string with `serde_json`'s escaping.
+fn string(out: &mut Vec<u8>, s: &str) {
+    // Writing into a Vec cannot fail, and a &str always serializes.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+fn scalar<T: Serialize>(out: &mut Vec<u8>, v: T) -> Result<(), Error> {
+    serde_json::to_writer(&mut *out, &v).map_err(|e| Error(e.to_string()))
+}
+
+struct Canon<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+/// An object being written: each entry's value goes into `buf`, its key and byte range into
+/// `entries`; `end` sorts them and writes the object.
+struct Object<'a> {
+    out: &'a mut Vec<u8>,
+    /// Outer key for an enum variant (`{"Variant":{...}}`).
+    variant: Option<&'static str>,
+    buf: Vec<u8>,
+    entries: Vec<(Key, usize, usize)>,
+    /// The key of the entry whose value comes next (maps).
+    pending: Option<Key>,
+}
+
+enum Key {
+    Static(&'static str),
+    Owned(String),
+}
+
+impl Key {
+    fn as_str(&self) -> &str {
+        match self {
+            Key::Static(s) => s,
+            Key::Owned(s) => s,
+        }
+    }
+}
+
+impl<'a> Object<'a> {
+    fn new(out: &'a mut Vec<u8>, variant: Option<&'static str>, len: usize) -> Object<'a> {
+        Object {
+            out,
+            variant,
+            buf: Vec::with_capacity(len * 16),
+            entries: Vec::with_capacity(len),
+            pending: None,
+        }
+    }
+
+    fn value<T: Serialize + ?Sized>(&mut self, key: Key, value: &T) -> Result<(), Error> {
+        let start = self.buf.len();
+        value.serialize(Canon { out: &mut self.buf })?;
+        self.entries.push((key, start, self.buf.len()));
+        Ok(())
+    }
+
+    fn finish(mut self) {
+        // Stable: of equal keys the later entry stays last, and is the one kept (as a map
+        // insert would keep it).
+        self.entries.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        if let Some(v) = self.variant {
+            self.out.push(b'{');
+            string(self.out, v);
+            self.out.push(b':');
+        }
+        self.out.push(b'{');
+        let mut first = true;
+        for (i, (key, start, end)) in self.entries.iter().enumerate() {
+            let shadowed = self
+                .entries
+                .get(i + 1)
+                .is_some_and(|next| next.0.as_str() == key.as_str());
+            if shadowed {
+                continue;
+            }
+            if !first {
+                self.out.push(b',');
+            }
+            first = false;
+            string(self.out, key.as_str());
+            self.out.push(b':');
+            self.out
+                .extend_from_slice(self.buf.get(*start..*end).unwrap_or_default());
+        }
+        self.out.push(b'}');
+        if self.variant.is_some() {
+            self.out.push(b'}');
+        }
+    }
+}
+
+/// An array being written (sequences, tuples, tuple variants).
+struct Array<'a> {
+    out: &'a mut Vec<u8>,
+    variant: bool,
+    first: bool,
+}
+
+impl Array<'_> {
+    fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        value.serialize(Canon {
+            out: &mut *self.out,
+        })
+    }
+
+    fn finish(self) {
+        self.out.push(b']');
+        if self.variant {
+            self.out.push(b'}');
+        }
+    }
+}
+
+impl<'a> ser::Serializer for Canon<'a> {
+    type Ok = ();
+    type Error = Error;
+    type SerializeSeq = Array<'a>;
+    type SerializeTuple = Array<'a>;
+    type SerializeTupleStruct = Array<'a>;
+    type SerializeTupleVariant = Array<'a>;
+    type SerializeMap = Object<'a>;
+    type SerializeStruct = Object<'a>;
+    type SerializeStructVariant = Object<'a>;
+
+    fn serialize_bool(self, v: bool) -> Result<(), Error> {
+        self.out
+            .extend_from_slice(if v { b"true" } else { b"false" });
+        Ok(())
+    }
+    fn serialize_i8(self, v: i8) -> Result<(), Error> {
+        scalar(self.out, v)
+    }
+    fn serialize_i16(self, v: i16) -> Result<(), Error> {
+        scalar(self.out, v)
+    }
+    fn serialize_i32(self, v: i32) -> Result<(), Error> {
+        scalar(self.out, v)
+    }
+    fn serialize_i64(self, v: i64) -> Result<(), Error> {
+        scalar(self.out, v)
+    }
+    fn serialize_i128(self, v: i128) -> Result<(), Error> {
+        // The Value route holds a 128-bit integer only when it fits 64 bits.
+        match (i64::try_from(v), u64::try_from(v)) {
+            (Ok(x), _) => scalar(self.out, x),
+            (_, Ok(x)) => scalar(self.out, x),
+            _ => Err(Error("number out of range".into())),
+        }
+    }
+    fn serialize_u8(self, v: u8) -> Result<(), Error> {
+        scalar(self.out, v)
+    }
+    fn serialize_u16(self, v: u16) -> Result<(), Error> {
+        scalar(self.out, v)
+    }
+    fn serialize_u32(self, v: u32) -> Result<(), Error> {
+        scalar(self.out, v)
+    }
+    fn serialize_u64(self, v: u64) -> Result<(), Error> {
+        scalar(self.out, v)
+    }
+    fn serialize_u128(self, v: u128) -> Result<(), Error> {
+        match u64::try_from(v) {
+            Ok(x) => scalar(self.out, x),
+            Err(_) => Err(Error("number out of range".into())),
+        }
+    }
+    fn serialize_f32(self, v: f32) -> Result<(), Error> {
+        // As the Value route: widened to f64 (and `null` when not finite).
+        scalar(self.out, f64::from(v))
+    }
+    fn serialize_f64(self, v: f64) -> Result<(), Error> {
+        scalar(self.out, v)
+    }
+    fn serialize_char(self, v: char) -> Result<(), Error> {
+        let mut b = [0u8; 4];
+        string(self.out, v.encode_utf8(&mut b));
+        Ok(())
+    }
+    fn serialize_str(self, v: &str) -> Result<(), Error> {
+        string(self.out, v);
+        Ok(())
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Result<(), Error> {
+        scalar(self.out, v)
+    }
+    fn serialize_none(self) -> Result<(), Error> {
+        self.out.extend_from_slice(b"null");
+        Ok(())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Error> {
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), Error> {
+        self.serialize_none()
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Error> {
+        self.serialize_none()
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<(), Error> {
+        string(self.out, variant);
+        Ok(())
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        self.out.push(b'{');
+        string(self.out, variant);
+        self.out.push(b':');
+        value.serialize(Canon {
+            out: &mut *self.out,
+        })?;
+        self.out.push(b'}');
+        Ok(())
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Array<'a>, Error> {
+        self.out.push(b'[');
+        Ok(Array {
+            out: self.out,
+            variant: false,
+            first: true,
+        })
+    }
+    fn serialize_tuple(self, len: usize) -> Result<Array<'a>, Error> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_struct(self, _name: &'static str, len: usize) -> Result<Array<'a>, Error> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Array<'a>, Error> {
+        self.out.push(b'{');
+        string(self.out, variant);
+        self.out.extend_from_slice(b":[");
+        Ok(Array {
+            out: self.out,
+            variant: true,
+            first: true,
+        })
+    }
+    fn serialize_map(self, len: Option<usize>) -> Result<Object<'a>, Error> {
+        Ok(Object::new(self.out, None, len.unwrap_or(4)))
+    }
+    fn serialize_struct(self, _name: &'static str, len: usize) -> Result<Object<'a>, Error> {
+        Ok(Object::new(self.out, None, len))
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<Object<'a>, Error> {
+        Ok(Object::new(self.out, Some(variant), len))
+    }
+}
+
+impl ser::SerializeSeq for Array<'_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Error> {
+        self.finish();
+        Ok(())
+    }
+}
+
+impl ser::SerializeTuple for Array<'_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Error> {
+        self.finish();
+        Ok(())
+    }
+}
+
+impl ser::SerializeTupleStruct for Array<'_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Error> {
+        self.finish();
+        Ok(())
+    }
+}
+
+impl ser::SerializeTupleVariant for Array<'_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Error> {
+        self.finish();
+        Ok(())
+    }
+}
+
+impl ser::SerializeMap for Object<'_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
+        self.pending = Some(key.serialize(KeyOnly)?);
+        Ok(())
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        let key = self
+            .pending
+            .take()
+            .ok_or_else(|| Error("a map value without its key".into()))?;
+        self.value(key, value)
+    }
+    fn end(self) -> Result<(), Error> {
+        self.finish();
+        Ok(())
+    }
+}
+
+impl ser::SerializeStruct for Object<'_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        self.value(Key::Static(key), value)
+    }
+    fn end(self) -> Result<(), Error> {
+        self.finish();
+        Ok(())
+    }
+}
+
+impl ser::SerializeStructVariant for Object<'_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        self.value(Key::Static(key), value)
+    }
+    fn end(self) -> Result<(), Error> {
+        self.finish();
+        Ok(())
+    }
+}
+
+/// Map keys: strings, and what the Value route turns into strings (integers, chars, bools,
+/// unit variants, newtype wrappers of those).
+struct KeyOnly;
+
+fn refused() -> Error {
+    Error("key must be a string".into())
+}
+
+impl ser::Serializer for KeyOnly {
+    type Ok = Key;
+    type Error = Error;
+    type SerializeSeq = ser::Impossible<Key, Error>;
+    type SerializeTuple = ser::Impossible<Key, Error>;
+    type SerializeTupleStruct = ser::Impossible<Key, Error>;
+    type SerializeTupleVariant = ser::Impossible<Key, Error>;
+    type SerializeMap = ser::Impossible<Key, Error>;
+    type SerializeStruct = ser::Impossible<Key, Error>;
+    type SerializeStructVariant = ser::Impossible<Key, Error>;
+
+    fn serialize_bool(self, v: bool) -> Result<Key, Error> {
+        Ok(Key::Owned(v.to_string()))
+    }
+    fn serialize_i8(self, v: i8) -> Result<Key, Error> {
+        Ok(Key::Owned(v.to_string()))
+    }
+    fn serialize_i16(self, v: i16) -> Result<Key, Error> {
+        Ok(Key::Owned(v.to_string()))
+    }
+    fn serialize_i32(self, v: i32) -> Result<Key, Error> {
+        Ok(Key::Owned(v.to_string()))
+    }
+    fn serialize_i64(self, v: i64) -> Result<Key, Error> {
+        Ok(Key::Owned(v.to_string()))
+    }
+    fn serialize_u8(self, v: u8) -> Result<Key, Error> {
+        Ok(Key::Owned(v.to_string()))
+    }
+    fn serialize_u16(self, v: u16) -> Result<Key, Error> {
+        Ok(Key::Owned(v.to_string()))
+    }
+    fn serialize_u32(self, v: u32) -> Result<Key, Error> {
+        Ok(Key::Owned(v.to_string()))
+    }
+    fn serialize_u64(self, v: u64) -> Result<Key, Error> {
+        Ok(Key::Owned(v.to_string()))
+    }
+    fn serialize_f32(self, _v: f32) -> Result<Key, Error> {
+        Err(refused())
+    }
+    fn serialize_f64(self, _v: f64) -> Result<Key, Error> {
+        Err(refused())
+    }
+    fn serialize_char(self, v: char) -> Result<Key, Error> {
+        Ok(Key::Owned(v.to_string()))
+    }
+    fn serialize_str(self, v: &str) -> Result<Key, Error> {
+        Ok(Key::Owned(v.to_owned()))
+    }
+    fn serialize_bytes(self, _v: &[u8]) -> Result<Key, Error> {
+        Err(refused())
+    }
+    fn serialize_none(self) -> Result<Key, Error> {
+        Err(refused())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<Key, Error> {
+        Err(refused())
+    }
+    fn serialize_unit(self) -> Result<Key, Error> {
+        Err(refused())
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<Key, Error> {
+        Err(refused())
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<Key, Error> {
+        Ok(Key::Static(variant))
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<Key, Error> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _value: &T,
+    ) -> Result<Key, Error> {
+        Err(refused())
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, Error> {
+        Err(refused())
+    }
+    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, Error> {
+        Err(refused())
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleStruct, Error> {
+        Err(refused())
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleVariant, Error> {
+        Err(refused())
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, Error> {
+        Err(refused())
+    }
+    fn serialize_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStruct, Error> {
+        Err(refused())
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStructVariant, Error> {
+        Err(refused())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashMap};
+
+    use serde::Serialize;
+
+    use super::*;
+
+    fn value_route<T: Serialize>(v: &T) -> Option<Vec<u8>> {
+        serde_json::to_value(v)
+            .ok()
+            .and_then(|x| serde_json::to_vec(&x).ok())
+    }
+
+    fn same<T: Serialize>(v: &T) {
+        assert_eq!(
+            to_vec(v).ok().map(String::from_utf8),
+            value_route(v).map(String::from_utf8)
+        );
+    }
+
+    #[derive(Serialize)]
+    #[serde(tag = "kind", rename_all = "snake_case")]
+    enum Rec {
+        Zed {
+            b: u32,
+            a: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            skipped: Option<u8>,
+        },
+        Floats {
+            x: f32,
+            y: f64,
+            n: f64,
+        },
+    }
+
+    #[derive(Serialize)]
+    enum Ext {
+        Unit,
+        New(i64),
+        Tup(u8, String),
+        St { z: bool, y: char },
+    }
+
+    #[derive(Serialize)]
+    struct Flat {
+        k: u8,
+        #[serde(flatten)]
+        rest: BTreeMap<String, u8>,
+    }
+
+    #[test]
+    fn equals_the_value_route_in_the_corners() {
+        same(&Rec::Zed {
+            b: 7,
+            a: Some("é \"q\" \\ \u{1}\n".into()),
+            skipped: None,
+        });
+        same(&Rec::Floats {
+            x: 0.1,
+            y: 1e-7,
+            n: f64::NAN,
+        });
+        same(&Rec::Floats {
+            x: f32::INFINITY,
+            y: -0.0,
+            n: 1.0,
+        });
+        same(&vec![Ext::Unit, Ext::New(-3), Ext::Tup(1, "t".into())]);
+        same(&Ext::St { z: true, y: 'ß' });
+        let mut h: HashMap<u32, Vec<u8>> = HashMap::new();
+        for i in 0..40 {
+            h.insert(i * 7919 % 1000, vec![1, 2]);
+        }
+        same(&h);
+        same(&BTreeMap::from([('b', 1), ('a', 2)]));
+        same(&(1u8, "x", [0.5f64; 2], ()));
+        same(&Some(u64::MAX));
+        same(&i128::from(i64::MIN));
+        // A flattened map shadowing a field: the Value route keeps the later entry.
+        same(&Flat {
+            k: 1,
+            rest: BTreeMap::from([("k".to_string(), 2), ("a".to_string(), 3)]),
+        });
+        same(&serde_json::json!({"b": [1, {"d": null, "c": 2.5}], "a": "x"}));
+    }
+
+    #[test]
+    fn what_the_value_route_refuses_is_refused() {
+        let m: BTreeMap<Vec<u8>, u8> = BTreeMap::from([(vec![1], 1)]);
+        assert!(value_route(&m).is_none());
+        assert!(to_vec(&m).is_err());
+        assert!(to_vec(&u128::MAX).is_err());
+    }
+}
