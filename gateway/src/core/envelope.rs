@@ -91,11 +91,13 @@ pub struct CatalogRef {
 /// A declared prerequisite `(p, q)`, as sent.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawPrerequisite {
-    /// Parent component id.
-    pub id: String,
+pub struct RawPrerequisite<'a> {
+    /// Parent component id (borrowed from the input unless it holds escapes).
+    #[serde(borrow)]
+    pub id: std::borrow::Cow<'a, str>,
     /// Required phase name.
-    pub phase: String,
+    #[serde(borrow)]
+    pub phase: std::borrow::Cow<'a, str>,
 }
 
 /// One support claim: the epoch and/or provenance the agent planned against.
@@ -147,17 +149,18 @@ impl<'de> Deserialize<'de> for Claims {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawComponent<'a> {
-    /// Component id.
-    pub id: String,
+    /// Component id (borrowed from the input unless it holds escapes).
+    #[serde(borrow)]
+    pub id: std::borrow::Cow<'a, str>,
     /// Component type name.
-    #[serde(rename = "type")]
-    pub ty: String,
+    #[serde(rename = "type", borrow)]
+    pub ty: std::borrow::Cow<'a, str>,
     /// Raw payload JSON.
     #[serde(borrow)]
     pub payload: &'a RawValue,
     /// Declared prerequisites.
-    #[serde(default)]
-    pub requires: Vec<RawPrerequisite>,
+    #[serde(default, borrow)]
+    pub requires: Vec<RawPrerequisite<'a>>,
     /// Support claims.
     #[serde(default)]
     pub support: Claims,

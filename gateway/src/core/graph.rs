@@ -108,7 +108,7 @@ pub fn build_component(
     buf: &mut Vec<u8>,
 ) -> Result<Component, Rejection> {
     let id = id_of(&raw.id)?;
-    let me = || vec![raw.id.clone()];
+    let me = || vec![raw.id.to_string()];
     if raw.requires.len() > MAX_PREREQUISITES {
         return Err(Rejection::new(
             ReasonCode::TOO_MANY_PREREQUISITES,
