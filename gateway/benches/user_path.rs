@@ -229,6 +229,32 @@ fn user_path(c: &mut Criterion) {
         )
     });
 
+    {
+        let (mut gw, mut toks) = admitted(&w, &text);
+        let _ = gw.final_gate(w.now, toks.pop().unwrap(), &mut NullAdapter);
+        let rs: Vec<_> = std::iter::from_fn(|| gw.poll_receipt()).collect();
+        eprintln!(
+            "one final gate queues {} receipt(s); the first has a {}-byte body",
+            rs.len(),
+            rs[0].body.as_str().len()
+        );
+    }
+    g.bench_function("seal_gate_receipt", |b| {
+        b.iter_batched(
+            || {
+                let (mut gw, mut toks) = admitted(&w, &text);
+                let t = toks.pop().unwrap();
+                let _ = gw.final_gate(w.now, t, &mut NullAdapter);
+                gw
+            },
+            |mut gw| {
+                let r = gw.poll_receipt();
+                (gw, black_box(r))
+            },
+            BatchSize::PerIteration,
+        )
+    });
+
     // Readmission: traffic's epoch moves, every route action is withheld with an obligation; a
     // fresh candidate for `a0` against the new epoch.
     let drifted = || {

@@ -52,6 +52,11 @@ fn text(file: &str) -> String {
 fn drain(m: &mut Monitor) -> Vec<Value> {
     let mut out = Vec::new();
     while let Some(r) = m.poll_receipt() {
+        // Sealed bodies are canonical: the Value route writes the same text.
+        assert_eq!(
+            serde_json::to_string(&r.body.value()).unwrap(),
+            r.body.as_str()
+        );
         out.push(serde_json::to_value(&r).unwrap());
     }
     out

@@ -506,7 +506,13 @@ impl Sim {
                     .push((response.to_string(), component.to_string()));
             }
         }
-        while self.gw.poll_receipt().is_some() {}
+        while let Some(r) = self.gw.poll_receipt() {
+            // Sealed bodies are canonical: the Value route writes the same text.
+            assert_eq!(
+                serde_json::to_string(&r.body.value()).unwrap(),
+                r.body.as_str()
+            );
+        }
     }
 
     /// The shadow model: per live response, its own LocalOK, its own eligibility and the

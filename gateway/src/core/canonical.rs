@@ -6,8 +6,9 @@
 //! Matching the `Value` route in the corners: an `f32` is widened to `f64` first; a non-finite
 //! float is `null`; integer and char map keys become strings; when two entries of one object
 //! share a key the last one wins. Anything `to_value` refuses is refused here too
-//! ([`Error`]), so a record either encodes the same way on both routes or on neither; the
-//! equivalence is tested over every receipt the test suites produce.
+//! ([`Error`]), so a record either encodes the same way on both routes or on neither. The
+//! corners are unit-tested against the `Value` route; the protocol-cases, schedules and
+//! contract-audit suites check every body they seal against it too.
 
 use std::fmt;
 

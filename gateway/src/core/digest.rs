@@ -69,6 +69,8 @@ impl Digest {
     }
 }
 
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
 fn hexdigit(n: u8) -> char {
     char::from(if n < 10 { b'0' + n } else { b'a' + (n - 10) })
 }
@@ -97,7 +99,21 @@ impl std::fmt::Display for Digest {
 impl Serialize for Digest {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         if s.is_human_readable() {
-            s.serialize_str(&self.to_hex())
+            // 64 hex digits on the stack: a receipt body carries many digests.
+            let mut hex = [0u8; 64];
+            for (pair, byte) in hex.chunks_exact_mut(2).zip(self.0) {
+                if let [hi, lo] = pair {
+                    *hi = HEX_DIGITS
+                        .get(usize::from(byte >> 4))
+                        .copied()
+                        .unwrap_or(b'0');
+                    *lo = HEX_DIGITS
+                        .get(usize::from(byte & 0xf))
+                        .copied()
+                        .unwrap_or(b'0');
+                }
+            }
+            s.serialize_str(std::str::from_utf8(&hex).unwrap_or_default())
         } else {
             self.0.serialize(s)
         }
