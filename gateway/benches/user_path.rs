@@ -10,15 +10,18 @@
 //!
 //! - `user/admission_from_bytes`: `Gateway::handle_response` on the JSON bytes (parse, digests,
 //!   validation, LocalOK, closure, bindings, tokens, events), excluding the receipts' sealing;
+//! - `user/admission_pre_parsed`: `Gateway::handle_validated` on the same response already
+//!   parsed, digested and validated (untimed);
 //! - `user/receipts_of_one_admission`: sealing (`poll_receipt` until empty) the receipts that
 //!   admission queued;
 //! - `user/final_gate`: one whole `final_gate` call on a fresh token (timers brought up to date,
 //!   the decision, the token spent, a no-op adapter, phases, dependents, the receipt record);
+//! - `user/seal_gate_receipt`: sealing the receipt that gate queued;
 //! - `user/readmission`: a fresh candidate from its JSON bytes to its new binding;
 //! - `user/update_one_footprint` and `user/update_many_footprints`: a provider update that
 //!   invalidates one footprint (`z_range`, the reports) or all six route actions (`traffic`);
-//! - `user/contract_transition_with_receipt`: a mission-contract transition and its receipt
-//!   sealed.
+//! - `user/contract_transition` and `user/contract_transition_with_receipt`: a mission-contract
+//!   transition (the scale study's baseline proposeGoal), without and with its receipt sealed.
 //!
 //! Each iteration starts from a prepared gateway (built outside the timing, `iter_batched`), so
 //! a number is the call alone. docs/benchmarks.md records the results and the machine.
@@ -180,6 +183,23 @@ fn user_path(c: &mut Criterion) {
             || w.fresh(),
             |mut gw| {
                 let r = gw.handle_response(w.now, black_box(text.as_bytes()));
+                (gw, black_box(r.is_ok()))
+            },
+            BatchSize::PerIteration,
+        )
+    });
+
+    // The same admission after parsing, digests and graph validation (done untimed): what a
+    // caller holding a `ValidatedResponse` pays.
+    let validated = {
+        let raw = parse_envelope(text.as_bytes()).unwrap();
+        validate(&w.cat, &raw).unwrap()
+    };
+    g.bench_function("admission_pre_parsed", |b| {
+        b.iter_batched(
+            || (w.fresh(), validated.clone()),
+            |(mut gw, v)| {
+                let r = gw.handle_validated(w.now, v);
                 (gw, black_box(r.is_ok()))
             },
             BatchSize::PerIteration,
@@ -358,6 +378,25 @@ fn user_path(c: &mut Criterion) {
     }
 
     let p = contract_scale::transition(&contract_scale::BASE);
+    g.bench_function("contract_transition", |b| {
+        b.iter_batched(
+            || (p.monitor.clone(), p.request.clone()),
+            |(mut m, r)| {
+                let d = m.handle(r);
+                (m, black_box(d))
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    {
+        let mut m = p.monitor.clone();
+        let _ = m.handle(p.request.clone());
+        let r = m.poll_receipt().unwrap();
+        eprintln!(
+            "the contract transition's receipt has a {}-byte body",
+            r.body.as_str().len()
+        );
+    }
     g.bench_function("contract_transition_with_receipt", |b| {
         b.iter_batched(
             || (p.monitor.clone(), p.request.clone()),

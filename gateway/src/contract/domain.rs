@@ -679,6 +679,45 @@ impl Domain {
         Some(())
     }
 
+    /// Writes a state as [`Domain::show`] renders it (`{var: value}`, names in order), without
+    /// building the map: receipts carry one per contract transition.
+    ///
+    /// # Errors
+    /// The serializer's.
+    pub fn serialize_state<S: serde::Serializer>(
+        &self,
+        st: &[i64],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut order: Vec<(&str, usize)> = self
+            .vars
+            .iter()
+            .take(st.len())
+            .enumerate()
+            .map(|(i, v)| (v.name.as_str(), i))
+            .collect();
+        order.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut m = s.serialize_map(Some(order.len()))?;
+        for (name, i) in order {
+            let (Some(v), Some(x)) = (self.vars.get(i), st.get(i)) else {
+                continue;
+            };
+            match &v.kind {
+                VarKind::Bool => m.serialize_entry(name, if *x != 0 { "true" } else { "false" })?,
+                VarKind::Enum(vals) => m.serialize_entry(
+                    name,
+                    usize::try_from(*x)
+                        .ok()
+                        .and_then(|k| vals.get(k))
+                        .map_or("", String::as_str),
+                )?,
+                VarKind::Int { .. } => m.serialize_entry(name, &x.to_string())?,
+            }
+        }
+        m.end()
+    }
+
     /// Renders a state as `{var: value}` text.
     pub fn show(&self, s: &[i64]) -> BTreeMap<String, String> {
         self.vars

@@ -155,7 +155,7 @@ pub struct StateView {
 
 impl Serialize for StateView {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.domain.show(&self.state).serialize(s)
+        self.domain.serialize_state(&self.state, s)
     }
 }
 

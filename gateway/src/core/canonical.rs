@@ -53,8 +53,20 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Error> {
 
 /// Writes a JSON string with `serde_json`'s escaping.
 fn string(out: &mut Vec<u8>, s: &str) {
-    // Writing into a Vec cannot fail, and a &str always serializes.
-    let _ = serde_json::to_writer(&mut *out, s);
+    // Most strings in a record (ids, names, hex digests) need no escape: check the whole string
+    // without branching per byte (the compiler vectorizes the fold), then copy it.
+    let needs_escape = s.bytes().fold(false, |acc, b| {
+        acc | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if needs_escape {
+        // Writing into a Vec cannot fail, and a &str always serializes.
+        let _ = serde_json::to_writer(&mut *out, s);
+    } else {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    }
 }
 
 fn scalar<T: Serialize>(out: &mut Vec<u8>, v: T) -> Result<(), Error> {
@@ -66,80 +78,201 @@ struct Canon<'a> {
 }
 
 /// An object being written: each entry's value goes into `buf`, its key and byte range into
-/// `entries`; `end` sorts them and writes the object.
+/// `entries` (map keys' text into `keys`); `finish` sorts them and writes the object. The three
+/// buffers come from a per-thread pool and go back to it, so a record is written without
+/// allocating once the pool is warm.
 struct Object<'a> {
     out: &'a mut Vec<u8>,
     /// Outer key for an enum variant (`{"Variant":{...}}`).
     variant: Option<&'static str>,
-    buf: Vec<u8>,
-    entries: Vec<(Key, usize, usize)>,
+    /// `None` once `finish` has handed it back.
+    scratch: Option<Scratch>,
     /// The key of the entry whose value comes next (maps).
     pending: Option<Key>,
 }
 
-enum Key {
-    Static(&'static str),
-    Owned(String),
+#[derive(Default)]
+struct Scratch {
+    buf: Vec<u8>,
+    entries: Vec<(Key, usize, usize)>,
+    keys: String,
+    /// Indices into `entries` in the order they are written.
+    order: Vec<u32>,
 }
 
-impl Key {
-    fn as_str(&self) -> &str {
-        match self {
+/// The field sequence of a struct, by the addresses of its `&'static str` keys.
+type Fields = Vec<(usize, usize)>;
+
+thread_local! {
+    /// Written orders of struct field sequences seen before: a derived struct gives the same
+    /// keys in the same order every time (bar skipped fields), so its sorted order is worked
+    /// out once per sequence rather than once per object.
+    static ORDERS: std::cell::RefCell<Vec<(Fields, Vec<u32>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn fields_match(fields: &Fields, entries: &[(Key, usize, usize)]) -> bool {
+    fields.len() == entries.len()
+        && fields.iter().zip(entries).all(|(f, e)| match e.0 {
+            Key::Static(k) => *f == (k.as_ptr() as usize, k.len()),
+            Key::Owned(..) => false,
+        })
+}
+
+#[derive(Clone, Copy)]
+enum Key {
+    Static(&'static str),
+    /// A byte range of [`Scratch::keys`].
+    Owned(usize, usize),
+}
+
+thread_local! {
+    static POOL: std::cell::RefCell<Vec<Scratch>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Scratch {
+    fn take() -> Scratch {
+        POOL.with(|p| p.borrow_mut().pop()).unwrap_or_default()
+    }
+
+    fn give_back(mut self) {
+        // Keep the pool bounded (nesting depth) and its buffers modest.
+        if self.buf.capacity() > 1 << 20 {
+            return;
+        }
+        self.buf.clear();
+        self.entries.clear();
+        self.keys.clear();
+        self.order.clear();
+        POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < 32 {
+                p.push(self);
+            }
+        });
+    }
+
+    /// Fills `order` with the entries to write: sorted by key (stably), and of equal keys only
+    /// the last (as a map insert keeps it).
+    fn write_order(&self, order: &mut Vec<u32>) {
+        order.clear();
+        let all_static = self.entries.iter().all(|e| matches!(e.0, Key::Static(_)));
+        if all_static {
+            let hit = ORDERS.with(|o| {
+                o.borrow()
+                    .iter()
+                    .find(|(f, _)| fields_match(f, &self.entries))
+                    .map(|(_, ord)| order.extend_from_slice(ord))
+                    .is_some()
+            });
+            if hit {
+                return;
+            }
+        }
+        let n = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
+        order.extend(0..n);
+        let key_of = |i: u32| self.entries.get(i as usize).map_or("", |e| self.key(e.0));
+        order.sort_by(|&a, &b| key_of(a).cmp(key_of(b)));
+        // Of a run of equal keys keep the last.
+        let mut kept = 0;
+        for j in 0..order.len() {
+            let (Some(&cur), next) = (order.get(j), order.get(j + 1).copied()) else {
+                continue;
+            };
+            if next.is_some_and(|nx| key_of(nx) == key_of(cur)) {
+                continue;
+            }
+            if let Some(slot) = order.get_mut(kept) {
+                *slot = cur;
+            }
+            kept += 1;
+        }
+        order.truncate(kept);
+        if all_static {
+            let fields: Fields = self
+                .entries
+                .iter()
+                .map(|e| match e.0 {
+                    Key::Static(k) => (k.as_ptr() as usize, k.len()),
+                    Key::Owned(a, b) => (a, b),
+                })
+                .collect();
+            ORDERS.with(|o| {
+                let mut o = o.borrow_mut();
+                if o.len() < 512 {
+                    o.push((fields, order.clone()));
+                }
+            });
+        }
+    }
+
+    fn key(&self, k: Key) -> &str {
+        match k {
             Key::Static(s) => s,
-            Key::Owned(s) => s,
+            Key::Owned(a, b) => self.keys.get(a..b).unwrap_or_default(),
         }
     }
 }
 
 impl<'a> Object<'a> {
-    fn new(out: &'a mut Vec<u8>, variant: Option<&'static str>, len: usize) -> Object<'a> {
+    fn new(out: &'a mut Vec<u8>, variant: Option<&'static str>) -> Object<'a> {
         Object {
             out,
             variant,
-            buf: Vec::with_capacity(len * 16),
-            entries: Vec::with_capacity(len),
+            scratch: Some(Scratch::take()),
             pending: None,
         }
     }
 
+    fn scratch(&mut self) -> &mut Scratch {
+        self.scratch.get_or_insert_with(Scratch::default)
+    }
+
     fn value<T: Serialize + ?Sized>(&mut self, key: Key, value: &T) -> Result<(), Error> {
-        let start = self.buf.len();
-        value.serialize(Canon { out: &mut self.buf })?;
-        self.entries.push((key, start, self.buf.len()));
+        let sc = self.scratch();
+        let start = sc.buf.len();
+        value.serialize(Canon { out: &mut sc.buf })?;
+        let end = sc.buf.len();
+        sc.entries.push((key, start, end));
         Ok(())
     }
 
     fn finish(mut self) {
-        // Stable: of equal keys the later entry stays last, and is the one kept (as a map
-        // insert would keep it).
-        self.entries.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        let mut scratch = self.scratch.take().unwrap_or_default();
+        let out = &mut *self.out;
+        let mut order = std::mem::take(&mut scratch.order);
+        scratch.write_order(&mut order);
         if let Some(v) = self.variant {
-            self.out.push(b'{');
-            string(self.out, v);
-            self.out.push(b':');
+            out.push(b'{');
+            string(out, v);
+            out.push(b':');
         }
-        self.out.push(b'{');
-        let mut first = true;
-        for (i, (key, start, end)) in self.entries.iter().enumerate() {
-            let shadowed = self
-                .entries
-                .get(i + 1)
-                .is_some_and(|next| next.0.as_str() == key.as_str());
-            if shadowed {
+        out.push(b'{');
+        for (n, &i) in order.iter().enumerate() {
+            let Some(&(key, start, end)) = scratch.entries.get(i as usize) else {
                 continue;
+            };
+            if n > 0 {
+                out.push(b',');
             }
-            if !first {
-                self.out.push(b',');
-            }
-            first = false;
-            string(self.out, key.as_str());
-            self.out.push(b':');
-            self.out
-                .extend_from_slice(self.buf.get(*start..*end).unwrap_or_default());
+            string(out, scratch.key(key));
+            out.push(b':');
+            out.extend_from_slice(scratch.buf.get(start..end).unwrap_or_default());
         }
-        self.out.push(b'}');
+        out.push(b'}');
         if self.variant.is_some() {
-            self.out.push(b'}');
+            out.push(b'}');
+        }
+        scratch.order = order;
+        scratch.give_back();
+    }
+}
+
+impl Drop for Object<'_> {
+    fn drop(&mut self) {
+        // Only after an error: `finish` has taken it.
+        if let Some(s) = self.scratch.take() {
+            s.give_back();
         }
     }
 }
@@ -318,20 +451,20 @@ impl<'a> ser::Serializer for Canon<'a> {
             first: true,
         })
     }
-    fn serialize_map(self, len: Option<usize>) -> Result<Object<'a>, Error> {
-        Ok(Object::new(self.out, None, len.unwrap_or(4)))
+    fn serialize_map(self, _len: Option<usize>) -> Result<Object<'a>, Error> {
+        Ok(Object::new(self.out, None))
     }
-    fn serialize_struct(self, _name: &'static str, len: usize) -> Result<Object<'a>, Error> {
-        Ok(Object::new(self.out, None, len))
+    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Object<'a>, Error> {
+        Ok(Object::new(self.out, None))
     }
     fn serialize_struct_variant(
         self,
         _name: &'static str,
         _index: u32,
         variant: &'static str,
-        len: usize,
+        _len: usize,
     ) -> Result<Object<'a>, Error> {
-        Ok(Object::new(self.out, Some(variant), len))
+        Ok(Object::new(self.out, Some(variant)))
     }
 }
 
@@ -387,7 +520,8 @@ impl ser::SerializeMap for Object<'_> {
     type Ok = ();
     type Error = Error;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
-        self.pending = Some(key.serialize(KeyOnly)?);
+        let keys = &mut self.scratch().keys;
+        self.pending = Some(key.serialize(KeyOnly { keys })?);
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
@@ -437,13 +571,24 @@ impl ser::SerializeStructVariant for Object<'_> {
 
 /// Map keys: strings, and what the Value route turns into strings (integers, chars, bools,
 /// unit variants, newtype wrappers of those).
-struct KeyOnly;
+struct KeyOnly<'k> {
+    keys: &'k mut String,
+}
+
+impl KeyOnly<'_> {
+    fn owned(self, v: impl fmt::Display) -> Result<Key, Error> {
+        use std::fmt::Write;
+        let a = self.keys.len();
+        write!(self.keys, "{v}").map_err(|e| Error(e.to_string()))?;
+        Ok(Key::Owned(a, self.keys.len()))
+    }
+}
 
 fn refused() -> Error {
     Error("key must be a string".into())
 }
 
-impl ser::Serializer for KeyOnly {
+impl ser::Serializer for KeyOnly<'_> {
     type Ok = Key;
     type Error = Error;
     type SerializeSeq = ser::Impossible<Key, Error>;
@@ -455,31 +600,31 @@ impl ser::Serializer for KeyOnly {
     type SerializeStructVariant = ser::Impossible<Key, Error>;
 
     fn serialize_bool(self, v: bool) -> Result<Key, Error> {
-        Ok(Key::Owned(v.to_string()))
+        self.owned(v)
     }
     fn serialize_i8(self, v: i8) -> Result<Key, Error> {
-        Ok(Key::Owned(v.to_string()))
+        self.owned(v)
     }
     fn serialize_i16(self, v: i16) -> Result<Key, Error> {
-        Ok(Key::Owned(v.to_string()))
+        self.owned(v)
     }
     fn serialize_i32(self, v: i32) -> Result<Key, Error> {
-        Ok(Key::Owned(v.to_string()))
+        self.owned(v)
     }
     fn serialize_i64(self, v: i64) -> Result<Key, Error> {
-        Ok(Key::Owned(v.to_string()))
+        self.owned(v)
     }
     fn serialize_u8(self, v: u8) -> Result<Key, Error> {
-        Ok(Key::Owned(v.to_string()))
+        self.owned(v)
     }
     fn serialize_u16(self, v: u16) -> Result<Key, Error> {
-        Ok(Key::Owned(v.to_string()))
+        self.owned(v)
     }
     fn serialize_u32(self, v: u32) -> Result<Key, Error> {
-        Ok(Key::Owned(v.to_string()))
+        self.owned(v)
     }
     fn serialize_u64(self, v: u64) -> Result<Key, Error> {
-        Ok(Key::Owned(v.to_string()))
+        self.owned(v)
     }
     fn serialize_f32(self, _v: f32) -> Result<Key, Error> {
         Err(refused())
@@ -488,10 +633,10 @@ impl ser::Serializer for KeyOnly {
         Err(refused())
     }
     fn serialize_char(self, v: char) -> Result<Key, Error> {
-        Ok(Key::Owned(v.to_string()))
+        self.owned(v)
     }
     fn serialize_str(self, v: &str) -> Result<Key, Error> {
-        Ok(Key::Owned(v.to_owned()))
+        self.owned(v)
     }
     fn serialize_bytes(self, _v: &[u8]) -> Result<Key, Error> {
         Err(refused())
@@ -661,6 +806,25 @@ mod tests {
             rest: BTreeMap::from([("k".to_string(), 2), ("a".to_string(), 3)]),
         });
         same(&serde_json::json!({"b": [1, {"d": null, "c": 2.5}], "a": "x"}));
+    }
+
+    #[test]
+    fn a_struct_seen_before_is_written_in_the_same_order() {
+        // The second object of a field sequence takes its order from the cache; a skipped
+        // field makes another sequence.
+        for _ in 0..3 {
+            for skipped in [None, Some(3), None] {
+                same(&Rec::Zed {
+                    b: 1,
+                    a: None,
+                    skipped,
+                });
+            }
+            same(&vec![
+                Ext::St { z: false, y: 'a' },
+                Ext::St { z: true, y: 'b' },
+            ]);
+        }
     }
 
     #[test]
