@@ -1,0 +1,774 @@
+//! The reference monitor: the execution configuration `X = (C, s, t, G, ν, W, q)` and the twelve
+//! operations. Every operation returns Allow, Deny, Indeterminate or Reauthorize with a reason;
+//! only Allow changes state; every operation, accepted or not, leaves a hash-linked receipt.
+//!
+//! Checking is exact in the finite profile: effects are interned ids, states are small integer
+//! vectors, each goal keeps its residual maximal continuations, and the checks enumerate every
+//! continuation and every prefix state (W1–W7).
+//!
+//! One file per part of the method: this one holds the configuration, the accessors and the
+//! single entry point ([`Monitor::handle`], which dispatches and records); [`register`] the root
+//! contract and policy, [`witness`] the W1–W7 checks, [`goals`] the subgoal operations,
+//! [`effects`] effect authorization and commit, [`versions`] version changes and
+//! reauthorization.
+
+mod effects;
+mod goals;
+mod register;
+mod versions;
+mod witness;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::compose::{ComposeError, compose};
+use super::domain::{Domain, Pred, State};
+use super::spec::{ContractSpec, GoalSpec, Op, PolicyRule, Request, Role, WitnessClaim};
+use super::{Trace, limits};
+use crate::core::digest::{Digest, tag};
+use crate::core::reason::ReasonCode;
+use crate::core::receipt::{Receipt, ReceiptChain};
+
+/// The four possible answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The operation took effect.
+    Allow,
+    /// A concrete counterexample or structural mismatch.
+    Deny,
+    /// The check could not be completed (profile limit, missing observation). Blocks.
+    Indeterminate,
+    /// A version changed; reauthorize against current versions. Blocks.
+    Reauthorize,
+}
+
+/// The monitor's answer to one request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// Verdict.
+    pub verdict: Verdict,
+    /// Why (none for Allow).
+    pub reason: Option<ReasonCode>,
+    /// A message for people.
+    pub detail: String,
+    /// A reservation created by `authorizeEffect`.
+    pub reservation: Option<u64>,
+    /// Index of the receipt that records this decision.
+    pub receipt: u64,
+    /// True when an exact idempotent retry returned the retained decision.
+    pub replayed: bool,
+}
+
+impl Decision {
+    /// True for Allow.
+    pub fn allowed(&self) -> bool {
+        self.verdict == Verdict::Allow
+    }
+}
+
+/// The version vector `ν = (η, ν_P, ν_S, κ)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Versions {
+    /// Contract epoch.
+    pub epoch: u64,
+    /// Policy version.
+    pub policy: u64,
+    /// Relevant-state version.
+    pub state: u64,
+    /// Graph revision.
+    pub graph: u64,
+}
+
+/// Goal lifecycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GoalState {
+    /// Authorized and live.
+    Active,
+    /// Completed under a current witness.
+    Closed,
+    /// Removed; a tombstone, not completion evidence.
+    Cancelled,
+    /// Superseded by a new revision.
+    Replaced,
+    /// Composed into a joined goal.
+    Joined,
+}
+
+/// Root lifecycle `q`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RootState {
+    /// Effects may commit under a current witness.
+    Runnable,
+    /// A version changed; reauthorize.
+    Suspended,
+    /// Terminal.
+    Closed,
+}
+
+/// A goal node `g = (i, ρ, p, k, Q, K, D, R, O, F, ζ)`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Goal {
+    /// Id.
+    pub id: String,
+    /// Parent index (none for the root goal).
+    pub parent: Option<usize>,
+    /// Node revision.
+    pub revision: u64,
+    /// Lifecycle.
+    pub state: GoalState,
+    /// Residual maximal continuations, after the committed prefix along this goal's paths.
+    #[serde(skip)]
+    pub residual: Vec<Trace>,
+    /// `Q_g`.
+    pub closing: Pred,
+    /// `R_g`.
+    pub resources: BTreeSet<String>,
+    /// `O_g`.
+    pub obligations: BTreeSet<String>,
+    /// `F_g`.
+    pub frames: Vec<Pred>,
+    /// Executing worker, after delegation.
+    pub executor: Option<String>,
+    /// `ζ_g`: versions at authorization.
+    pub versions: Versions,
+    /// Digest of the accepted edit.
+    pub digest: Digest,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+struct Witness {
+    path: Vec<usize>,
+    versions: Versions,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+struct Reservation {
+    id: u64,
+    goal: usize,
+    effect: u32,
+    trace_digest: Digest,
+    versions: Versions,
+    used: bool,
+}
+
+/// A modeled state with its domain, serialized as `{var: value}` text. Rendering happens when
+/// the receipt is sealed, off the decision path.
+#[derive(Clone, Debug)]
+pub struct StateView {
+    domain: Arc<Domain>,
+    /// The state.
+    pub state: State,
+}
+
+impl Serialize for StateView {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.domain.serialize_state(&self.state, s)
+    }
+}
+
+/// What a receipt records.
+#[derive(Clone, Debug, Serialize)]
+pub struct ContractRecord {
+    /// The operation and its typed inputs.
+    pub request: Request,
+    /// Versions before.
+    pub before: Versions,
+    /// Versions after.
+    pub after: Versions,
+    /// Verdict.
+    pub verdict: Verdict,
+    /// Reason.
+    pub reason: Option<ReasonCode>,
+    /// Digest of an accepted edit.
+    pub edit: Option<Digest>,
+    /// Reservation created or consumed.
+    pub reservation: Option<u64>,
+    /// Committed trace digest after the operation.
+    pub trace: Digest,
+    /// Modeled state after the operation, serialized as `{var: value}` text.
+    pub state: StateView,
+    /// Root lifecycle after.
+    pub root: Option<RootState>,
+    /// For an exact idempotent retry: the index of the original receipt.
+    pub replay_of: Option<u64>,
+}
+
+struct Failure {
+    verdict: Verdict,
+    reason: ReasonCode,
+    detail: String,
+}
+
+fn deny(reason: ReasonCode, detail: impl Into<String>) -> Failure {
+    Failure {
+        verdict: Verdict::Deny,
+        reason,
+        detail: detail.into(),
+    }
+}
+
+/// Goal ids, the root id, worker and approver names, and effect names (the text before `(`)
+/// follow the envelope's id rule: 1 to 64 bytes of `[A-Za-z0-9._-]`. A look-alike letter from
+/// another script, a space or a control character is `INVALID_ID`, before anything is decided.
+/// A blank approver is left to the approval check (`NOT_APPROVED`).
+fn check_ids(op: &Op) -> Result<(), Failure> {
+    fn goal_spec<'a>(g: &'a GoalSpec, ids: &mut Vec<(&'static str, &'a str)>) {
+        ids.push(("goal id", g.id.as_str()));
+        ids.push(("parent", g.parent.as_str()));
+    }
+    fn traces_of(t: &[Vec<String>]) -> impl Iterator<Item = &str> {
+        t.iter().flatten().map(String::as_str)
+    }
+    let mut ids: Vec<(&'static str, &str)> = Vec::new();
+    let mut effects: Vec<&str> = Vec::new();
+    match op {
+        Op::RegisterRoot {
+            approved_by,
+            contract,
+        } => {
+            if !approved_by.trim().is_empty() {
+                ids.push(("approver", approved_by.as_str()));
+            }
+            ids.push(("root goal id", contract.root.as_str()));
+            effects.extend(traces_of(&contract.traces));
+        }
+        Op::ProposeGoal { goal, witness } | Op::ReplaceGoal { goal, witness, .. } => {
+            goal_spec(goal, &mut ids);
+            if let Op::ReplaceGoal { old, .. } = op {
+                ids.push(("replaced goal", old.as_str()));
+            }
+            ids.push(("witness root", witness.root.as_str()));
+            effects.extend(traces_of(&goal.traces));
+        }
+        Op::DelegateGoal {
+            goal, root, worker, ..
+        } => {
+            ids.push(("goal", goal.as_str()));
+            ids.push(("root", root.as_str()));
+            if !worker.is_empty() {
+                // A missing worker is the schema check's (SCHEMA_INVALID).
+                ids.push(("worker", worker.as_str()));
+            }
+        }
+        Op::JoinGoals {
+            joined,
+            precedence,
+            sources,
+            ..
+        } => {
+            goal_spec(joined, &mut ids);
+            ids.extend(sources.iter().map(|s| ("joined goal", s.as_str())));
+            ids.extend(
+                precedence
+                    .iter()
+                    .flat_map(|(a, b)| [("precedence", a.as_str()), ("precedence", b.as_str())]),
+            );
+            effects.extend(traces_of(&joined.traces));
+        }
+        Op::AuthorizeEffect { effect, goal } => {
+            ids.push(("goal", goal.as_str()));
+            effects.push(effect.as_str());
+        }
+        Op::CommitEffect { effect, .. } => effects.push(effect.as_str()),
+        Op::Reauthorize { goal } | Op::CancelGoal { goal } | Op::CloseGoal { goal } => {
+            ids.push(("goal", goal.as_str()));
+        }
+        Op::ChangeVersion { .. } | Op::CloseRoot {} => {}
+    }
+    for e in effects {
+        let name = e.split_once('(').map_or(e, |(n, _)| n).trim();
+        ids.push(("effect name", name));
+    }
+    for (what, text) in ids {
+        // A reference to another root's goal is `ROOT/GOAL` (refused later as cross-root);
+        // each part follows the rule.
+        for part in text.splitn(2, '/') {
+            if let Err(e) = crate::core::ids::Id::new(part) {
+                return Err(deny(ReasonCode::INVALID_ID, format!("{what}: {e}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn indeterminate(reason: ReasonCode, detail: impl Into<String>) -> Failure {
+    Failure {
+        verdict: Verdict::Indeterminate,
+        reason,
+        detail: detail.into(),
+    }
+}
+
+fn reauth(detail: impl Into<String>) -> Failure {
+    Failure {
+        verdict: Verdict::Reauthorize,
+        reason: ReasonCode::STALE_VERSION,
+        detail: detail.into(),
+    }
+}
+
+/// `H(t·e) = SHA-256(tag || H(t) || e)`: the committed-trace digest, one step at a time.
+pub fn extend_trace_digest(d: &Digest, effect: &str) -> Digest {
+    Digest::of(b"halo/trace/v1\0", &[&d.0, effect.as_bytes()])
+}
+
+/// The digest of an edit: SHA-256 over the canonical JSON of the goal spec (keys sorted).
+pub fn edit_digest(goal: &GoalSpec) -> Digest {
+    let mut buf = Vec::with_capacity(1024);
+    // Serializing these plain structs cannot fail; an error would only shorten the input.
+    let _ = serde_json::to_writer(&mut buf, goal);
+    Digest::of(tag::COMPONENT, &[b"contract-edit\0", &buf])
+}
+
+/// A parsed, checked edit.
+struct Edit {
+    residual: Vec<Trace>,
+    completion: Vec<Trace>,
+    closing: Pred,
+    frames: Vec<Pred>,
+    resources: BTreeSet<String>,
+    obligations: BTreeSet<String>,
+    discharged: Vec<String>,
+}
+
+#[derive(Clone)]
+struct Contract {
+    spec: ContractSpec,
+    traces: Vec<Trace>,
+    forbidden: Vec<Pred>,
+    closing: Pred,
+    resources: BTreeSet<String>,
+    discharge: BTreeMap<String, Pred>,
+}
+
+#[derive(Clone)]
+struct Policy {
+    deny: BTreeSet<u32>,
+    max_len: Option<usize>,
+    forbid: Vec<Pred>,
+}
+
+/// What makes two commits under one key the same request (the key itself aside).
+type CommitBody = (Role, String, u64);
+
+/// The monitor. Cloning it forks the whole configuration (used by explorers and tests).
+#[derive(Clone)]
+pub struct Monitor {
+    domain: Arc<Domain>,
+    contract: Option<Contract>,
+    policy: Policy,
+    state: State,
+    trace: Vec<u32>,
+    trace_digest: Digest,
+    goals: Vec<Goal>,
+    by_id: BTreeMap<String, usize>,
+    versions: Versions,
+    witness: Option<Witness>,
+    root: Option<RootState>,
+    reservations: BTreeMap<u64, Reservation>,
+    next_reservation: u64,
+    /// Commit key → the committed request's body (caller, effect, reservation) and decision.
+    idempotency: BTreeMap<String, (CommitBody, Decision)>,
+    receipts: ReceiptChain<ContractRecord>,
+    receipt_count: u64,
+}
+
+fn sorted(mut v: Vec<Trace>) -> Vec<Trace> {
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// `x ∈ Pref(M)` for a sorted `M`.
+fn in_prefix_closure(sorted_m: &[Trace], x: &[u32]) -> bool {
+    let i = sorted_m.partition_point(|m| m.as_slice() < x);
+    sorted_m.get(i).is_some_and(|m| m.starts_with(x))
+}
+
+impl Monitor {
+    /// A monitor over a registered domain, before any root is registered.
+    pub fn new(domain: Domain) -> Monitor {
+        Monitor {
+            domain: Arc::new(domain),
+            contract: None,
+            policy: Policy {
+                deny: BTreeSet::new(),
+                max_len: None,
+                forbid: Vec::new(),
+            },
+            state: Vec::new(),
+            trace: Vec::new(),
+            trace_digest: Digest::default(),
+            goals: Vec::new(),
+            by_id: BTreeMap::new(),
+            versions: Versions::default(),
+            witness: None,
+            root: None,
+            reservations: BTreeMap::new(),
+            next_reservation: 1,
+            idempotency: BTreeMap::new(),
+            receipts: ReceiptChain::new(),
+            receipt_count: 0,
+        }
+    }
+
+    /// The domain.
+    pub fn domain(&self) -> &Domain {
+        &self.domain
+    }
+
+    /// Current versions.
+    pub fn versions(&self) -> Versions {
+        self.versions
+    }
+
+    /// The root's lifecycle, once registered.
+    pub fn root_state(&self) -> Option<RootState> {
+        self.root
+    }
+
+    /// The modeled state.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// The committed trace, as effect texts.
+    pub fn trace(&self) -> Vec<String> {
+        self.trace.iter().map(|e| self.domain.name(*e)).collect()
+    }
+
+    /// The committed-trace digest.
+    pub fn trace_digest(&self) -> Digest {
+        self.trace_digest
+    }
+
+    /// A goal by id.
+    pub fn goal(&self, id: &str) -> Option<&Goal> {
+        self.by_id.get(id).and_then(|i| self.goals.get(*i))
+    }
+
+    /// A goal's parent id.
+    pub fn parent_of(&self, id: &str) -> Option<String> {
+        self.goal(id)
+            .and_then(|g| g.parent)
+            .and_then(|p| self.goals.get(p))
+            .map(|p| p.id.clone())
+    }
+
+    /// Every goal's current revision, by id.
+    pub fn goal_revisions(&self) -> BTreeMap<String, u64> {
+        self.goals
+            .iter()
+            .map(|g| (g.id.clone(), g.revision))
+            .collect()
+    }
+
+    /// Number of goals held (all lifecycles).
+    pub fn goal_count(&self) -> usize {
+        self.goals.len()
+    }
+
+    /// The current witness path, leaf first, as ids.
+    pub fn witness_path(&self) -> Option<Vec<String>> {
+        self.witness.as_ref().map(|w| {
+            w.path
+                .iter()
+                .filter_map(|i| self.goals.get(*i).map(|g| g.id.clone()))
+                .collect()
+        })
+    }
+
+    /// Whether the current state is forbidden by the contract.
+    pub fn in_forbidden_state(&self) -> bool {
+        self.contract
+            .as_ref()
+            .is_some_and(|c| c.forbidden.iter().any(|p| p.holds(&self.state)))
+    }
+
+    /// Seals and returns the next receipt.
+    pub fn poll_receipt(&mut self) -> Option<Receipt> {
+        self.receipts.seal()
+    }
+
+    /// The retained authorization state as canonical JSON: the contract, every goal with its
+    /// residual continuations (interned effect ids), predicates, resources and obligations, the
+    /// reservations, the committed trace and the versions. The scale study reports its size.
+    pub fn retained_state_json(&self) -> String {
+        let goals: Vec<serde_json::Value> = self
+            .goals
+            .iter()
+            .map(|g| {
+                serde_json::json!({
+                    "goal": g,
+                    "residual": g.residual,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "contract": self.contract.as_ref().map(|c| &c.spec),
+            "goals": goals,
+            "reservations": self.reservations.values().collect::<Vec<_>>(),
+            "root": self.root,
+            "state": self.domain.show(&self.state),
+            "trace": self.trace(),
+            "versions": self.versions,
+            "witness": self.witness,
+        })
+        .to_string()
+    }
+
+    /// Handles one request.
+    pub fn handle(&mut self, req: Request) -> Decision {
+        let before = self.versions;
+        // An exact retry of a commit returns the retained receipt; a different body under the
+        // same key is denied. Nothing else changes either way.
+        let commit = match &req.op {
+            Op::CommitEffect {
+                effect,
+                key,
+                reservation,
+            } => Some((key.clone(), (req.caller, effect.clone(), *reservation))),
+            _ => None,
+        };
+        if let Some((key, body)) = &commit {
+            if let Some((b, d)) = self.idempotency.get(key).cloned() {
+                let (verdict, reason, replay_of) = if b == *body {
+                    (d.verdict, d.reason, Some(d.receipt))
+                } else {
+                    (Verdict::Deny, Some(ReasonCode::IDEMPOTENCY_CONFLICT), None)
+                };
+                let receipt =
+                    self.record(req, before, verdict, reason, None, d.reservation, replay_of);
+                return Decision {
+                    verdict,
+                    reason,
+                    detail: if replay_of.is_some() {
+                        "exact retry: the retained decision".into()
+                    } else {
+                        "the key was used with a different request".into()
+                    },
+                    reservation: d.reservation,
+                    receipt,
+                    replayed: replay_of.is_some(),
+                };
+            }
+        }
+        let result = self.dispatch(&req);
+        let (verdict, reason, detail, edit, reservation) = match result {
+            Ok((edit, reservation)) => (Verdict::Allow, None, String::new(), edit, reservation),
+            Err(f) => (f.verdict, Some(f.reason), f.detail, None, None),
+        };
+        let reservation = reservation.or(match &req.op {
+            Op::CommitEffect { reservation, .. } => Some(*reservation),
+            _ => None,
+        });
+        let receipt = self.record(req, before, verdict, reason, edit, reservation, None);
+        let d = Decision {
+            verdict,
+            reason,
+            detail,
+            reservation,
+            receipt,
+            replayed: false,
+        };
+        if let (Some((k, body)), Verdict::Allow) = (commit, verdict) {
+            self.idempotency.insert(k, (body, d.clone()));
+        }
+        d
+    }
+
+    #[allow(clippy::too_many_arguments, reason = "one receipt field each")]
+    fn record(
+        &mut self,
+        request: Request,
+        before: Versions,
+        verdict: Verdict,
+        reason: Option<ReasonCode>,
+        edit: Option<Digest>,
+        reservation: Option<u64>,
+        replay_of: Option<u64>,
+    ) -> u64 {
+        let rec = ContractRecord {
+            request,
+            before,
+            after: self.versions,
+            verdict,
+            reason,
+            edit,
+            reservation,
+            trace: self.trace_digest,
+            state: StateView {
+                domain: Arc::clone(&self.domain),
+                state: self.state.clone(),
+            },
+            root: self.root,
+            replay_of,
+        };
+        self.receipts
+            .push(crate::core::time::Nanos(self.receipt_count), rec);
+        self.receipt_count += 1;
+        self.receipt_count - 1
+    }
+
+    fn dispatch(&mut self, req: &Request) -> Result<(Option<Digest>, Option<u64>), Failure> {
+        let role = req.caller;
+        let need = |ok: bool, what: &str| -> Result<(), Failure> {
+            if ok {
+                Ok(())
+            } else {
+                Err(deny(
+                    ReasonCode::WRONG_ROLE,
+                    format!("{what} is not allowed for this caller"),
+                ))
+            }
+        };
+        match &req.op {
+            Op::RegisterRoot {
+                contract,
+                approved_by,
+            } => {
+                need(role == Role::Operator, "registerRoot")?;
+                check_ids(&req.op)?;
+                self.register_root(contract, approved_by)
+                    .map(|()| (None, None))
+            }
+            Op::ChangeVersion { policy, observe } => {
+                match (policy, observe) {
+                    (Some(_), _) => need(role == Role::Operator, "a policy change")?,
+                    (None, Some(_)) => need(
+                        matches!(role, Role::Operator | Role::Provider),
+                        "a state observation",
+                    )?,
+                    (None, None) => {
+                        return Err(deny(
+                            ReasonCode::SCHEMA_INVALID,
+                            "a version change names a policy or an observation",
+                        ));
+                    }
+                }
+                self.change_version(policy.as_deref(), observe.as_ref())
+                    .map(|()| (None, None))
+            }
+            op => {
+                need(role == Role::Agent || role == Role::Operator, op.name())?;
+                check_ids(op)?;
+                if self.contract.is_none() {
+                    return Err(deny(ReasonCode::NO_ROOT, "register a root contract first"));
+                }
+                if self.root == Some(RootState::Closed) {
+                    return Err(deny(ReasonCode::ROOT_CLOSED, "the root is closed"));
+                }
+                match op {
+                    Op::ProposeGoal { goal, witness } => {
+                        self.propose(goal, witness, None).map(|d| (Some(d), None))
+                    }
+                    Op::ReplaceGoal { goal, old, witness } => self
+                        .propose(goal, witness, Some(old))
+                        .map(|d| (Some(d), None)),
+                    Op::DelegateGoal {
+                        goal,
+                        resources,
+                        root,
+                        witness,
+                        worker,
+                    } => self
+                        .delegate(goal, resources, root, witness, worker)
+                        .map(|()| (None, None)),
+                    Op::JoinGoals {
+                        joined,
+                        precedence,
+                        sources,
+                        witness,
+                    } => self
+                        .join(joined, precedence, sources, witness)
+                        .map(|d| (Some(d), None)),
+                    Op::AuthorizeEffect { effect, goal } => {
+                        self.authorize(goal, effect).map(|r| (None, Some(r)))
+                    }
+                    Op::CommitEffect {
+                        effect,
+                        reservation,
+                        ..
+                    } => self.commit(*reservation, effect).map(|()| (None, None)),
+                    Op::Reauthorize { goal } => self.reauthorize(goal).map(|()| (None, None)),
+                    Op::CancelGoal { goal } => self.cancel(goal).map(|()| (None, None)),
+                    Op::CloseGoal { goal } => self.close_goal(goal).map(|()| (None, None)),
+                    Op::CloseRoot {} => self.close_root().map(|()| (None, None)),
+                    Op::RegisterRoot { .. } | Op::ChangeVersion { .. } => {
+                        Err(deny(ReasonCode::SCHEMA_INVALID, "unreachable"))
+                    }
+                }
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+}
+
+/// The digest a delegation's witness binds.
+pub fn delegation_digest(goal: &str, resources: &[String], worker: &str) -> Digest {
+    let spec = serde_json::json!({"goal": goal, "resources": resources, "worker": worker});
+    Digest::of(
+        tag::COMPONENT,
+        &[b"contract-delegation\0", spec.to_string().as_bytes()],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uav() -> Monitor {
+        let d = Domain::parse(
+            include_str!("../../../../catalogs/contract-uav.toml"),
+            "contract-uav.toml",
+        )
+        .unwrap();
+        let c: ContractSpec = serde_json::from_value(serde_json::json!({
+            "closing": ["airborne == false", "zone == home", "photos >= 1"],
+            "domain": "uav-survey",
+            "epoch": 1,
+            "initial": {"airborne": false, "battery": "high", "photos": 0, "review": false, "zone": "home"},
+            "root": "r",
+            "traces": [["takeoff", "goto(wp1)", "photograph(wp1)", "return", "land"]],
+        }))
+        .unwrap();
+        let mut m = Monitor::new(d);
+        let reg = m.handle(Request {
+            caller: Role::Operator,
+            op: Op::RegisterRoot {
+                approved_by: "ops".into(),
+                contract: c,
+            },
+        });
+        assert!(reg.allowed());
+        m
+    }
+
+    #[test]
+    fn gate_effect_commits_in_order_and_refuses_out_of_order() {
+        let mut m = uav();
+        assert!(m.gate_effect("r", "takeoff", "k1").allowed());
+        let before = m.retained_state_json();
+        let out_of_order = m.gate_effect("r", "land", "k2");
+        assert_eq!(out_of_order.reason, Some(ReasonCode::EFFECT_NOT_ADMITTED));
+        assert_eq!(
+            m.retained_state_json(),
+            before,
+            "a refused gate call changes nothing"
+        );
+        assert!(m.gate_effect("r", "goto(wp1)", "k3").allowed());
+        assert_eq!(m.trace(), vec!["takeoff()".to_string(), "goto(wp1)".into()]);
+        // Two receipts per allowed call, one for the refused authorization, plus registration.
+        let mut n = 0;
+        while m.poll_receipt().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 1 + 2 + 1 + 2);
+    }
+}
