@@ -1,0 +1,76 @@
+//! Obligations: a recoverable denial of an action becomes an obligation the agent answers with
+//! a fresh candidate.
+
+use super::*;
+
+impl Shared {
+    pub(crate) fn create_obligation(
+        &mut self,
+        r: &mut Resp,
+        i: u16,
+        reason: ReasonCode,
+        now: Nanos,
+    ) {
+        let Some(c) = r.graph.component(i) else {
+            return;
+        };
+        let Some(spec) = self.cat.type_spec(c.ty) else {
+            return;
+        };
+        let failing = r.inst(i).map_or(0, |x| x.local.failing);
+        let required: Vec<Id> = spec
+            .footprint
+            .iter()
+            .filter(|(s, _)| failing & (1u64 << s.0) != 0)
+            .filter_map(|(s, _)| self.cat.source(*s).map(|x| x.name.clone()))
+            .collect();
+        let mut scope = vec![c.id.clone()];
+        if spec.recovery.scope == Scope::SelfAndDependents {
+            let d = r.graph.descendants(1u64 << i);
+            for j in bits(d) {
+                if let Some(dc) = r.graph.component(j) {
+                    scope.push(dc.id.clone());
+                }
+            }
+        }
+        let id = ObligationId(self.next_obligation);
+        self.next_obligation += 1;
+        let o = Obligation {
+            id,
+            response: r.id.clone(),
+            component: c.id.clone(),
+            reason,
+            required,
+            required_mask: failing,
+            refreshed_mask: 0,
+            scope,
+            assignee: spec.recovery.assignee.clone(),
+            route: spec.recovery.route_for(reason).clone(),
+            expiry: now.saturating_add(spec.recovery.expiry),
+            discharge: Discharge::FreshCandidate { after: now },
+            state: ObligationState::Created,
+            attempts: 0,
+            retry_limit: spec.recovery.retry_limit,
+            created_at: now,
+        };
+        self.timers
+            .push(Reverse((o.expiry, TimerKey::Obligation(id))));
+        self.receipts.push(
+            now,
+            Record::Obligation {
+                id,
+                response: (o.response).clone(),
+                component: (o.component).clone(),
+                state: o.state,
+                reason,
+            },
+        );
+        self.events.push_back(Event::ObligationCreated {
+            obligation: o.clone(),
+        });
+        self.obligations.insert(id, o);
+        if let Some(x) = r.inst_mut(i) {
+            x.obligation = Some(id);
+        }
+    }
+}
