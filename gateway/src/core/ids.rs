@@ -18,6 +18,12 @@ pub struct InvalidIdError {
 }
 
 impl InvalidIdError {
+    fn of(s: &str) -> InvalidIdError {
+        InvalidIdError {
+            text: s.chars().take(80).collect(),
+        }
+    }
+
     /// The offending text, shortened for display.
     pub fn text(&self) -> &str {
         &self.text
@@ -47,15 +53,21 @@ impl Id {
     /// # Errors
     /// [`InvalidIdError`] when `s` is empty, longer than 64 bytes, or uses another character.
     pub fn new(s: &str) -> Result<Id, InvalidIdError> {
-        let bad = || InvalidIdError {
-            text: s.chars().take(80).collect(),
-        };
-        if s.is_empty() || s.len() > MAX_ID_LEN || !s.bytes().all(id_byte) {
-            return Err(bad());
-        }
+        Id::check(s)?;
         let mut out = heapless::String::new();
-        out.push_str(s).map_err(|_| bad())?;
+        out.push_str(s).map_err(|_| InvalidIdError::of(s))?;
         Ok(Id(out))
+    }
+
+    /// Checks `s` against the id rule without building an id.
+    ///
+    /// # Errors
+    /// As [`Id::new`].
+    pub fn check(s: &str) -> Result<(), InvalidIdError> {
+        if s.is_empty() || s.len() > MAX_ID_LEN || !s.bytes().all(id_byte) {
+            return Err(InvalidIdError::of(s));
+        }
+        Ok(())
     }
 
     /// The id as text.

@@ -217,42 +217,57 @@ fn deny(reason: ReasonCode, detail: impl Into<String>) -> Failure {
 /// another script, a space or a control character is `INVALID_ID`, before anything is decided.
 /// A blank approver is left to the approval check (`NOT_APPROVED`).
 fn check_ids(op: &Op) -> Result<(), Failure> {
-    fn goal_spec<'a>(g: &'a GoalSpec, ids: &mut Vec<(&'static str, &'a str)>) {
-        ids.push(("goal id", g.id.as_str()));
-        ids.push(("parent", g.parent.as_str()));
+    // Checked in place, in a fixed order (ids in the order below, then effect names), so the
+    // first offence is the one reported.
+    fn id(what: &str, text: &str) -> Result<(), Failure> {
+        // A reference to another root's goal is `ROOT/GOAL` (refused later as cross-root);
+        // each part follows the rule.
+        for part in text.splitn(2, '/') {
+            if let Err(e) = crate::core::ids::Id::check(part) {
+                return Err(deny(ReasonCode::INVALID_ID, format!("{what}: {e}")));
+            }
+        }
+        Ok(())
     }
-    fn traces_of(t: &[Vec<String>]) -> impl Iterator<Item = &str> {
-        t.iter().flatten().map(String::as_str)
+    fn effects(traces: &[Vec<String>]) -> Result<(), Failure> {
+        traces.iter().flatten().try_for_each(|e| effect(e))
     }
-    let mut ids: Vec<(&'static str, &str)> = Vec::new();
-    let mut effects: Vec<&str> = Vec::new();
+    fn effect(e: &str) -> Result<(), Failure> {
+        id(
+            "effect name",
+            e.split_once('(').map_or(e, |(n, _)| n).trim(),
+        )
+    }
     match op {
         Op::RegisterRoot {
             approved_by,
             contract,
         } => {
             if !approved_by.trim().is_empty() {
-                ids.push(("approver", approved_by.as_str()));
+                id("approver", approved_by)?;
             }
-            ids.push(("root goal id", contract.root.as_str()));
-            effects.extend(traces_of(&contract.traces));
+            id("root goal id", &contract.root)?;
+            effects(&contract.traces)
         }
         Op::ProposeGoal { goal, witness } | Op::ReplaceGoal { goal, witness, .. } => {
-            goal_spec(goal, &mut ids);
+            id("goal id", &goal.id)?;
+            id("parent", &goal.parent)?;
             if let Op::ReplaceGoal { old, .. } = op {
-                ids.push(("replaced goal", old.as_str()));
+                id("replaced goal", old)?;
             }
-            ids.push(("witness root", witness.root.as_str()));
-            effects.extend(traces_of(&goal.traces));
+            id("witness root", &witness.root)?;
+            effects(&goal.traces)
         }
         Op::DelegateGoal {
             goal, root, worker, ..
         } => {
-            ids.push(("goal", goal.as_str()));
-            ids.push(("root", root.as_str()));
-            if !worker.is_empty() {
+            id("goal", goal)?;
+            id("root", root)?;
+            if worker.is_empty() {
                 // A missing worker is the schema check's (SCHEMA_INVALID).
-                ids.push(("worker", worker.as_str()));
+                Ok(())
+            } else {
+                id("worker", worker)
             }
         }
         Op::JoinGoals {
@@ -261,39 +276,25 @@ fn check_ids(op: &Op) -> Result<(), Failure> {
             sources,
             ..
         } => {
-            goal_spec(joined, &mut ids);
-            ids.extend(sources.iter().map(|s| ("joined goal", s.as_str())));
-            ids.extend(
-                precedence
-                    .iter()
-                    .flat_map(|(a, b)| [("precedence", a.as_str()), ("precedence", b.as_str())]),
-            );
-            effects.extend(traces_of(&joined.traces));
+            id("goal id", &joined.id)?;
+            id("parent", &joined.parent)?;
+            sources.iter().try_for_each(|s| id("joined goal", s))?;
+            precedence.iter().try_for_each(|(a, b)| {
+                id("precedence", a)?;
+                id("precedence", b)
+            })?;
+            effects(&joined.traces)
         }
-        Op::AuthorizeEffect { effect, goal } => {
-            ids.push(("goal", goal.as_str()));
-            effects.push(effect.as_str());
+        Op::AuthorizeEffect { effect: e, goal } => {
+            id("goal", goal)?;
+            effect(e)
         }
-        Op::CommitEffect { effect, .. } => effects.push(effect.as_str()),
+        Op::CommitEffect { effect: e, .. } => effect(e),
         Op::Reauthorize { goal } | Op::CancelGoal { goal } | Op::CloseGoal { goal } => {
-            ids.push(("goal", goal.as_str()));
+            id("goal", goal)
         }
-        Op::ChangeVersion { .. } | Op::CloseRoot {} => {}
+        Op::ChangeVersion { .. } | Op::CloseRoot {} => Ok(()),
     }
-    for e in effects {
-        let name = e.split_once('(').map_or(e, |(n, _)| n).trim();
-        ids.push(("effect name", name));
-    }
-    for (what, text) in ids {
-        // A reference to another root's goal is `ROOT/GOAL` (refused later as cross-root);
-        // each part follows the rule.
-        for part in text.splitn(2, '/') {
-            if let Err(e) = crate::core::ids::Id::new(part) {
-                return Err(deny(ReasonCode::INVALID_ID, format!("{what}: {e}")));
-            }
-        }
-    }
-    Ok(())
 }
 
 fn indeterminate(reason: ReasonCode, detail: impl Into<String>) -> Failure {
