@@ -136,8 +136,10 @@ impl Scratch {
     }
 
     fn give_back(mut self) {
-        // Keep the pool bounded (nesting depth) and its buffers modest.
-        if self.buf.capacity() > 1 << 20 {
+        // Keep the pool bounded (32 scratches, one per nesting level in use) and its buffers
+        // modest (a buffer grown past 64 KiB by an unusually large record is dropped), so a
+        // companion computer holds at most about 2 MiB here.
+        if self.buf.capacity() > 64 << 10 || self.keys.capacity() > 64 << 10 {
             return;
         }
         self.buf.clear();
