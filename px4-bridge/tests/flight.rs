@@ -1034,6 +1034,23 @@ fn the_simulator_matches_measured_px4() {
     assert!(lift);
     let lifted_at = p.now;
     got.insert("airborne_after_arm_s", (p.now - ack) as f64 / 1e9);
+    // PX4 sends no extra heartbeat on arming: the armed flag shows at the next 1 Hz one.
+    assert!(p.run_until_cond(3 * S, |p| {
+        p.a.events
+            .iter()
+            .any(|(t, e)| *t >= ack && matches!(e, Event::ArmedChanged { armed: true }))
+    }));
+    let armed_shown =
+        p.a.events
+            .iter()
+            .find_map(|(t, e)| {
+                (*t >= ack && matches!(e, Event::ArmedChanged { armed: true })).then_some(*t)
+            })
+            .unwrap();
+    got.insert(
+        "armed_heartbeat_after_ack_s",
+        (armed_shown - ack) as f64 / 1e9,
+    );
     assert!(p.run_until_cond(20 * S, |p| (alt(p) - 5.0).abs() < 0.2));
     got.insert("climb_5m_s", (p.now - ack) as f64 / 1e9);
     // The target was echoed while armed before liftoff, but with PX4's heading: the bridge saw
@@ -1207,7 +1224,7 @@ fn the_simulator_matches_measured_px4() {
         );
     }
     println!("px4-facts: {matched}/{} matched", facts.facts.len());
-    assert_eq!(facts.facts.len(), 24, "the measurement file changed");
-    assert_eq!(got.len(), 24, "every fact measured");
+    assert_eq!(facts.facts.len(), 25, "the measurement file changed");
+    assert_eq!(got.len(), 25, "every fact measured");
     assert_eq!(matched, facts.facts.len());
 }
