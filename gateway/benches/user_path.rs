@@ -175,6 +175,7 @@ fn admitted(w: &World, text: &str) -> (Gateway, Vec<DispatchToken>) {
 
 fn user_path(c: &mut Criterion) {
     let text = response("resp-bench");
+    eprintln!("the 32-component response is {} bytes of JSON", text.len());
     let w = world(&text);
     let mut g = c.benchmark_group("user");
 
