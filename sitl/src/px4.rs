@@ -316,29 +316,37 @@ fn rate_ns(hz: f64) -> u64 {
     ns
 }
 
-impl Px4Sim {
-    /// A vehicle booting at `now_ns`, on the ground at home, disarmed, in AUTO.LOITER.
-    pub fn new(cfg: SimConfig, now_ns: u64) -> Px4Sim {
-        let streams = [
-            (0, 1.0),   // HEARTBEAT
-            (32, 30.0), // LOCAL_POSITION_NED
-            (85, 10.0), // POSITION_TARGET_LOCAL_NED
-            (30, 50.0), // ATTITUDE
-            (33, 10.0), // GLOBAL_POSITION_INT
-            (147, 0.5), // BATTERY_STATUS (PX4's onboard profile rate)
-            (1, 1.0),   // SYS_STATUS
-            (245, 5.0), // EXTENDED_SYS_STATE
-            (242, 0.5), // HOME_POSITION (PX4's normal-profile rate)
-            (49, 0.1),  // GPS_GLOBAL_ORIGIN
-            (111, 1.0), // TIMESYNC requests
-        ]
-        .into_iter()
-        .map(|(msg_id, hz)| Stream {
+/// Streams of `(message id, rate in Hz)`, each first due at `now_ns`.
+fn streams_at(rates: &[(u32, f64)], now_ns: u64) -> Vec<Stream> {
+    rates
+        .iter()
+        .map(|&(msg_id, hz)| Stream {
             msg_id,
             interval_ns: rate_ns(hz),
             next_at: now_ns,
         })
-        .collect();
+        .collect()
+}
+
+impl Px4Sim {
+    /// A vehicle booting at `now_ns`, on the ground at home, disarmed, in AUTO.LOITER.
+    pub fn new(cfg: SimConfig, now_ns: u64) -> Px4Sim {
+        let streams = streams_at(
+            &[
+                (0, 1.0),   // HEARTBEAT
+                (32, 30.0), // LOCAL_POSITION_NED
+                (85, 10.0), // POSITION_TARGET_LOCAL_NED
+                (30, 50.0), // ATTITUDE
+                (33, 10.0), // GLOBAL_POSITION_INT
+                (147, 0.5), // BATTERY_STATUS (PX4's onboard profile rate)
+                (1, 1.0),   // SYS_STATUS
+                (245, 5.0), // EXTENDED_SYS_STATE
+                (242, 0.5), // HOME_POSITION (PX4's normal-profile rate)
+                (49, 0.1),  // GPS_GLOBAL_ORIGIN
+                (111, 1.0), // TIMESYNC requests
+            ],
+            now_ns,
+        );
         let battery = cfg.battery_pct;
         Px4Sim {
             cfg,
@@ -391,23 +399,19 @@ impl Px4Sim {
         if !self.gcs_streams.is_empty() {
             return;
         }
-        self.gcs_streams = [
-            (0, 1.0),   // HEARTBEAT
-            (85, 50.0), // POSITION_TARGET_LOCAL_NED (measured on PX4 v1.16 SITL)
-            (32, 30.0), // LOCAL_POSITION_NED
-            (30, 20.0), // ATTITUDE
-            (33, 5.0),  // GLOBAL_POSITION_INT
-            (1, 1.0),   // SYS_STATUS
-            (245, 1.0), // EXTENDED_SYS_STATE
-            (242, 0.5), // HOME_POSITION
-        ]
-        .into_iter()
-        .map(|(msg_id, hz)| Stream {
-            msg_id,
-            interval_ns: rate_ns(hz),
-            next_at: now_ns,
-        })
-        .collect();
+        self.gcs_streams = streams_at(
+            &[
+                (0, 1.0),   // HEARTBEAT
+                (85, 50.0), // POSITION_TARGET_LOCAL_NED (measured on PX4 v1.16 SITL)
+                (32, 30.0), // LOCAL_POSITION_NED
+                (30, 20.0), // ATTITUDE
+                (33, 5.0),  // GLOBAL_POSITION_INT
+                (1, 1.0),   // SYS_STATUS
+                (245, 1.0), // EXTENDED_SYS_STATE
+                (242, 0.5), // HOME_POSITION
+            ],
+            now_ns,
+        );
     }
 
     /// A message both links carry (command ACKs, STATUSTEXT).

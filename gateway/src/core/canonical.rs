@@ -77,6 +77,21 @@ struct Canon<'a> {
     out: &'a mut Vec<u8>,
 }
 
+impl Canon<'_> {
+    fn scalar<T: Serialize>(self, v: T) -> Result<(), Error> {
+        scalar(self.out, v)
+    }
+}
+
+/// Serializer methods that hand their value to one helper method of `self`.
+macro_rules! forward {
+    ($helper:ident -> $ok:ty: $($method:ident($t:ty)),* $(,)?) => {
+        $(fn $method(self, v: $t) -> Result<$ok, Error> {
+            self.$helper(v)
+        })*
+    };
+}
+
 /// An object being written: each entry's value goes into `buf`, its key and byte range into
 /// `entries` (map keys' text into `keys`); `finish` sorts them and writes the object. The three
 /// buffers come from a per-thread pool and go back to it, so a record is written without
@@ -321,18 +336,9 @@ impl<'a> ser::Serializer for Canon<'a> {
             .extend_from_slice(if v { b"true" } else { b"false" });
         Ok(())
     }
-    fn serialize_i8(self, v: i8) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
+    forward!(scalar -> (): serialize_i8(i8), serialize_i16(i16), serialize_i32(i32),
+        serialize_i64(i64), serialize_u8(u8), serialize_u16(u16), serialize_u32(u32),
+        serialize_u64(u64));
     fn serialize_i128(self, v: i128) -> Result<(), Error> {
         // The Value route holds a 128-bit integer only when it fits 64 bits.
         match (i64::try_from(v), u64::try_from(v)) {
@@ -340,18 +346,6 @@ impl<'a> ser::Serializer for Canon<'a> {
             (_, Ok(x)) => scalar(self.out, x),
             _ => Err(Error("number out of range".into())),
         }
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        scalar(self.out, v)
     }
     fn serialize_u128(self, v: u128) -> Result<(), Error> {
         match u64::try_from(v) {
@@ -601,45 +595,15 @@ impl ser::Serializer for KeyOnly<'_> {
     type SerializeStruct = ser::Impossible<Key, Error>;
     type SerializeStructVariant = ser::Impossible<Key, Error>;
 
-    fn serialize_bool(self, v: bool) -> Result<Key, Error> {
-        self.owned(v)
-    }
-    fn serialize_i8(self, v: i8) -> Result<Key, Error> {
-        self.owned(v)
-    }
-    fn serialize_i16(self, v: i16) -> Result<Key, Error> {
-        self.owned(v)
-    }
-    fn serialize_i32(self, v: i32) -> Result<Key, Error> {
-        self.owned(v)
-    }
-    fn serialize_i64(self, v: i64) -> Result<Key, Error> {
-        self.owned(v)
-    }
-    fn serialize_u8(self, v: u8) -> Result<Key, Error> {
-        self.owned(v)
-    }
-    fn serialize_u16(self, v: u16) -> Result<Key, Error> {
-        self.owned(v)
-    }
-    fn serialize_u32(self, v: u32) -> Result<Key, Error> {
-        self.owned(v)
-    }
-    fn serialize_u64(self, v: u64) -> Result<Key, Error> {
-        self.owned(v)
-    }
     fn serialize_f32(self, _v: f32) -> Result<Key, Error> {
         Err(refused())
     }
     fn serialize_f64(self, _v: f64) -> Result<Key, Error> {
         Err(refused())
     }
-    fn serialize_char(self, v: char) -> Result<Key, Error> {
-        self.owned(v)
-    }
-    fn serialize_str(self, v: &str) -> Result<Key, Error> {
-        self.owned(v)
-    }
+    forward!(owned -> Key: serialize_bool(bool), serialize_i8(i8), serialize_i16(i16),
+        serialize_i32(i32), serialize_i64(i64), serialize_u8(u8), serialize_u16(u16),
+        serialize_u32(u32), serialize_u64(u64), serialize_char(char), serialize_str(&str));
     fn serialize_bytes(self, _v: &[u8]) -> Result<Key, Error> {
         Err(refused())
     }
