@@ -188,6 +188,16 @@ impl Scratch {
         }
         let n = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
         order.extend(0..n);
+        // Maps from sorted containers (BTreeMap, Value) arrive in order without repeats: one
+        // pass confirms it and the sort is skipped.
+        let in_order = self
+            .entries
+            .iter()
+            .zip(self.entries.iter().skip(1))
+            .all(|(a, b)| self.key(a.0) < self.key(b.0));
+        if in_order {
+            return;
+        }
         let key_of = |i: u32| self.entries.get(i as usize).map_or("", |e| self.key(e.0));
         order.sort_by(|&a, &b| key_of(a).cmp(key_of(b)));
         // Of a run of equal keys keep the last.
@@ -603,7 +613,13 @@ impl ser::Serializer for KeyOnly<'_> {
     }
     forward!(owned -> Key: serialize_bool(bool), serialize_i8(i8), serialize_i16(i16),
         serialize_i32(i32), serialize_i64(i64), serialize_u8(u8), serialize_u16(u16),
-        serialize_u32(u32), serialize_u64(u64), serialize_char(char), serialize_str(&str));
+        serialize_u32(u32), serialize_u64(u64), serialize_char(char));
+
+    fn serialize_str(self, v: &str) -> Result<Key, Error> {
+        let a = self.keys.len();
+        self.keys.push_str(v);
+        Ok(Key::Owned(a, self.keys.len()))
+    }
     fn serialize_bytes(self, _v: &[u8]) -> Result<Key, Error> {
         Err(refused())
     }
