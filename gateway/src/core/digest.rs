@@ -33,12 +33,26 @@ impl Digest {
 
     /// Lower-case hex.
     pub fn to_hex(&self) -> String {
-        let mut s = String::with_capacity(64);
-        for b in self.0 {
-            s.push(hexdigit(b >> 4));
-            s.push(hexdigit(b & 0xf));
+        String::from_utf8_lossy(&self.hex_bytes()).into_owned()
+    }
+
+    /// Lower-case hex as 64 ASCII bytes on the stack (receipts write many digests).
+    pub fn hex_bytes(&self) -> [u8; 64] {
+        const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = [0u8; 64];
+        for (pair, byte) in hex.chunks_exact_mut(2).zip(self.0) {
+            if let [hi, lo] = pair {
+                *hi = HEX_DIGITS
+                    .get(usize::from(byte >> 4))
+                    .copied()
+                    .unwrap_or(b'0');
+                *lo = HEX_DIGITS
+                    .get(usize::from(byte & 0xf))
+                    .copied()
+                    .unwrap_or(b'0');
+            }
         }
-        s
+        hex
     }
 
     /// Parses 64 hex digits.
@@ -69,12 +83,6 @@ impl Digest {
     }
 }
 
-const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
-
-fn hexdigit(n: u8) -> char {
-    char::from(if n < 10 { b'0' + n } else { b'a' + (n - 10) })
-}
-
 fn hexval(c: u8) -> Result<u8, String> {
     match c {
         b'0'..=b'9' => Ok(c - b'0'),
@@ -99,20 +107,7 @@ impl std::fmt::Display for Digest {
 impl Serialize for Digest {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         if s.is_human_readable() {
-            // 64 hex digits on the stack: a receipt body carries many digests.
-            let mut hex = [0u8; 64];
-            for (pair, byte) in hex.chunks_exact_mut(2).zip(self.0) {
-                if let [hi, lo] = pair {
-                    *hi = HEX_DIGITS
-                        .get(usize::from(byte >> 4))
-                        .copied()
-                        .unwrap_or(b'0');
-                    *lo = HEX_DIGITS
-                        .get(usize::from(byte & 0xf))
-                        .copied()
-                        .unwrap_or(b'0');
-                }
-            }
+            let hex = self.hex_bytes();
             s.serialize_str(std::str::from_utf8(&hex).unwrap_or_default())
         } else {
             self.0.serialize(s)

@@ -126,7 +126,7 @@ impl Receipt {
         out.extend_from_slice(b",\"index\":");
         push_u64(&mut out, index);
         out.extend_from_slice(b",\"prev\":\"");
-        push_hex(&mut out, prev);
+        out.extend_from_slice(&prev.hex_bytes());
         out.push(b'"');
         if let Some(w) = wall_unix_ms {
             out.extend_from_slice(b",\"wall_unix_ms\":");
@@ -196,7 +196,7 @@ impl Receipt {
         out.extend_from_slice(b"{\"index\":");
         push_u64(&mut out, self.index);
         out.extend_from_slice(b",\"prev\":\"");
-        push_hex(&mut out, &self.prev);
+        out.extend_from_slice(&self.prev.hex_bytes());
         out.extend_from_slice(b"\",\"at_ns\":");
         push_u64(&mut out, self.at_ns);
         out.extend_from_slice(b",\"body\":");
@@ -206,7 +206,7 @@ impl Receipt {
             push_u64(&mut out, w);
         }
         out.extend_from_slice(b",\"hash\":\"");
-        push_hex(&mut out, &self.hash);
+        out.extend_from_slice(&self.hash.hex_bytes());
         out.extend_from_slice(b"\"}");
         // Only ASCII was added around a UTF-8 body.
         String::from_utf8(out).unwrap_or_default()
@@ -231,15 +231,6 @@ fn push_u64(out: &mut Vec<u8>, v: u64) {
         }
     }
     out.extend_from_slice(b.get(i..).unwrap_or_default());
-}
-
-fn push_hex(out: &mut Vec<u8>, d: &Digest) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for b in d.0 {
-        for nibble in [b >> 4, b & 0xf] {
-            out.push(HEX.get(usize::from(nibble)).copied().unwrap_or(b'0'));
-        }
-    }
 }
 
 /// A signed checkpoint: the chain head it covers, how many receipts precede it, when, and an
