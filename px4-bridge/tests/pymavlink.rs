@@ -9,12 +9,11 @@
     reason = "tests"
 )]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command as Proc, Stdio};
 use std::time::Duration;
 
 use px4_bridge::shell::{BridgeOptions, start};
 use px4_bridge::{Event, Mono, Setpoint};
+use sitl::peer::PythonPeer;
 
 fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
@@ -29,36 +28,13 @@ async fn pymavlink_decodes_what_the_bridge_sends() {
     let port = free_udp_port();
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/fake_autopilot.py");
-    let mut child = Proc::new("python3")
-        .arg(&script)
-        .arg(port.to_string())
-        .arg("6")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 is needed for the pymavlink peer tests");
-    let stdout = child.stdout.take().unwrap();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let lines = tokio::task::spawn_blocking(move || {
-        let mut out = Vec::new();
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if l.trim() == "READY" {
-                let _ = ready_tx.send(());
-            }
-            out.push(l);
-        }
-        out
-    });
-    // The script says READY once pymavlink is imported and its socket bound. Importing can take
-    // seconds on a loaded machine, so wait for the word rather than a fixed time; a peer that
-    // never gets there still fails, after a minute.
-    let ready = tokio::task::spawn_blocking(move || ready_rx.recv_timeout(Duration::from_secs(60)))
-        .await
-        .unwrap();
-    assert!(
-        ready.is_ok(),
-        "the pymavlink peer did not start within 60 s (is pymavlink installed? run ./scripts/test.sh)"
-    );
+    let args = [port.to_string(), "6".to_string()];
+    let mut peer = tokio::task::spawn_blocking(move || {
+        PythonPeer::start(&script, &[args[0].as_str(), args[1].as_str()], false)
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("{e}"));
 
     let (tx, _) = tokio::sync::broadcast::channel(1);
     let mut bopts = BridgeOptions::new(&format!("udpout:127.0.0.1:{port}"));
@@ -74,7 +50,7 @@ async fn pymavlink_decodes_what_the_bridge_sends() {
             _ => break,
         }
     }
-    let status = child.try_wait().unwrap();
+    let status = peer.exited();
     assert!(
         up,
         "no link with the pymavlink autopilot (script status {status:?}); is pymavlink installed? run ./scripts/test.sh"
@@ -87,17 +63,15 @@ async fn pymavlink_decodes_what_the_bridge_sends() {
     };
     h.try_enqueue(sp, [8; 32], Mono(h.now().0 + 20_000_000_000))
         .unwrap();
-    let lines = lines.await.unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "peer failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tokio::task::spawn_blocking(move || peer.finish())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(out.status.success(), "peer failed: {}", out.stderr);
     let _ = tx.send(());
     let _ = task.await;
 
-    let json: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    let json = out.report().unwrap();
     println!("pymavlink saw: {json}");
     // Heartbeat: an onboard controller, not an autopilot, from system 1 component 191, at 1 Hz.
     assert_eq!(json["heartbeat_types"], serde_json::json!([18]));

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use px4_bridge::shell::{BridgeOptions, start};
 use px4_bridge::{Command, CommandOutcome, Event, Mono, Px4Mode, Setpoint};
+use sitl::peer::PythonPeer;
 use sitl::px4::{Px4Sim, SimConfig};
 use sitl::udp::{SimControl, UdpOptions};
 use tokio::sync::{broadcast, mpsc};
@@ -48,58 +49,33 @@ async fn wait_for(
 }
 
 /// `tests/py/gcs_watch.py` running against the simulator's ground-station port.
-struct GcsWatcher {
-    child: std::process::Child,
-    lines: tokio::task::JoinHandle<Vec<String>>,
-}
+struct GcsWatcher(PythonPeer);
 
 impl GcsWatcher {
     async fn start(port: u32) -> GcsWatcher {
-        use std::io::BufRead;
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/gcs_watch.py");
-        let mut child = std::process::Command::new("python3")
-            .arg(&script)
-            .arg(port.to_string())
-            .arg("300")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .expect("python3 is needed for the pymavlink peer tests");
-        let stdout = child.stdout.take().unwrap();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let lines = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
-            for l in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if l.trim() == "READY" {
-                    let _ = ready_tx.send(());
-                }
-                out.push(l);
-            }
-            out
-        });
-        // Importing pymavlink can take seconds on a loaded machine: wait for the word.
-        let ready =
-            tokio::task::spawn_blocking(move || ready_rx.recv_timeout(Duration::from_secs(60)))
-                .await
-                .unwrap();
-        assert!(
-            ready.is_ok(),
-            "the pymavlink ground station did not start within 60 s (is pymavlink installed? run ./scripts/test.sh)"
-        );
-        GcsWatcher { child, lines }
+        let args = [port.to_string()];
+        let peer = tokio::task::spawn_blocking(move || {
+            PythonPeer::start(&script, &[args[0].as_str(), "300"], true)
+        })
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}"));
+        GcsWatcher(peer)
     }
 
     /// Stops watching (closes its input) and returns its report.
-    async fn finish(mut self) -> serde_json::Value {
-        drop(self.child.stdin.take());
-        let lines = self.lines.await.unwrap();
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "the ground station failed: {lines:?}");
-        serde_json::from_str(lines.last().unwrap()).unwrap()
+    async fn finish(self) -> serde_json::Value {
+        let out = tokio::task::spawn_blocking(move || self.0.finish())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the ground station failed: {}",
+            out.stderr
+        );
+        out.report().unwrap()
     }
 }
 

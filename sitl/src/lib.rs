@@ -6,6 +6,7 @@
 //! - [`udp`]: the simulator on a real UDP socket, as PX4 SITL runs (`halo-sitl px4`).
 //! - [`contract_audit`]: an independent replay of mission-contract receipt streams.
 //! - [`contract_explorer`]: a bounded explorer of the contract protocol over a small abstraction.
+//! - [`peer`]: the tests' independent Python peers (pymavlink), started and read the same way.
 //!
 //! This crate judges the gateway from outside: it imports none of the gateway's decision code
 //! and none of the bridge's; the two sides share only the MAVLink wire format and the documented
@@ -21,6 +22,7 @@ pub mod contract_audit;
 pub mod contract_explorer;
 pub mod dynamics;
 pub mod pair;
+pub mod peer;
 pub mod px4;
 pub mod udp;
 pub mod wire;

@@ -8,10 +8,7 @@
     reason = "tests"
 )]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::Duration;
-
+use sitl::peer::PythonPeer;
 use sitl::px4::SimConfig;
 use sitl::udp::{SimControl, UdpOptions};
 
@@ -23,35 +20,12 @@ async fn pymavlink_flies_the_simulator_like_px4() {
         .unwrap()
         .port();
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/gcs.py");
-    let mut child = Command::new("python3")
-        .arg(&script)
-        .arg(port.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 is needed for the pymavlink peer tests");
-    let stdout = child.stdout.take().unwrap();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let lines = tokio::task::spawn_blocking(move || {
-        let mut out = Vec::new();
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if l.trim() == "READY" {
-                let _ = ready_tx.send(());
-            }
-            out.push(l);
-        }
-        out
-    });
-    // The script says READY once pymavlink is imported and its socket bound. Importing can take
-    // seconds on a loaded machine, so wait for the word rather than a fixed time; a peer that
-    // never gets there still fails, after a minute.
-    let ready = tokio::task::spawn_blocking(move || ready_rx.recv_timeout(Duration::from_secs(60)))
-        .await
-        .unwrap();
-    assert!(
-        ready.is_ok(),
-        "the pymavlink peer did not start within 60 s (is pymavlink installed? run ./scripts/test.sh)"
-    );
+    let args = [port.to_string()];
+    let peer =
+        tokio::task::spawn_blocking(move || PythonPeer::start(&script, &[args[0].as_str()], false))
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{e}"));
 
     let (tx, rx) = tokio::sync::broadcast::channel(1);
     let sock = sitl::udp::bind("127.0.0.1:0".parse().unwrap())
@@ -66,16 +40,18 @@ async fn pymavlink_flies_the_simulator_like_px4() {
         gcs: None,
     };
     let sim = tokio::spawn(sitl::udp::run(sock, opts, SimControl::default(), rx));
-    let lines = lines.await.unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = tokio::task::spawn_blocking(move || peer.finish())
+        .await
+        .unwrap()
+        .unwrap();
     let _ = tx.send(());
     let _ = sim.await;
     assert!(
         out.status.success(),
         "ground station failed (is pymavlink installed? run ./scripts/test.sh): {}",
-        String::from_utf8_lossy(&out.stderr)
+        out.stderr
     );
-    let r: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    let r = out.report().unwrap();
     println!("pymavlink saw: {r}");
 
     let hb = &r["heartbeat"];
