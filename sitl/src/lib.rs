@@ -2,6 +2,9 @@
 //!
 //! - [`px4::Px4Sim`]: a PX4 multicopter, sans-IO, matched to measured PX4 v1.16 SITL
 //!   behaviour, recording every setpoint its controller takes;
+//! - [`crazyflie::CfSim`]: a Crazyflie 2.1 speaking CRTP, sans-IO, with the firmware's watchdogs
+//!   and priorities, and [`crazyflie::SimLink`], a `crazyflie-link` connection to it so
+//!   bitcraze's `crazyflie-lib` runs unchanged against it;
 //! - [`pair::Pair`]: two endpoints on a virtual-time datagram link with loss, delay and outages;
 //! - [`udp`]: the simulator on a real UDP socket, as PX4 SITL runs (`halo-sitl px4`).
 //! - [`contract_audit`]: an independent replay of mission-contract receipt streams.
@@ -20,6 +23,7 @@
 
 pub mod contract_audit;
 pub mod contract_explorer;
+pub mod crazyflie;
 pub mod dynamics;
 pub mod pair;
 pub mod peer;

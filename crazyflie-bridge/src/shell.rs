@@ -1,0 +1,882 @@
+//! The tokio shell: connects through `crazyflie-lib`, runs the [`Pacer`], and moves commands,
+//! telemetry and events. It decides nothing the pacer does not.
+//!
+//! # Connecting
+//!
+//! The whole connect (opening the link, the protocol-version check, fetching the log and
+//! parameter tables) runs in its own task under `connect_timeout_ms`: the library can wait
+//! forever on a table that never arrives, and on a machine without USB it panics rather than
+//! returning an error. A timeout is [`ConnectError::Timeout`]; a panic is
+//! [`ConnectError::NoRadio`]. The first connect's failure is returned by [`start`]; after a link
+//! loss the shell reconnects with back-off (`reconnect_min_ms` doubling to `reconnect_max_ms`)
+//! and never resumes an old setpoint.
+//!
+//! # Telemetry
+//!
+//! Two log blocks (each within the firmware's 26 bytes): `stateEstimate.x/y/z/vx/vy/vz` every
+//! `log_period_ms`, and `stateEstimate.yaw`, `range.zrange`, `pm.vbat`, `pm.state`,
+//! `supervisor.info` every `status_period_ms`. Each sample is stamped on arrival on the shared
+//! monotonic clock; its uncertainty is the newest ping round trip plus the block's period. A
+//! ping every `ping_interval_ms` measures the link (latency, not the ACK ratio).
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crazyflie_lib::subsystems::log::{LogPeriod, LogStream};
+use crazyflie_lib::{Crazyflie, NoTocCache, Value};
+use crazyflie_link::Connection;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::pacer::{Config, EnqueueError, Event, HoldReason, Out, Pacer};
+use crate::setpoint::Setpoint;
+use crate::telemetry::{PowerState, Telemetry, TelemetryUpdate, z_range_m};
+use crate::time::Mono;
+use crate::toc_cache::DirTocCache;
+
+/// A link being opened.
+pub type LinkFuture = Pin<Box<dyn Future<Output = Result<Connection, ConnectError>> + Send>>;
+
+/// Opens links to the Crazyflie: the radio by URI, or a simulated vehicle in tests and the demo.
+pub trait LinkOpener: Send + Sync + 'static {
+    /// Opens a new link.
+    fn open(&self) -> LinkFuture;
+    /// What it connects to, for people (`radio://0/80/2M/E7E7E7E7E7`).
+    fn describe(&self) -> String;
+}
+
+/// A Crazyradio or USB link by URI, through `crazyflie-link`'s `LinkContext`.
+pub struct UriOpener {
+    uri: String,
+    context: Arc<crazyflie_link::LinkContext>,
+}
+
+impl UriOpener {
+    /// For `uri` (checked first; see [`crate::uri`]).
+    ///
+    /// # Errors
+    /// [`ConnectError::BadUri`].
+    pub fn new(uri: &str) -> Result<UriOpener, ConnectError> {
+        crate::uri::check(uri).map_err(|e| ConnectError::BadUri(e.0))?;
+        Ok(UriOpener {
+            uri: uri.to_owned(),
+            context: Arc::new(crazyflie_link::LinkContext::new()),
+        })
+    }
+}
+
+impl LinkOpener for UriOpener {
+    fn open(&self) -> LinkFuture {
+        let uri = self.uri.clone();
+        let context = self.context.clone();
+        Box::pin(async move {
+            context.open_link(&uri).await.map_err(|e| match e {
+                crazyflie_link::Error::CrazyradioError(_) | crazyflie_link::Error::USBSubsystemError(_) => {
+                    ConnectError::NoRadio(format!(
+                        "no Crazyradio (or USB Crazyflie) could be opened for {uri}: {e}; is the dongle plugged in and are the udev rules for 1915:7777 installed?"
+                    ))
+                }
+                other => ConnectError::Link(format!("{uri}: {other}")),
+            })
+        })
+    }
+
+    fn describe(&self) -> String {
+        self.uri.clone()
+    }
+}
+
+/// Why a connect failed. [`ConnectError::code`] is stable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "code", content = "message", rename_all = "snake_case")]
+pub enum ConnectError {
+    /// The URI is malformed.
+    BadUri(String),
+    /// No radio dongle (or no USB at all: the library panicked, and the panic was contained).
+    NoRadio(String),
+    /// The link opened but the Crazyflie did not answer, or answered wrongly.
+    Link(String),
+    /// The connect did not finish in time.
+    Timeout {
+        /// ms.
+        after_ms: u64,
+    },
+}
+
+impl ConnectError {
+    /// A stable code: `bad_uri`, `no_radio`, `link`, `timeout`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ConnectError::BadUri(_) => "bad_uri",
+            ConnectError::NoRadio(_) => "no_radio",
+            ConnectError::Link(_) => "link",
+            ConnectError::Timeout { .. } => "timeout",
+        }
+    }
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::BadUri(m) => write!(f, "bad Crazyflie URI: {m}"),
+            ConnectError::NoRadio(m) => write!(f, "no radio: {m}"),
+            ConnectError::Link(m) => write!(f, "the Crazyflie did not connect: {m}"),
+            ConnectError::Timeout { after_ms } => write!(
+                f,
+                "the Crazyflie did not connect within {after_ms} ms (is it on, on this channel and address?)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// Shell options.
+pub struct BridgeOptions {
+    /// How to reach the vehicle.
+    pub link: Arc<dyn LinkOpener>,
+    /// The pacer's parameters.
+    pub config: Config,
+    /// Limit on one whole connect, ms.
+    pub connect_timeout_ms: u64,
+    /// Persistent TOC cache directory (`None`: fetch the tables at every connect).
+    pub toc_cache_dir: Option<PathBuf>,
+    /// Position/velocity block period, ms (10–2550).
+    pub log_period_ms: u64,
+    /// Status block period, ms (10–2550).
+    pub status_period_ms: u64,
+    /// Ping interval, ms.
+    pub ping_interval_ms: u64,
+    /// A ping unanswered this long counts as no answer, ms.
+    pub ping_timeout_ms: u64,
+    /// First reconnect delay, ms.
+    pub reconnect_min_ms: u64,
+    /// Longest reconnect delay, ms.
+    pub reconnect_max_ms: u64,
+    /// Append every setpoint the bridge takes to this JSON-lines file.
+    pub setpoint_log: Option<PathBuf>,
+    /// The shared clock's origin (the gateway's), so instants carry over unchanged.
+    pub origin: Instant,
+}
+
+impl BridgeOptions {
+    /// Defaults around `link`.
+    pub fn new(link: Arc<dyn LinkOpener>) -> BridgeOptions {
+        BridgeOptions {
+            link,
+            config: Config::default(),
+            connect_timeout_ms: 15_000,
+            toc_cache_dir: None,
+            log_period_ms: 50,
+            status_period_ms: 100,
+            ping_interval_ms: 500,
+            ping_timeout_ms: 300,
+            reconnect_min_ms: 500,
+            reconnect_max_ms: 8_000,
+            setpoint_log: None,
+            origin: Instant::now(),
+        }
+    }
+}
+
+/// What the shell reports.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BridgeEvent {
+    /// A pacer event.
+    Pacer(Event),
+    /// A telemetry sample.
+    Telemetry(TelemetryUpdate),
+    /// Connected (again).
+    Connected {
+        /// Attempt number (1 for the first).
+        attempt: u32,
+        /// How long the connect took, ms.
+        took_ms: u64,
+    },
+    /// A reconnect attempt failed; the next one follows after `retry_in_ms`.
+    ConnectFailed {
+        /// Attempt number.
+        attempt: u32,
+        /// Why.
+        error: ConnectError,
+        /// ms.
+        retry_in_ms: u64,
+    },
+    /// The library closed the link.
+    Disconnected {
+        /// The library's reason.
+        reason: String,
+    },
+    /// A command the handle accepted was refused by the pacer (the state changed meanwhile).
+    Refused {
+        /// What.
+        what: &'static str,
+        /// Why.
+        reason: EnqueueError,
+    },
+}
+
+#[derive(Debug)]
+enum Input {
+    Enqueue {
+        sp: Setpoint,
+        binding: [u8; 32],
+        valid_until: Mono,
+    },
+    Hold,
+    Land,
+    Takeoff {
+        height_m: f32,
+    },
+    Arm {
+        arm: bool,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    link_up: AtomicBool,
+    armed: AtomicBool,
+    locked: AtomicBool,
+    flying: AtomicBool,
+    dropped_events: AtomicU64,
+    setpoints_sent: AtomicU64,
+}
+
+/// The gateway's side: every call returns at once.
+#[derive(Clone, Debug)]
+pub struct CfHandle {
+    tx: mpsc::Sender<Input>,
+    shared: Arc<Shared>,
+    origin: Instant,
+}
+
+impl CfHandle {
+    /// Now on the shared monotonic clock.
+    pub fn now(&self) -> Mono {
+        Mono(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn check(&self) -> Result<(), EnqueueError> {
+        if !self.shared.link_up.load(Ordering::Acquire) {
+            return Err(EnqueueError::LinkDown);
+        }
+        if self.shared.locked.load(Ordering::Acquire) {
+            return Err(EnqueueError::Locked);
+        }
+        Ok(())
+    }
+
+    fn send(&self, i: Input) -> Result<(), EnqueueError> {
+        self.tx.try_send(i).map_err(|_| EnqueueError::QueueFull)
+    }
+
+    /// Puts one exact setpoint in the slot, streamed until shortly before `valid_until`.
+    ///
+    /// # Errors
+    /// [`EnqueueError`] when the link is down, the vehicle not armed or locked, the setpoint out
+    /// of range, or the queue full. Nothing is queued then.
+    pub fn try_enqueue(
+        &self,
+        sp: Setpoint,
+        binding: [u8; 32],
+        valid_until: Mono,
+    ) -> Result<(), EnqueueError> {
+        self.check()?;
+        if !self.shared.armed.load(Ordering::Acquire) {
+            return Err(EnqueueError::NotArmed);
+        }
+        if !sp.is_valid() {
+            return Err(EnqueueError::InvalidSetpoint);
+        }
+        if valid_until <= self.now() {
+            return Err(EnqueueError::Expired);
+        }
+        self.send(Input::Enqueue {
+            sp,
+            binding,
+            valid_until,
+        })
+    }
+
+    /// Stop streaming and hold position.
+    ///
+    /// # Errors
+    /// Link down, locked, queue full.
+    pub fn hold(&self) -> Result<(), EnqueueError> {
+        self.check()?;
+        self.send(Input::Hold)
+    }
+
+    /// Stop streaming and land.
+    ///
+    /// # Errors
+    /// Link down, locked, queue full.
+    pub fn land(&self) -> Result<(), EnqueueError> {
+        self.check()?;
+        self.send(Input::Land)
+    }
+
+    /// High-level takeoff.
+    ///
+    /// # Errors
+    /// Link down, locked, not armed, queue full.
+    pub fn takeoff(&self, height_m: f32) -> Result<(), EnqueueError> {
+        self.check()?;
+        if !self.shared.armed.load(Ordering::Acquire) {
+            return Err(EnqueueError::NotArmed);
+        }
+        self.send(Input::Takeoff { height_m })
+    }
+
+    /// Arm or disarm.
+    ///
+    /// # Errors
+    /// Link down, locked (arming), queue full.
+    pub fn arm(&self, arm: bool) -> Result<(), EnqueueError> {
+        if !self.shared.link_up.load(Ordering::Acquire) {
+            return Err(EnqueueError::LinkDown);
+        }
+        if arm && self.shared.locked.load(Ordering::Acquire) {
+            return Err(EnqueueError::Locked);
+        }
+        self.send(Input::Arm { arm })
+    }
+
+    /// The link is up.
+    pub fn link_up(&self) -> bool {
+        self.shared.link_up.load(Ordering::Acquire)
+    }
+
+    /// The supervisor reports the vehicle armed.
+    pub fn armed(&self) -> bool {
+        self.shared.armed.load(Ordering::Acquire)
+    }
+
+    /// The supervisor reports the vehicle flying.
+    pub fn flying(&self) -> bool {
+        self.shared.flying.load(Ordering::Acquire)
+    }
+
+    /// Position setpoints sent so far.
+    pub fn setpoints_sent(&self) -> u64 {
+        self.shared.setpoints_sent.load(Ordering::Acquire)
+    }
+
+    /// Events dropped because the gateway's queue was full.
+    pub fn dropped_events(&self) -> u64 {
+        self.shared.dropped_events.load(Ordering::Acquire)
+    }
+}
+
+fn now_on(origin: Instant) -> Mono {
+    Mono(u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Connects once, under the timeout, in its own task (a panic in the library becomes
+/// [`ConnectError::NoRadio`]).
+///
+/// # Errors
+/// [`ConnectError`].
+pub async fn connect(
+    link: &Arc<dyn LinkOpener>,
+    toc_cache_dir: Option<&PathBuf>,
+    timeout_ms: u64,
+) -> Result<Crazyflie, ConnectError> {
+    let opener = link.clone();
+    let cache = toc_cache_dir.cloned().map(DirTocCache::new);
+    let task = tokio::spawn(async move {
+        let conn = opener.open().await?;
+        let cf = match cache {
+            Some(c) => Crazyflie::connect_from_link(conn, c).await,
+            None => Crazyflie::connect_from_link(conn, NoTocCache).await,
+        };
+        cf.map_err(|e| ConnectError::Link(e.to_string()))
+    });
+    let abort = task.abort_handle();
+    match tokio::time::timeout(Duration::from_millis(timeout_ms), task).await {
+        Err(_) => {
+            abort.abort();
+            Err(ConnectError::Timeout {
+                after_ms: timeout_ms,
+            })
+        }
+        Ok(Err(join)) if join.is_panic() => {
+            let payload = join.into_panic();
+            let msg = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "the radio library panicked".into());
+            Err(ConnectError::NoRadio(format!(
+                "the radio library failed while opening {}: {msg} (is there a USB bus and a Crazyradio?)",
+                link.describe()
+            )))
+        }
+        Ok(Err(_)) => Err(ConnectError::Link("the connect task was cancelled".into())),
+        Ok(Ok(r)) => r,
+    }
+}
+
+/// Starts the bridge: the first connect (its failure is returned), then the run task.
+///
+/// # Errors
+/// [`ConnectError`] from the first connect, or a bad option.
+pub async fn start(
+    opts: BridgeOptions,
+) -> Result<(CfHandle, mpsc::Receiver<BridgeEvent>), ConnectError> {
+    opts.config.validate().map_err(ConnectError::Link)?;
+    for (name, v) in [
+        ("log_period_ms", opts.log_period_ms),
+        ("status_period_ms", opts.status_period_ms),
+    ] {
+        if !(10..=2550).contains(&v) {
+            return Err(ConnectError::Link(format!(
+                "{name} must be 10–2550 ms (a log block's period); got {v}"
+            )));
+        }
+    }
+    let t0 = Instant::now();
+    let cf = connect(
+        &opts.link,
+        opts.toc_cache_dir.as_ref(),
+        opts.connect_timeout_ms,
+    )
+    .await?;
+    let took_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+    tracing::info!(link = %opts.link.describe(), took_ms, "Crazyflie connected");
+    let (tx, rx) = mpsc::channel(64);
+    let (etx, erx) = mpsc::channel(1024);
+    let shared = Arc::new(Shared::default());
+    let handle = CfHandle {
+        tx,
+        shared: shared.clone(),
+        origin: opts.origin,
+    };
+    let _ = etx.try_send(BridgeEvent::Connected {
+        attempt: 1,
+        took_ms,
+    });
+    tokio::spawn(run(opts, cf, rx, etx, shared));
+    Ok((handle, erx))
+}
+
+struct Runner {
+    opts: BridgeOptions,
+    pacer: Pacer,
+    events: mpsc::Sender<BridgeEvent>,
+    shared: Arc<Shared>,
+    setpoint_log: Option<std::fs::File>,
+    last_rtt_ns: u64,
+}
+
+impl Runner {
+    fn now(&self) -> Mono {
+        now_on(self.opts.origin)
+    }
+
+    fn emit(&self, e: BridgeEvent) {
+        if self.events.try_send(e).is_err() {
+            self.shared.dropped_events.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn sync_shared(&self) {
+        let p = &self.pacer;
+        self.shared.link_up.store(p.link_up(), Ordering::Release);
+        self.shared.armed.store(p.armed(), Ordering::Release);
+        self.shared.locked.store(p.locked(), Ordering::Release);
+        self.shared.flying.store(p.flying(), Ordering::Release);
+        self.shared
+            .setpoints_sent
+            .store(p.stats().setpoints_sent, Ordering::Release);
+    }
+
+    fn log_setpoint(&mut self, now: Mono, sp: &Setpoint, binding: &[u8; 32], valid_until: Mono) {
+        use std::io::Write;
+        let Some(f) = self.setpoint_log.as_mut() else {
+            return;
+        };
+        let mut b = String::with_capacity(64);
+        for x in binding {
+            b.push_str(&format!("{x:02x}"));
+        }
+        let line = serde_json::json!({
+            "t_ns": now.0, "binding": b, "x_m": sp.x_m, "y_m": sp.y_m, "z_m": sp.z_m,
+            "yaw_deg": sp.yaw_deg, "fingerprint": sp.fingerprint().to_string(),
+            "valid_until_ns": valid_until.0,
+        });
+        if writeln!(f, "{line}").is_err() {
+            tracing::warn!("could not write the bridge's setpoint log");
+        }
+    }
+
+    fn apply(&mut self, i: Input) {
+        let now = self.now();
+        let (what, r) = match i {
+            Input::Enqueue {
+                sp,
+                binding,
+                valid_until,
+            } => {
+                let r = self.pacer.try_enqueue(now, sp, binding, valid_until);
+                if r.is_ok() {
+                    self.log_setpoint(now, &sp, &binding, valid_until);
+                } else if let Err(reason) = r {
+                    self.emit(BridgeEvent::Pacer(Event::TargetDropped { binding, reason }));
+                }
+                ("setpoint", r)
+            }
+            Input::Hold => ("hold", self.pacer.hold(now, HoldReason::Requested)),
+            Input::Land => ("land", self.pacer.land(now)),
+            Input::Takeoff { height_m } => ("takeoff", self.pacer.takeoff(now, height_m)),
+            Input::Arm { arm } => ("arm", self.pacer.arm(now, arm)),
+        };
+        if let Err(reason) = r {
+            tracing::warn!(what, reason = %reason, "refused by the bridge");
+            self.emit(BridgeEvent::Refused { what, reason });
+        }
+    }
+
+    /// Sends the pacer's commands in order. They go into the library's uplink queue, which the
+    /// pacer never lets grow: at most one position setpoint per stream period.
+    async fn flush(&mut self, cf: &Crazyflie) -> Result<(), crazyflie_lib::Error> {
+        while let Some(o) = self.pacer.poll_transmit() {
+            match o {
+                Out::Position(s) => {
+                    cf.commander
+                        .setpoint_position(s.x_m, s.y_m, s.z_m, s.yaw_deg)
+                        .await?;
+                }
+                Out::NotifyStop { remain_valid_ms } => {
+                    cf.commander.notify_setpoint_stop(remain_valid_ms).await?;
+                }
+                Out::GoTo {
+                    x_m,
+                    y_m,
+                    z_m,
+                    yaw_rad,
+                    duration_s,
+                } => {
+                    cf.high_level_commander
+                        .go_to(x_m, y_m, z_m, yaw_rad, duration_s, false, false, None)
+                        .await?;
+                }
+                Out::Land {
+                    height_m,
+                    duration_s,
+                } => {
+                    cf.high_level_commander
+                        .land(height_m, None, duration_s, None)
+                        .await?;
+                }
+                Out::Takeoff {
+                    height_m,
+                    duration_s,
+                } => {
+                    cf.high_level_commander
+                        .take_off(height_m, None, duration_s, None)
+                        .await?;
+                }
+                Out::Arm { arm } => cf.supervisor.send_arming_request(arm).await?,
+                Out::EstopWatchdog => cf.supervisor.send_emergency_stop_watchdog().await?,
+            }
+        }
+        while let Some(e) = self.pacer.poll_event() {
+            self.emit(BridgeEvent::Pacer(e));
+        }
+        self.sync_shared();
+        Ok(())
+    }
+
+    fn on_sample(&mut self, at: Mono, period_ms: u64, t: Telemetry) {
+        self.pacer.on_telemetry(at, &t);
+        self.emit(BridgeEvent::Telemetry(TelemetryUpdate {
+            generated_at: at,
+            uncertainty_ns: self.last_rtt_ns + period_ms * 1_000_000,
+            data: t,
+        }));
+    }
+}
+
+fn f32_of(v: Option<&Value>) -> Option<f32> {
+    match v? {
+        Value::F32(x) => Some(*x),
+        _ => None,
+    }
+}
+
+#[derive(Debug)]
+enum Sample {
+    State(Mono, [f32; 3], [f32; 3]),
+    Status(
+        Mono,
+        Option<f32>,
+        Option<u16>,
+        Option<f32>,
+        Option<i8>,
+        Option<u16>,
+    ),
+    Ping(Mono, Option<f64>),
+}
+
+async fn start_block(
+    cf: &Crazyflie,
+    vars: &[&str],
+    period_ms: u64,
+) -> Result<LogStream, crazyflie_lib::Error> {
+    let mut b = cf.log.create_block().await?;
+    for v in vars {
+        b.add_variable(v).await?;
+    }
+    b.start(LogPeriod::from_millis(period_ms)?).await
+}
+
+async fn read_state(stream: LogStream, origin: Instant, tx: mpsc::Sender<Sample>) {
+    while let Ok(d) = stream.next().await {
+        let at = now_on(origin);
+        let g = |k: &str| f32_of(d.data.get(k)).unwrap_or(f32::NAN);
+        let s = Sample::State(
+            at,
+            [
+                g("stateEstimate.x"),
+                g("stateEstimate.y"),
+                g("stateEstimate.z"),
+            ],
+            [
+                g("stateEstimate.vx"),
+                g("stateEstimate.vy"),
+                g("stateEstimate.vz"),
+            ],
+        );
+        if tx.send(s).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn read_status(stream: LogStream, origin: Instant, tx: mpsc::Sender<Sample>) {
+    while let Ok(d) = stream.next().await {
+        let at = now_on(origin);
+        let u16_of = |k: &str| match d.data.get(k) {
+            Some(Value::U16(x)) => Some(*x),
+            _ => None,
+        };
+        let pm_state = match d.data.get("pm.state") {
+            Some(Value::I8(x)) => Some(*x),
+            _ => None,
+        };
+        let s = Sample::Status(
+            at,
+            f32_of(d.data.get("stateEstimate.yaw")),
+            u16_of("range.zrange"),
+            f32_of(d.data.get("pm.vbat")),
+            pm_state,
+            u16_of("supervisor.info"),
+        );
+        if tx.send(s).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn ping_loop(cf: Arc<Crazyflie>, opts: (Instant, u64, u64), tx: mpsc::Sender<Sample>) {
+    let (origin, interval_ms, timeout_ms) = opts;
+    let mut tick = tokio::time::interval(Duration::from_millis(interval_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let r =
+            tokio::time::timeout(Duration::from_millis(timeout_ms), cf.link_service.ping()).await;
+        let latency = match r {
+            Ok(Ok(ms)) => Some(ms),
+            _ => None,
+        };
+        if tx
+            .send(Sample::Ping(now_on(origin), latency))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+const STATE_VARS: [&str; 6] = [
+    "stateEstimate.x",
+    "stateEstimate.y",
+    "stateEstimate.z",
+    "stateEstimate.vx",
+    "stateEstimate.vy",
+    "stateEstimate.vz",
+];
+const STATUS_VARS: [&str; 5] = [
+    "stateEstimate.yaw",
+    "range.zrange",
+    "pm.vbat",
+    "pm.state",
+    "supervisor.info",
+];
+
+/// One connection's life: returns the reason it ended.
+async fn serve(
+    r: &mut Runner,
+    cf: Arc<Crazyflie>,
+    inputs: &mut mpsc::Receiver<Input>,
+) -> Result<String, String> {
+    let state = start_block(&cf, &STATE_VARS, r.opts.log_period_ms)
+        .await
+        .map_err(|e| format!("log block (position): {e}"))?;
+    let status = start_block(&cf, &STATUS_VARS, r.opts.status_period_ms)
+        .await
+        .map_err(|e| format!("log block (status): {e}"))?;
+    let (stx, mut srx) = mpsc::channel(256);
+    let origin = r.opts.origin;
+    let readers = [
+        tokio::spawn(read_state(state, origin, stx.clone())),
+        tokio::spawn(read_status(status, origin, stx.clone())),
+        tokio::spawn(ping_loop(
+            cf.clone(),
+            (origin, r.opts.ping_interval_ms, r.opts.ping_timeout_ms),
+            stx,
+        )),
+    ];
+    let now = r.now();
+    r.pacer.link_opened(now);
+    let result = loop {
+        if let Err(e) = r.flush(&cf).await {
+            break Err(format!("sending: {e}"));
+        }
+        if !r.pacer.link_up() {
+            break Ok("no telemetry within the link timeout".to_owned());
+        }
+        let deadline = r.pacer.poll_timeout();
+        let sleep_for = Duration::from_nanos(deadline.0.saturating_sub(r.now().0));
+        tokio::select! {
+            i = inputs.recv() => match i {
+                Some(i) => r.apply(i),
+                None => break Ok("the gateway closed the bridge".to_owned()),
+            },
+            s = srx.recv() => match s {
+                Some(Sample::State(at, p, v)) => r.on_sample(at, r.opts.log_period_ms, Telemetry::State { position_m: p, velocity_mps: v }),
+                Some(Sample::Status(at, yaw, zr, vbat, pm, bits)) => {
+                    let period = r.opts.status_period_ms;
+                    if let Some(y) = yaw { r.on_sample(at, period, Telemetry::Yaw { yaw_deg: y }); }
+                    if let Some(mm) = zr { r.on_sample(at, period, Telemetry::Range { z_range_m: z_range_m(mm) }); }
+                    if let (Some(v), Some(s)) = (vbat, pm) {
+                        r.on_sample(at, period, Telemetry::Power { vbat_v: v, state: PowerState::from_raw(s) });
+                    }
+                    if let Some(b) = bits { r.on_sample(at, period, Telemetry::Supervisor { bits: b }); }
+                }
+                Some(Sample::Ping(at, Some(ms))) => {
+                    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a round trip in ms")]
+                    { r.last_rtt_ns = (ms * 1e6) as u64; }
+                    r.on_sample(at, 0, Telemetry::Ping { latency_ms: ms });
+                }
+                Some(Sample::Ping(_, None)) => tracing::debug!("ping unanswered"),
+                None => break Ok("telemetry readers ended".to_owned()),
+            },
+            reason = cf.wait_disconnect() => break Ok(reason),
+            () = tokio::time::sleep(sleep_for) => {
+                let now = r.now();
+                r.pacer.handle_timeout(now);
+            }
+        }
+    };
+    for t in readers {
+        t.abort();
+    }
+    let now = r.now();
+    r.pacer.link_closed(now);
+    while let Some(e) = r.pacer.poll_event() {
+        r.emit(BridgeEvent::Pacer(e));
+    }
+    r.sync_shared();
+    result
+}
+
+async fn run(
+    opts: BridgeOptions,
+    first: Crazyflie,
+    mut inputs: mpsc::Receiver<Input>,
+    events: mpsc::Sender<BridgeEvent>,
+    shared: Arc<Shared>,
+) {
+    let setpoint_log = opts.setpoint_log.as_ref().and_then(|p| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map_err(|e| tracing::warn!(path = %p.display(), "setpoint log: {e}"))
+            .ok()
+    });
+    let mut r = Runner {
+        pacer: Pacer::new(opts.config.clone()),
+        opts,
+        events,
+        shared,
+        setpoint_log,
+        last_rtt_ns: 0,
+    };
+    let mut cf = Some(Arc::new(first));
+    let mut attempt: u32 = 1;
+    loop {
+        if let Some(c) = cf.take() {
+            let end = serve(&mut r, c.clone(), &mut inputs).await;
+            c.disconnect().await;
+            let reason = match end {
+                Ok(r) | Err(r) => r,
+            };
+            if reason == "the gateway closed the bridge" {
+                return;
+            }
+            tracing::warn!(reason = %reason, "Crazyflie link lost; reconnecting");
+            r.emit(BridgeEvent::Disconnected { reason });
+        }
+        // Reconnect with back-off; commands meanwhile are refused (link down).
+        let mut delay = r.opts.reconnect_min_ms;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(delay)) => {}
+                i = inputs.recv() => match i {
+                    Some(_) => {
+                        r.emit(BridgeEvent::Refused { what: "command", reason: EnqueueError::LinkDown });
+                        continue;
+                    }
+                    None => return,
+                },
+            }
+            attempt += 1;
+            let t0 = Instant::now();
+            match connect(
+                &r.opts.link,
+                r.opts.toc_cache_dir.as_ref(),
+                r.opts.connect_timeout_ms,
+            )
+            .await
+            {
+                Ok(c) => {
+                    let took_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    tracing::info!(attempt, took_ms, "Crazyflie reconnected");
+                    r.emit(BridgeEvent::Connected { attempt, took_ms });
+                    cf = Some(Arc::new(c));
+                    break;
+                }
+                Err(error) => {
+                    delay = (delay * 2).min(r.opts.reconnect_max_ms);
+                    tracing::warn!(attempt, error = %error, retry_in_ms = delay, "Crazyflie reconnect failed");
+                    r.emit(BridgeEvent::ConnectFailed {
+                        attempt,
+                        error,
+                        retry_in_ms: delay,
+                    });
+                }
+            }
+        }
+    }
+}
