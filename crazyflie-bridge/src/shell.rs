@@ -547,50 +547,13 @@ impl Runner {
     /// pacer never lets grow: at most one position setpoint per stream period.
     async fn flush(&mut self, cf: &Crazyflie) -> Result<(), crazyflie_lib::Error> {
         while let Some(o) = self.pacer.poll_transmit() {
-            match o {
-                Out::Position(s) => {
-                    cf.commander
-                        .setpoint_position(s.x_m, s.y_m, s.z_m, s.yaw_deg)
-                        .await?;
-                }
-                Out::NotifyStop { remain_valid_ms } => {
-                    cf.commander.notify_setpoint_stop(remain_valid_ms).await?;
-                }
-                Out::GoTo {
-                    x_m,
-                    y_m,
-                    z_m,
-                    yaw_rad,
-                    duration_s,
-                } => {
-                    cf.high_level_commander
-                        .go_to(x_m, y_m, z_m, yaw_rad, duration_s, false, false, None)
-                        .await?;
-                }
-                Out::Land {
-                    height_m,
-                    duration_s,
-                } => {
-                    cf.high_level_commander
-                        .land(height_m, None, duration_s, None)
-                        .await?;
-                }
-                Out::Takeoff {
-                    height_m,
-                    duration_s,
-                } => {
-                    cf.high_level_commander
-                        .take_off(height_m, None, duration_s, None)
-                        .await?;
-                }
-                Out::Arm { arm } => cf.supervisor.send_arming_request(arm).await?,
-                Out::EstopWatchdog => cf.supervisor.send_emergency_stop_watchdog().await?,
-            }
+            send(cf, o).await?;
         }
+        // The handle's view first, so whoever reads an event sees the state it announces.
+        self.sync_shared();
         while let Some(e) = self.pacer.poll_event() {
             self.emit(BridgeEvent::Pacer(e));
         }
-        self.sync_shared();
         Ok(())
     }
 
@@ -601,6 +564,55 @@ impl Runner {
             uncertainty_ns: self.last_rtt_ns + period_ms * 1_000_000,
             data: t,
         }));
+    }
+}
+
+/// Sends one pacer command through `crazyflie-lib`: position setpoints and notify-stop on the
+/// generic commander, takeoff/land/go_to on the high-level commander (absolute, smooth, all
+/// groups; land and takeoff keep the current yaw), arming and the emergency-stop watchdog on
+/// the supervisor.
+///
+/// # Errors
+/// The library's (the link closed).
+pub async fn send(cf: &Crazyflie, o: Out) -> Result<(), crazyflie_lib::Error> {
+    match o {
+        Out::Position(s) => {
+            cf.commander
+                .setpoint_position(s.x_m, s.y_m, s.z_m, s.yaw_deg)
+                .await
+        }
+        Out::NotifyStop { remain_valid_ms } => {
+            cf.commander.notify_setpoint_stop(remain_valid_ms).await
+        }
+        Out::GoTo {
+            x_m,
+            y_m,
+            z_m,
+            yaw_rad,
+            duration_s,
+        } => {
+            cf.high_level_commander
+                .go_to(x_m, y_m, z_m, yaw_rad, duration_s, false, false, None)
+                .await
+        }
+        Out::Land {
+            height_m,
+            duration_s,
+        } => {
+            cf.high_level_commander
+                .land(height_m, None, duration_s, None)
+                .await
+        }
+        Out::Takeoff {
+            height_m,
+            duration_s,
+        } => {
+            cf.high_level_commander
+                .take_off(height_m, None, duration_s, None)
+                .await
+        }
+        Out::Arm { arm } => cf.supervisor.send_arming_request(arm).await,
+        Out::EstopWatchdog => cf.supervisor.send_emergency_stop_watchdog().await,
     }
 }
 
@@ -793,10 +805,10 @@ async fn serve(
     }
     let now = r.now();
     r.pacer.link_closed(now);
+    r.sync_shared();
     while let Some(e) = r.pacer.poll_event() {
         r.emit(BridgeEvent::Pacer(e));
     }
-    r.sync_shared();
     result
 }
 
