@@ -998,6 +998,12 @@ impl CfSim {
         for (p, v) in self.pos.iter_mut().zip(self.vel) {
             *p += v * dt;
         }
+        // A landing planner touches down (the firmware's land ends on the ground, motors idle).
+        if let Control::Planner { land: true, .. } = self.control {
+            if self.pos[2] < 0.03 {
+                self.pos[2] = 0.0;
+            }
+        }
         if self.pos[2] <= 0.0 {
             self.pos[2] = 0.0;
             self.vel = [0.0; 3];

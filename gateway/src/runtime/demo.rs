@@ -80,7 +80,7 @@ impl DemoSummary {
 
 /// Why the demo could not run.
 #[derive(Debug)]
-pub struct DemoError(String);
+pub struct DemoError(pub(crate) String);
 
 impl std::fmt::Display for DemoError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -90,7 +90,7 @@ impl std::fmt::Display for DemoError {
 
 impl std::error::Error for DemoError {}
 
-fn err<E: std::fmt::Display>(ctx: &str) -> impl FnOnce(E) -> DemoError + '_ {
+pub(crate) fn err<E: std::fmt::Display>(ctx: &str) -> impl FnOnce(E) -> DemoError + '_ {
     move |e| DemoError(format!("{ctx}: {e}"))
 }
 
@@ -122,26 +122,55 @@ pub const FILES: [(&str, &str); 6] = [
     ),
 ];
 
-struct Client {
-    http: ureq::Agent,
-    url: String,
-    agent: String,
-    provider: String,
-    operator: String,
-    t0: Instant,
-    quiet: bool,
-    sent: std::fs::File,
-    cat: Catalog,
+/// A scripted party's HTTP client: the agent, the providers and the operator, each with its own
+/// credential, against one service.
+pub struct Client {
+    pub(crate) http: ureq::Agent,
+    pub(crate) url: String,
+    pub(crate) agent: String,
+    pub(crate) provider: String,
+    pub(crate) operator: String,
+    pub(crate) t0: Instant,
+    pub(crate) quiet: bool,
+    pub(crate) sent: std::fs::File,
+    pub(crate) cat: Catalog,
 }
 
 impl Client {
-    fn say(&self, s: &str) {
+    /// A client of the service at `url` (`http://HOST:PORT`) with the three roles' credentials;
+    /// every envelope it sends is appended to `sent`; `quiet` silences its narration.
+    pub fn new(
+        url: String,
+        credentials: [String; 3],
+        cat: Catalog,
+        sent: std::fs::File,
+        quiet: bool,
+    ) -> Client {
+        let [agent, provider, operator] = credentials;
+        Client {
+            http: ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_secs(30)))
+                .build()
+                .new_agent(),
+            url,
+            agent,
+            provider,
+            operator,
+            t0: Instant::now(),
+            quiet,
+            sent,
+            cat,
+        }
+    }
+
+    pub(crate) fn say(&self, s: &str) {
         if !self.quiet {
             println!("[{:>6.2}s] {s}", self.t0.elapsed().as_secs_f64());
         }
     }
 
-    fn call(&self, method: &str, path: &str, token: &str, body: &Value) -> (u16, Value) {
+    pub(crate) fn call(&self, method: &str, path: &str, token: &str, body: &Value) -> (u16, Value) {
         let url = format!("{}{path}", self.url);
         let auth = format!("Bearer {token}");
         let r = if method == "GET" {
@@ -162,7 +191,7 @@ impl Client {
         }
     }
 
-    fn operator(&self, action: &str, body: &Value) -> (u16, Value) {
+    pub(crate) fn operator(&self, action: &str, body: &Value) -> (u16, Value) {
         self.call(
             "POST",
             &format!("/v1/operator/{action}"),
@@ -171,12 +200,12 @@ impl Client {
         )
     }
 
-    fn status(&self) -> Value {
+    pub(crate) fn status(&self) -> Value {
         self.call("GET", "/v1/status", &self.operator, &Value::Null)
             .1
     }
 
-    fn submit(&mut self, path: &str, envelope: &Value) -> Result<Value, DemoError> {
+    pub(crate) fn submit(&mut self, path: &str, envelope: &Value) -> Result<Value, DemoError> {
         use std::io::Write;
         let _ = writeln!(self.sent, "{envelope}");
         let (st, v) = self.call("POST", path, &self.agent.clone(), envelope);
@@ -192,7 +221,12 @@ impl Client {
     }
 
     /// The tube verifier certifies one exact component for 30 s.
-    fn certify(&self, envelope: &Value, component: &str, id: &str) -> Result<(), DemoError> {
+    pub(crate) fn certify(
+        &self,
+        envelope: &Value,
+        component: &str,
+        id: &str,
+    ) -> Result<(), DemoError> {
         let text = envelope.to_string();
         let raw = crate::core::envelope::parse_envelope(text.as_bytes()).map_err(err("certify"))?;
         let v = crate::core::graph::validate(&self.cat, &raw).map_err(err("certify"))?;
@@ -216,7 +250,7 @@ impl Client {
         Ok(())
     }
 
-    fn wait(&self, secs: u64, mut cond: impl FnMut(&Client) -> bool) -> bool {
+    pub(crate) fn wait(&self, secs: u64, mut cond: impl FnMut(&Client) -> bool) -> bool {
         let deadline = Instant::now() + Duration::from_secs(secs);
         while Instant::now() < deadline {
             if cond(self) {
@@ -282,12 +316,13 @@ fn providers(
 
 /// Prints the event stream for people, and counts what the summary needs.
 #[derive(Default)]
-struct Seen {
-    emitted: usize,
-    dispatched: Vec<(String, String)>,
+pub(crate) struct Seen {
+    pub(crate) emitted: usize,
+    pub(crate) dispatched: Vec<(String, String)>,
 }
 
-fn narrator(
+pub(crate) fn narrator(
+    vehicle: &'static str,
     url: String,
     token: String,
     t0: Instant,
@@ -323,9 +358,9 @@ fn narrator(
             };
             let s = |k: &str| d[k].as_str().unwrap_or("").to_string();
             let text = match name.as_str() {
-                "vehicle_mode" => Some(format!("PX4 mode {}", s("to"))),
+                "vehicle_mode" => Some(format!("{vehicle} mode {}", s("to"))),
                 "vehicle_command" if !s("command").starts_with("stream message") => {
-                    Some(format!("PX4 {}: {}", s("command"), s("outcome")))
+                    Some(format!("{vehicle} {}: {}", s("command"), s("outcome")))
                 }
                 "emit" => {
                     if let Ok(mut g) = seen.lock() {
@@ -347,7 +382,7 @@ fn narrator(
                             }
                             let b = s("binding");
                             Some(format!(
-                                "final gate: {who} DISPATCHED, binding {} -> PX4",
+                                "final gate: {who} DISPATCHED, binding {} -> {vehicle}",
                                 b.get(..8).unwrap_or(&b)
                             ))
                         }
@@ -400,6 +435,20 @@ fn narrator(
                         list("scope")
                     ))
                 }
+                "deny_hold" if d["held"] == true => Some(format!(
+                    "{}/{} lost its support while streaming ({}): deny-hold, the vehicle holds",
+                    s("response"),
+                    s("component"),
+                    s("reason")
+                )),
+                "vehicle_flying" => Some(
+                    if d["flying"] == true {
+                        "the vehicle is flying"
+                    } else {
+                        "the vehicle is on the ground"
+                    }
+                    .to_owned(),
+                ),
                 "shutdown" => break,
                 _ => None,
             };
@@ -562,7 +611,7 @@ fn script(
     })
 }
 
-fn phases(rep: &Value) -> String {
+pub(crate) fn phases(rep: &Value) -> String {
     rep["components"]
         .as_array()
         .map(|a| {
@@ -632,6 +681,7 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
     }
     let seen = Arc::new(Mutex::new(Seen::default()));
     let narr = narrator(
+        "PX4",
         svc.url(),
         svc.credentials.operator.clone(),
         t0,

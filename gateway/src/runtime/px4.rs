@@ -1,138 +1,30 @@
-//! The PX4 bridge as the gate's adapter, and PX4 telemetry as provider updates.
+//! PX4 telemetry as provider updates (the adapter is [`super::vehicle::VehicleAdapter`]).
 
-use std::collections::VecDeque;
-
-use px4_bridge::shell::BridgeHandle;
+use px4_bridge::Event as BridgeEvent;
 use px4_bridge::telemetry::{LandedState, Telemetry};
-use px4_bridge::{Command, EnqueueError, Event as BridgeEvent, Mono, Setpoint};
 
 use crate::core::catalog::Catalog;
 use crate::core::digest::Digest;
-use crate::core::gate::{Adapter, AdapterError, EnqueueRequest};
 use crate::core::ids::Id;
-use crate::core::payload::ActionCommand;
 use crate::core::state::{SourceState, SourceUpdate, Value};
 use crate::core::time::Nanos;
-
-/// How many dispatched commands the adapter remembers for attributing PX4's echo of a target.
-/// PX4 echoes a target within a few stream periods, long before this many newer ones exist.
-const RECENT: usize = 16;
-
-/// The governed adapter for PX4: exact setpoints through the bridge's non-blocking queue.
-pub struct Px4Adapter {
-    handle: BridgeHandle,
-    /// The newest commands the bridge took (at most [`RECENT`], newest last), each with the
-    /// response and component it belongs to, so PX4's echo can be attributed.
-    recent: VecDeque<([u8; 32], Id, Id)>,
-    /// The newest position target handed to the bridge (a hold or a land ends it).
-    pub last_target: Option<[u8; 32]>,
-    /// Targets whose stream this adapter ended (a later target, a hold or a land replaced
-    /// it), as (response, component), for the shell to tell the gateway
-    /// (`Gateway::stream_ended`), by binding: the gate's critical section only notes the
-    /// binding; the ids are looked up when drained ([`Px4Adapter::take_ended`]).
-    ended: Vec<[u8; 32]>,
-}
-
-impl Px4Adapter {
-    /// Wraps a bridge handle.
-    pub fn new(handle: BridgeHandle) -> Px4Adapter {
-        Px4Adapter {
-            handle,
-            recent: VecDeque::with_capacity(RECENT),
-            last_target: None,
-            ended: Vec::new(),
-        }
-    }
-
-    /// The response and component a recently dispatched binding belongs to.
-    pub fn attribute(&self, binding: &[u8; 32]) -> Option<(&Id, &Id)> {
-        self.recent
-            .iter()
-            .rev()
-            .find(|(b, _, _)| b == binding)
-            .map(|(_, r, c)| (r, c))
-    }
-
-    /// The current target no longer streams (the bridge holds, lands or lost the link).
-    pub fn target_ended(&mut self) {
-        if let Some(b) = self.last_target.take() {
-            self.ended.push(b);
-        }
-    }
-
-    /// The bridge stopped streaming this target by itself (it expired or was dropped); a
-    /// newer target that replaced it meanwhile is unaffected.
-    pub fn target_ended_if(&mut self, binding: &[u8; 32]) {
-        if self.last_target == Some(*binding) {
-            self.target_ended();
-        }
-    }
-
-    /// The streams ended since the last call, as (response, component).
-    pub fn take_ended(&mut self) -> Vec<(Id, Id)> {
-        let ended = std::mem::take(&mut self.ended);
-        ended
-            .iter()
-            .filter_map(|b| self.attribute(b).map(|(r, c)| (r.clone(), c.clone())))
-            .collect()
-    }
-
-    /// The bridge handle.
-    pub fn handle(&self) -> &BridgeHandle {
-        &self.handle
-    }
-}
-
-fn adapter_error(e: EnqueueError) -> AdapterError {
-    match e {
-        EnqueueError::LinkDown => AdapterError::LinkDown,
-        EnqueueError::QueueFull => AdapterError::QueueFull,
-        EnqueueError::NotOffboardCapable
-        | EnqueueError::NotPermitted
-        | EnqueueError::InvalidSetpoint
-        | EnqueueError::Expired => AdapterError::NotReady,
-    }
-}
-
-impl Adapter for Px4Adapter {
-    fn try_enqueue(&mut self, req: &EnqueueRequest<'_>) -> Result<(), AdapterError> {
-        let binding: [u8; 32] = req.binding.0;
-        // The gateway and the bridge share one clock origin, so the instants carry over as is.
-        let valid_until = Mono(req.valid_until.0);
-        let r = match &req.command {
-            #[allow(clippy::cast_possible_truncation, reason = "MAVLink carries f32")]
-            ActionCommand::Route(t) => self.handle.try_enqueue(
-                Setpoint {
-                    north_m: t.north_m as f32,
-                    east_m: t.east_m as f32,
-                    down_m: t.down_m as f32,
-                    yaw_deg: t.yaw_deg as f32,
-                },
-                binding,
-                valid_until,
-            ),
-            ActionCommand::Hold { .. } => self.handle.hold(),
-            ActionCommand::Land => self.handle.command(Command::Land),
-            // Not a vehicle command: the repository-merge domain has its own adapter.
-            ActionCommand::Merge { .. } => return Err(AdapterError::Unsupported),
-        };
-        r.map_err(adapter_error)?;
-        if self.last_target != Some(binding) {
-            self.target_ended();
-        }
-        self.last_target = matches!(req.command, ActionCommand::Route(_)).then_some(binding);
-        if self.recent.len() == RECENT {
-            self.recent.pop_front();
-        }
-        self.recent
-            .push_back((binding, req.response.clone(), req.component.clone()));
-        Ok(())
-    }
-}
 
 /// A vehicle source update from PX4 (provenance `px4`, epoch 1), or `None` when the catalog has
 /// no such source or gives it another kind of value.
 pub fn vehicle_update(cat: &Catalog, name: &str, at: Nanos, value: Value) -> Option<SourceUpdate> {
+    source_update(cat, name, at, value, "px4", 1)
+}
+
+/// A provider update for the catalog's source `name` from `provenance` at `epoch`, or `None`
+/// when the catalog has no such source or gives it another kind of value.
+pub fn source_update(
+    cat: &Catalog,
+    name: &str,
+    at: Nanos,
+    value: Value,
+    provenance: &str,
+    epoch: u64,
+) -> Option<SourceUpdate> {
     let ix = cat.source_ix(name)?;
     if cat.source(ix).map(|s| s.value) != Some(value.kind()) {
         return None;
@@ -141,8 +33,8 @@ pub fn vehicle_update(cat: &Catalog, name: &str, at: Nanos, value: Value) -> Opt
         source: ix,
         state: SourceState {
             generated_at: at,
-            epoch: 1,
-            provenance: Id::new("px4").ok()?,
+            epoch,
+            provenance: Id::new(provenance).ok()?,
             value,
         },
     })

@@ -63,10 +63,38 @@ impl Default for LimitsConfig {
     }
 }
 
+/// Which vehicle the gateway flies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum VehicleKind {
+    /// PX4 over MAVLink (offboard setpoints).
+    #[default]
+    Px4,
+    /// A Crazyflie 2.1 over a Crazyradio or USB (bitcraze's crazyflie-lib).
+    Crazyflie,
+}
+
+impl VehicleKind {
+    /// `px4`, `crazyflie`.
+    pub fn name(self) -> &'static str {
+        match self {
+            VehicleKind::Px4 => "px4",
+            VehicleKind::Crazyflie => "crazyflie",
+        }
+    }
+}
+
 /// `[vehicle]`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct VehicleConfig {
+    /// `px4` (default) or `crazyflie`. A `radio://` or `usb://` URL implies `crazyflie`.
+    pub kind: VehicleKind,
+    /// With `kind = "crazyflie"`: the table-of-contents cache directory (default
+    /// `STATE/crazyflie-toc`), so a reconnect skips fetching the log and parameter tables.
+    pub toc_cache_dir: Option<PathBuf>,
+    /// With `kind = "crazyflie"`: limit on one whole connect, ms.
+    pub connect_timeout_ms: u64,
     /// `sim` for the embedded simulated PX4 on loopback UDP, else a MAVLink URL:
     /// `udpin:0.0.0.0:14540` (PX4 SITL), `udpout:HOST:PORT`, `tcpout:HOST:PORT`,
     /// `serial:/dev/ttyAMA0:921600` (a Pixhawk on TELEM2).
@@ -89,12 +117,51 @@ pub struct VehicleConfig {
 impl Default for VehicleConfig {
     fn default() -> VehicleConfig {
         VehicleConfig {
+            kind: VehicleKind::Px4,
+            toc_cache_dir: None,
+            connect_timeout_ms: 15_000,
             url: "sim".into(),
             setpoint_log: None,
             sim_setpoint_log: None,
             link_timeout_ms: 1500,
             stream_hz: 20.0,
             control_at_start: false,
+        }
+    }
+}
+
+impl VehicleConfig {
+    /// The vehicle kind, `kind` or what the URL implies (`radio://`, `usb://`: a Crazyflie).
+    pub fn effective_kind(&self) -> VehicleKind {
+        if self.url.starts_with("radio://") || self.url.starts_with("usb://") {
+            VehicleKind::Crazyflie
+        } else {
+            self.kind
+        }
+    }
+
+    /// Checks the URL against the vehicle kind.
+    ///
+    /// # Errors
+    /// A message for people.
+    pub fn check_url(&self) -> Result<(), String> {
+        if self.url == "sim" {
+            return Ok(());
+        }
+        match self.effective_kind() {
+            VehicleKind::Crazyflie => crazyflie_bridge::uri::check(&self.url).map_err(|e| {
+                if self.kind == VehicleKind::Crazyflie
+                    && !self.url.starts_with("radio://")
+                    && !self.url.starts_with("usb://")
+                {
+                    format!("{e} (a Crazyflie is reached by radio://DONGLE/CHANNEL/RATE/ADDRESS or usb://N)")
+                } else {
+                    e.to_string()
+                }
+            }),
+            VehicleKind::Px4 => px4_bridge::url::TransportUrl::parse(&self.url)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
         }
     }
 }
@@ -294,9 +361,14 @@ impl Config {
                 self.vehicle.link_timeout_ms
             )));
         }
-        if self.vehicle.url != "sim" {
-            px4_bridge::url::TransportUrl::parse(&self.vehicle.url)
-                .map_err(|e| ConfigError(format!("{file}: vehicle.url: {e}")))?;
+        self.vehicle
+            .check_url()
+            .map_err(|e| ConfigError(format!("{file}: vehicle.url: {e}")))?;
+        if !(1000..=120_000).contains(&self.vehicle.connect_timeout_ms) {
+            return Err(ConfigError(format!(
+                "{file}: vehicle.connect_timeout_ms: {} ms is outside 1000..120000",
+                self.vehicle.connect_timeout_ms
+            )));
         }
         if !(1..=3600).contains(&self.receipts.summary_every_s) {
             return Err(ConfigError(format!(

@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use px4_bridge::shell::BridgeHandle;
 use px4_bridge::telemetry::{LandedState, Telemetry};
 use px4_bridge::{Command, CommandOutcome, Event as BridgeEvent, Px4Mode};
 use serde::{Deserialize, Serialize};
@@ -29,7 +28,32 @@ use crate::core::ids::Id;
 use crate::core::reason::ReasonCode;
 use crate::core::state::{Certificate, SourceState, SourceUpdate, Value};
 use crate::core::time::Nanos;
-use crate::runtime::px4::{Px4Adapter, telemetry_updates, vehicle_update};
+use crate::runtime::px4::{source_update, telemetry_updates};
+use crate::runtime::vehicle::{VehicleAdapter, VehicleLink};
+
+mod crazyflie;
+
+/// The vehicle bridge's event stream.
+pub enum VehicleEvents {
+    /// From the PX4 bridge.
+    Px4(mpsc::Receiver<BridgeEvent>),
+    /// From the Crazyflie bridge.
+    Crazyflie(mpsc::Receiver<crazyflie_bridge::shell::BridgeEvent>),
+}
+
+enum VehicleEvent {
+    Px4(BridgeEvent),
+    Crazyflie(crazyflie_bridge::shell::BridgeEvent),
+}
+
+impl VehicleEvents {
+    async fn recv(&mut self) -> Option<VehicleEvent> {
+        match self {
+            VehicleEvents::Px4(r) => r.recv().await.map(VehicleEvent::Px4),
+            VehicleEvents::Crazyflie(r) => r.recv().await.map(VehicleEvent::Crazyflie),
+        }
+    }
+}
 
 /// An error answer: HTTP status, stable code, message, offending ids.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -285,10 +309,10 @@ pub struct CertificateBody {
     pub issuer: Id,
 }
 
-/// The adapter the gate calls: the PX4 bridge, closed while the operator holds.
+/// The adapter the gate calls: the vehicle's bridge, closed while the operator holds.
 pub struct ServiceAdapter {
     /// The bridge adapter.
-    pub px4: Px4Adapter,
+    pub vehicle: VehicleAdapter,
     /// While true every enqueue is refused (`NotReady`).
     pub held: bool,
 }
@@ -298,7 +322,7 @@ impl Adapter for ServiceAdapter {
         if self.held {
             return Err(AdapterError::NotReady);
         }
-        self.px4.try_enqueue(req)
+        self.vehicle.try_enqueue(req)
     }
 }
 
@@ -375,8 +399,17 @@ pub struct VehicleView {
     pub landed_state: Option<String>,
     /// Local position, NED m.
     pub position_ned_m: Option<[f32; 3]>,
-    /// Battery, percent.
+    /// Battery, percent (PX4).
     pub battery_pct: Option<f32>,
+    /// Battery, volts (Crazyflie).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub battery_v: Option<f32>,
+    /// Downward range, m (Crazyflie).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub z_range_m: Option<f32>,
+    /// The Crazyflie's supervisor latched Locked (a watchdog cut the motors; power-cycle it).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub locked: bool,
     /// Home altitude AMSL, m (from GLOBAL_POSITION_INT).
     pub home_amsl_m: Option<f64>,
     /// Setpoints sent since start.
@@ -432,6 +465,8 @@ pub struct Core {
     control_granted: bool,
     last_housekeeping: Instant,
     audit: Option<Signing>,
+    /// The epoch of the vehicle's own sources: 1 for PX4; a Crazyflie's connection count.
+    vehicle_epoch: u64,
 }
 
 /// Checkpoint signing: the key, when checkpoints are due, and the latest one.
@@ -545,7 +580,7 @@ impl Core {
     pub fn new(
         gw: Gateway,
         monitor: Monitor,
-        handle: BridgeHandle,
+        link: VehicleLink,
         origin: Instant,
         origin_wall_ms: u64,
         receipts_path: Option<PathBuf>,
@@ -560,11 +595,16 @@ impl Core {
             )?),
             None => None,
         };
-        let control_granted = handle.offboard_permitted();
+        // PX4: the bridge's permission (`vehicle.control_at_start`); a Crazyflie: granted by an
+        // operator takeoff or release.
+        let control_granted = match &link {
+            VehicleLink::Px4(h) => h.offboard_permitted(),
+            VehicleLink::Crazyflie(_) => false,
+        };
         Ok(Core {
             gw,
             adapter: ServiceAdapter {
-                px4: Px4Adapter::new(handle),
+                vehicle: VehicleAdapter::new(link),
                 held: false,
             },
             monitor,
@@ -584,6 +624,7 @@ impl Core {
             control_granted,
             last_housekeeping: origin,
             audit: None,
+            vehicle_epoch: 1,
         })
     }
 
@@ -647,7 +688,7 @@ impl Core {
             }
         }
         // Streams the adapter ended (replaced, held, expired) no longer watch their support.
-        for (r, c) in self.adapter.px4.take_ended() {
+        for (r, c) in self.adapter.vehicle.take_ended() {
             self.gw.stream_ended(&r, &c);
         }
         self.write_receipts();
@@ -812,12 +853,11 @@ impl Core {
         // manual mode) the bridge is not offboard-capable and nothing here interrupts them.
         // The bridge takes inputs in order, so a hold sent right after an enqueue it has not
         // processed yet still stops that target.
-        let handle = self.adapter.px4.handle();
-        let streaming =
-            self.adapter.px4.last_target == Some(binding.0) && handle.offboard_capable();
+        let streaming = self.adapter.vehicle.last_target == Some(binding.0)
+            && self.adapter.vehicle.takes_setpoints();
         if streaming {
-            let r = self.adapter.px4.handle().hold();
-            self.adapter.px4.target_ended();
+            let r = self.adapter.vehicle.hold();
+            self.adapter.vehicle.target_ended();
             self.deny_hold_since = r.is_ok().then_some((binding.0, now));
             tracing::warn!(%response, %component, reason = %code, "support lost while streaming: deny-hold");
         }
@@ -879,7 +919,7 @@ impl Core {
             let _ = self.gw.handle_source_update(now, u);
         }
         if let BridgeEvent::TargetObserved { binding, .. } = ev {
-            if let Some((r, c)) = self.adapter.px4.attribute(binding) {
+            if let Some((r, c)) = self.adapter.vehicle.attribute(binding) {
                 let (r, c) = (r.clone(), c.clone());
                 let _ = self.gw.handle_observation(now, &r, &c, true);
             }
@@ -997,7 +1037,7 @@ impl Core {
                 binding,
                 fingerprint,
             } => {
-                self.adapter.px4.target_ended_if(binding);
+                self.adapter.vehicle.target_ended_if(binding);
                 self.publish(
                     "vehicle_target",
                     &json!({"state": "expired", "binding": Digest(*binding), "fingerprint": fingerprint.to_string()}),
@@ -1022,7 +1062,7 @@ impl Core {
                 self.publish("vehicle_hold", &json!({"kind": kind, "reason": reason}));
             }
             BridgeEvent::EnqueueDropped { binding, reason } => {
-                self.adapter.px4.target_ended_if(binding);
+                self.adapter.vehicle.target_ended_if(binding);
                 tracing::warn!(reason = %reason, "the bridge dropped an enqueued target");
                 self.publish(
                     "vehicle_target",
@@ -1032,7 +1072,7 @@ impl Core {
             BridgeEvent::Override { from, to } => {
                 // The pilot wins: the bridge already stopped streaming and will not fly until
                 // the operator releases; pending actions meet a closed adapter at the gate.
-                self.adapter.px4.target_ended();
+                self.adapter.vehicle.target_ended();
                 let from_s = from.map(mode_name);
                 tracing::warn!(
                     from = from_s.as_deref().unwrap_or("unknown"),
@@ -1088,20 +1128,28 @@ impl Core {
 
     fn push_vehicle_source(&mut self, name: &str, at: Nanos, value: Value) {
         let now = self.now();
-        if let Some(u) = vehicle_update(self.gw.catalog(), name, at, value) {
+        let (provenance, epoch) = (self.adapter.vehicle.provenance(), self.vehicle_epoch);
+        if let Some(u) = source_update(self.gw.catalog(), name, at, value, provenance, epoch) {
             let _ = self.gw.handle_source_update(now, u);
         }
     }
 
     /// The operator hands the vehicle to the gateway (again): the bridge may enter OFFBOARD.
     fn grant_control(&mut self, now: Nanos, by: &str) {
-        let r = self.adapter.px4.handle().permit_offboard();
+        let bridge = match self.adapter.vehicle.link() {
+            VehicleLink::Px4(h) => h
+                .permit_offboard()
+                .map_or_else(|e| e.to_string(), |()| "permitted".into()),
+            VehicleLink::Crazyflie(_) => {
+                // No modes to hand over: the gateway's own flag is the permission.
+                self.control_granted = true;
+                self.publish_control();
+                "permitted".into()
+            }
+        };
         self.vehicle.override_mode = None;
-        self.gw.record_external(
-            now,
-            "control_granted",
-            json!({"by": by, "bridge": r.as_ref().map_or_else(ToString::to_string, |()| "permitted".into())}),
-        );
+        self.gw
+            .record_external(now, "control_granted", json!({"by": by, "bridge": bridge}));
     }
 
     fn finish_operator(&mut self, p: Pending, outcome: CommandOutcome) {
@@ -1458,15 +1506,21 @@ impl Core {
 
     fn operator(&mut self, op: OperatorOp, reply: Reply) {
         let now = self.now();
+        if !matches!(op, OperatorOp::Hold | OperatorOp::Release) {
+            if let Some(h) = self.adapter.vehicle.crazyflie().cloned() {
+                self.operator_crazyflie(&h, op, reply);
+                return;
+            }
+        }
         let command = match op {
             OperatorOp::Hold => {
                 self.adapter.held = true;
-                let r = self.adapter.px4.handle().hold();
-                self.adapter.px4.target_ended();
+                let r = self.adapter.vehicle.hold();
+                self.adapter.vehicle.target_ended();
                 self.gw.record_external(
                     now,
                     "operator_hold",
-                    json!({"held": true, "bridge": r.as_ref().map_or_else(ToString::to_string, |()| "holding".into())}),
+                    json!({"held": true, "bridge": r.as_ref().map_or_else(Clone::clone, |()| "holding".into())}),
                 );
                 self.publish("operator_hold", &json!({"held": true}));
                 self.publish_control();
@@ -1508,30 +1562,10 @@ impl Core {
                     )));
                     return;
                 };
-                // With a mission contract the takeoff is its first effect: committed before the
-                // command goes out, refused when the contract does not admit it.
-                if self.monitor.root_state().is_some() {
-                    self.operator_effects += 1;
-                    let key = format!(
-                        "halo-{}-operator-{}",
-                        self.boot_epoch, self.operator_effects
-                    );
-                    let leaf = ContractGate {
-                        monitor: &mut self.monitor,
-                    }
-                    .leaf();
-                    let d = self.monitor.gate_effect(&leaf, "takeoff", &key);
-                    self.contract_receipts();
-                    if !d.allowed() {
-                        let code = d.reason.unwrap_or(ReasonCode::EFFECT_NOT_ADMITTED);
-                        let _ = reply.send(Err(ApiError::new(
-                            409,
-                            code,
-                            format!("the mission contract refuses the takeoff: {}", d.detail),
-                        )));
-                        self.pump();
-                        return;
-                    }
+                if let Err(e) = self.contract_takeoff() {
+                    let _ = reply.send(Err(e));
+                    self.pump();
+                    return;
                 }
                 #[allow(clippy::cast_possible_truncation, reason = "MAVLink carries f32")]
                 let amsl = (home + altitude_m) as f32;
@@ -1540,7 +1574,10 @@ impl Core {
                 }
             }
         };
-        if let Err(e) = self.adapter.px4.handle().command(command) {
+        let Some(px4) = self.adapter.vehicle.px4() else {
+            return;
+        };
+        if let Err(e) = px4.command(command) {
             let _ = reply.send(Err(ApiError::new(
                 503,
                 ReasonCode::SERVICE_BUSY,
@@ -1554,6 +1591,34 @@ impl Core {
             reply,
             deadline: Instant::now() + Duration::from_secs(15),
         });
+    }
+
+    /// With a mission contract the takeoff is its first effect: committed before the command
+    /// goes out, refused when the contract does not admit it.
+    fn contract_takeoff(&mut self) -> Result<(), ApiError> {
+        if self.monitor.root_state().is_none() {
+            return Ok(());
+        }
+        self.operator_effects += 1;
+        let key = format!(
+            "halo-{}-operator-{}",
+            self.boot_epoch, self.operator_effects
+        );
+        let leaf = ContractGate {
+            monitor: &mut self.monitor,
+        }
+        .leaf();
+        let d = self.monitor.gate_effect(&leaf, "takeoff", &key);
+        self.contract_receipts();
+        if d.allowed() {
+            return Ok(());
+        }
+        let code = d.reason.unwrap_or(ReasonCode::EFFECT_NOT_ADMITTED);
+        Err(ApiError::new(
+            409,
+            code,
+            format!("the mission contract refuses the takeoff: {}", d.detail),
+        ))
     }
 
     fn status(&self) -> serde_json::Value {
@@ -1582,10 +1647,10 @@ impl Core {
             "uptime_s": self.origin.elapsed().as_secs(),
             "catalog": {"id": cat.id(), "version": cat.version()},
             "vehicle": VehicleView {
-                setpoints_sent: self.adapter.px4.handle().setpoints_sent(),
+                setpoints_sent: self.adapter.vehicle.setpoints_sent(),
                 control: if self.adapter.held {
                     "operator_hold"
-                } else if self.adapter.px4.handle().offboard_permitted() {
+                } else if self.control_granted {
                     "gateway"
                 } else {
                     "operator"
@@ -1643,13 +1708,13 @@ impl Core {
                     .set(secs);
             }
         }
-        let h = self.adapter.px4.handle();
+        let v = &self.adapter.vehicle;
         self.metrics
             .setpoints_streamed
-            .set(i64::try_from(h.setpoints_sent()).unwrap_or(i64::MAX));
+            .set(i64::try_from(v.setpoints_sent()).unwrap_or(i64::MAX));
         self.metrics
             .bridge_events_dropped
-            .set(i64::try_from(h.dropped_events()).unwrap_or(i64::MAX));
+            .set(i64::try_from(v.dropped_events()).unwrap_or(i64::MAX));
     }
 
     /// Runs until `shutdown` turns true, then holds the vehicle and waits (at most
@@ -1657,7 +1722,7 @@ impl Core {
     pub async fn run(
         mut self,
         mut cmds: mpsc::Receiver<Cmd>,
-        mut bridge: mpsc::Receiver<BridgeEvent>,
+        mut bridge: VehicleEvents,
         mut shutdown: watch::Receiver<bool>,
         settle: Duration,
     ) -> Core {
@@ -1678,7 +1743,7 @@ impl Core {
                 _ = shutdown.changed() => {
                     if *shutdown.borrow() { break; }
                 }
-                Some(ev) = bridge.recv() => self.on_bridge_event(&ev),
+                Some(ev) = bridge.recv() => self.on_vehicle_event(&ev),
                 Some(cmd) = cmds.recv() => self.handle(cmd),
                 () = tokio::time::sleep(wake) => {}
             }
@@ -1694,15 +1759,31 @@ impl Core {
         self
     }
 
-    async fn shutdown(&mut self, bridge: &mut mpsc::Receiver<BridgeEvent>, settle: Duration) {
+    fn on_vehicle_event(&mut self, ev: &VehicleEvent) {
+        match ev {
+            VehicleEvent::Px4(e) => self.on_bridge_event(e),
+            VehicleEvent::Crazyflie(e) => self.on_cf_event(e),
+        }
+    }
+
+    async fn shutdown(&mut self, bridge: &mut VehicleEvents, settle: Duration) {
         let now = self.now();
         self.adapter.held = true;
         self.publish("shutdown", &json!({"reason": "signal"}));
-        let _ = self.adapter.px4.handle().hold();
-        self.adapter.px4.target_ended();
+        if let VehicleLink::Crazyflie(h) = self.adapter.vehicle.link() {
+            let h = h.clone();
+            self.shutdown_crazyflie(&h, bridge, settle).await;
+            self.finish_shutdown();
+            return;
+        }
+        let _ = self.adapter.vehicle.hold();
+        self.adapter.vehicle.target_ended();
+        let Some(px4) = self.adapter.vehicle.px4().cloned() else {
+            return;
+        };
         let in_offboard = self.vehicle.mode.as_deref() == Some(&mode_name(Px4Mode::OFFBOARD));
         if self.vehicle.armed && in_offboard && self.vehicle.link_up {
-            let _ = self.adapter.px4.handle().command(Command::SetMode {
+            let _ = px4.command(Command::SetMode {
                 mode: Px4Mode::HOLD,
             });
         }
@@ -1718,7 +1799,7 @@ impl Core {
                 break;
             }
             tokio::select! {
-                Some(ev) = bridge.recv() => self.on_bridge_event(&ev),
+                Some(ev) = bridge.recv() => self.on_vehicle_event(&ev),
                 () = tokio::time::sleep_until(deadline) => {
                     tracing::warn!("the vehicle is still in OFFBOARD; stopping the stream (PX4's offboard-loss failsafe takes over)");
                     break;
@@ -1732,6 +1813,13 @@ impl Core {
             "shutdown",
             json!({"mode": self.vehicle.mode, "armed": self.vehicle.armed, "link_up": self.vehicle.link_up}),
         );
+        self.finish_shutdown();
+    }
+
+    /// The receipts' end of a shutdown: pending operator commands cancelled, summaries and the
+    /// last checkpoint written, the log synced.
+    fn finish_shutdown(&mut self) {
+        let now = self.now();
         while let Some(p) = self.pending.pop_front() {
             self.finish_operator(p, CommandOutcome::Cancelled);
         }

@@ -41,6 +41,8 @@ use statedir::{CredentialFiles, Credentials};
 
 /// The catalog compiled into the binary (`catalogs/uav-px4.toml`).
 pub const EMBEDDED_CATALOG: &str = include_str!("../../../catalogs/uav-px4.toml");
+/// The Crazyflie catalog compiled into the binary (`vehicle.kind = "crazyflie"`).
+pub const EMBEDDED_CRAZYFLIE_CATALOG: &str = include_str!("../../../catalogs/crazyflie.toml");
 /// The mission-contract domain compiled into the binary (`catalogs/contract-uav.toml`).
 pub const EMBEDDED_CONTRACT_DOMAIN: &str = include_str!("../../../catalogs/contract-uav.toml");
 
@@ -92,9 +94,15 @@ pub fn load_catalog(cfg: &Config) -> Result<Catalog, String> {
             let text = read_capped(p, 1024 * 1024).map_err(|e| format!("{name}: {e}"))?;
             Catalog::parse(&text, &name).map_err(|e| e.to_string())
         }
-        None => {
-            Catalog::parse(EMBEDDED_CATALOG, "embedded uav-px4.toml").map_err(|e| e.to_string())
-        }
+        None => match cfg.vehicle.effective_kind() {
+            config::VehicleKind::Px4 => {
+                Catalog::parse(EMBEDDED_CATALOG, "embedded uav-px4.toml").map_err(|e| e.to_string())
+            }
+            config::VehicleKind::Crazyflie => {
+                Catalog::parse(EMBEDDED_CRAZYFLIE_CATALOG, "embedded crazyflie.toml")
+                    .map_err(|e| e.to_string())
+            }
+        },
     }
 }
 
@@ -132,8 +140,10 @@ pub struct Service {
     pub audit_public_key: PathBuf,
     /// The vehicle URL the bridge uses.
     pub vehicle_url: String,
-    /// The embedded simulator's controls, when `vehicle.url = "sim"`.
+    /// The embedded simulator's controls, when `vehicle.url = "sim"` (PX4).
     pub sim: Option<sitl::udp::SimControl>,
+    /// The embedded simulated Crazyflie, when `vehicle.url = "sim"` and `kind = "crazyflie"`.
+    pub cf_sim: Option<sitl::crazyflie::SimCrazyflie>,
     shutdown: watch::Sender<bool>,
     shutdown_rx: watch::Receiver<bool>,
     cmds: mpsc::Sender<core_task::Cmd>,
@@ -141,8 +151,120 @@ pub struct Service {
     stop_bridge: broadcast::Sender<()>,
     core: JoinHandle<Core>,
     http: JoinHandle<()>,
-    bridge: JoinHandle<()>,
+    bridge: Option<JoinHandle<()>>,
     sim_task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+/// A started vehicle link.
+struct StartedVehicle {
+    url: String,
+    sim: Option<sitl::udp::SimControl>,
+    cf_sim: Option<sitl::crazyflie::SimCrazyflie>,
+    sim_task: Option<JoinHandle<std::io::Result<()>>>,
+    link: crate::runtime::vehicle::VehicleLink,
+    events: core_task::VehicleEvents,
+    task: Option<JoinHandle<()>>,
+}
+
+/// PX4: the embedded simulator on loopback UDP, or the configured MAVLink URL.
+async fn start_px4(
+    cfg: &Config,
+    origin: Instant,
+    stop_bridge: &broadcast::Sender<()>,
+) -> Result<StartedVehicle, ServiceError> {
+    let (vehicle_url, sim, sim_task) = if cfg.vehicle.url == "sim" {
+        let sock = sitl::udp::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .map_err(serr("embedded simulator socket"))?;
+        let addr = sock
+            .local_addr()
+            .map_err(serr("embedded simulator socket"))?;
+        let control = sitl::udp::SimControl::default();
+        let opts = sitl::udp::UdpOptions {
+            bind: addr,
+            remote: SocketAddr::from(([127, 0, 0, 1], 14540)),
+            config: sitl::px4::SimConfig::default(),
+            setpoint_log: cfg.vehicle.sim_setpoint_log.clone(),
+            seed: 11,
+            gcs: None,
+        };
+        let task = tokio::spawn(sitl::udp::run(
+            sock,
+            opts,
+            control.clone(),
+            stop_bridge.subscribe(),
+        ));
+        (format!("udpout:{addr}"), Some(control), Some(task))
+    } else {
+        (cfg.vehicle.url.clone(), None, None)
+    };
+    let mut bopts = BridgeOptions::new(&vehicle_url);
+    bopts.origin = origin;
+    bopts.setpoint_log = cfg.vehicle.setpoint_log.clone();
+    bopts.config.link_timeout_ms = cfg.vehicle.link_timeout_ms;
+    bopts.config.stream_hz = cfg.vehicle.stream_hz;
+    bopts.config.offboard_permitted_at_start = cfg.vehicle.control_at_start;
+    let (handle, bridge_rx, bridge) = start_bridge(bopts, stop_bridge.subscribe())
+        .await
+        .map_err(serr("vehicle link"))?;
+    Ok(StartedVehicle {
+        url: vehicle_url,
+        sim,
+        cf_sim: None,
+        sim_task,
+        link: crate::runtime::vehicle::VehicleLink::Px4(handle),
+        events: core_task::VehicleEvents::Px4(bridge_rx),
+        task: Some(bridge),
+    })
+}
+
+/// A Crazyflie: the embedded simulated one, or the radio/USB URI. The first connect's failure
+/// (no dongle, a Crazyflie that does not answer) stops the start with its message.
+async fn start_crazyflie(
+    cfg: &Config,
+    origin: Instant,
+    state_dir: &std::path::Path,
+) -> Result<StartedVehicle, ServiceError> {
+    use crazyflie_bridge::shell::{BridgeOptions as CfOptions, LinkOpener, UriOpener};
+    let (opener, cf_sim, url): (Arc<dyn LinkOpener>, _, String) = if cfg.vehicle.url == "sim" {
+        let v = sitl::crazyflie::SimCrazyflie::start(
+            sitl::crazyflie::CfSimConfig::default(),
+            cfg.vehicle.sim_setpoint_log.as_deref(),
+        )
+        .map_err(serr("embedded simulated Crazyflie"))?;
+        (
+            Arc::new(crate::runtime::crazyflie::SimOpener(v.clone())),
+            Some(v),
+            "sim".into(),
+        )
+    } else {
+        let o = UriOpener::new(&cfg.vehicle.url).map_err(serr("vehicle.url"))?;
+        (Arc::new(o), None, cfg.vehicle.url.clone())
+    };
+    let mut o = CfOptions::new(opener);
+    o.origin = origin;
+    o.setpoint_log = cfg.vehicle.setpoint_log.clone();
+    o.config.stream_hz = cfg.vehicle.stream_hz;
+    o.config.link_timeout_ms = cfg.vehicle.link_timeout_ms;
+    o.connect_timeout_ms = cfg.vehicle.connect_timeout_ms;
+    o.toc_cache_dir = Some(
+        cfg.vehicle
+            .toc_cache_dir
+            .clone()
+            .unwrap_or_else(|| state_dir.join("crazyflie-toc")),
+    );
+    let (handle, events) = crazyflie_bridge::shell::start(o)
+        .await
+        .map_err(serr("Crazyflie"))?;
+    Ok(StartedVehicle {
+        url,
+        sim: None,
+        cf_sim,
+        sim_task: None,
+        link: crate::runtime::vehicle::VehicleLink::Crazyflie(handle),
+        events: core_task::VehicleEvents::Crazyflie(events),
+        task: None,
+    })
 }
 
 impl Service {
@@ -198,43 +320,20 @@ impl Service {
         let origin_wall_ms = core_task::wall_now_ms();
         let (stop_bridge, _) = broadcast::channel(1);
 
-        // The vehicle: the embedded simulator on loopback, or the configured URL.
-        let (vehicle_url, sim, sim_task) = if cfg.vehicle.url == "sim" {
-            let sock = sitl::udp::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-                .await
-                .map_err(serr("embedded simulator socket"))?;
-            let addr = sock
-                .local_addr()
-                .map_err(serr("embedded simulator socket"))?;
-            let control = sitl::udp::SimControl::default();
-            let opts = sitl::udp::UdpOptions {
-                bind: addr,
-                remote: SocketAddr::from(([127, 0, 0, 1], 14540)),
-                config: sitl::px4::SimConfig::default(),
-                setpoint_log: cfg.vehicle.sim_setpoint_log.clone(),
-                seed: 11,
-                gcs: None,
-            };
-            let task = tokio::spawn(sitl::udp::run(
-                sock,
-                opts,
-                control.clone(),
-                stop_bridge.subscribe(),
-            ));
-            (format!("udpout:{addr}"), Some(control), Some(task))
-        } else {
-            (cfg.vehicle.url.clone(), None, None)
+        // The vehicle: an embedded simulator, or the configured URL.
+        let vehicle = match cfg.vehicle.effective_kind() {
+            config::VehicleKind::Px4 => start_px4(&cfg, origin, &stop_bridge).await?,
+            config::VehicleKind::Crazyflie => start_crazyflie(&cfg, origin, &state_dir).await?,
         };
-
-        let mut bopts = BridgeOptions::new(&vehicle_url);
-        bopts.origin = origin;
-        bopts.setpoint_log = cfg.vehicle.setpoint_log.clone();
-        bopts.config.link_timeout_ms = cfg.vehicle.link_timeout_ms;
-        bopts.config.stream_hz = cfg.vehicle.stream_hz;
-        bopts.config.offboard_permitted_at_start = cfg.vehicle.control_at_start;
-        let (handle, bridge_rx, bridge) = start_bridge(bopts, stop_bridge.subscribe())
-            .await
-            .map_err(serr("vehicle link"))?;
+        let StartedVehicle {
+            url: vehicle_url,
+            sim,
+            cf_sim,
+            sim_task,
+            link,
+            events: bridge_rx,
+            task: bridge,
+        } = vehicle;
 
         let receipts_policy = match cfg.receipts.policy {
             config::ReceiptPolicyName::All => ReceiptPolicy::All,
@@ -261,7 +360,7 @@ impl Service {
         let core = Core::new(
             gw,
             monitor,
-            handle,
+            link,
             origin,
             origin_wall_ms,
             Some(receipts_path.clone()),
@@ -327,6 +426,7 @@ impl Service {
             audit_public_key,
             vehicle_url,
             sim,
+            cf_sim,
             shutdown,
             shutdown_rx,
             cmds: cmd_tx,
@@ -371,7 +471,10 @@ impl Service {
         let core = self.core.await.map_err(serr("core task"))?;
         let _ = self.stop_bridge.send(());
         let _ = tokio::time::timeout(Duration::from_secs(5), self.http).await;
-        let _ = self.bridge.await;
+        if let Some(b) = self.bridge {
+            let _ = b.await;
+        }
+        drop(core.adapter);
         if let Some(t) = self.sim_task {
             let _ = t.await;
         }
@@ -412,6 +515,8 @@ pub fn banner(s: &Service) -> String {
         s.vehicle_url,
         if s.sim.is_some() {
             " (embedded simulated PX4)"
+        } else if s.cf_sim.is_some() {
+            " (embedded simulated Crazyflie)"
         } else {
             ""
         }
