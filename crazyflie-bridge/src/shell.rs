@@ -378,6 +378,42 @@ fn now_on(origin: Instant) -> Mono {
     Mono(u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
+/// The first panic message from inside bitcraze's radio stack (rusb, crazyradio, crazyflie-link,
+/// crazyflie-lib) since the last connect attempt.
+static LIBRARY_PANIC: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Installs (once) a panic hook that keeps panics raised inside the radio libraries off stderr
+/// (they become the typed connect error, logged at debug level) and passes every other panic
+/// to the previous hook unchanged.
+fn contain_library_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let from_library = info.location().is_some_and(|l| {
+                let f = l.file();
+                ["/rusb-", "/crazyradio-", "/crazyflie-link-", "/crazyflie-lib-"]
+                    .iter()
+                    .any(|c| f.contains(c))
+            });
+            if !from_library {
+                previous(info);
+                return;
+            }
+            let msg = info
+                .payload()
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| info.payload().downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "a panic".into());
+            tracing::debug!(location = %info.location().map(ToString::to_string).unwrap_or_default(), "radio library panicked: {msg}");
+            if let Ok(mut g) = LIBRARY_PANIC.lock() {
+                g.get_or_insert(msg);
+            }
+        }));
+    });
+}
+
 /// Connects once, under the timeout, in its own task (a panic in the library becomes
 /// [`ConnectError::NoRadio`]).
 ///
@@ -388,6 +424,10 @@ pub async fn connect(
     toc_cache_dir: Option<&PathBuf>,
     timeout_ms: u64,
 ) -> Result<Crazyflie, ConnectError> {
+    contain_library_panics();
+    if let Ok(mut g) = LIBRARY_PANIC.lock() {
+        *g = None;
+    }
     let opener = link.clone();
     let cache = toc_cache_dir.cloned().map(DirTocCache::new);
     let task = tokio::spawn(async move {
@@ -408,9 +448,12 @@ pub async fn connect(
         }
         Ok(Err(join)) if join.is_panic() => {
             let payload = join.into_panic();
-            let msg = payload
-                .downcast_ref::<String>()
-                .cloned()
+            // The first panic is the cause (rusb cannot open USB); later ones are its echoes.
+            let msg = LIBRARY_PANIC
+                .lock()
+                .ok()
+                .and_then(|mut g| g.take())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
                 .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
                 .unwrap_or_else(|| "the radio library panicked".into());
             Err(ConnectError::NoRadio(format!(

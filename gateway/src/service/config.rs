@@ -465,8 +465,44 @@ mod tests {
     }
 
     #[test]
+    fn the_vehicle_kind_and_its_url_agree() {
+        let c = Config::parse(
+            "[vehicle]\nurl = \"radio://0/80/2M/E7E7E7E7E7\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        assert_eq!(c.vehicle.effective_kind(), VehicleKind::Crazyflie);
+        let c = Config::parse("[vehicle]\nkind = \"crazyflie\"\n", "c.toml").unwrap();
+        assert_eq!(c.vehicle.effective_kind(), VehicleKind::Crazyflie);
+        assert_eq!(c.vehicle.url, "sim");
+        let e = Config::parse(
+            "[vehicle]\nkind = \"crazyflie\"\nurl = \"udpin:0.0.0.0:14540\"\n",
+            "c.toml",
+        )
+        .unwrap_err();
+        assert!(
+            e.0.contains("vehicle.url") && e.0.contains("radio://"),
+            "{e}"
+        );
+        let e = Config::parse("[vehicle]\nurl = \"radio://0/200/2M\"\n", "c.toml").unwrap_err();
+        assert!(e.0.contains("channel `200`"), "{e}");
+        let e = Config::parse("[vehicle]\nkind = \"bicycle\"\n", "c.toml").unwrap_err();
+        assert!(
+            e.0.contains("c.toml:2:") && e.0.contains("`px4` or `crazyflie`"),
+            "{e}"
+        );
+        let e = Config::parse("[vehicle]\nconnect_timeout_ms = 10\n", "c.toml").unwrap_err();
+        assert!(e.0.contains("vehicle.connect_timeout_ms"), "{e}");
+    }
+
+    #[test]
     fn the_shipped_examples_parse() {
-        for f in ["sim.toml", "px4-sitl.toml", "pixhawk-telem2.toml"] {
+        for f in [
+            "sim.toml",
+            "px4-sitl.toml",
+            "pixhawk-telem2.toml",
+            "crazyflie.toml",
+        ] {
             let p = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../configs")
                 .join(f);

@@ -1,0 +1,175 @@
+//! The paper's Crazyflie sequence (Figure 2, Table 4's first row), end to end: the real
+//! `halo-gateway run` process with `vehicle.kind = "crazyflie"` on the embedded simulated
+//! Crazyflie (bitcraze's crazyflie-lib over crazyflie-link's `ConnectionTrait`), each repetition
+//! from a cold start (a new process, a new state directory), played through HTTP by
+//! `runtime::cf_sequence::play`.
+//!
+//! Per repetition four cells: the stale forward action withheld, REPORT(z_range) emitted
+//! meanwhile, no setpoint matching the withheld action in the vehicle's own log, the fresh
+//! backtrack-and-land candidate readmitted (new binding, flown, landed). The receipt chain of each
+//! run is verified with `halo-gateway audit verify`.
+//!
+//! `CF_SEQUENCE_REPS` sets the repetitions (CI: 2; `scripts/crazyflie_sequence.sh`: 10).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    missing_docs,
+    reason = "tests"
+)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use halo_gateway::runtime::cf_sequence::{Outcome, play, providers};
+use halo_gateway::runtime::demo::Client;
+use halo_gateway::service::{Config, load_catalog};
+
+struct Running {
+    child: Child,
+    url: String,
+    creds: [String; 3],
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(dir: &Path) -> Running {
+    let state = dir.join("state");
+    let cfg = dir.join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[vehicle]\nkind = \"crazyflie\"\nurl = \"sim\"\nsim_setpoint_log = \"{}\"\n\
+             [listen]\nhttp = \"127.0.0.1:0\"\n[state]\ndir = \"{}\"\n[log]\nlevel = \"warn\"\n",
+            dir.join("vehicle.jsonl").display(),
+            state.display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.split("listening on ").nth(1).map(|u| u.trim().to_owned()))
+        .expect("the gateway printed its URL");
+    std::thread::spawn(move || for _ in lines {});
+    let read = |r: &str| {
+        std::fs::read_to_string(state.join("credentials").join(format!("{r}.token")))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    Running {
+        child,
+        url,
+        creds: [read("agent"), read("provider"), read("operator")],
+    }
+}
+
+fn stop(mut r: Running) -> i32 {
+    let pid = r.child.id().to_string();
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(s) = r.child.try_wait().unwrap() {
+            return s.code().unwrap_or(-1);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway did not stop within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn one(dir: &Path, rep: u32) -> (Outcome, bool) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let g = start(dir);
+    let mut cfg = Config::default();
+    cfg.vehicle.kind = halo_gateway::service::config::VehicleKind::Crazyflie;
+    let cat = load_catalog(&cfg).unwrap();
+    let frame = Arc::new(AtomicU64::new(1));
+    let halt = Arc::new(AtomicBool::new(false));
+    let feeds = providers(
+        g.url.clone(),
+        g.creds[1].clone(),
+        frame.clone(),
+        halt.clone(),
+    );
+    let mut c = Client::new(
+        g.url.clone(),
+        g.creds.clone(),
+        cat,
+        std::fs::File::create(dir.join("responses.jsonl")).unwrap(),
+        true,
+    );
+    let out = play(&mut c, &dir.join("vehicle.jsonl"), &frame, rep);
+    halt.store(true, Ordering::Relaxed);
+    let _ = feeds.join();
+    let code = stop(g);
+    let out = out.unwrap_or_else(|e| panic!("repetition {rep}: {e}"));
+    assert_eq!(code, 0, "repetition {rep}: the gateway's exit status");
+    // The receipts verify (hash chain, every digest, the checkpoints' signatures).
+    let receipts = dir.join("state").join("receipts").join("boot-1.jsonl");
+    let key = dir.join("state").join("audit-key.pub");
+    let v = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args(["audit", "verify", "--key"])
+        .arg(&key)
+        .arg(&receipts)
+        .output()
+        .unwrap();
+    (out, v.status.success())
+}
+
+#[test]
+fn crazyflie_sequence() {
+    let reps: u32 = std::env::var("CF_SEQUENCE_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let root = std::env::temp_dir().join(format!("halo-cf-seq-{}", std::process::id()));
+    let mut cells = [0u32; 4];
+    let (mut streamed, mut fresh_bindings, mut verified) = (0, 0, 0);
+    for rep in 1..=reps {
+        let (o, receipts_ok) = one(&root.join(format!("rep-{rep}")), rep);
+        println!("  repetition {rep}: {o:?}, receipts verified: {receipts_ok}");
+        cells[0] += u32::from(o.withheld);
+        cells[1] += u32::from(o.range_report);
+        cells[2] += u32::from(o.stale_at_vehicle == 0);
+        cells[3] += u32::from(o.readmitted);
+        streamed += u32::from(o.streamed);
+        fresh_bindings += u32::from(o.fresh_binding);
+        verified += u32::from(receipts_ok);
+    }
+    let stale = reps - cells[2];
+    println!(
+        "crazyflie sequence, {reps} repetitions from cold start: withheld {}/{reps}, range reports {}/{reps}, matching stale setpoints at the vehicle {stale}/{reps}, fresh readmissions {}/{reps} (forward action streamed {streamed}/{reps}, new bindings {fresh_bindings}/{reps}, receipts verified {verified}/{reps})",
+        cells[0], cells[1], cells[3]
+    );
+    let matched: u32 = cells.iter().sum();
+    println!("crazyflie-sequence: {matched}/{} matched", 4 * reps);
+    assert_eq!(matched, 4 * reps, "every cell of every repetition");
+    assert_eq!(streamed, reps);
+    assert_eq!(fresh_bindings, reps);
+    assert_eq!(verified, reps);
+    let _ = std::fs::remove_dir_all(&root);
+}
