@@ -678,6 +678,7 @@ enum Sample {
         Option<u16>,
     ),
     Ping(Mono, Option<f64>),
+    Stats(Mono, Option<f32>, Option<f32>, Option<f32>),
 }
 
 async fn start_block(
@@ -759,6 +760,11 @@ async fn ping_loop(cf: Arc<Crazyflie>, opts: (Instant, u64, u64), tx: mpsc::Send
         {
             return;
         }
+        let s = cf.link_service.get_statistics().await;
+        let stats = Sample::Stats(now_on(origin), s.avg_retries, s.rssi, s.uplink_rate);
+        if tx.send(stats).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -834,6 +840,15 @@ async fn serve(
                     r.on_sample(at, 0, Telemetry::Ping { latency_ms: ms });
                 }
                 Some(Sample::Ping(_, None)) => tracing::debug!("ping unanswered"),
+                Some(Sample::Stats(at, avg_retries, rssi_dbm, uplink_rate)) => {
+                    // Statistics come from the dongle, not the vehicle: they do not count as
+                    // hearing from it.
+                    r.emit(BridgeEvent::Telemetry(TelemetryUpdate {
+                        generated_at: at,
+                        uncertainty_ns: 0,
+                        data: Telemetry::LinkStats { avg_retries, rssi_dbm, uplink_rate },
+                    }));
+                }
                 None => break Ok("telemetry readers ended".to_owned()),
             },
             reason = cf.wait_disconnect() => break Ok(reason),

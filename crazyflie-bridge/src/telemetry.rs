@@ -92,6 +92,16 @@ pub enum Telemetry {
         /// Round trip, ms.
         latency_ms: f64,
     },
+    /// The radio's link statistics (Crazyradio only; `None` over USB). Reported, not used to
+    /// judge the link: the ACK ratio says little about latency.
+    LinkStats {
+        /// Average retries per acknowledged packet.
+        avg_retries: Option<f32>,
+        /// Average RSSI of the acknowledgements, dBm.
+        rssi_dbm: Option<f32>,
+        /// Data packets sent per second.
+        uplink_rate: Option<f32>,
+    },
 }
 
 /// A sample with its time on the companion's monotonic clock.

@@ -407,6 +407,12 @@ pub struct VehicleView {
     /// Downward range, m (Crazyflie).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub z_range_m: Option<f32>,
+    /// The newest ping round trip to the Crazyflie, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_latency_ms: Option<f64>,
+    /// The Crazyradio's average retries per acknowledged packet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_retries: Option<f32>,
     /// The Crazyflie's supervisor latched Locked (a watchdog cut the motors; power-cycle it).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub locked: bool,

@@ -121,7 +121,9 @@ impl Core {
                     .into(),
                 );
             }
-            Telemetry::Yaw { .. } | Telemetry::Ping { .. } => {}
+            Telemetry::Ping { latency_ms } => self.vehicle.link_latency_ms = Some(*latency_ms),
+            Telemetry::LinkStats { avg_retries, .. } => self.vehicle.link_retries = *avg_retries,
+            Telemetry::Yaw { .. } => {}
         }
     }
 
