@@ -469,13 +469,18 @@ impl Pacer {
         }
     }
 
-    fn ready(&self) -> Result<(), EnqueueError> {
+    fn linked_unlocked(&self) -> Result<(), EnqueueError> {
         if !self.link_up {
             return Err(EnqueueError::LinkDown);
         }
         if self.locked() {
             return Err(EnqueueError::Locked);
         }
+        Ok(())
+    }
+
+    fn ready(&self) -> Result<(), EnqueueError> {
+        self.linked_unlocked()?;
         if !self.armed() {
             return Err(EnqueueError::NotArmed);
         }
@@ -543,12 +548,7 @@ impl Pacer {
     /// [`EnqueueError::LinkDown`] or [`EnqueueError::Locked`]; nothing changed.
     pub fn hold(&mut self, now: Mono, reason: HoldReason) -> Result<(), EnqueueError> {
         let _ = now;
-        if !self.link_up {
-            return Err(EnqueueError::LinkDown);
-        }
-        if self.locked() {
-            return Err(EnqueueError::Locked);
-        }
+        self.linked_unlocked()?;
         self.end_stream();
         self.stats.holds += 1;
         match self.position {
@@ -588,12 +588,7 @@ impl Pacer {
     /// [`EnqueueError::LinkDown`] or [`EnqueueError::Locked`]; nothing changed.
     pub fn land(&mut self, now: Mono) -> Result<(), EnqueueError> {
         let _ = now;
-        if !self.link_up {
-            return Err(EnqueueError::LinkDown);
-        }
-        if self.locked() {
-            return Err(EnqueueError::Locked);
-        }
+        self.linked_unlocked()?;
         self.end_stream();
         self.push_land();
         self.events.push_back(Event::Landing);

@@ -1485,6 +1485,13 @@ fn check(
     }
 }
 
+fn print_demo_files(out: &Path) {
+    println!("files (this run's, overwritten each run):");
+    for (f, what) in crate::runtime::demo::FILES {
+        println!("  {:<42} {what}", out.join(f).display());
+    }
+}
+
 fn demo_crazyflie(out: &Path, quiet: bool) -> i32 {
     let Some(rt) = tokio_runtime() else {
         return EXIT_ERROR;
@@ -1513,10 +1520,7 @@ fn demo_crazyflie(out: &Path, quiet: bool) -> i32 {
                 "  receipts (chain and signatures)     {}",
                 if receipts_ok { "ok" } else { "FAILED" }
             );
-            println!("files (this run's, overwritten each run):");
-            for (f, what) in crate::runtime::demo::FILES {
-                println!("  {:<42} {what}", out.join(f).display());
-            }
+            print_demo_files(out);
             let ok = o.streamed
                 && o.withheld
                 && o.range_report
@@ -1572,10 +1576,7 @@ fn demo(catalog: Option<&Path>, out: &Path, quiet: bool) -> i32 {
                 if s.receipts_ok { "ok" } else { "FAILED" }
             );
             println!("  landed and disarmed                 {}", s.landed);
-            println!("files (this run's, overwritten each run):");
-            for (f, what) in crate::runtime::demo::FILES {
-                println!("  {:<42} {what}", out.join(f).display());
-            }
+            print_demo_files(out);
             if s.ok() {
                 println!("demo: all checks passed");
                 EXIT_OK

@@ -19,91 +19,31 @@
     reason = "tests"
 )]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use halo_gateway::runtime::cf_sequence::{Outcome, play, providers};
 use halo_gateway::runtime::demo::Client;
 use halo_gateway::service::{Config, load_catalog};
 
-struct Running {
-    child: Child,
-    url: String,
-    creds: [String; 3],
-}
+mod common;
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(dir: &Path) -> Running {
+fn one(dir: &Path, rep: u32) -> (Outcome, bool) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
     let state = dir.join("state");
-    let cfg = dir.join("gateway.toml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let g = common::Spawned::start(
+        dir,
+        &format!(
             "[vehicle]\nkind = \"crazyflie\"\nurl = \"sim\"\nsim_setpoint_log = \"{}\"\n\
              [listen]\nhttp = \"127.0.0.1:0\"\n[state]\ndir = \"{}\"\n[log]\nlevel = \"warn\"\n",
             dir.join("vehicle.jsonl").display(),
             state.display()
         ),
-    )
-    .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| l.split("listening on ").nth(1).map(|u| u.trim().to_owned()))
-        .expect("the gateway printed its URL");
-    std::thread::spawn(move || for _ in lines {});
-    let read = |r: &str| {
-        std::fs::read_to_string(state.join("credentials").join(format!("{r}.token")))
-            .unwrap()
-            .trim()
-            .to_owned()
-    };
-    Running {
-        child,
-        url,
-        creds: [read("agent"), read("provider"), read("operator")],
-    }
-}
-
-fn stop(mut r: Running) -> i32 {
-    let pid = r.child.id().to_string();
-    let _ = Command::new("kill").args(["-TERM", &pid]).status();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(s) = r.child.try_wait().unwrap() {
-            return s.code().unwrap_or(-1);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the gateway did not stop within 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn one(dir: &Path, rep: u32) -> (Outcome, bool) {
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).unwrap();
-    let g = start(dir);
+        &state,
+    );
     let mut cfg = Config::default();
     cfg.vehicle.kind = halo_gateway::service::config::VehicleKind::Crazyflie;
     let cat = load_catalog(&cfg).unwrap();
@@ -125,7 +65,7 @@ fn one(dir: &Path, rep: u32) -> (Outcome, bool) {
     let out = play(&mut c, &dir.join("vehicle.jsonl"), &frame, rep);
     halt.store(true, Ordering::Relaxed);
     let _ = feeds.join();
-    let code = stop(g);
+    let code = g.stop();
     let out = out.unwrap_or_else(|e| panic!("repetition {rep}: {e}"));
     assert_eq!(code, 0, "repetition {rep}: the gateway's exit status");
     // The receipts verify (hash chain, every digest, the checkpoints' signatures).

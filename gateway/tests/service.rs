@@ -11,12 +11,14 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+
+mod common;
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("halo-service-{name}-{}", std::process::id()));
@@ -37,7 +39,7 @@ fn unix_ms() -> u64 {
 
 /// A running gateway process.
 struct Gateway {
-    child: Option<Child>,
+    proc: common::Spawned,
     url: String,
     agent: String,
     provider: String,
@@ -48,87 +50,34 @@ struct Gateway {
 impl Gateway {
     fn start(dir: &Path, vehicle: &str, extra: &str) -> Gateway {
         let state = dir.join("state");
-        let cfg = dir.join("gateway.toml");
-        std::fs::write(
-            &cfg,
-            format!(
+        let proc = common::Spawned::start(
+            dir,
+            &format!(
                 "[vehicle]\nurl = \"{vehicle}\"\n{extra}\n[listen]\nhttp = \"127.0.0.1:0\"\n\
                  [state]\ndir = \"{}\"\n[log]\nlevel = \"warn\"\n",
                 state.display()
             ),
-        )
-        .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
-            .args(["run", "--config"])
-            .arg(&cfg)
-            .current_dir(dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let mut url = None;
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                url = Some(rest.trim().to_string());
-                break;
-            }
-        }
-        // Keep draining stdout so the child never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        let url = url.expect("the gateway printed its URL");
-        let read = |r: &str| {
-            std::fs::read_to_string(state.join("credentials").join(format!("{r}.token")))
-                .unwrap()
-                .trim()
-                .to_string()
-        };
+            &state,
+        );
+        let [agent, provider, operator] = proc.creds.clone();
         Gateway {
-            url,
-            agent: read("agent"),
-            provider: read("provider"),
-            operator: read("operator"),
-            state: state.clone(),
-            child: Some(child),
+            url: proc.url.clone(),
+            agent,
+            provider,
+            operator,
+            state,
+            proc,
         }
     }
 
     /// SIGTERM, then the exit status.
-    fn stop(mut self) -> i32 {
-        let mut child = self.child.take().unwrap();
-        let pid = child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                return s.code().unwrap_or(-1);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("the gateway did not stop within 20 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    fn stop(self) -> i32 {
+        self.proc.stop()
     }
 
     /// SIGKILL: a crash, no clean shutdown.
-    fn kill(mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        // A failing test must not leave the process behind.
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+    fn kill(self) {
+        self.proc.kill();
     }
 }
 

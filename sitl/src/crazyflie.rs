@@ -177,27 +177,10 @@ pub struct CfSetpointRecord {
 }
 
 /// The Crazyflie fingerprint rule, written here independently of the bridge: centimetres and
-/// tenths of a degree, yaw normalised to (-180, 180].
-#[allow(clippy::cast_possible_truncation, reason = "rounded bounded values")]
+/// tenths of a degree, yaw normalised to (-180, 180] (the PX4 simulator's rounding).
 pub fn fingerprint(x: f32, y: f32, z: f32, yaw_deg: f32) -> String {
-    let r = |v: f64| v.round() as i64;
-    let mut yaw = f64::from(yaw_deg) % 360.0;
-    if yaw <= -180.0 {
-        yaw += 360.0;
-    } else if yaw > 180.0 {
-        yaw -= 360.0;
-    }
-    let mut yd = r(yaw * 10.0);
-    if yd == -1800 {
-        yd = 1800;
-    }
-    format!(
-        "x{}_y{}_z{}_w{}",
-        r(f64::from(x) * 100.0),
-        r(f64::from(y) * 100.0),
-        r(f64::from(z) * 100.0),
-        yd
-    )
+    let [a, b, c, w] = crate::px4::rounded(x, y, z, yaw_deg);
+    format!("x{a}_y{b}_z{c}_w{w}")
 }
 
 /// Things that happened at the vehicle, for tests.
@@ -1342,6 +1325,45 @@ impl ConnectionTrait for SimLink {
     }
 }
 
+/// Serves the vehicle over UDP until `stop` resolves: one datagram is one CRTP packet (header
+/// byte first), both ways; replies go to whoever sent the newest datagram. For tools other than
+/// crazyflie-lib (a Python script, a packet logger); `halo-sitl crazyflie` runs it.
+///
+/// # Errors
+/// The socket's.
+pub async fn serve_udp(
+    sock: tokio::net::UdpSocket,
+    vehicle: SimCrazyflie,
+    stop: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let link = vehicle.link().await;
+    let mut peer: Option<std::net::SocketAddr> = None;
+    let mut buf = [0u8; 64];
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            r = sock.recv_from(&mut buf) => {
+                let (n, from) = r?;
+                peer = Some(from);
+                // One CRTP packet: a header and at most 31 data bytes.
+                if let Some(raw) = buf.get(..n).filter(|b| !b.is_empty() && b.len() <= 32) {
+                    let _ = link.send_packet(Packet::from(raw.to_vec())).await;
+                }
+            }
+            pk = link.recv_packet() => {
+                let Ok(pk) = pk else { break };
+                if let Some(to) = peer {
+                    let raw: Vec<u8> = pk.into();
+                    sock.send_to(&raw, to).await?;
+                }
+            }
+        }
+    }
+    link.close().await;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1453,6 +1475,32 @@ mod tests {
         // A u16 fits (26).
         s.handle_packet(0, &pk(port::LOG, 1, &[7, 1, log_type::U16, 7, 0]));
         assert_eq!(s.poll_transmit(), Some(pk(port::LOG, 1, &[7, 1, 0])));
+    }
+
+    #[tokio::test]
+    async fn answers_over_udp_one_datagram_one_packet() {
+        let v = SimCrazyflie::start(CfSimConfig::default(), None).unwrap();
+        let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = sock.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_udp(sock, v.clone(), async {
+            let _ = rx.await;
+        }));
+        let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        // Platform port 13, channel 1: the protocol version.
+        client.send_to(&[0xd1, 0], addr).await.unwrap();
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(2), client.recv(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(buf.get(..n), Some(&[0xd1, 0, PROTOCOL_VERSION][..]));
+        // Arm over the supervisor: the vehicle says so.
+        client.send_to(&[0x91, 0x01, 1], addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(v.with(|s| s.sim.armed()));
+        let _ = tx.send(());
+        server.await.unwrap().unwrap();
     }
 
     #[test]

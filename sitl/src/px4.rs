@@ -210,8 +210,15 @@ pub struct SetpointRecord {
 
 /// The fingerprint rule, written here independently of the bridge: centimetres and tenths of
 /// a degree, yaw normalised to (-180, 180].
-#[allow(clippy::cast_possible_truncation, reason = "rounded bounded values")]
 pub fn fingerprint(x: f32, y: f32, z: f32, yaw_deg: f32) -> String {
+    let [a, b, c, w] = rounded(x, y, z, yaw_deg);
+    format!("n{a}_e{b}_d{c}_y{w}")
+}
+
+/// Three coordinates in centimetres and a yaw in tenths of a degree normalised to
+/// (-180, 180], rounded: what both simulators' fingerprints print.
+#[allow(clippy::cast_possible_truncation, reason = "rounded bounded values")]
+pub(crate) fn rounded(x: f32, y: f32, z: f32, yaw_deg: f32) -> [i64; 4] {
     let r = |v: f64| v.round() as i64;
     let mut yaw = f64::from(yaw_deg) % 360.0;
     if yaw <= -180.0 {
@@ -223,13 +230,12 @@ pub fn fingerprint(x: f32, y: f32, z: f32, yaw_deg: f32) -> String {
     if yd == -1800 {
         yd = 1800;
     }
-    format!(
-        "n{}_e{}_d{}_y{}",
+    [
         r(f64::from(x) * 100.0),
         r(f64::from(y) * 100.0),
         r(f64::from(z) * 100.0),
-        yd
-    )
+        yd,
+    ]
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -274,24 +274,9 @@ pub fn play(
 /// [`DemoError`] when a step cannot run.
 pub async fn demo(out: &Path, quiet: bool) -> Result<(Outcome, bool), DemoError> {
     use crate::service::config::VehicleKind;
-    use crate::service::{Config, Service, load_catalog};
-    std::fs::create_dir_all(out).map_err(super::demo::err("output directory"))?;
-    for (f, _) in super::demo::FILES {
-        let p = out.join(f);
-        let _ = if f.ends_with('/') {
-            std::fs::remove_dir_all(&p)
-        } else {
-            std::fs::remove_file(&p)
-        };
-    }
-    let mut cfg = Config::default();
+    use crate::service::{Service, load_catalog};
+    let mut cfg = super::demo::demo_config(out)?;
     cfg.vehicle.kind = VehicleKind::Crazyflie;
-    cfg.vehicle.url = "sim".into();
-    cfg.vehicle.sim_setpoint_log = Some(out.join("vehicle-setpoints.jsonl"));
-    cfg.vehicle.setpoint_log = Some(out.join("bridge-setpoints.jsonl"));
-    cfg.listen.http = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    cfg.state.dir = Some(out.join("state"));
-    cfg.receipts.path = Some(out.join("receipts.jsonl"));
     let catalog = load_catalog(&cfg).map_err(DemoError)?;
     let svc = Service::start(cfg, catalog.clone())
         .await
@@ -321,22 +306,7 @@ pub async fn demo(out: &Path, quiet: bool) -> Result<(Outcome, bool), DemoError>
         Arc::clone(&frame),
         Arc::clone(&stop),
     );
-    let mut client = Client {
-        http: ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(30)))
-            .build()
-            .new_agent(),
-        url: svc.url(),
-        agent: svc.credentials.agent.clone(),
-        provider: svc.credentials.provider.clone(),
-        operator: svc.credentials.operator.clone(),
-        t0,
-        quiet,
-        sent: std::fs::File::create(out.join("responses.jsonl"))
-            .map_err(super::demo::err("responses log"))?,
-        cat: catalog,
-    };
+    let mut client = Client::for_service(&svc, catalog, out, t0, quiet)?;
     let log = out.join("vehicle-setpoints.jsonl");
     let fr = Arc::clone(&frame);
     let result = tokio::task::spawn_blocking(move || play(&mut client, &log, &fr, 1))
@@ -344,10 +314,7 @@ pub async fn demo(out: &Path, quiet: bool) -> Result<(Outcome, bool), DemoError>
         .map_err(super::demo::err("demo script"))?;
     stop.store(true, Ordering::Relaxed);
     let _ = tokio::task::spawn_blocking(move || feeds.join()).await;
-    let public_key = svc.audit_public_key.clone();
-    svc.shutdown();
-    svc.wait().await.map_err(super::demo::err("service"))?;
-    std::fs::copy(&public_key, out.join("receipts.pub")).map_err(super::demo::err("public key"))?;
+    super::demo::stop_service(svc, out).await?;
     let _ = tokio::task::spawn_blocking(move || narr.join()).await;
     let outcome = result?;
     let receipts = super::demo::read_receipts(&out.join("receipts.jsonl"))?;

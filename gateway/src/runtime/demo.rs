@@ -164,6 +164,32 @@ impl Client {
         }
     }
 
+    /// A client of an in-process service, its envelopes logged to `out/responses.jsonl`, its
+    /// narration timed from `t0`.
+    ///
+    /// # Errors
+    /// [`DemoError`] when the log cannot be created.
+    pub(crate) fn for_service(
+        svc: &Service,
+        cat: Catalog,
+        out: &Path,
+        t0: Instant,
+        quiet: bool,
+    ) -> Result<Client, DemoError> {
+        let c = &svc.credentials;
+        let sent =
+            std::fs::File::create(out.join("responses.jsonl")).map_err(err("responses log"))?;
+        let mut client = Client::new(
+            svc.url(),
+            [c.agent.clone(), c.provider.clone(), c.operator.clone()],
+            cat,
+            sent,
+            quiet,
+        );
+        client.t0 = t0;
+        Ok(client)
+    }
+
     pub(crate) fn say(&self, s: &str) {
         if !self.quiet {
             println!("[{:>6.2}s] {s}", self.t0.elapsed().as_secs_f64());
@@ -641,13 +667,14 @@ fn position_text(sim: &sitl::udp::SimControl) -> String {
     )
 }
 
-/// Runs the demo. `out` receives the files in [`FILES`].
+/// A fresh output directory (every file in [`FILES`] is this run's alone) and the service
+/// configuration the demos run: the embedded simulated vehicle, loopback on a free port, the
+/// state, receipts and both setpoint logs under `out`.
 ///
 /// # Errors
-/// [`DemoError`] when a step cannot run (sockets, files) or the vehicle does not respond.
-pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummary, DemoError> {
+/// [`DemoError`] when `out` cannot be created.
+pub(crate) fn demo_config(out: &Path) -> Result<Config, DemoError> {
     std::fs::create_dir_all(out).map_err(err("output directory"))?;
-    // Every file is this run's alone.
     for (f, _) in FILES {
         let p = out.join(f);
         let _ = if f.ends_with('/') {
@@ -663,6 +690,27 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
     cfg.listen.http = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     cfg.state.dir = Some(out.join("state"));
     cfg.receipts.path = Some(out.join("receipts.jsonl"));
+    Ok(cfg)
+}
+
+/// Stops the demo's service cleanly and copies the audit public key to `out/receipts.pub`.
+///
+/// # Errors
+/// [`DemoError`] when the service failed or the key cannot be copied.
+pub(crate) async fn stop_service(svc: Service, out: &Path) -> Result<(), DemoError> {
+    let public_key = svc.audit_public_key.clone();
+    svc.shutdown();
+    svc.wait().await.map_err(err("service"))?;
+    std::fs::copy(&public_key, out.join("receipts.pub")).map_err(err("public key"))?;
+    Ok(())
+}
+
+/// Runs the demo. `out` receives the files in [`FILES`].
+///
+/// # Errors
+/// [`DemoError`] when a step cannot run (sockets, files) or the vehicle does not respond.
+pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummary, DemoError> {
+    let cfg = demo_config(out)?;
     let svc = Service::start(cfg, catalog.clone())
         .await
         .map_err(err("service"))?;
@@ -696,21 +744,7 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
         Arc::clone(&map_epoch),
         Arc::clone(&stop),
     );
-    let mut client = Client {
-        http: ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(30)))
-            .build()
-            .new_agent(),
-        url: svc.url(),
-        agent: svc.credentials.agent.clone(),
-        provider: svc.credentials.provider.clone(),
-        operator: svc.credentials.operator.clone(),
-        t0,
-        quiet,
-        sent: std::fs::File::create(out.join("responses.jsonl")).map_err(err("responses log"))?,
-        cat: catalog,
-    };
+    let mut client = Client::for_service(&svc, catalog, out, t0, quiet)?;
     let sim2 = sim.clone();
     let me = Arc::clone(&map_epoch);
     let result = tokio::task::spawn_blocking(move || script(&mut client, &sim2, &me))
@@ -718,10 +752,7 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
         .map_err(err("demo script"))?;
     stop.store(true, Ordering::Relaxed);
     let _ = tokio::task::spawn_blocking(move || feeds.join()).await;
-    let public_key = svc.audit_public_key.clone();
-    svc.shutdown();
-    svc.wait().await.map_err(err("service"))?;
-    std::fs::copy(&public_key, out.join("receipts.pub")).map_err(err("public key"))?;
+    stop_service(svc, out).await?;
     let _ = tokio::task::spawn_blocking(move || narr.join()).await;
     let story = result?;
 

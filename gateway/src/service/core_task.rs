@@ -1032,39 +1032,13 @@ impl Core {
                 binding,
                 fingerprint,
                 valid_until,
-            } => {
-                self.publish(
-                "vehicle_target",
-                &json!({"state": "started", "binding": Digest(*binding), "fingerprint": fingerprint.to_string(),
-                        "valid_until_ns": valid_until.0}),
-                );
-            }
+            } => self.target_started(binding, &fingerprint.to_string(), valid_until.0),
             BridgeEvent::TargetExpired {
                 binding,
                 fingerprint,
-            } => {
-                self.adapter.vehicle.target_ended_if(binding);
-                self.publish(
-                    "vehicle_target",
-                    &json!({"state": "expired", "binding": Digest(*binding), "fingerprint": fingerprint.to_string()}),
-                );
-            }
+            } => self.target_expired(binding, &fingerprint.to_string()),
             BridgeEvent::Holding { kind, reason } => {
-                // The bridge emits Holding after it sent the first hold setpoint (or asked PX4
-                // for HOLD): the time from the loss of support to here is the deny-hold latency.
-                if let Some((b, since)) = self.deny_hold_since.take() {
-                    let latency = now.saturating_sub(since);
-                    #[allow(clippy::cast_precision_loss, reason = "seconds for a histogram")]
-                    self.metrics
-                        .deny_hold_seconds
-                        .observe(latency.0 as f64 / 1e9);
-                    self.gw.record_external(
-                        now,
-                        "deny_hold_done",
-                        json!({"binding": Digest(b), "latency_us": latency.0 / 1000, "hold": kind}),
-                    );
-                    tracing::info!(latency_us = latency.0 / 1000, "deny-hold: holding");
-                }
+                self.holding(now, json!(kind));
                 self.publish("vehicle_hold", &json!({"kind": kind, "reason": reason}));
             }
             BridgeEvent::EnqueueDropped { binding, reason } => {
@@ -1119,6 +1093,42 @@ impl Core {
                 );
             }
             BridgeEvent::TargetObserved { .. } | BridgeEvent::TimeSync { .. } => {}
+        }
+    }
+
+    /// The bridge streams a target.
+    fn target_started(&mut self, binding: &[u8; 32], fingerprint: &str, valid_until_ns: u64) {
+        self.publish(
+            "vehicle_target",
+            &json!({"state": "started", "binding": Digest(*binding), "fingerprint": fingerprint,
+                    "valid_until_ns": valid_until_ns}),
+        );
+    }
+
+    /// The bridge stopped a target at the end of its interval.
+    fn target_expired(&mut self, binding: &[u8; 32], fingerprint: &str) {
+        self.adapter.vehicle.target_ended_if(binding);
+        self.publish(
+            "vehicle_target",
+            &json!({"state": "expired", "binding": Digest(*binding), "fingerprint": fingerprint}),
+        );
+    }
+
+    /// The bridge reports its hold: after it sent the first hold command, so the time from the
+    /// loss of support to here is the deny-hold latency.
+    fn holding(&mut self, now: Nanos, kind: serde_json::Value) {
+        if let Some((b, since)) = self.deny_hold_since.take() {
+            let latency = now.saturating_sub(since);
+            #[allow(clippy::cast_precision_loss, reason = "seconds for a histogram")]
+            self.metrics
+                .deny_hold_seconds
+                .observe(latency.0 as f64 / 1e9);
+            self.gw.record_external(
+                now,
+                "deny_hold_done",
+                json!({"binding": Digest(b), "latency_us": latency.0 / 1000, "hold": kind}),
+            );
+            tracing::info!(latency_us = latency.0 / 1000, "deny-hold: holding");
         }
     }
 

@@ -244,3 +244,85 @@ pub fn halo(args: &[&str]) -> (i32, String) {
         String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr),
     )
 }
+
+/// A `halo-gateway run` process started by a test: its URL and the three role credentials
+/// (agent, provider, operator). Killed when dropped, so a failing test leaves nothing behind.
+pub struct Spawned {
+    pub child: Option<std::process::Child>,
+    pub url: String,
+    pub creds: [String; 3],
+}
+
+impl Spawned {
+    /// Writes `config` (TOML) to `dir/gateway.toml`, starts `halo-gateway run --config` in
+    /// `dir`, waits for the banner's URL and reads the credentials from `state`.
+    pub fn start(dir: &std::path::Path, config: &str, state: &std::path::Path) -> Spawned {
+        use std::io::BufRead;
+        let cfg = dir.join("gateway.toml");
+        std::fs::write(&cfg, config).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .current_dir(dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let url = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| l.split("listening on ").nth(1).map(|u| u.trim().to_owned()))
+            .expect("the gateway printed its URL");
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let read = |r: &str| {
+            std::fs::read_to_string(state.join("credentials").join(format!("{r}.token")))
+                .unwrap()
+                .trim()
+                .to_owned()
+        };
+        Spawned {
+            child: Some(child),
+            url,
+            creds: [read("agent"), read("provider"), read("operator")],
+        }
+    }
+
+    /// SIGTERM, then the exit status (at most 20 s).
+    pub fn stop(mut self) -> i32 {
+        let mut child = self.child.take().unwrap();
+        let pid = child.id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s.code().unwrap_or(-1);
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the gateway did not stop within 20 s of SIGTERM");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL: a crash, no clean shutdown.
+    pub fn kill(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -5,6 +5,7 @@
 //! halo-sitl px4 --instance 1            # ports + 1, like a second PX4 SITL instance
 //! halo-sitl px4 --gcs-port 18570        # a ground station (pymavlink, QGC) on udp 18570
 //! halo-sitl px4 --log setpoints.jsonl --drop 0.05 --delay-ms 20 --clock-offset-ms 5000
+//! halo-sitl crazyflie --port 19850      # a Crazyflie: one UDP datagram = one CRTP packet
 //! ```
 
 use std::net::{IpAddr, SocketAddr};
@@ -69,6 +70,57 @@ enum Vehicle {
         #[arg(long, default_value_t = 18570)]
         gcs_port: u16,
     },
+    /// A Crazyflie 2.1 speaking CRTP over UDP: one datagram is one packet (header byte first);
+    /// replies go to the newest sender.
+    Crazyflie {
+        /// UDP port to listen on (127.0.0.1).
+        #[arg(long, default_value_t = 19850)]
+        port: u16,
+        /// Append every setpoint the vehicle takes to this JSON-lines file.
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// Stop after this many seconds (runs until Ctrl-C otherwise).
+        #[arg(long)]
+        duration_s: Option<u64>,
+    },
+}
+
+fn crazyflie(port: u16, log: Option<PathBuf>, duration_s: Option<u64>) -> std::process::ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        let v = sitl::crazyflie::SimCrazyflie::start(
+            sitl::crazyflie::CfSimConfig::default(),
+            log.as_deref(),
+        )?;
+        let bind = SocketAddr::from(([127, 0, 0, 1], port));
+        let sock = tokio::net::UdpSocket::bind(bind).await?;
+        println!("halo-sitl crazyflie: CRTP over udp {bind} (one datagram per packet)");
+        sitl::crazyflie::serve_udp(sock, v, async move {
+            match duration_s {
+                Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
+                None => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        })
+        .await
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -83,6 +135,14 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
     let cli = Cli::parse();
+    if let Vehicle::Crazyflie {
+        port,
+        log,
+        duration_s,
+    } = cli.vehicle
+    {
+        return crazyflie(port, log, duration_s);
+    }
     let Vehicle::Px4 {
         port,
         host,
@@ -96,7 +156,10 @@ fn main() -> std::process::ExitCode {
         loss_action,
         duration_s,
         gcs_port,
-    } = cli.vehicle;
+    } = cli.vehicle
+    else {
+        return std::process::ExitCode::FAILURE;
+    };
     if !(0.0..=1.0).contains(&drop) {
         eprintln!("error: --drop must be between 0 and 1");
         return std::process::ExitCode::from(2);

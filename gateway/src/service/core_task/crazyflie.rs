@@ -170,23 +170,11 @@ impl Core {
                 binding,
                 fingerprint,
                 valid_until,
-            } => {
-                self.publish(
-                    "vehicle_target",
-                    &json!({"state": "started", "binding": Digest(*binding), "fingerprint": fingerprint.to_string(),
-                            "valid_until_ns": valid_until.0}),
-                );
-            }
+            } => self.target_started(binding, &fingerprint.to_string(), valid_until.0),
             PacerEvent::TargetExpired {
                 binding,
                 fingerprint,
-            } => {
-                self.adapter.vehicle.target_ended_if(binding);
-                self.publish(
-                    "vehicle_target",
-                    &json!({"state": "expired", "binding": Digest(*binding), "fingerprint": fingerprint.to_string()}),
-                );
-            }
+            } => self.target_expired(binding, &fingerprint.to_string()),
             PacerEvent::TargetDropped { binding, reason } => {
                 self.adapter.vehicle.target_ended_if(binding);
                 tracing::warn!(reason = %reason, "the Crazyflie bridge dropped a target");
@@ -196,19 +184,7 @@ impl Core {
                 );
             }
             PacerEvent::Holding { reason, at_m } => {
-                if let Some((b, since)) = self.deny_hold_since.take() {
-                    let latency = now.saturating_sub(since);
-                    #[allow(clippy::cast_precision_loss, reason = "seconds for a histogram")]
-                    self.metrics
-                        .deny_hold_seconds
-                        .observe(latency.0 as f64 / 1e9);
-                    self.gw.record_external(
-                        now,
-                        "deny_hold_done",
-                        json!({"binding": Digest(b), "latency_us": latency.0 / 1000, "hold": "go_to"}),
-                    );
-                    tracing::info!(latency_us = latency.0 / 1000, "deny-hold: holding");
-                }
+                self.holding(now, json!("go_to"));
                 self.publish(
                     "vehicle_hold",
                     &json!({"kind": "go_to", "reason": reason.to_string(), "at_m": at_m}),
