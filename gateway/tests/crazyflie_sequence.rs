@@ -113,3 +113,75 @@ fn crazyflie_sequence() {
     assert_eq!(verified, reps);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A clean stop while the Crazyflie flies lands it first (once the process is gone the
+/// emergency-stop watchdog would cut the motors in the air), then exits 0.
+#[test]
+fn stopping_the_service_lands_a_flying_crazyflie_first() {
+    let dir = std::env::temp_dir().join(format!("halo-cf-stop-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state");
+    let log = dir.join("vehicle.jsonl");
+    let g = common::Spawned::start(
+        &dir,
+        &format!(
+            "[vehicle]\nkind = \"crazyflie\"\nurl = \"sim\"\nsim_setpoint_log = \"{}\"\n\
+             [listen]\nhttp = \"127.0.0.1:0\"\n[state]\ndir = \"{}\"\n[log]\nlevel = \"warn\"\n",
+            log.display(),
+            state.display()
+        ),
+        &state,
+    );
+    let auth = format!("Bearer {}", g.creds[2]);
+    let status = || -> serde_json::Value {
+        let body = ureq::get(format!("{}/v1/status", g.url))
+            .header("Authorization", &auth)
+            .call()
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str(&body).unwrap()
+    };
+    let operator = |action: &str, body: &str| {
+        ureq::post(format!("{}/v1/operator/{action}", g.url))
+            .header("Authorization", &auth)
+            .header("Content-Type", "application/json")
+            .send(body)
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let wait = |cond: &dyn Fn(&serde_json::Value) -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if cond(&status()) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        false
+    };
+    assert!(wait(&|v| v["vehicle"]["link_up"] == true));
+    assert_eq!(operator("arm", "{}"), 200);
+    assert!(wait(&|v| v["vehicle"]["armed"] == true));
+    assert_eq!(operator("takeoff", "{\"altitude_m\": 0.5}"), 200);
+    assert!(wait(&|v| v["vehicle"]["landed_state"] == "in air"
+        && v["vehicle"]["position_ned_m"][2].as_f64().unwrap_or(0.0)
+            < -0.3));
+    assert_eq!(g.stop(), 0, "a clean stop");
+    // The last setpoint the vehicle took is the land, and the gateway's last word is that it
+    // stopped with the vehicle on the ground and disarmed.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["source"], "hl_land", "{last}");
+    let receipts = std::fs::read_to_string(state.join("receipts").join("boot-1.jsonl")).unwrap();
+    let end = receipts
+        .lines()
+        .filter(|l| l.contains("\"shutdown\"") && l.contains("\"flying\""))
+        .last()
+        .expect("a shutdown record");
+    assert!(end.contains("\"flying\":false"), "{end}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
