@@ -179,8 +179,7 @@ fn stopping_the_service_lands_a_flying_crazyflie_first() {
     let receipts = std::fs::read_to_string(state.join("receipts").join("boot-1.jsonl")).unwrap();
     let end = receipts
         .lines()
-        .filter(|l| l.contains("\"shutdown\"") && l.contains("\"flying\""))
-        .last()
+        .rfind(|l| l.contains("\"shutdown\"") && l.contains("\"flying\""))
         .expect("a shutdown record");
     assert!(end.contains("\"flying\":false"), "{end}");
     let _ = std::fs::remove_dir_all(&dir);
