@@ -268,9 +268,11 @@ async fn a_silent_vehicle_times_out_and_a_missing_radio_is_an_error_not_a_crash(
     let opener: Arc<dyn LinkOpener> =
         Arc::new(UriOpener::new("radio://0/80/2M/E7E7E7E7E7").unwrap());
     let e = connect(&opener, None, 5000).await.err().unwrap();
-    assert!(matches!(e.code(), "no_radio" | "link"), "{e:?}");
+    // (With a dongle but no Crazyflie in range it is a timeout instead: still an error.)
+    assert!(matches!(e.code(), "no_radio" | "link" | "timeout"), "{e:?}");
     eprintln!("no radio here: {e}");
-    assert!(e.to_string().contains("radio"), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("radio") || text.contains("Crazyflie"), "{e}");
     let e = UriOpener::new("radio://0/200/2M").err().unwrap();
     assert_eq!(e.code(), "bad_uri");
 }
