@@ -384,6 +384,9 @@ impl Pacer {
 
     /// A (re)connected Crazyflie. Nothing streams until a new setpoint arrives.
     pub fn link_opened(&mut self, now: Mono) {
+        // A new connection never resumes a setpoint from before it.
+        self.drop_target(EnqueueError::LinkDown);
+        self.out.clear();
         self.last_heard = Some(now);
         self.sup_bits = None;
         self.position = None;
