@@ -1,7 +1,8 @@
-//! 10,000 seeded schedules of 400 steps of everything that can happen to the pacer (setpoints valid and not, holds,
-//! lands, takeoffs, arming, telemetry with the supervisor's bits changing, link loss, time in
-//! uneven steps), each output checked against the safety rules by a checker that keeps its own
-//! bookkeeping from the inputs it gave and the outputs it saw, never the pacer's state:
+//! 10,000 seeded schedules of 400 steps of everything that can happen to the pacer (setpoints
+//! valid and not, holds, lands, takeoffs, arming, telemetry with the supervisor's bits changing,
+//! link loss and new connections, time in uneven steps), each output checked against the safety
+//! rules by a checker that keeps its own bookkeeping from the inputs it gave and the outputs it
+//! saw, never the pacer's state:
 //!
 //! 1. a position setpoint goes out only for the newest setpoint the pacer accepted, before its
 //!    interval's end less the margin, while the checker knows the link up, the vehicle armed and
