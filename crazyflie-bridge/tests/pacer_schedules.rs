@@ -306,8 +306,8 @@ fn pacer_schedules() {
         n[0], n[1], n[2], n[3]
     );
     assert_eq!(matched, SCHEDULES);
-    // Every kind of command is exercised, not just a few.
-    assert!(n.iter().all(|&k| k > 1000), "{n:?}");
+    // The seeds are fixed: the counts are pinned (a change in what the pacer emits fails here).
+    assert_eq!(n, [37293, 10044, 62279, 73968]);
 }
 
 #[test]

@@ -91,7 +91,17 @@ fn crazyflie_sequence() {
     let (mut streamed, mut fresh_bindings, mut verified) = (0, 0, 0);
     for rep in 1..=reps {
         let (o, receipts_ok) = one(&root.join(format!("rep-{rep}")), rep);
-        println!("  repetition {rep}: {o:?}, receipts verified: {receipts_ok}");
+        let yes = |b: bool| if b { "yes" } else { "NO" };
+        println!(
+            "  repetition {rep}: streamed {}, withheld {}, range report {}, stale setpoints at the vehicle {}, readmitted {}, new binding {}, receipts verified {}",
+            yes(o.streamed),
+            yes(o.withheld),
+            yes(o.range_report),
+            o.stale_at_vehicle,
+            yes(o.readmitted),
+            yes(o.fresh_binding),
+            yes(receipts_ok)
+        );
         cells[0] += u32::from(o.withheld);
         cells[1] += u32::from(o.range_report);
         cells[2] += u32::from(o.stale_at_vehicle == 0);

@@ -81,34 +81,18 @@ pub fn providers(
     frame_epoch: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let http = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(10)))
-            .build()
-            .new_agent();
-        let auth = format!("Bearer {token}");
-        while !stop.load(Ordering::Relaxed) {
-            let at = crate::service::core_task::wall_now_ms();
-            let updates = [
-                (
-                    "localization",
-                    json!({"value": null, "epoch": frame_epoch.load(Ordering::Relaxed), "provenance": "lighthouse", "generated_at_unix_ms": at}),
-                ),
-                (
-                    "volume",
-                    json!({"value": {"north_min": -1.0, "north_max": 2.5, "east_min": -1.5, "east_max": 1.5, "down_min": -2.0, "down_max": 0.1},
-                           "epoch": 1, "provenance": "bench-net", "generated_at_unix_ms": at}),
-                ),
-            ];
-            for (source, body) in updates {
-                let _ = http
-                    .post(format!("{url}/v1/state/{source}"))
-                    .header("Authorization", &auth)
-                    .send_json(&body);
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+    super::demo::feed(url, token, stop, move |at| {
+        vec![
+            (
+                "localization",
+                json!({"value": null, "epoch": frame_epoch.load(Ordering::Relaxed), "provenance": "lighthouse", "generated_at_unix_ms": at}),
+            ),
+            (
+                "volume",
+                json!({"value": {"north_min": -1.0, "north_max": 2.5, "east_min": -1.5, "east_max": 1.5, "down_min": -2.0, "down_max": 0.1},
+                       "epoch": 1, "provenance": "bench-net", "generated_at_unix_ms": at}),
+            ),
+        ]
     })
 }
 

@@ -320,6 +320,19 @@ fn providers(
     map_epoch: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
+    feed(url, token, stop, move |at| {
+        provider_updates(map_epoch.load(Ordering::Relaxed), at)
+    })
+}
+
+/// A provider thread: every 200 ms, `updates(now as Unix ms)` posted to `/v1/state/SOURCE`
+/// with the provider credential, until `stop`.
+pub(crate) fn feed(
+    url: String,
+    token: String,
+    stop: Arc<AtomicBool>,
+    updates: impl Fn(u64) -> Vec<(&'static str, Value)> + Send + 'static,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let http = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -329,7 +342,7 @@ fn providers(
         let auth = format!("Bearer {token}");
         while !stop.load(Ordering::Relaxed) {
             let at = crate::service::core_task::wall_now_ms();
-            for (source, body) in provider_updates(map_epoch.load(Ordering::Relaxed), at) {
+            for (source, body) in updates(at) {
                 let _ = http
                     .post(format!("{url}/v1/state/{source}"))
                     .header("Authorization", &auth)

@@ -925,26 +925,11 @@ impl Core {
             let _ = self.gw.handle_source_update(now, u);
         }
         if let BridgeEvent::TargetObserved { binding, .. } = ev {
-            if let Some((r, c)) = self.adapter.vehicle.attribute(binding) {
-                let (r, c) = (r.clone(), c.clone());
-                let _ = self.gw.handle_observation(now, &r, &c, true);
-            }
+            self.observed(now, binding);
         }
         match ev {
             BridgeEvent::Telemetry(u) => {
-                // Any message from the autopilot shows the command link alive; refresh `link`
-                // from it (throttled), so AoI measures time since we last heard the vehicle.
-                if now.saturating_sub(self.last_link_refresh) >= Nanos::from_ms(100)
-                    && self.vehicle.link_up
-                {
-                    self.last_link_refresh = now;
-                    self.push_vehicle_source(
-                        "link",
-                        Nanos(u.generated_at.0.saturating_sub(u.uncertainty_ns).min(now.0)),
-                        Value::Flag(true),
-                    );
-                    self.publish_control();
-                }
+                self.refresh_link(now, u.generated_at.0, u.uncertainty_ns);
                 match &u.data {
                     Telemetry::LocalPosition {
                         north_m,
@@ -1093,6 +1078,30 @@ impl Core {
                 );
             }
             BridgeEvent::TargetObserved { .. } | BridgeEvent::TimeSync { .. } => {}
+        }
+    }
+
+    /// Any message from the vehicle shows the command link alive; refresh `link` from it
+    /// (throttled to 10 Hz), so its age measures the time since we last heard the vehicle
+    /// (generated at `at_ns` at the latest, possibly `uncertainty_ns` earlier: fail closed).
+    fn refresh_link(&mut self, now: Nanos, at_ns: u64, uncertainty_ns: u64) {
+        if now.saturating_sub(self.last_link_refresh) >= Nanos::from_ms(100) && self.vehicle.link_up
+        {
+            self.last_link_refresh = now;
+            self.push_vehicle_source(
+                "link",
+                Nanos(at_ns.saturating_sub(uncertainty_ns).min(now.0)),
+                Value::Flag(true),
+            );
+            self.publish_control();
+        }
+    }
+
+    /// The vehicle took the target dispatched with `binding`: its component is observed.
+    fn observed(&mut self, now: Nanos, binding: &[u8; 32]) {
+        if let Some((r, c)) = self.adapter.vehicle.attribute(binding) {
+            let (r, c) = (r.clone(), c.clone());
+            let _ = self.gw.handle_observation(now, &r, &c, true);
         }
     }
 

@@ -21,7 +21,6 @@ use serde_json::json;
 use super::{ApiError, Core, OperatorOp, Reply, VehicleEvents};
 use crate::core::digest::Digest;
 use crate::core::reason::ReasonCode;
-use crate::core::state::Value;
 use crate::core::time::Nanos;
 use crate::runtime::crazyflie::{telemetry_updates, to_ned};
 
@@ -46,16 +45,9 @@ impl Core {
         }
         match ev {
             BridgeEvent::Telemetry(u) => {
-                if now.saturating_sub(self.last_link_refresh) >= Nanos::from_ms(100)
-                    && self.vehicle.link_up
-                {
-                    self.last_link_refresh = now;
-                    self.push_vehicle_source(
-                        "link",
-                        Nanos(u.generated_at.0.saturating_sub(u.uncertainty_ns).min(now.0)),
-                        Value::Flag(true),
-                    );
-                    self.publish_control();
+                // The radio's statistics come from the dongle, not from the vehicle.
+                if !matches!(u.data, Telemetry::LinkStats { .. }) {
+                    self.refresh_link(now, u.generated_at.0, u.uncertainty_ns);
                 }
                 self.on_cf_sample(&u.data);
             }
@@ -99,11 +91,8 @@ impl Core {
                     let d2: f64 = ned.iter().zip(target).map(|(a, b)| (a - b) * (a - b)).sum();
                     if d2.sqrt() <= ARRIVAL_M {
                         self.adapter.vehicle.pending_arrival = None;
-                        if let Some((r, c)) = self.adapter.vehicle.attribute(&b) {
-                            let (r, c) = (r.clone(), c.clone());
-                            let now = self.now();
-                            let _ = self.gw.handle_observation(now, &r, &c, true);
-                        }
+                        let now = self.now();
+                        self.observed(now, &b);
                     }
                 }
             }
