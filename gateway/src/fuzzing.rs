@@ -79,8 +79,9 @@ fn decisions(gw: &mut Gateway, now: Nanos) -> Option<serde_json::Value> {
 }
 
 /// Envelope bytes: parse, validate, admit against the example state, run the timers; parse
-/// them as a candidate too. Invariant: when the envelope is refused, the running example is
-/// then admitted with exactly the decisions a fresh gateway makes.
+/// them as a candidate too. Invariants: the two stage-one readers agree
+/// ([`envelope_readers`]); when the envelope is refused, the running example is then admitted
+/// with exactly the decisions a fresh gateway makes.
 ///
 /// # Panics
 /// When a refused input changed what the gateway decides next.
@@ -93,6 +94,7 @@ pub fn envelope(data: &[u8]) {
         return;
     };
     let _ = crate::core::envelope::parse_candidate(data);
+    envelope_readers(data);
     match gw.handle_response(now, data) {
         Ok(_) => {
             gw.handle_timeout(Nanos(now.0.saturating_add(60_000_000_000)));
@@ -107,6 +109,59 @@ pub fn envelope(data: &[u8]) {
         }
     }
     while gw.poll_receipt().is_some() {}
+}
+
+/// What the envelope readers made of one input (see [`envelope_readers`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reading {
+    /// The fast reader read it, and serde_json read the same value.
+    Fast,
+    /// The fast reader stepped aside; serde_json alone decides.
+    SteppedAside,
+}
+
+/// Envelope bytes read as a response and as a candidate by both readers of stage one: the fast
+/// reader (`core::envelope::fast`) and serde_json. Returns what the fast reader did with each.
+///
+/// # Panics
+/// When the fast reader accepted an input serde_json refuses or reads differently: it would
+/// then decide a response the product's documented parser would not.
+#[allow(
+    clippy::panic,
+    reason = "a fuzz target reports a broken invariant by panicking"
+)]
+pub fn envelope_readers(data: &[u8]) -> (Reading, Reading) {
+    use crate::core::envelope::{RawCandidate, RawResponse, fast};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return (Reading::SteppedAside, Reading::SteppedAside);
+    };
+    let response = agree(
+        fast::response(text).map(|r| format!("{r:?}")),
+        serde_json::from_str::<RawResponse<'_>>(text).map(|r| format!("{r:?}")),
+    );
+    let candidate = agree(
+        fast::candidate(text).map(|r| format!("{r:?}")),
+        serde_json::from_str::<RawCandidate<'_>>(text).map(|r| format!("{r:?}")),
+    );
+    let (Ok(r), Ok(c)) = (response, candidate) else {
+        panic!("the fast envelope reader disagrees with serde_json on {text:?}");
+    };
+    (r, c)
+}
+
+/// Whether the fast reader's value (`None`: stepped aside) agrees with serde_json's.
+///
+/// # Errors
+/// The two values, when the fast reader read something serde_json refuses or reads otherwise.
+pub fn agree<E>(
+    fast: Option<String>,
+    serde: Result<String, E>,
+) -> Result<Reading, (String, Option<String>)> {
+    match (fast, serde) {
+        (None, _) => Ok(Reading::SteppedAside),
+        (Some(f), Ok(s)) if f == s => Ok(Reading::Fast),
+        (Some(f), s) => Err((f, s.ok())),
+    }
 }
 
 /// State-file bytes: parse against the embedded catalog and apply what parses.

@@ -6,6 +6,9 @@
 //! with a [`Rejection`]: one reason code, the offending ids, and a message. A rejection changes
 //! nothing: no token, no phase, no obligation.
 //!
+//! Stage one reads the common shape with [`fast`] and everything else with serde_json (see
+//! there for why the two agree).
+//!
 //! The format is documented in `docs/envelope.md`.
 
 use serde::de::{MapAccess, Visitor};
@@ -14,6 +17,8 @@ use serde_json::value::RawValue;
 
 use super::ids::Id;
 use super::reason::ReasonCode;
+
+pub(crate) mod fast;
 
 /// Format version this gateway speaks.
 pub const FORMAT_VERSION: u32 = 1;
@@ -260,13 +265,16 @@ fn check_format(format: Option<u32>) -> Result<(), Rejection> {
 /// `DUPLICATE_KEY`, `TOO_MANY_SUPPORT_CLAIMS` or `UNSUPPORTED_FORMAT`.
 pub fn parse_envelope(bytes: &[u8]) -> Result<RawResponse<'_>, Rejection> {
     let text = utf8(bytes)?;
-    let raw: RawResponse<'_> = serde_json::from_str(text).map_err(|e| {
-        Rejection::new(
-            classify_json_error(&e),
-            Vec::new(),
-            super::strict::explain(bytes, &e),
-        )
-    })?;
+    let raw = match fast::response(text) {
+        Some(raw) => raw,
+        None => serde_json::from_str::<RawResponse<'_>>(text).map_err(|e| {
+            Rejection::new(
+                classify_json_error(&e),
+                Vec::new(),
+                super::strict::explain(bytes, &e),
+            )
+        })?,
+    };
     check_format(raw.format)?;
     Ok(raw)
 }
@@ -277,13 +285,16 @@ pub fn parse_envelope(bytes: &[u8]) -> Result<RawResponse<'_>, Rejection> {
 /// As [`parse_envelope`].
 pub fn parse_candidate(bytes: &[u8]) -> Result<RawCandidate<'_>, Rejection> {
     let text = utf8(bytes)?;
-    let raw: RawCandidate<'_> = serde_json::from_str(text).map_err(|e| {
-        Rejection::new(
-            classify_json_error(&e),
-            Vec::new(),
-            super::strict::explain(bytes, &e),
-        )
-    })?;
+    let raw = match fast::candidate(text) {
+        Some(raw) => raw,
+        None => serde_json::from_str::<RawCandidate<'_>>(text).map_err(|e| {
+            Rejection::new(
+                classify_json_error(&e),
+                Vec::new(),
+                super::strict::explain(bytes, &e),
+            )
+        })?,
+    };
     check_format(raw.format)?;
     Ok(raw)
 }

@@ -1,0 +1,412 @@
+//! The fast reader for envelopes in the shape agents send.
+//!
+//! Nearly every envelope is plain: strings without escapes, integers written as digits, each
+//! known field once. This reader takes exactly that shape in one pass over the bytes and builds
+//! the same [`RawResponse`] / [`RawCandidate`] serde_json builds (strings borrowed from the
+//! input, payloads as the same raw slices). Anything else — an escape, a number with a fraction
+//! or a sign, `null` where it is not read, an unknown or repeated field, a syntax error — makes
+//! it step aside with `None`, and [`super::parse_envelope`] reads the input again with
+//! serde_json from the start. So every rejection, its reason code and its message still come
+//! from one place, and this reader only has to be right about what it accepts.
+//!
+//! What holds the two to the same answer: `tests/envelope_fast_path.rs` (every corpus envelope
+//! and thousands of mutations of them: whatever this reader accepts, serde_json accepts with
+//! the same value) and the `envelope` fuzz target, which checks the same on every input.
+
+use std::borrow::Cow;
+
+use serde_json::value::RawValue;
+
+use super::{
+    CatalogRef, Claim, Claims, MAX_SUPPORT_CLAIMS, RawCandidate, RawComponent, RawPrerequisite,
+    RawResponse,
+};
+use crate::core::ids::Id;
+
+/// A response in the common shape, or `None` for serde_json to read.
+pub(crate) fn response(text: &str) -> Option<RawResponse<'_>> {
+    let mut c = Cursor::new(text);
+    let (mut format, mut response_id, mut agent_id, mut generation) = (None, None, None, None);
+    let (mut catalog, mut components) = (None, None);
+    c.object(|c, key| match key {
+        "format" => put(&mut format, c.opt_u32()?),
+        "response_id" => put(&mut response_id, c.string()?),
+        "agent_id" => put(&mut agent_id, c.string()?),
+        "generation" => put(&mut generation, c.u64()?),
+        "catalog" => put(&mut catalog, c.catalog()?),
+        "components" => put(&mut components, c.components()?),
+        _ => None,
+    })?;
+    c.end()?;
+    Some(RawResponse {
+        format: format.flatten(),
+        response_id: response_id?,
+        agent_id: agent_id?,
+        generation: generation?,
+        catalog: catalog?,
+        components: components?,
+    })
+}
+
+/// A fresh candidate in the common shape, or `None` for serde_json to read.
+pub(crate) fn candidate(text: &str) -> Option<RawCandidate<'_>> {
+    let mut c = Cursor::new(text);
+    let (mut format, mut obligation, mut response_id, mut agent_id) = (None, None, None, None);
+    let (mut generation, mut catalog, mut components) = (None, None, None);
+    c.object(|c, key| match key {
+        "format" => put(&mut format, c.opt_u32()?),
+        "obligation" => put(&mut obligation, c.u64()?),
+        "response_id" => put(&mut response_id, c.string()?),
+        "agent_id" => put(&mut agent_id, c.string()?),
+        "generation" => put(&mut generation, c.u64()?),
+        "catalog" => put(&mut catalog, c.catalog()?),
+        "components" => put(&mut components, c.components()?),
+        _ => None,
+    })?;
+    c.end()?;
+    Some(RawCandidate {
+        format: format.flatten(),
+        obligation: obligation?,
+        response_id: response_id?,
+        agent_id: agent_id?,
+        generation: generation?,
+        catalog: catalog?,
+        components: components?,
+    })
+}
+
+/// Fills a field once; a second occurrence steps aside (serde_json reports it).
+fn put<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+    if slot.is_some() {
+        return None;
+    }
+    *slot = Some(value);
+    Some(())
+}
+
+struct Cursor<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(text: &'a str) -> Cursor<'a> {
+        Cursor { text, at: 0 }
+    }
+
+    /// Skips JSON whitespace and returns the next byte. (The scanning loops here work on a
+    /// local copy of the position: kept in `self`, every byte would wait on a store.)
+    fn peek(&mut self) -> Option<u8> {
+        let rest = self.text.as_bytes().get(self.at..)?;
+        let skip = rest
+            .iter()
+            .position(|b| !matches!(b, b' ' | b'\n' | b'\t' | b'\r'))?;
+        self.at += skip;
+        rest.get(skip).copied()
+    }
+
+    fn eat(&mut self, want: u8) -> Option<()> {
+        (self.peek()? == want).then(|| self.at += 1)
+    }
+
+    /// Only whitespace may follow the top-level value.
+    fn end(&mut self) -> Option<()> {
+        self.peek().is_none().then_some(())
+    }
+
+    /// A string without escapes or control characters, borrowed.
+    fn str(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let rest = self.text.as_bytes().get(start..)?;
+        let len = rest
+            .iter()
+            .position(|b| matches!(b, b'"' | b'\\' | 0..=0x1f))?;
+        if rest.get(len) != Some(&b'"') {
+            return None;
+        }
+        // Both ends sit next to an ASCII quote, so they are character boundaries.
+        let s = self.text.get(start..start + len)?;
+        self.at = start + len + 1;
+        Some(s)
+    }
+
+    fn string(&mut self) -> Option<String> {
+        self.str().map(str::to_owned)
+    }
+
+    fn null(&mut self) -> Option<bool> {
+        if self.peek()? == b'n' {
+            let rest = self.text.as_bytes().get(self.at..)?;
+            if !rest.starts_with(b"null") {
+                return None;
+            }
+            self.at += 4;
+            return Some(true);
+        }
+        Some(false)
+    }
+
+    /// A non-negative integer written as digits: no sign, no leading zero, no fraction or
+    /// exponent, within `u64`.
+    fn u64(&mut self) -> Option<u64> {
+        self.peek()?;
+        let rest = self.text.as_bytes().get(self.at..)?;
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        let mut v: u64 = 0;
+        for b in rest.get(..digits)? {
+            v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+        }
+        let leading_zero = digits > 1 && rest.first() == Some(&b'0');
+        if digits == 0 || leading_zero || matches!(rest.get(digits), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        self.at += digits;
+        Some(v)
+    }
+
+    fn opt_u32(&mut self) -> Option<Option<u32>> {
+        if self.null()? {
+            return Some(None);
+        }
+        u32::try_from(self.u64()?).ok().map(Some)
+    }
+
+    /// `{"key": value, ...}`, each value read by `field`.
+    fn object(
+        &mut self,
+        mut field: impl FnMut(&mut Cursor<'a>, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(b'{')?;
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            let key = self.str()?;
+            self.eat(b':')?;
+            field(self, key)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// `[item, ...]`, each item read by `item`.
+    fn array(&mut self, mut item: impl FnMut(&mut Cursor<'a>) -> Option<()>) -> Option<()> {
+        self.eat(b'[')?;
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            item(self)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// An object or array kept as its exact text. The extent is found by bracket counting, then
+    /// serde_json checks the slice is one well-formed value.
+    fn raw(&mut self) -> Option<&'a RawValue> {
+        if !matches!(self.peek()?, b'{' | b'[') {
+            return None;
+        }
+        let start = self.at;
+        let bytes = self.text.as_bytes();
+        let mut at = start;
+        let mut depth = 0usize;
+        let mut in_string = false;
+        loop {
+            let b = *bytes.get(at)?;
+            at += 1;
+            if in_string {
+                match b {
+                    b'\\' => at += 1,
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => in_string = true,
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' => {
+                    depth = depth.checked_sub(1)?;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.at = at;
+        serde_json::from_str(self.text.get(start..at)?).ok()
+    }
+
+    fn catalog(&mut self) -> Option<CatalogRef> {
+        let (mut id, mut version) = (None, None);
+        self.object(|c, key| match key {
+            "id" => put(&mut id, c.string()?),
+            "version" => put(&mut version, u32::try_from(c.u64()?).ok()?),
+            _ => None,
+        })?;
+        Some(CatalogRef {
+            id: id?,
+            version: version?,
+        })
+    }
+
+    fn components(&mut self) -> Option<Vec<RawComponent<'a>>> {
+        let mut out = Vec::new();
+        self.array(|c| {
+            out.push(c.component()?);
+            Some(())
+        })?;
+        Some(out)
+    }
+
+    fn component(&mut self) -> Option<RawComponent<'a>> {
+        let (mut id, mut ty, mut payload) = (None, None, None);
+        let (mut requires, mut support, mut certificate) = (None, None, None);
+        self.object(|c, key| match key {
+            "id" => put(&mut id, Cow::Borrowed(c.str()?)),
+            "type" => put(&mut ty, Cow::Borrowed(c.str()?)),
+            "payload" => put(&mut payload, c.raw()?),
+            "requires" => put(&mut requires, c.requires()?),
+            "support" => put(&mut support, c.claims()?),
+            "certificate" => {
+                let cert = if c.null()? { None } else { Some(c.string()?) };
+                put(&mut certificate, cert)
+            }
+            _ => None,
+        })?;
+        Some(RawComponent {
+            id: id?,
+            ty: ty?,
+            payload: payload?,
+            requires: requires.unwrap_or_default(),
+            support: support.unwrap_or_default(),
+            certificate: certificate.flatten(),
+        })
+    }
+
+    fn requires(&mut self) -> Option<Vec<RawPrerequisite<'a>>> {
+        let mut out = Vec::new();
+        self.array(|c| {
+            let (mut id, mut phase) = (None, None);
+            c.object(|c, key| match key {
+                "id" => put(&mut id, Cow::Borrowed(c.str()?)),
+                "phase" => put(&mut phase, Cow::Borrowed(c.str()?)),
+                _ => None,
+            })?;
+            out.push(RawPrerequisite {
+                id: id?,
+                phase: phase?,
+            });
+            Some(())
+        })?;
+        Some(out)
+    }
+
+    fn claims(&mut self) -> Option<Claims> {
+        let mut out: Vec<(String, Claim)> = Vec::new();
+        self.object(|c, key| {
+            if out.len() >= MAX_SUPPORT_CLAIMS || out.iter().any(|(k, _)| k == key) {
+                return None;
+            }
+            let (mut epoch, mut provenance) = (None, None);
+            c.object(|c, field| match field {
+                "epoch" => {
+                    let e = if c.null()? { None } else { Some(c.u64()?) };
+                    put(&mut epoch, e)
+                }
+                "provenance" => {
+                    let p = if c.null()? {
+                        None
+                    } else {
+                        Some(Id::new(c.str()?).ok()?)
+                    };
+                    put(&mut provenance, p)
+                }
+                _ => None,
+            })?;
+            out.push((
+                key.to_owned(),
+                Claim {
+                    epoch: epoch.flatten(),
+                    provenance: provenance.flatten(),
+                },
+            ));
+            Some(())
+        })?;
+        Some(Claims(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn same(text: &str) {
+        let fast = response(text).map(|r| format!("{r:?}"));
+        let slow = serde_json::from_str::<RawResponse<'_>>(text)
+            .ok()
+            .map(|r| format!("{r:?}"));
+        assert!(fast.is_some(), "the fast reader stepped aside on {text}");
+        assert_eq!(fast, slow, "{text}");
+    }
+
+    fn steps_aside(text: &str) {
+        assert!(response(text).is_none(), "{text}");
+    }
+
+    const OK: &str = r#"{"response_id":"r1","agent_id":"a","generation":1,
+        "catalog":{"id":"c","version":1},
+        "components":[{"id":"e1","type":"notice","payload":{"text":"a \"quoted\" }"},
+          "requires":[{"phase":"emitted","id":"e0"}],
+          "support":{"map":{"epoch":7},"bounds":{"provenance":"c-12","epoch":null}},
+          "certificate":null}, {"id":"e0","type":"notice","payload":{"text":"x"}}]}"#;
+
+    #[test]
+    fn reads_the_common_shape_as_serde_json_does() {
+        same(OK);
+        same(&OK.replace(
+            "\"generation\":1",
+            "\"format\":1,\"generation\":18446744073709551615",
+        ));
+        same(&OK.replace("\"certificate\":null", "\"certificate\":\"cert-1\""));
+        same(
+            &OK.replace("\"response_id\"", " \n\t\"response_id\"")
+                .replace("}]}", "} ] }\n"),
+        );
+    }
+
+    #[test]
+    fn steps_aside_for_everything_else() {
+        steps_aside(&OK.replace("\"r1\"", "\"r\\u0031\""));
+        steps_aside(&OK.replace("\"generation\":1", "\"generation\":1.0"));
+        steps_aside(&OK.replace("\"generation\":1", "\"generation\":01"));
+        steps_aside(&OK.replace("\"generation\":1", "\"generation\":-1"));
+        steps_aside(&OK.replace("\"generation\":1", "\"generation\":18446744073709551616"));
+        steps_aside(&OK.replace("\"generation\":1", "\"generation\":1,\"generation\":1"));
+        steps_aside(&OK.replace("\"generation\":1", "\"generation\":1,\"extra\":0"));
+        steps_aside(&OK.replace("\"epoch\":7", "\"epoch\":7,\"epoch\":7"));
+        steps_aside(&OK.replace("\"text\":\"x\"", "\"text\":\"x\",}"));
+        steps_aside(&OK.replace("\"c-12\"", "\"c 12\""));
+        steps_aside(&OK.replace("{\"text\":\"x\"}", "\"x\""));
+        steps_aside(&format!("{OK} x"));
+        steps_aside(&OK[..OK.len() - 1]);
+    }
+}
