@@ -6,10 +6,8 @@
 //! duplicate prerequisites, phases the catalog does not allow and cycles all reject the response
 //! whole, with the reason code and the offending ids.
 
-use serde::Serialize;
-
 use super::catalog::{Catalog, SourceIx, TypeIx};
-use super::digest::{Digest, canonical_into, tag};
+use super::digest::{Digest, tag};
 use super::envelope::{
     CatalogRef, Claim, MAX_COMPONENTS, MAX_PAYLOAD_BYTES, MAX_PREREQUISITES, RawComponent,
     RawResponse, Rejection,
@@ -48,43 +46,68 @@ impl Component {
     }
 }
 
-/// The canonical form hashed into `d_e`: names instead of catalog indices, so the digest does
-/// not depend on how a catalog orders its tables.
-#[derive(Serialize)]
-struct Canonical<'a> {
-    id: &'a str,
-    ty: &'a str,
-    payload: &'a Payload,
-    requires: Vec<(&'a str, &'static str)>,
-    claims: Vec<(&'a str, Option<u64>, Option<&'a str>)>,
-    certificate: Option<&'a str>,
+/// `d_e = Digest(Canonicalize(e))`: SHA-256 over the component's canonical postcard bytes,
+/// with names instead of catalog indices, so the digest does not depend on how a catalog orders
+/// its tables.
+///
+/// The bytes are those postcard gives the struct
+/// `{id: str, ty: str, payload: Payload, requires: [(str, str)], claims: [(str, Option<u64>,
+/// Option<str>)], certificate: Option<str>}` (the test below keeps that struct and compares).
+/// Everything but the payload is written here directly: lengths and integers as LEB128 varints,
+/// `Option` as a 0/1 tag, no intermediate lists.
+fn canonical_digest(cat: &Catalog, c: &Component, buf: &mut Vec<u8>) -> Digest {
+    buf.clear();
+    let ty = cat.type_spec(c.ty).map_or("", |t| t.name.as_str());
+    put_str(buf, c.id.as_str());
+    put_str(buf, ty);
+    match postcard::to_extend(&*c.payload, std::mem::take(buf)) {
+        Ok(v) => *buf = v,
+        // Cannot fail for the payload types; if it did, no real digest matches (fails closed).
+        Err(_) => return Digest::default(),
+    }
+    put_varint(buf, c.requires.len() as u64);
+    for (p, q) in &c.requires {
+        put_str(buf, p.as_str());
+        put_str(buf, q.prerequisite_name());
+    }
+    put_varint(buf, c.claims.len() as u64);
+    for (s, cl) in &c.claims {
+        put_str(buf, cat.source(*s).map_or("", |x| x.name.as_str()));
+        match cl.epoch {
+            Some(e) => {
+                buf.push(1);
+                put_varint(buf, e);
+            }
+            None => buf.push(0),
+        }
+        put_opt_str(buf, cl.provenance.as_ref().map(Id::as_str));
+    }
+    put_opt_str(buf, c.certificate.as_ref().map(Id::as_str));
+    Digest::of(tag::COMPONENT, &[buf])
 }
 
-fn canonical_digest(cat: &Catalog, c: &Component, buf: &mut Vec<u8>) -> Digest {
-    let ty = cat.type_spec(c.ty).map_or("", |t| t.name.as_str());
-    let canon = Canonical {
-        id: c.id.as_str(),
-        ty,
-        payload: &c.payload,
-        requires: c
-            .requires
-            .iter()
-            .map(|(p, q)| (p.as_str(), q.prerequisite_name()))
-            .collect(),
-        claims: c
-            .claims
-            .iter()
-            .map(|(s, cl)| {
-                (
-                    cat.source(*s).map_or("", |x| x.name.as_str()),
-                    cl.epoch,
-                    cl.provenance.as_ref().map(Id::as_str),
-                )
-            })
-            .collect(),
-        certificate: c.certificate.as_ref().map(Id::as_str),
-    };
-    Digest::of(tag::COMPONENT, &[canonical_into(&canon, buf)])
+/// Postcard's varint: LEB128, seven bits a byte, low bits first.
+fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+fn put_str(buf: &mut Vec<u8>, s: &str) {
+    put_varint(buf, s.len() as u64);
+    buf.extend_from_slice(s.as_bytes());
+}
+
+fn put_opt_str(buf: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => {
+            buf.push(1);
+            put_str(buf, s);
+        }
+        None => buf.push(0),
+    }
 }
 
 fn id_of(s: &str) -> Result<Id, Rejection> {
@@ -602,4 +625,80 @@ pub fn validate(cat: &Catalog, raw: &RawResponse<'_>) -> Result<ValidatedRespons
         generation: raw.generation,
         graph,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Serialize;
+
+    use super::*;
+    use crate::core::envelope::parse_envelope;
+
+    /// The canonical form as a struct for postcard: the reference `canonical_digest` must
+    /// reproduce byte for byte.
+    #[derive(Serialize)]
+    struct Reference<'a> {
+        id: &'a str,
+        ty: &'a str,
+        payload: &'a Payload,
+        requires: Vec<(&'a str, &'static str)>,
+        claims: Vec<(&'a str, Option<u64>, Option<&'a str>)>,
+        certificate: Option<&'a str>,
+    }
+
+    fn reference(cat: &Catalog, c: &Component) -> Digest {
+        let r = Reference {
+            id: c.id.as_str(),
+            ty: cat.type_spec(c.ty).map_or("", |t| t.name.as_str()),
+            payload: &c.payload,
+            requires: c
+                .requires
+                .iter()
+                .map(|(p, q)| (p.as_str(), q.prerequisite_name()))
+                .collect(),
+            claims: c
+                .claims
+                .iter()
+                .map(|(s, cl)| {
+                    (
+                        cat.source(*s).map_or("", |x| x.name.as_str()),
+                        cl.epoch,
+                        cl.provenance.as_ref().map(Id::as_str),
+                    )
+                })
+                .collect(),
+            certificate: c.certificate.as_ref().map(Id::as_str),
+        };
+        Digest::of(tag::COMPONENT, &[&postcard::to_allocvec(&r).unwrap()])
+    }
+
+    #[test]
+    fn the_written_canonical_form_is_postcards() {
+        let cat = Catalog::parse(crate::service::EMBEDDED_CATALOG, "uav-px4.toml").unwrap();
+        let long = "x".repeat(200);
+        let text = format!(
+            r#"{{"response_id":"r","agent_id":"a","generation":1,
+            "catalog":{{"id":"{}","version":{}}},
+            "components":[
+              {{"id":"a1","type":"route_action","certificate":"cert-{}",
+                "payload":{{"frame":"local_ned","north_m":1.5,"east_m":-2,"down_m":-10,
+                            "yaw_deg":90,"duration_s":6}},
+                "support":{{"map":{{"epoch":18446744073709551615}},"traffic":{{"epoch":200}},
+                            "bounds":{{"epoch":3,"provenance":"corridor-12"}}}}}},
+              {{"id":"n1","type":"notice","payload":{{"text":"{long}"}}}},
+              {{"id":"r1","type":"report","payload":{{"sensor":"z_range","value":1.0}}}},
+              {{"id":"s1","type":"status","payload":{{"text":"ok"}},
+                "requires":[{{"id":"r1","phase":"emitted"}},{{"id":"n1","phase":"emitted"}},
+                            {{"id":"a1","phase":"dispatched"}}]}}]}}"#,
+            cat.id(),
+            cat.version(),
+            "x".repeat(59),
+        );
+        let raw = parse_envelope(text.as_bytes()).unwrap();
+        let v = validate(&cat, &raw).unwrap();
+        for i in 0..4 {
+            let c = v.graph.component(i).unwrap();
+            assert_eq!(c.digest, reference(&cat, c), "component {}", c.id);
+        }
+    }
 }
