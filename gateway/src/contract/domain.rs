@@ -160,6 +160,8 @@ pub struct Domain {
     /// Every normalized effect, by interned id.
     pub table: Vec<Effect>,
     names: HashMap<String, u32>,
+    /// Indices into `vars`, ordered by variable name (the order a state is written in).
+    by_name: Vec<usize>,
 }
 
 /// Why a domain, predicate or effect did not parse.
@@ -173,6 +175,29 @@ impl std::fmt::Display for DomainError {
 }
 
 impl std::error::Error for DomainError {}
+
+/// `x` in decimal, written into `buf` (20 bytes hold every `i64`), as `to_string` spells it.
+fn decimal(x: i64, buf: &mut [u8; 20]) -> &str {
+    let mut v = x.unsigned_abs();
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        if let Some(d) = buf.get_mut(at) {
+            *d = b'0' + (v % 10) as u8;
+        }
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if x < 0 {
+        at -= 1;
+        if let Some(d) = buf.get_mut(at) {
+            *d = b'-';
+        }
+    }
+    std::str::from_utf8(buf.get(at..).unwrap_or_default()).unwrap_or_default()
+}
 
 fn derr<T>(m: impl Into<String>) -> Result<T, DomainError> {
     Err(DomainError(m.into()))
@@ -287,6 +312,11 @@ impl Domain {
         if vars.len() > MAX_DOMAIN_ITEMS {
             return derr(format!("{file}: at most {MAX_DOMAIN_ITEMS} variables"));
         }
+        let mut by_name: Vec<usize> = (0..vars.len()).collect();
+        by_name.sort_by(|&a, &b| {
+            let name = |i: usize| vars.get(i).map_or("", |v| v.name.as_str());
+            name(a).cmp(name(b))
+        });
         let mut d = Domain {
             id: raw.domain.id,
             version: raw.domain.version,
@@ -294,6 +324,7 @@ impl Domain {
             effects: Vec::new(),
             table: Vec::new(),
             names: HashMap::new(),
+            by_name,
         };
         for (name, e) in &raw.effects {
             named(file, "effects", name)?;
@@ -690,19 +721,12 @@ impl Domain {
         s: S,
     ) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut order: Vec<(&str, usize)> = self
-            .vars
-            .iter()
-            .take(st.len())
-            .enumerate()
-            .map(|(i, v)| (v.name.as_str(), i))
-            .collect();
-        order.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let mut m = s.serialize_map(Some(order.len()))?;
-        for (name, i) in order {
+        let mut m = s.serialize_map(Some(self.by_name.len().min(st.len())))?;
+        for &i in &self.by_name {
             let (Some(v), Some(x)) = (self.vars.get(i), st.get(i)) else {
                 continue;
             };
+            let name = v.name.as_str();
             match &v.kind {
                 VarKind::Bool => m.serialize_entry(name, if *x != 0 { "true" } else { "false" })?,
                 VarKind::Enum(vals) => m.serialize_entry(
@@ -712,7 +736,7 @@ impl Domain {
                         .and_then(|k| vals.get(k))
                         .map_or("", String::as_str),
                 )?,
-                VarKind::Int { .. } => m.serialize_entry(name, &x.to_string())?,
+                VarKind::Int { .. } => m.serialize_entry(name, decimal(*x, &mut [0; 20]))?,
             }
         }
         m.end()
@@ -736,5 +760,30 @@ impl Domain {
                 (v.name.clone(), t)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decimal;
+
+    #[test]
+    fn decimal_spells_integers_as_to_string_does() {
+        for x in [
+            0,
+            1,
+            -1,
+            9,
+            10,
+            -10,
+            99,
+            100,
+            12_345,
+            i64::MAX,
+            i64::MIN,
+            i64::MIN + 1,
+        ] {
+            assert_eq!(decimal(x, &mut [0; 20]), x.to_string());
+        }
     }
 }

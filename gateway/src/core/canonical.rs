@@ -51,13 +51,34 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Error> {
     Ok(out)
 }
 
+/// Bytes a JSON string cannot hold as they are: control characters, `"` and `\\`.
+#[allow(
+    clippy::indexing_slicing,
+    reason = "a constant table filled while b < 256, its length"
+)]
+const ESCAPED: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = b < 0x20 || b == b'"' as usize || b == b'\\' as usize;
+        b += 1;
+    }
+    t
+};
+
 /// Writes a JSON string with `serde_json`'s escaping.
 fn string(out: &mut Vec<u8>, s: &str) {
-    // Most strings in a record (ids, names, hex digests) need no escape: check the whole string
-    // without branching per byte (the compiler vectorizes the fold), then copy it.
-    let needs_escape = s.bytes().fold(false, |acc, b| {
-        acc | (b < 0x20) | (b == b'"') | (b == b'\\')
-    });
+    // Most strings in a record (ids, names, hex digests) need no escape: check the whole string,
+    // then copy it. Short ones (most of them) by table, one load a byte; longer ones without
+    // branching per byte (the compiler vectorizes the fold).
+    let needs_escape = if s.len() < 32 {
+        s.bytes()
+            .any(|b| ESCAPED.get(usize::from(b)).copied().unwrap_or(true))
+    } else {
+        s.bytes().fold(false, |acc, b| {
+            acc | (b < 0x20) | (b == b'"') | (b == b'\\')
+        })
+    };
     if needs_escape {
         // Writing into a Vec cannot fail, and a &str always serializes.
         let _ = serde_json::to_writer(&mut *out, s);
@@ -118,12 +139,32 @@ struct Scratch {
 /// The field sequence of a struct, by the addresses of its `&'static str` keys.
 type Fields = Vec<(usize, usize)>;
 
+/// Cached orders, by a hash of the field sequence ([`fields_hash`]); equal hashes are told apart
+/// by comparing the sequences.
+type Orders = std::collections::BTreeMap<u64, Vec<(Fields, Vec<u32>)>>;
+
 thread_local! {
     /// Written orders of struct field sequences seen before: a derived struct gives the same
     /// keys in the same order every time (bar skipped fields), so its sorted order is worked
-    /// out once per sequence rather than once per object.
-    static ORDERS: std::cell::RefCell<Vec<(Fields, Vec<u32>)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    /// out once per sequence rather than once per object. Looked up by hash: a process that
+    /// writes many record types holds hundreds of sequences.
+    static ORDERS: std::cell::RefCell<(Orders, usize)> =
+        const { std::cell::RefCell::new((Orders::new(), 0)) };
+}
+
+/// A hash of a sequence of static keys by their addresses (`None` when a key is not static).
+fn fields_hash(entries: &[(Key, usize, usize)]) -> Option<u64> {
+    entries
+        .iter()
+        .try_fold(0xcbf2_9ce4_8422_2325u64, |h, e| match e.0 {
+            Key::Static(k) => Some(
+                (h ^ (k.as_ptr() as u64))
+                    .wrapping_mul(0x0000_0100_0000_01b3)
+                    .rotate_left(17)
+                    ^ (k.len() as u64),
+            ),
+            Key::Owned(..) => None,
+        })
 }
 
 fn fields_match(fields: &Fields, entries: &[(Key, usize, usize)]) -> bool {
@@ -173,12 +214,13 @@ impl Scratch {
     /// the last (as a map insert keeps it).
     fn write_order(&self, order: &mut Vec<u32>) {
         order.clear();
-        let all_static = self.entries.iter().all(|e| matches!(e.0, Key::Static(_)));
-        if all_static {
+        let hash = fields_hash(&self.entries);
+        if let Some(h) = hash {
             let hit = ORDERS.with(|o| {
                 o.borrow()
-                    .iter()
-                    .find(|(f, _)| fields_match(f, &self.entries))
+                    .0
+                    .get(&h)
+                    .and_then(|bucket| bucket.iter().find(|(f, _)| fields_match(f, &self.entries)))
                     .map(|(_, ord)| order.extend_from_slice(ord))
                     .is_some()
             });
@@ -215,7 +257,7 @@ impl Scratch {
             kept += 1;
         }
         order.truncate(kept);
-        if all_static {
+        if let Some(h) = hash {
             let fields: Fields = self
                 .entries
                 .iter()
@@ -225,9 +267,10 @@ impl Scratch {
                 })
                 .collect();
             ORDERS.with(|o| {
-                let mut o = o.borrow_mut();
-                if o.len() < 512 {
-                    o.push((fields, order.clone()));
+                let (map, len) = &mut *o.borrow_mut();
+                if *len < 512 {
+                    map.entry(h).or_default().push((fields, order.clone()));
+                    *len += 1;
                 }
             });
         }
