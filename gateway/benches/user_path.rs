@@ -21,7 +21,10 @@
 //! - `user/update_one_footprint` and `user/update_many_footprints`: a provider update that
 //!   invalidates one footprint (`z_range`, the reports) or all six route actions (`traffic`);
 //! - `user/contract_transition` and `user/contract_transition_with_receipt`: a mission-contract
-//!   transition (the scale study's baseline proposeGoal), without and with its receipt sealed.
+//!   transition (the scale study's baseline proposeGoal), without and with its receipt sealed;
+//! - `part/parse_envelope`, `part/parse_envelope_serde_json`, `part/validate`: labelled
+//!   sub-measurements of admission from bytes — stage one as shipped (the fast reader), stage
+//!   one as serde_json alone reads it, and stage two (ids, payloads, digests, the graph).
 //!
 //! Each iteration starts from a prepared gateway (built outside the timing, `iter_batched`), so
 //! a number is the call alone. docs/benchmarks.md records the results and the machine.
@@ -411,6 +414,23 @@ fn user_path(c: &mut Criterion) {
             },
             BatchSize::PerIteration,
         )
+    });
+    g.finish();
+
+    // Labelled sub-measurements of admission from bytes: its first two stages alone.
+    let mut g = c.benchmark_group("part");
+    g.bench_function("parse_envelope", |b| {
+        b.iter(|| parse_envelope(black_box(text.as_bytes())).is_ok())
+    });
+    g.bench_function("parse_envelope_serde_json", |b| {
+        b.iter(|| {
+            serde_json::from_str::<halo_gateway::core::envelope::RawResponse<'_>>(black_box(&text))
+                .is_ok()
+        })
+    });
+    let raw = parse_envelope(text.as_bytes()).unwrap();
+    g.bench_function("validate", |b| {
+        b.iter(|| validate(&w.cat, black_box(&raw)).is_ok())
     });
     g.finish();
 }
