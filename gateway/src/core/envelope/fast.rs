@@ -75,6 +75,9 @@ pub(crate) fn candidate(text: &str) -> Option<RawCandidate<'_>> {
     })
 }
 
+/// Deepest payload nesting this reader takes.
+const MAX_RAW_DEPTH: usize = 32;
+
 /// Fills a field once; a second occurrence steps aside (serde_json reports it).
 fn put<T>(slot: &mut Option<T>, value: T) -> Option<()> {
     if slot.is_some() {
@@ -241,7 +244,14 @@ impl<'a> Cursor<'a> {
             }
             match b {
                 b'"' => in_string = true,
-                b'{' | b'[' => depth += 1,
+                b'{' | b'[' => {
+                    depth += 1;
+                    // serde_json limits nesting over the whole document; a payload this deep
+                    // (no payload kind nests past 2) is left to it, so the limit is its.
+                    if depth > MAX_RAW_DEPTH {
+                        return None;
+                    }
+                }
                 b'}' | b']' => {
                     depth = depth.checked_sub(1)?;
                     if depth == 0 {
@@ -407,6 +417,9 @@ mod tests {
         steps_aside(&OK.replace("\"c-12\"", "\"c 12\""));
         steps_aside(&OK.replace("{\"text\":\"x\"}", "\"x\""));
         steps_aside(&format!("{OK} x"));
+        // Nested past serde_json's document limit only together with the envelope around it.
+        let deep = format!("{}1{}", "[".repeat(126), "]".repeat(126));
+        steps_aside(&OK.replace("{\"text\":\"x\"}", &format!("{{\"text\":{deep}}}")));
         steps_aside(&OK[..OK.len() - 1]);
     }
 }
