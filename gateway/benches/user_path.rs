@@ -27,7 +27,8 @@
 //!   one as serde_json alone reads it, and stage two (ids, payloads, digests, the graph).
 //!
 //! Each iteration starts from a prepared gateway (built outside the timing, `iter_batched`), so
-//! a number is the call alone. docs/benchmarks.md records the results and the machine.
+//! a number is the call alone. `HALO_BENCH_CALLS=N` times N single calls of each instead and
+//! prints percentiles (see `bench` below; `scripts/bench_ab.sh` compares two builds so). docs/benchmarks.md records the results and the machine.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -42,7 +43,8 @@ mod contract_scale;
 
 use std::hint::black_box;
 
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BatchSize, BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use halo_gateway::core::engine::{Config, Gateway};
 use halo_gateway::core::envelope::parse_envelope;
 use halo_gateway::core::gate::{Adapter, AdapterError, EnqueueRequest};
@@ -176,22 +178,61 @@ fn admitted(w: &World, text: &str) -> (Gateway, Vec<DispatchToken>) {
     (gw, toks)
 }
 
+/// Calls per benchmark in per-call mode (`HALO_BENCH_CALLS`), or `None` for criterion.
+fn calls_mode() -> Option<usize> {
+    std::env::var("HALO_BENCH_CALLS").ok()?.parse().ok()
+}
+
+/// One benchmark of a whole call: `routine` on a fresh input from `setup` (untimed) each time.
+///
+/// Under criterion (the default) it is `iter_batched` per iteration. With `HALO_BENCH_CALLS=N`
+/// it times N single calls instead and prints their 10th percentile and median
+/// (`calls user/NAME P10 MEDIAN µs`): a burst of load on a shared VM then moves a few calls
+/// rather than whole samples, so two builds compare within a few percent
+/// (`scripts/bench_ab.sh`).
+fn bench<S, O>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    mut setup: impl FnMut() -> S,
+    mut routine: impl FnMut(S) -> O,
+) {
+    let Some(n) = calls_mode() else {
+        g.bench_function(name, |b| {
+            b.iter_batched(&mut setup, &mut routine, BatchSize::PerIteration)
+        });
+        return;
+    };
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n.max(10) {
+        let input = setup();
+        let t = std::time::Instant::now();
+        let out = routine(black_box(input));
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+        drop(black_box(out));
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "calls user/{name} {:.3} {:.3} µs",
+        times[times.len() / 10],
+        times[times.len() / 2]
+    );
+}
+
 fn user_path(c: &mut Criterion) {
     let text = response("resp-bench");
     eprintln!("the 32-component response is {} bytes of JSON", text.len());
     let w = world(&text);
     let mut g = c.benchmark_group("user");
 
-    g.bench_function("admission_from_bytes", |b| {
-        b.iter_batched(
-            || w.fresh(),
-            |mut gw| {
-                let r = gw.handle_response(w.now, black_box(text.as_bytes()));
-                (gw, black_box(r.is_ok()))
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    bench(
+        &mut g,
+        "admission_from_bytes",
+        || w.fresh(),
+        |mut gw| {
+            let r = gw.handle_response(w.now, black_box(text.as_bytes()));
+            (gw, black_box(r.is_ok()))
+        },
+    );
 
     // The same admission after parsing, digests and graph validation (done untimed): what a
     // caller holding a `ValidatedResponse` pays.
@@ -199,16 +240,15 @@ fn user_path(c: &mut Criterion) {
         let raw = parse_envelope(text.as_bytes()).unwrap();
         validate(&w.cat, &raw).unwrap()
     };
-    g.bench_function("admission_pre_parsed", |b| {
-        b.iter_batched(
-            || (w.fresh(), validated.clone()),
-            |(mut gw, v)| {
-                let r = gw.handle_validated(w.now, v);
-                (gw, black_box(r.is_ok()))
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    bench(
+        &mut g,
+        "admission_pre_parsed",
+        || (w.fresh(), validated.clone()),
+        |(mut gw, v)| {
+            let r = gw.handle_validated(w.now, v);
+            (gw, black_box(r.is_ok()))
+        },
+    );
 
     {
         let mut gw = w.fresh();
@@ -220,38 +260,36 @@ fn user_path(c: &mut Criterion) {
             rs.len()
         );
     }
-    g.bench_function("receipts_of_one_admission", |b| {
-        b.iter_batched(
-            || {
-                let mut gw = w.fresh();
-                gw.handle_response(w.now, text.as_bytes()).unwrap();
-                gw
-            },
-            |mut gw| {
-                let mut n = 0;
-                while gw.poll_receipt().is_some() {
-                    n += 1;
-                }
-                (gw, black_box(n))
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    bench(
+        &mut g,
+        "receipts_of_one_admission",
+        || {
+            let mut gw = w.fresh();
+            gw.handle_response(w.now, text.as_bytes()).unwrap();
+            gw
+        },
+        |mut gw| {
+            let mut n = 0;
+            while gw.poll_receipt().is_some() {
+                n += 1;
+            }
+            (gw, black_box(n))
+        },
+    );
 
-    g.bench_function("final_gate", |b| {
-        b.iter_batched(
-            || {
-                let (gw, mut toks) = admitted(&w, &text);
-                let t = toks.pop().unwrap();
-                (gw, t)
-            },
-            |(mut gw, tok)| {
-                let o = gw.final_gate(w.now, tok, &mut NullAdapter);
-                (gw, black_box(o))
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    bench(
+        &mut g,
+        "final_gate",
+        || {
+            let (gw, mut toks) = admitted(&w, &text);
+            let t = toks.pop().unwrap();
+            (gw, t)
+        },
+        |(mut gw, tok)| {
+            let o = gw.final_gate(w.now, tok, &mut NullAdapter);
+            (gw, black_box(o))
+        },
+    );
 
     {
         let (mut gw, mut toks) = admitted(&w, &text);
@@ -263,21 +301,20 @@ fn user_path(c: &mut Criterion) {
             rs[0].body.as_str().len()
         );
     }
-    g.bench_function("seal_gate_receipt", |b| {
-        b.iter_batched(
-            || {
-                let (mut gw, mut toks) = admitted(&w, &text);
-                let t = toks.pop().unwrap();
-                let _ = gw.final_gate(w.now, t, &mut NullAdapter);
-                gw
-            },
-            |mut gw| {
-                let r = gw.poll_receipt();
-                (gw, black_box(r))
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    bench(
+        &mut g,
+        "seal_gate_receipt",
+        || {
+            let (mut gw, mut toks) = admitted(&w, &text);
+            let t = toks.pop().unwrap();
+            let _ = gw.final_gate(w.now, t, &mut NullAdapter);
+            gw
+        },
+        |mut gw| {
+            let r = gw.poll_receipt();
+            (gw, black_box(r))
+        },
+    );
 
     // Readmission: traffic's epoch moves, every route action is withheld with an obligation; a
     // fresh candidate for `a0` against the new epoch.
@@ -332,16 +369,10 @@ fn user_path(c: &mut Criterion) {
         while gw.poll_receipt().is_some() {}
         gw
     };
-    g.bench_function("readmission", |b| {
-        b.iter_batched(
-            ready,
-            |mut gw| {
-                let r = gw.handle_candidate(Nanos::from_ms(10_070), black_box(cand.as_bytes()));
-                assert!(r.is_ok(), "{r:?}");
-                gw
-            },
-            BatchSize::PerIteration,
-        )
+    bench(&mut g, "readmission", ready, |mut gw| {
+        let r = gw.handle_candidate(Nanos::from_ms(10_070), black_box(cand.as_bytes()));
+        assert!(r.is_ok(), "{r:?}");
+        gw
     });
 
     for (name, source, value, epoch, prov) in [
@@ -369,29 +400,27 @@ fn user_path(c: &mut Criterion) {
         }
         .typed(&w.cat)
         .unwrap();
-        g.bench_function(name, |b| {
-            b.iter_batched(
-                || (admitted(&w, &text).0, u.clone()),
-                |(mut gw, u)| {
-                    let r = gw.handle_source_update(Nanos::from_ms(10_050), u);
-                    (gw, black_box(r.is_ok()))
-                },
-                BatchSize::PerIteration,
-            )
-        });
+        bench(
+            &mut g,
+            name,
+            || (admitted(&w, &text).0, u.clone()),
+            |(mut gw, u)| {
+                let r = gw.handle_source_update(Nanos::from_ms(10_050), u);
+                (gw, black_box(r.is_ok()))
+            },
+        );
     }
 
     let p = contract_scale::transition(&contract_scale::BASE);
-    g.bench_function("contract_transition", |b| {
-        b.iter_batched(
-            || (p.monitor.clone(), p.request.clone()),
-            |(mut m, r)| {
-                let d = m.handle(r);
-                (m, black_box(d))
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    bench(
+        &mut g,
+        "contract_transition",
+        || (p.monitor.clone(), p.request.clone()),
+        |(mut m, r)| {
+            let d = m.handle(r);
+            (m, black_box(d))
+        },
+    );
     {
         let mut m = p.monitor.clone();
         let _ = m.handle(p.request.clone());
@@ -401,22 +430,24 @@ fn user_path(c: &mut Criterion) {
             r.body.as_str().len()
         );
     }
-    g.bench_function("contract_transition_with_receipt", |b| {
-        b.iter_batched(
-            || (p.monitor.clone(), p.request.clone()),
-            |(mut m, r)| {
-                let d = m.handle(r);
-                let mut n = 0;
-                while m.poll_receipt().is_some() {
-                    n += 1;
-                }
-                (m, black_box((d, n)))
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    bench(
+        &mut g,
+        "contract_transition_with_receipt",
+        || (p.monitor.clone(), p.request.clone()),
+        |(mut m, r)| {
+            let d = m.handle(r);
+            let mut n = 0;
+            while m.poll_receipt().is_some() {
+                n += 1;
+            }
+            (m, black_box((d, n)))
+        },
+    );
     g.finish();
 
+    if calls_mode().is_some() {
+        return;
+    }
     // Labelled sub-measurements of admission from bytes: its first two stages alone.
     let mut g = c.benchmark_group("part");
     g.bench_function("parse_envelope", |b| {
