@@ -16,6 +16,8 @@
 
 mod common;
 
+use common::Rng;
+
 use halo_gateway::fuzzing::{Reading, agree, envelope_readers};
 use serde_json::{Value, json};
 
@@ -51,20 +53,6 @@ const SPLICES: &[&str] = &[
     "true",
     "\"x\"",
 ];
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// One mutation of `seed`, at a character boundary: a splice, a deletion, a duplicated field
 /// (`"key": value` copied after itself) or a truncation.

@@ -12,25 +12,12 @@
 
 mod common;
 
+use common::Rng;
+
 use halo_gateway::fuzzing;
 
 /// Mutations per target (on top of the seeds).
 const MUTATIONS: usize = 1500;
-
-/// A small deterministic generator (xorshift64*), so a failing input can be reproduced.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 const INTERESTING: &[&[u8]] = &[
     b"\"",

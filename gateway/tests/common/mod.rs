@@ -15,6 +15,24 @@ use std::path::PathBuf;
 use halo_gateway::core::statefile::ProviderUpdate;
 use halo_gateway::core::{Catalog, Gateway, Nanos};
 
+/// A small deterministic generator (xorshift64*), so a failing input can be reproduced from
+/// its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform enough below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()

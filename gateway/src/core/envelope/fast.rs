@@ -25,54 +25,61 @@ use crate::core::ids::Id;
 
 /// A response in the common shape, or `None` for serde_json to read.
 pub(crate) fn response(text: &str) -> Option<RawResponse<'_>> {
-    let mut c = Cursor::new(text);
-    let (mut format, mut response_id, mut agent_id, mut generation) = (None, None, None, None);
-    let (mut catalog, mut components) = (None, None);
-    c.object(|c, key| match key {
-        "format" => put(&mut format, c.opt_u32()?),
-        "response_id" => put(&mut response_id, c.string()?),
-        "agent_id" => put(&mut agent_id, c.string()?),
-        "generation" => put(&mut generation, c.u64()?),
-        "catalog" => put(&mut catalog, c.catalog()?),
-        "components" => put(&mut components, c.components()?),
-        _ => None,
-    })?;
-    c.end()?;
+    let f = fields(text)?;
+    if f.obligation.is_some() {
+        return None;
+    }
     Some(RawResponse {
-        format: format.flatten(),
-        response_id: response_id?,
-        agent_id: agent_id?,
-        generation: generation?,
-        catalog: catalog?,
-        components: components?,
+        format: f.format.flatten(),
+        response_id: f.response_id?,
+        agent_id: f.agent_id?,
+        generation: f.generation?,
+        catalog: f.catalog?,
+        components: f.components?,
     })
 }
 
 /// A fresh candidate in the common shape, or `None` for serde_json to read.
 pub(crate) fn candidate(text: &str) -> Option<RawCandidate<'_>> {
+    let f = fields(text)?;
+    Some(RawCandidate {
+        format: f.format.flatten(),
+        obligation: f.obligation?,
+        response_id: f.response_id?,
+        agent_id: f.agent_id?,
+        generation: f.generation?,
+        catalog: f.catalog?,
+        components: f.components?,
+    })
+}
+
+/// The top-level fields of either envelope, each read at most once.
+#[derive(Default)]
+struct Fields<'a> {
+    format: Option<Option<u32>>,
+    obligation: Option<u64>,
+    response_id: Option<String>,
+    agent_id: Option<String>,
+    generation: Option<u64>,
+    catalog: Option<CatalogRef>,
+    components: Option<Vec<RawComponent<'a>>>,
+}
+
+fn fields(text: &str) -> Option<Fields<'_>> {
     let mut c = Cursor::new(text);
-    let (mut format, mut obligation, mut response_id, mut agent_id) = (None, None, None, None);
-    let (mut generation, mut catalog, mut components) = (None, None, None);
+    let mut f = Fields::default();
     c.object(|c, key| match key {
-        "format" => put(&mut format, c.opt_u32()?),
-        "obligation" => put(&mut obligation, c.u64()?),
-        "response_id" => put(&mut response_id, c.string()?),
-        "agent_id" => put(&mut agent_id, c.string()?),
-        "generation" => put(&mut generation, c.u64()?),
-        "catalog" => put(&mut catalog, c.catalog()?),
-        "components" => put(&mut components, c.components()?),
+        "format" => put(&mut f.format, c.opt_u32()?),
+        "obligation" => put(&mut f.obligation, c.u64()?),
+        "response_id" => put(&mut f.response_id, c.string()?),
+        "agent_id" => put(&mut f.agent_id, c.string()?),
+        "generation" => put(&mut f.generation, c.u64()?),
+        "catalog" => put(&mut f.catalog, c.catalog()?),
+        "components" => put(&mut f.components, c.components()?),
         _ => None,
     })?;
     c.end()?;
-    Some(RawCandidate {
-        format: format.flatten(),
-        obligation: obligation?,
-        response_id: response_id?,
-        agent_id: agent_id?,
-        generation: generation?,
-        catalog: catalog?,
-        components: components?,
-    })
+    Some(f)
 }
 
 /// Deepest payload nesting this reader takes.

@@ -264,17 +264,7 @@ fn check_format(format: Option<u32>) -> Result<(), Rejection> {
 /// A [`Rejection`] with `RESPONSE_TOO_LARGE`, `MALFORMED_JSON`, `UNKNOWN_FIELD`,
 /// `DUPLICATE_KEY`, `TOO_MANY_SUPPORT_CLAIMS` or `UNSUPPORTED_FORMAT`.
 pub fn parse_envelope(bytes: &[u8]) -> Result<RawResponse<'_>, Rejection> {
-    let text = utf8(bytes)?;
-    let raw = match fast::response(text) {
-        Some(raw) => raw,
-        None => serde_json::from_str::<RawResponse<'_>>(text).map_err(|e| {
-            Rejection::new(
-                classify_json_error(&e),
-                Vec::new(),
-                super::strict::explain(bytes, &e),
-            )
-        })?,
-    };
+    let raw: RawResponse<'_> = read(bytes, fast::response)?;
     check_format(raw.format)?;
     Ok(raw)
 }
@@ -284,19 +274,27 @@ pub fn parse_envelope(bytes: &[u8]) -> Result<RawResponse<'_>, Rejection> {
 /// # Errors
 /// As [`parse_envelope`].
 pub fn parse_candidate(bytes: &[u8]) -> Result<RawCandidate<'_>, Rejection> {
+    let raw: RawCandidate<'_> = read(bytes, fast::candidate)?;
+    check_format(raw.format)?;
+    Ok(raw)
+}
+
+/// The byte limit and UTF-8, then the fast reader, or serde_json where it steps aside.
+fn read<'a, T: Deserialize<'a>>(
+    bytes: &'a [u8],
+    fast: impl FnOnce(&'a str) -> Option<T>,
+) -> Result<T, Rejection> {
     let text = utf8(bytes)?;
-    let raw = match fast::candidate(text) {
-        Some(raw) => raw,
-        None => serde_json::from_str::<RawCandidate<'_>>(text).map_err(|e| {
+    match fast(text) {
+        Some(raw) => Ok(raw),
+        None => serde_json::from_str(text).map_err(|e| {
             Rejection::new(
                 classify_json_error(&e),
                 Vec::new(),
                 super::strict::explain(bytes, &e),
             )
-        })?,
-    };
-    check_format(raw.format)?;
-    Ok(raw)
+        }),
+    }
 }
 
 #[cfg(test)]
