@@ -1492,6 +1492,17 @@ fn print_demo_files(out: &Path) {
     }
 }
 
+/// The demo's last line and exit code.
+fn demo_verdict(ok: bool) -> i32 {
+    if ok {
+        println!("demo: all checks passed");
+        EXIT_OK
+    } else {
+        println!("demo: a check failed");
+        EXIT_PARTIAL
+    }
+}
+
 fn demo_crazyflie(out: &Path, quiet: bool) -> i32 {
     let Some(rt) = tokio_runtime() else {
         return EXIT_ERROR;
@@ -1528,13 +1539,7 @@ fn demo_crazyflie(out: &Path, quiet: bool) -> i32 {
                 && o.readmitted
                 && o.fresh_binding
                 && receipts_ok;
-            if ok {
-                println!("demo: all checks passed");
-                EXIT_OK
-            } else {
-                println!("demo: a check failed");
-                EXIT_PARTIAL
-            }
+            demo_verdict(ok)
         }
         Err(e) => {
             eprintln!("error: {e}");
@@ -1577,13 +1582,7 @@ fn demo(catalog: Option<&Path>, out: &Path, quiet: bool) -> i32 {
             );
             println!("  landed and disarmed                 {}", s.landed);
             print_demo_files(out);
-            if s.ok() {
-                println!("demo: all checks passed");
-                EXIT_OK
-            } else {
-                println!("demo: a check failed");
-                EXIT_PARTIAL
-            }
+            demo_verdict(s.ok())
         }
         Err(e) => {
             eprintln!("error: {e}");

@@ -85,16 +85,23 @@ enum Vehicle {
     },
 }
 
-fn crazyflie(port: u16, log: Option<PathBuf>, duration_s: Option<u64>) -> std::process::ExitCode {
-    let rt = match tokio::runtime::Builder::new_current_thread()
+/// A single-threaded tokio runtime, or `None` after saying why not.
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
-        Ok(rt) => rt,
+        Ok(rt) => Some(rt),
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
-            return std::process::ExitCode::FAILURE;
+            None
         }
+    }
+}
+
+fn crazyflie(port: u16, log: Option<PathBuf>, duration_s: Option<u64>) -> std::process::ExitCode {
+    let Some(rt) = runtime() else {
+        return std::process::ExitCode::FAILURE;
     };
     let result = rt.block_on(async move {
         let v = sitl::crazyflie::SimCrazyflie::start(
@@ -164,15 +171,8 @@ fn main() -> std::process::ExitCode {
         eprintln!("error: --drop must be between 0 and 1");
         return std::process::ExitCode::from(2);
     }
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+    let Some(rt) = runtime() else {
+        return std::process::ExitCode::FAILURE;
     };
     let result = rt.block_on(async move {
         let bind: SocketAddr = SocketAddr::new([0, 0, 0, 0].into(), bind_port.saturating_add(instance));
