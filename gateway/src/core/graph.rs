@@ -12,7 +12,7 @@ use super::envelope::{
     CatalogRef, Claim, MAX_COMPONENTS, MAX_PAYLOAD_BYTES, MAX_PREREQUISITES, RawComponent,
     RawResponse, Rejection,
 };
-use super::ids::Id;
+use super::ids::{Id, InvalidIdError};
 use super::payload::Payload;
 use super::phase::Phase;
 use super::reason::ReasonCode;
@@ -110,14 +110,16 @@ fn put_opt_str(buf: &mut Vec<u8>, s: Option<&str>) {
     }
 }
 
+fn invalid_id(e: InvalidIdError) -> Rejection {
+    Rejection::new(
+        ReasonCode::INVALID_ID,
+        vec![e.text().to_string()],
+        e.to_string(),
+    )
+}
+
 fn id_of(s: &str) -> Result<Id, Rejection> {
-    Id::new(s).map_err(|e| {
-        Rejection::new(
-            ReasonCode::INVALID_ID,
-            vec![e.text().to_string()],
-            e.to_string(),
-        )
-    })
+    Id::new(s).map_err(invalid_id)
 }
 
 /// Validates one raw component against the catalog: ids, limits, type, payload, claims and
@@ -175,9 +177,11 @@ pub fn build_component(
         )
     })?;
 
-    let mut requires = Vec::with_capacity(raw.requires.len());
+    // Checked in the order sent (the first offence is the one reported), then built in parent
+    // id order: sorting the small index list moves bytes, not ids.
+    let mut phases: heapless::Vec<Phase, MAX_PREREQUISITES> = heapless::Vec::new();
     for r in &raw.requires {
-        let pid = id_of(&r.id)?;
+        Id::check(&r.id).map_err(invalid_id)?;
         let phase = Phase::from_prerequisite_name(&r.phase).ok_or_else(|| {
             Rejection::new(
                 ReasonCode::PHASE_NOT_ALLOWED,
@@ -188,9 +192,34 @@ pub fn build_component(
                 ),
             )
         })?;
-        requires.push((pid, phase));
+        // Cannot overflow: the count was checked against the limit above.
+        let _ = phases.push(phase);
     }
-    requires.sort_by(|a, b| a.0.cmp(&b.0));
+    let id_at = |i: u8| raw.requires.get(usize::from(i)).map(|r| &*r.id);
+    // Each index with its id's first eight bytes as a big-endian number (zero-padded: an id has
+    // no zero byte, so a shorter id that is a prefix sorts first, as in byte order); ids equal
+    // there are compared whole.
+    let mut order: heapless::Vec<(u64, u8), MAX_PREREQUISITES> = raw
+        .requires
+        .iter()
+        .zip(0u8..)
+        .map(|(r, i)| {
+            let mut head = [0u8; 8];
+            let n = r.id.len().min(8);
+            if let (Some(h), Some(b)) = (head.get_mut(..n), r.id.as_bytes().get(..n)) {
+                h.copy_from_slice(b);
+            }
+            (u64::from_be_bytes(head), i)
+        })
+        .collect();
+    // Stable, as sorting the pairs was: equal parent ids keep the order sent.
+    order.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| id_at(a.1).cmp(&id_at(b.1))));
+    let mut requires = Vec::with_capacity(order.len());
+    for &(_, i) in &order {
+        if let (Some(pid), Some(&phase)) = (id_at(i), phases.get(usize::from(i))) {
+            requires.push((id_of(pid)?, phase));
+        }
+    }
 
     let mut claims = Vec::with_capacity(raw.support.0.len());
     for (name, claim) in &raw.support.0 {

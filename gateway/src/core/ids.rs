@@ -42,9 +42,25 @@ impl std::fmt::Display for InvalidIdError {
 
 impl std::error::Error for InvalidIdError {}
 
+/// Bytes that may appear in an id, by value: one load a byte.
+#[allow(
+    clippy::indexing_slicing,
+    reason = "a constant table filled while b < 256, its length"
+)]
+const ID_BYTE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-';
+        b += 1;
+    }
+    t
+};
+
 /// True when `b` may appear in an id.
-const fn id_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-'
+fn id_byte(b: u8) -> bool {
+    ID_BYTE.get(usize::from(b)).copied().unwrap_or(false)
 }
 
 impl Id {

@@ -18,8 +18,8 @@ use std::borrow::Cow;
 use serde_json::value::RawValue;
 
 use super::{
-    CatalogRef, Claim, Claims, MAX_SUPPORT_CLAIMS, RawCandidate, RawComponent, RawPrerequisite,
-    RawResponse,
+    CatalogRef, Claim, Claims, MAX_PREREQUISITES, MAX_SUPPORT_CLAIMS, RawCandidate, RawComponent,
+    RawPrerequisite, RawResponse,
 };
 use crate::core::ids::Id;
 
@@ -320,21 +320,62 @@ impl<'a> Cursor<'a> {
     }
 
     fn requires(&mut self) -> Option<Vec<RawPrerequisite<'a>>> {
-        let mut out = Vec::new();
+        // Room for as many as a valid component may declare: one allocation, no regrowth.
+        let mut out = Vec::with_capacity(MAX_PREREQUISITES);
         self.array(|c| {
-            let (mut id, mut phase) = (None, None);
-            c.object(|c, key| match key {
-                "id" => put(&mut id, Cow::Borrowed(c.str()?)),
-                "phase" => put(&mut phase, Cow::Borrowed(c.str()?)),
-                _ => None,
-            })?;
-            out.push(RawPrerequisite {
-                id: id?,
-                phase: phase?,
-            });
+            let p = match c.compact_prerequisite() {
+                Some(p) => p,
+                None => {
+                    let (mut id, mut phase) = (None, None);
+                    c.object(|c, key| match key {
+                        "id" => put(&mut id, Cow::Borrowed(c.str()?)),
+                        "phase" => put(&mut phase, Cow::Borrowed(c.str()?)),
+                        _ => None,
+                    })?;
+                    RawPrerequisite {
+                        id: id?,
+                        phase: phase?,
+                    }
+                }
+            };
+            out.push(p);
             Some(())
         })?;
         Some(out)
+    }
+
+    /// `{"id":"…","phase":"…"}` written without whitespace, as nearly every prerequisite is,
+    /// read by comparing its fixed parts; `None` (and the position unchanged) for any other
+    /// spelling, which [`Cursor::object`] then reads.
+    fn compact_prerequisite(&mut self) -> Option<RawPrerequisite<'a>> {
+        let bytes = self.text.as_bytes();
+        let mut at = self.at;
+        let mut part = |lead: &[u8]| -> Option<&'a str> {
+            if !bytes.get(at..)?.starts_with(lead) {
+                return None;
+            }
+            let start = at + lead.len();
+            let rest = bytes.get(start..)?;
+            let len = rest
+                .iter()
+                .position(|b| matches!(b, b'"' | b'\\' | 0..=0x1f))?;
+            if rest.get(len) != Some(&b'"') {
+                return None;
+            }
+            at = start + len + 1;
+            // Both ends sit next to an ASCII quote, so they are character boundaries.
+            self.text.get(start..start + len)
+        };
+        let id = part(b"{\"id\":\"")?;
+        let phase = part(b",\"phase\":\"")?;
+        if bytes.get(at) != Some(&b'}') {
+            return None;
+        }
+        self.at = at + 1;
+        Some(RawPrerequisite {
+            id: Cow::Borrowed(id),
+            phase: Cow::Borrowed(phase),
+        })
     }
 
     fn claims(&mut self) -> Option<Claims> {
