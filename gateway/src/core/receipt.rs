@@ -33,8 +33,17 @@ impl Body {
     /// The canonical text of any record (`null` when it has no JSON form, as the `Value`
     /// route gave).
     pub fn of<T: Serialize + ?Sized>(record: &T) -> Body {
-        let mut out = Vec::with_capacity(256);
-        if super::canonical::write(&mut out, record).is_err() {
+        Body::written(256, |out| super::canonical::write(out, record))
+    }
+
+    /// The text `write` appends to an empty buffer of `capacity` bytes, or `null` when it
+    /// fails.
+    fn written(
+        capacity: usize,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), super::canonical::Error>,
+    ) -> Body {
+        let mut out = Vec::with_capacity(capacity);
+        if write(&mut out).is_err() {
             out.clear();
             out.extend_from_slice(b"null");
         }
@@ -118,11 +127,28 @@ impl Receipt {
         wall_unix_ms: Option<u64>,
         body: &Body,
     ) -> Vec<u8> {
-        let mut out = Vec::with_capacity(body.0.len() + 160);
+        let (around, split) = Receipt::around_body(index, prev, at_ns, wall_unix_ms);
+        let (head, tail) = around.split_at(split);
+        let mut out = Vec::with_capacity(around.len() + body.0.len());
+        out.extend_from_slice(head);
+        out.extend_from_slice(body.0.as_bytes());
+        out.extend_from_slice(tail);
+        out
+    }
+
+    /// The hashed bytes before and after the body's text, in one buffer, and where the body
+    /// goes.
+    fn around_body(
+        index: u64,
+        prev: &Digest,
+        at_ns: u64,
+        wall_unix_ms: Option<u64>,
+    ) -> (Vec<u8>, usize) {
+        let mut out = Vec::with_capacity(160);
         out.extend_from_slice(b"{\"at_ns\":");
         push_u64(&mut out, at_ns);
         out.extend_from_slice(b",\"body\":");
-        out.extend_from_slice(body.0.as_bytes());
+        let split = out.len();
         out.extend_from_slice(b",\"index\":");
         push_u64(&mut out, index);
         out.extend_from_slice(b",\"prev\":\"");
@@ -133,20 +159,31 @@ impl Receipt {
             push_u64(&mut out, w);
         }
         out.push(b'}');
-        out
+        (out, split)
+    }
+
+    /// The receipt hash: SHA-256 over the tag and the hashed bytes, fed in parts so the body
+    /// is not copied.
+    fn hash_of(
+        index: u64,
+        prev: &Digest,
+        at_ns: u64,
+        wall_unix_ms: Option<u64>,
+        body: &Body,
+    ) -> Digest {
+        let (around, split) = Receipt::around_body(index, prev, at_ns, wall_unix_ms);
+        let (head, tail) = around.split_at(split);
+        Digest::of(tag::RECEIPT, &[head, body.0.as_bytes(), tail])
     }
 
     /// Recomputes this receipt's hash from its fields.
     pub fn recompute(&self) -> Digest {
-        Digest::of(
-            tag::RECEIPT,
-            &[&Receipt::hash_input_canonical(
-                self.index,
-                &self.prev,
-                self.at_ns,
-                self.wall_unix_ms,
-                &self.body,
-            )],
+        Receipt::hash_of(
+            self.index,
+            &self.prev,
+            self.at_ns,
+            self.wall_unix_ms,
+            &self.body,
         )
     }
 
@@ -169,16 +206,7 @@ impl Receipt {
         wall_unix_ms: Option<u64>,
         body: Body,
     ) -> Receipt {
-        let hash = Digest::of(
-            tag::RECEIPT,
-            &[&Receipt::hash_input_canonical(
-                index,
-                &prev,
-                at_ns,
-                wall_unix_ms,
-                &body,
-            )],
-        );
+        let hash = Receipt::hash_of(index, &prev, at_ns, wall_unix_ms, &body);
         Receipt {
             index,
             prev,
@@ -313,6 +341,8 @@ pub struct ReceiptChain<R> {
     next_index: u64,
     prev: Digest,
     pending: VecDeque<(Nanos, R)>,
+    /// Capacity for the next body's text: the last one's length, plus a little.
+    last_len: usize,
 }
 
 impl<R> Default for ReceiptChain<R> {
@@ -321,11 +351,30 @@ impl<R> Default for ReceiptChain<R> {
             next_index: 0,
             prev: Digest::default(),
             pending: VecDeque::new(),
+            last_len: 0,
         }
     }
 }
 
-impl<R: Serialize> ReceiptChain<R> {
+/// A record a chain seals, as canonical JSON.
+///
+/// The default writes it through [`super::canonical::write`] from its `Serialize`. A record
+/// that holds parts of its text already written (by the decision that made it) may write
+/// itself instead, byte for byte what the default writes; its tests hold it to that.
+pub trait CanonicalRecord: Serialize {
+    /// Appends the record's canonical JSON to `out`.
+    ///
+    /// # Errors
+    /// When the record has no JSON form.
+    fn write_canonical(&self, out: &mut Vec<u8>) -> Result<(), super::canonical::Error> {
+        super::canonical::write(out, self)
+    }
+}
+
+/// Free-form records (tools, tests).
+impl CanonicalRecord for serde_json::Value {}
+
+impl<R: CanonicalRecord> ReceiptChain<R> {
     /// An empty chain.
     pub fn new() -> ReceiptChain<R> {
         ReceiptChain::default()
@@ -359,13 +408,13 @@ impl<R: Serialize> ReceiptChain<R> {
     /// decision instant to (Unix ms).
     pub fn seal_with_wall(&mut self, wall: impl Fn(Nanos) -> Option<u64>) -> Option<Receipt> {
         let (at, record) = self.pending.pop_front()?;
-        let r = Receipt::sealed(
-            self.next_index,
-            self.prev,
-            at.0,
-            wall(at),
-            Body::of(&record),
-        );
+        // Sized as the last body was (within 256 B to 4 KiB): a chain's records are mostly
+        // alike, so the text is mostly written without regrowing.
+        let body = Body::written(self.last_len.clamp(256, 4096), |out| {
+            record.write_canonical(out)
+        });
+        self.last_len = body.0.len() + 16;
+        let r = Receipt::sealed(self.next_index, self.prev, at.0, wall(at), body);
         self.next_index += 1;
         self.prev = r.hash;
         Some(r)
@@ -379,6 +428,12 @@ impl<R: Serialize> ReceiptChain<R> {
     /// Records waiting to be sealed.
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+
+    /// The records waiting to be sealed, oldest first (tests compare their texts).
+    #[cfg(test)]
+    pub(crate) fn pending_records(&self) -> impl Iterator<Item = &R> {
+        self.pending.iter().map(|(_, r)| r)
     }
 }
 

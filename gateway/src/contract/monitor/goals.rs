@@ -94,7 +94,8 @@ impl Monitor {
                 format!("`{}` exists", g.id),
             ));
         }
-        let digest = edit_digest(g);
+        let (text, digest) = edit_text_digest(g);
+        self.goal_text = text;
         self.check_witness(w, parent, &digest)?;
         self.runnable_or_resumable()?;
         let edit = self.parse_edit(g)?;

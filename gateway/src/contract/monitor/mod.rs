@@ -14,6 +14,7 @@
 
 mod effects;
 mod goals;
+mod record;
 mod register;
 mod versions;
 mod witness;
@@ -30,6 +31,8 @@ use super::{Trace, limits};
 use crate::core::digest::{Digest, tag};
 use crate::core::reason::ReasonCode;
 use crate::core::receipt::{Receipt, ReceiptChain};
+
+pub use record::{ContractRecord, StateView};
 
 /// The four possible answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -156,48 +159,6 @@ struct Reservation {
     used: bool,
 }
 
-/// A modeled state with its domain, serialized as `{var: value}` text. Rendering happens when
-/// the receipt is sealed, off the decision path.
-#[derive(Clone, Debug)]
-pub struct StateView {
-    domain: Arc<Domain>,
-    /// The state.
-    pub state: State,
-}
-
-impl Serialize for StateView {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.domain.serialize_state(&self.state, s)
-    }
-}
-
-/// What a receipt records.
-#[derive(Clone, Debug, Serialize)]
-pub struct ContractRecord {
-    /// The operation and its typed inputs.
-    pub request: Request,
-    /// Versions before.
-    pub before: Versions,
-    /// Versions after.
-    pub after: Versions,
-    /// Verdict.
-    pub verdict: Verdict,
-    /// Reason.
-    pub reason: Option<ReasonCode>,
-    /// Digest of an accepted edit.
-    pub edit: Option<Digest>,
-    /// Reservation created or consumed.
-    pub reservation: Option<u64>,
-    /// Committed trace digest after the operation.
-    pub trace: Digest,
-    /// Modeled state after the operation, serialized as `{var: value}` text.
-    pub state: StateView,
-    /// Root lifecycle after.
-    pub root: Option<RootState>,
-    /// For an exact idempotent retry: the index of the original receipt.
-    pub replay_of: Option<u64>,
-}
-
 struct Failure {
     verdict: Verdict,
     reason: ReasonCode,
@@ -320,10 +281,19 @@ pub fn extend_trace_digest(d: &Digest, effect: &str) -> Digest {
 
 /// The digest of an edit: SHA-256 over the canonical JSON of the goal spec (keys sorted).
 pub fn edit_digest(goal: &GoalSpec) -> Digest {
+    edit_text_digest(goal).1
+}
+
+/// The goal spec's canonical JSON and the edit digest over it. `serde_json` writes the
+/// struct's fields in declaration order, which is alphabetical, and it holds no maps: the text
+/// is canonical (a test holds it to the canonical writer's).
+fn edit_text_digest(goal: &GoalSpec) -> (Option<String>, Digest) {
     let mut buf = Vec::with_capacity(1024);
     // Serializing these plain structs cannot fail; an error would only shorten the input.
     let _ = serde_json::to_writer(&mut buf, goal);
-    Digest::of(tag::COMPONENT, &[b"contract-edit\0", &buf])
+    let digest = Digest::of(tag::COMPONENT, &[b"contract-edit\0", &buf]);
+    // serde_json writes UTF-8; were it not, the record would write the goal itself.
+    (String::from_utf8(buf).ok(), digest)
 }
 
 /// A parsed, checked edit.
@@ -377,6 +347,11 @@ pub struct Monitor {
     idempotency: BTreeMap<String, (CommitBody, Decision)>,
     receipts: ReceiptChain<ContractRecord>,
     receipt_count: u64,
+    /// The view receipts record of the current state (its text written once per state).
+    state_view: StateView,
+    /// The canonical text of the goal spec the current request proposes, written by `propose`
+    /// for the edit digest and taken by the receipt record.
+    goal_text: Option<String>,
 }
 
 fn sorted(mut v: Vec<Trace>) -> Vec<Trace> {
@@ -394,8 +369,9 @@ fn in_prefix_closure(sorted_m: &[Trace], x: &[u32]) -> bool {
 impl Monitor {
     /// A monitor over a registered domain, before any root is registered.
     pub fn new(domain: Domain) -> Monitor {
+        let domain = Arc::new(domain);
         Monitor {
-            domain: Arc::new(domain),
+            domain: Arc::clone(&domain),
             contract: None,
             policy: Policy {
                 deny: BTreeSet::new(),
@@ -415,6 +391,8 @@ impl Monitor {
             idempotency: BTreeMap::new(),
             receipts: ReceiptChain::new(),
             receipt_count: 0,
+            state_view: StateView::new(Arc::clone(&domain), Vec::new()),
+            goal_text: None,
         }
     }
 
@@ -526,6 +504,7 @@ impl Monitor {
     /// Handles one request.
     pub fn handle(&mut self, req: Request) -> Decision {
         let before = self.versions;
+        self.goal_text = None;
         // An exact retry of a commit returns the retained receipt; a different body under the
         // same key is denied. Nothing else changes either way.
         let commit = match &req.op {
@@ -583,6 +562,14 @@ impl Monitor {
         d
     }
 
+    /// The view of the current state, shared with the last record while the state is the same.
+    fn state_view(&mut self) -> StateView {
+        if !self.state_view.shows(&self.domain, &self.state) {
+            self.state_view = StateView::new(Arc::clone(&self.domain), self.state.clone());
+        }
+        self.state_view.clone()
+    }
+
     #[allow(clippy::too_many_arguments, reason = "one receipt field each")]
     fn record(
         &mut self,
@@ -594,6 +581,12 @@ impl Monitor {
         reservation: Option<u64>,
         replay_of: Option<u64>,
     ) -> u64 {
+        // The goal text `propose` wrote while deciding this request (taken either way, so it
+        // never outlives the request).
+        let goal_text = self
+            .goal_text
+            .take()
+            .filter(|_| matches!(request.op, Op::ProposeGoal { .. } | Op::ReplaceGoal { .. }));
         let rec = ContractRecord {
             request,
             before,
@@ -603,12 +596,10 @@ impl Monitor {
             edit,
             reservation,
             trace: self.trace_digest,
-            state: StateView {
-                domain: Arc::clone(&self.domain),
-                state: self.state.clone(),
-            },
+            state: self.state_view(),
             root: self.root,
             replay_of,
+            goal_text,
         };
         self.receipts
             .push(crate::core::time::Nanos(self.receipt_count), rec);
@@ -771,5 +762,106 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 1 + 2 + 1 + 2);
+    }
+
+    /// Every record writes itself (the goal and the state from their kept texts) byte for byte
+    /// as the generic canonical writer writes its `Serialize`: proposals allowed and refused,
+    /// a replacement, a goal whose free text needs escapes, effects that change the state and
+    /// operations that keep it.
+    #[test]
+    fn records_write_what_the_generic_writer_writes() {
+        use crate::core::canonical;
+        use crate::core::receipt::CanonicalRecord;
+
+        // The records of the last call: each writes what the generic writer writes, and the
+        // last shows the state the monitor is in.
+        fn check(m: &mut Monitor) -> usize {
+            let mut n = 0;
+            let last = m
+                .receipts
+                .pending_records()
+                .last()
+                .map(|r| r.state.state().clone());
+            assert_eq!(last.as_ref(), Some(&m.state));
+            for r in m.receipts.pending_records() {
+                let mut own = Vec::new();
+                r.write_canonical(&mut own).unwrap();
+                let generic = canonical::to_vec(r).unwrap();
+                assert_eq!(
+                    String::from_utf8(own).unwrap(),
+                    String::from_utf8(generic).unwrap()
+                );
+                n += 1;
+            }
+            while m.poll_receipt().is_some() {}
+            n
+        }
+        let goal = |id: &str, text: Option<&str>| GoalSpec {
+            closing: vec!["airborne == false".into(), "zone == home".into()],
+            completion: vec![Vec::new()],
+            discharged: Vec::new(),
+            frames: Vec::new(),
+            id: id.into(),
+            obligations: Vec::new(),
+            parent: "r".into(),
+            resources: Vec::new(),
+            text: text.map(Into::into),
+            traces: vec![
+                ["takeoff", "goto(wp1)", "photograph(wp1)", "return", "land"]
+                    .map(String::from)
+                    .to_vec(),
+            ],
+        };
+        let mut m = uav();
+        let mut n = check(&mut m);
+        let agent = |op: Op| Request {
+            caller: Role::Agent,
+            op,
+        };
+
+        // A witness for another edit: refused after the goal's text was written.
+        let g = goal("g1", None);
+        let stale = m.witness_for("r", &edit_digest(&goal("g0", None)));
+        let d = m.handle(agent(Op::ProposeGoal {
+            goal: g.clone(),
+            witness: stale,
+        }));
+        assert!(!d.allowed());
+        n += check(&mut m);
+
+        let g = goal("g1", Some("say \"hi\"\n\u{e9}\u{1} \\ done"));
+        let w = m.witness_for("r", &edit_digest(&g));
+        assert!(
+            m.handle(agent(Op::ProposeGoal {
+                goal: g,
+                witness: w
+            }))
+            .allowed()
+        );
+        n += check(&mut m);
+
+        let g = goal("g1", Some("revised"));
+        let w = m.witness_for("r", &edit_digest(&g));
+        let d = m.handle(agent(Op::ReplaceGoal {
+            goal: g,
+            old: "g1".into(),
+            witness: w,
+        }));
+        assert!(d.allowed(), "{}", d.detail);
+        n += check(&mut m);
+
+        // Effects: each commit changes the state, each authorization keeps it.
+        for (i, e) in ["takeoff", "goto(wp1)", "photograph(wp1)"]
+            .iter()
+            .enumerate()
+        {
+            let before = m.state.clone();
+            assert!(m.gate_effect("g1", e, &format!("k{i}")).allowed());
+            let authorized = m.receipts.pending_records().next().map(|r| r.state.state());
+            assert_eq!(authorized, Some(&before));
+            assert_ne!(m.state, before, "`{e}` changes the state");
+            n += check(&mut m);
+        }
+        assert_eq!(n, 1 + 1 + 1 + 1 + 3 * 2);
     }
 }

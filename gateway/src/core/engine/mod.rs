@@ -313,6 +313,8 @@ pub(crate) enum Record {
     Checkpoint(super::receipt::Checkpoint),
 }
 
+impl crate::core::receipt::CanonicalRecord for Record {}
+
 /// One component instance's processing state.
 #[derive(Debug)]
 pub(crate) struct Inst {
