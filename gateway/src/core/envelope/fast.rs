@@ -445,6 +445,13 @@ mod tests {
             "\"format\":1,\"generation\":18446744073709551615",
         ));
         same(&OK.replace("\"certificate\":null", "\"certificate\":\"cert-1\""));
+        // Prerequisites in the compact spelling (read by their fixed parts) and spaced out.
+        let compact = OK.replace(
+            r#"{"phase":"emitted","id":"e0"}"#,
+            r#"{"id":"e0","phase":"emitted"},{"id":"x.1-_","phase":"dispatched"}"#,
+        );
+        same(&compact);
+        same(&compact.replace(r#"{"id":"e0","#, r#"{ "id" : "e0" ,"#));
         same(
             &OK.replace("\"response_id\"", " \n\t\"response_id\"")
                 .replace("}]}", "} ] }\n"),
@@ -463,6 +470,13 @@ mod tests {
         steps_aside(&OK.replace("\"epoch\":7", "\"epoch\":7,\"epoch\":7"));
         steps_aside(&OK.replace("\"text\":\"x\"", "\"text\":\"x\",}"));
         steps_aside(&OK.replace("\"c-12\"", "\"c 12\""));
+        let compact = OK.replace(
+            r#"{"phase":"emitted","id":"e0"}"#,
+            r#"{"id":"e0","phase":"emitted"}"#,
+        );
+        steps_aside(&compact.replace("\"e0\",", "\"e\\u0030\","));
+        steps_aside(&compact.replace("\"emitted\"}", "\"emitted\",\"x\":1}"));
+        steps_aside(&compact.replace("\"emitted\"}", "\"emitted\",\"id\":\"e0\"}"));
         steps_aside(&OK.replace("{\"text\":\"x\"}", "\"x\""));
         steps_aside(&format!("{OK} x"));
         // Nested past serde_json's document limit only together with the envelope around it.
