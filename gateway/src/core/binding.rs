@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::catalog::{Catalog, SourceIx, TypeSpec};
-use super::digest::{Digest, canonical_into, tag};
+use super::digest::{Digest, put_str, put_varint, tag};
 use super::graph::Component;
 use super::ids::Id;
 use super::reason::ReasonCode;
@@ -75,17 +75,14 @@ impl Witness {
     /// Builds the witness from the current state. Sources that were never updated are left out
     /// (such a component is not locally supported and gets no binding).
     pub fn capture(cat: &Catalog, spec: &TypeSpec, c: &Component, snap: &Snapshot) -> Witness {
-        let sources = spec
-            .footprint
-            .iter()
-            .filter_map(|&(s, _)| {
-                snap.source(s).map(|st| StableSource {
-                    source: s.0,
-                    epoch: st.epoch,
-                    provenance: st.provenance.clone(),
-                })
+        let mut sources = Vec::with_capacity(spec.footprint.len());
+        sources.extend(spec.footprint.iter().filter_map(|&(s, _)| {
+            snap.source(s).map(|st| StableSource {
+                source: s.0,
+                epoch: st.epoch,
+                provenance: st.provenance.clone(),
             })
-            .collect();
+        }));
         let certificate = c
             .certificate
             .as_ref()
@@ -104,9 +101,29 @@ impl Witness {
         }
     }
 
-    /// `H(W_e)`.
+    /// `H(W_e)`: SHA-256 over the witness's postcard bytes, written here directly (the test
+    /// below holds them to postcard's encoding of this struct).
     pub fn hash(&self, buf: &mut Vec<u8>) -> Digest {
-        Digest::of(tag::WITNESS, &[canonical_into(self, buf)])
+        buf.clear();
+        buf.extend_from_slice(&self.digest.0);
+        put_varint(buf, self.sources.len() as u64);
+        for s in &self.sources {
+            buf.push(s.source);
+            put_varint(buf, s.epoch);
+            put_str(buf, s.provenance.as_str());
+        }
+        match &self.certificate {
+            Some(c) => {
+                buf.push(1);
+                put_str(buf, c.id.as_str());
+                buf.extend_from_slice(&c.covers.0);
+                put_str(buf, c.issuer.as_str());
+            }
+            None => buf.push(0),
+        }
+        put_str(buf, self.catalog.as_str());
+        put_varint(buf, u64::from(self.catalog_version));
+        Digest::of(tag::WITNESS, &[buf])
     }
 
     /// WitnessOK: the current stable projection equals the admitted one. Returns the first
@@ -392,5 +409,53 @@ impl Ledger {
     /// True when no records are held.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hand-written bytes are postcard's: with and without a certificate, with one-byte
+    /// and multi-byte varints, with no sources.
+    #[test]
+    fn the_witness_hash_covers_postcards_bytes() {
+        let id = |s: &str| Id::new(s).unwrap();
+        let mut w = Witness {
+            digest: Digest([7; 32]),
+            sources: vec![
+                StableSource {
+                    source: 0,
+                    epoch: 5,
+                    provenance: id("map-v1"),
+                },
+                StableSource {
+                    source: 200,
+                    epoch: u64::MAX,
+                    provenance: id(&"p".repeat(64)),
+                },
+                StableSource {
+                    source: 3,
+                    epoch: 300,
+                    provenance: id("corridor-12"),
+                },
+            ],
+            certificate: Some(StableCert {
+                id: id("cert-1"),
+                covers: Digest([0xab; 32]),
+                issuer: id("planner.ops"),
+            }),
+            catalog: id("uav-px4"),
+            catalog_version: 70_000,
+        };
+        let postcard =
+            |w: &Witness| Digest::of(tag::WITNESS, &[&postcard::to_allocvec(w).unwrap()]);
+        let mut buf = Vec::new();
+        assert_eq!(w.hash(&mut buf), postcard(&w));
+        w.certificate = None;
+        w.catalog_version = 5;
+        assert_eq!(w.hash(&mut buf), postcard(&w));
+        w.sources.clear();
+        assert_eq!(w.hash(&mut buf), postcard(&w));
     }
 }

@@ -140,6 +140,31 @@ pub fn canonical_into<'a, T: Serialize>(value: &T, buf: &'a mut Vec<u8>) -> &'a 
     buf.as_slice()
 }
 
+/// Postcard's encoding, for the hashed forms written by hand (`graph::canonical_digest`,
+/// `binding::Witness::hash`): a varint is LEB128, seven bits a byte, low bits first.
+pub(crate) fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+pub(crate) fn put_str(buf: &mut Vec<u8>, s: &str) {
+    put_varint(buf, s.len() as u64);
+    buf.extend_from_slice(s.as_bytes());
+}
+
+pub(crate) fn put_opt_str(buf: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => {
+            buf.push(1);
+            put_str(buf, s);
+        }
+        None => buf.push(0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@
 //! whole, with the reason code and the offending ids.
 
 use super::catalog::{Catalog, SourceIx, TypeIx};
-use super::digest::{Digest, tag};
+use super::digest::{Digest, put_opt_str, put_str, put_varint, tag};
 use super::envelope::{
     CatalogRef, Claim, MAX_COMPONENTS, MAX_PAYLOAD_BYTES, MAX_PREREQUISITES, RawComponent,
     RawResponse, Rejection,
@@ -84,30 +84,6 @@ fn canonical_digest(cat: &Catalog, c: &Component, buf: &mut Vec<u8>) -> Digest {
     }
     put_opt_str(buf, c.certificate.as_ref().map(Id::as_str));
     Digest::of(tag::COMPONENT, &[buf])
-}
-
-/// Postcard's varint: LEB128, seven bits a byte, low bits first.
-fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        buf.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    buf.push(v as u8);
-}
-
-fn put_str(buf: &mut Vec<u8>, s: &str) {
-    put_varint(buf, s.len() as u64);
-    buf.extend_from_slice(s.as_bytes());
-}
-
-fn put_opt_str(buf: &mut Vec<u8>, s: Option<&str>) {
-    match s {
-        Some(s) => {
-            buf.push(1);
-            put_str(buf, s);
-        }
-        None => buf.push(0),
-    }
 }
 
 fn invalid_id(e: InvalidIdError) -> Rejection {
