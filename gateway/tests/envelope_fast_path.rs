@@ -303,7 +303,9 @@ fn the_fast_reader_agrees_with_serde_json() {
     // each read as a response and as a candidate.
     assert_eq!(total, 2 * (151 * (MUTATIONS + 1) + 150 * MUTATIONS));
     assert_eq!(seeds_read, 144, "seeds the fast reader reads");
-    assert_eq!((fast, aside), (6223, 18159), "readings by kind");
+    // 6211 since the fast reader checks payloads itself and leaves those with a `\u` escape or
+    // a control character to serde_json (12 mutations; 6223 before).
+    assert_eq!((fast, aside), (6211, 18171), "readings by kind");
 }
 
 #[test]

@@ -3,9 +3,10 @@
 //! Nearly every envelope is plain: strings without escapes, integers written as digits, each
 //! known field once. This reader takes exactly that shape in one pass over the bytes and builds
 //! the same [`RawResponse`] / [`RawCandidate`] serde_json builds (strings borrowed from the
-//! input, payloads as the same raw slices). Anything else — an escape, a number with a fraction
-//! or a sign, `null` where it is not read, an unknown or repeated field, a syntax error — makes
-//! it step aside with `None`, and [`super::parse_envelope`] reads the input again with
+//! input, payloads as the same raw slices, each checked here to be one well-formed JSON value).
+//! Anything else — an escape outside a payload (or a `\u` escape inside one), a number with a
+//! fraction or a sign where an integer is read, `null` where it is not read, an unknown or
+//! repeated field, a syntax error — makes it step aside with `None`, and [`super::parse_envelope`] reads the input again with
 //! serde_json from the start. So every rejection, its reason code and its message still come
 //! from one place, and this reader only has to be right about what it accepts.
 //!
@@ -15,11 +16,9 @@
 
 use std::borrow::Cow;
 
-use serde_json::value::RawValue;
-
 use super::{
     CatalogRef, Claim, Claims, MAX_PREREQUISITES, MAX_SUPPORT_CLAIMS, RawCandidate, RawComponent,
-    RawPrerequisite, RawResponse,
+    RawJson, RawPrerequisite, RawResponse,
 };
 use crate::core::ids::Id;
 
@@ -183,9 +182,15 @@ impl<'a> Cursor<'a> {
     }
 
     /// `{"key": value, ...}`, each value read by `field`.
-    fn object(
+    fn object(&mut self, field: impl FnMut(&mut Cursor<'a>, &'a str) -> Option<()>) -> Option<()> {
+        self.object_with(Cursor::str, field)
+    }
+
+    /// `{"key": value, ...}`, each key read by `key` and each value by `field`.
+    fn object_with<K>(
         &mut self,
-        mut field: impl FnMut(&mut Cursor<'a>, &'a str) -> Option<()>,
+        key: fn(&mut Cursor<'a>) -> Option<K>,
+        mut field: impl FnMut(&mut Cursor<'a>, K) -> Option<()>,
     ) -> Option<()> {
         self.eat(b'{')?;
         if self.peek()? == b'}' {
@@ -193,7 +198,7 @@ impl<'a> Cursor<'a> {
             return Some(());
         }
         loop {
-            let key = self.str()?;
+            let key = key(self)?;
             self.eat(b':')?;
             field(self, key)?;
             match self.peek()? {
@@ -227,49 +232,105 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// An object or array kept as its exact text. The extent is found by bracket counting, then
-    /// serde_json checks the slice is one well-formed value.
-    fn raw(&mut self) -> Option<&'a RawValue> {
+    /// An object or array kept as its exact text, checked here to be one well-formed JSON
+    /// value (what serde_json checks for a raw value); a payload this reader cannot vouch for
+    /// (a `\\u` escape, a control character, nesting past 32) steps aside.
+    fn raw(&mut self) -> Option<RawJson<'a>> {
         if !matches!(self.peek()?, b'{' | b'[') {
             return None;
         }
         let start = self.at;
+        self.value(0)?;
+        Some(RawJson(self.text.get(start..self.at)?))
+    }
+
+    /// One JSON value at nesting `depth` within a payload.
+    fn value(&mut self, depth: usize) -> Option<()> {
+        match self.peek()? {
+            // serde_json limits nesting over the whole document; a payload this deep (no
+            // payload kind nests past 2) is left to it, so the limit is its.
+            b'{' | b'[' if depth >= MAX_RAW_DEPTH => None,
+            b'{' => self.object_with(Cursor::json_str, |c, _| c.value(depth + 1)),
+            b'[' => self.array(|c| c.value(depth + 1)),
+            b'"' => self.json_str(),
+            b't' => self.word(b"true"),
+            b'f' => self.word(b"false"),
+            b'n' => self.word(b"null"),
+            _ => self.number(),
+        }
+    }
+
+    /// A string inside a payload: plain, or with the one-letter escapes (`\\"`, `\\\\`,
+    /// `\\/`, `\\b`, `\\f`, `\\n`, `\\r`, `\\t`).
+    fn json_str(&mut self) -> Option<()> {
+        self.eat(b'"')?;
         let bytes = self.text.as_bytes();
-        let mut at = start;
-        let mut depth = 0usize;
-        let mut in_string = false;
+        let mut at = self.at;
         loop {
-            let b = *bytes.get(at)?;
-            at += 1;
-            if in_string {
-                match b {
-                    b'\\' => at += 1,
-                    b'"' => in_string = false,
-                    _ => {}
-                }
-                continue;
-            }
-            match b {
-                b'"' => in_string = true,
-                b'{' | b'[' => {
-                    depth += 1;
-                    // serde_json limits nesting over the whole document; a payload this deep
-                    // (no payload kind nests past 2) is left to it, so the limit is its.
-                    if depth > MAX_RAW_DEPTH {
+            match *bytes.get(at)? {
+                b'"' => break,
+                b'\\' => {
+                    if !matches!(
+                        bytes.get(at + 1)?,
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't'
+                    ) {
                         return None;
                     }
+                    at += 2;
                 }
-                b'}' | b']' => {
-                    depth = depth.checked_sub(1)?;
-                    if depth == 0 {
-                        break;
-                    }
-                }
-                _ => {}
+                0..=0x1f => return None,
+                _ => at += 1,
             }
         }
+        self.at = at + 1;
+        Some(())
+    }
+
+    fn word(&mut self, w: &[u8]) -> Option<()> {
+        self.text
+            .as_bytes()
+            .get(self.at..)?
+            .starts_with(w)
+            .then(|| self.at += w.len())
+    }
+
+    /// A JSON number: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
+    fn number(&mut self) -> Option<()> {
+        let bytes = self.text.as_bytes();
+        let digits = |at: usize| {
+            bytes
+                .get(at..)
+                .map_or(0, |r| r.iter().take_while(|b| b.is_ascii_digit()).count())
+        };
+        let mut at = self.at;
+        if bytes.get(at) == Some(&b'-') {
+            at += 1;
+        }
+        match bytes.get(at)? {
+            b'0' => at += 1,
+            b'1'..=b'9' => at += digits(at),
+            _ => return None,
+        }
+        if bytes.get(at) == Some(&b'.') {
+            let n = digits(at + 1);
+            if n == 0 {
+                return None;
+            }
+            at += 1 + n;
+        }
+        if matches!(bytes.get(at), Some(b'e' | b'E')) {
+            at += 1;
+            if matches!(bytes.get(at), Some(b'+' | b'-')) {
+                at += 1;
+            }
+            let n = digits(at);
+            if n == 0 {
+                return None;
+            }
+            at += n;
+        }
         self.at = at;
-        serde_json::from_str(self.text.get(start..at)?).ok()
+        Some(())
     }
 
     fn catalog(&mut self) -> Option<CatalogRef> {
@@ -452,6 +513,16 @@ mod tests {
         );
         same(&compact);
         same(&compact.replace(r#"{"id":"e0","#, r#"{ "id" : "e0" ,"#));
+        // Payloads: every kind of JSON value, checked by this reader.
+        for payload in [
+            r#"{"n":[-0,0.5,1.5e-3,12E+2,7e0,-3.25E-1,10]}"#,
+            r#"{"t":true,"f":false,"z":null,"o":{},"a":[],"s":""}"#,
+            r#"{"esc":"\"q\" \\ \/ \b\f\n\r\t","k\"ey":1}"#,
+            r#"[ {"a" : [ 1 , [ 2 ] ] } , "x" ]"#,
+            r#"{"a":1,"a":2}"#,
+        ] {
+            same(&OK.replace(r#"{"text":"x"}"#, payload));
+        }
         same(
             &OK.replace("\"response_id\"", " \n\t\"response_id\"")
                 .replace("}]}", "} ] }\n"),
@@ -475,6 +546,25 @@ mod tests {
             r#"{"id":"e0","phase":"emitted"}"#,
         );
         steps_aside(&compact.replace("\"e0\",", "\"e\\u0030\","));
+        // Payloads this reader does not vouch for: serde_json reads (and mostly refuses) them.
+        for payload in [
+            r#"{"u":"\u0041"}"#,
+            r#"{"n":01}"#,
+            r#"{"n":1.}"#,
+            r#"{"n":.5}"#,
+            r#"{"n":1e}"#,
+            r#"{"n":+1}"#,
+            r#"{"n":-}"#,
+            r#"{"n":NaN}"#,
+            r#"{"n":tru}"#,
+            r#"{"a":[1,]}"#,
+            r#"{"a":1,}"#,
+            r#"{"a" 1}"#,
+            "{\"c\":\"a\u{1}b\"}",
+            r#"{"e":"\x"}"#,
+        ] {
+            steps_aside(&OK.replace(r#"{"text":"x"}"#, payload));
+        }
         steps_aside(&compact.replace("\"emitted\"}", "\"emitted\",\"x\":1}"));
         steps_aside(&compact.replace("\"emitted\"}", "\"emitted\",\"id\":\"e0\"}"));
         steps_aside(&OK.replace("{\"text\":\"x\"}", "\"x\""));

@@ -150,6 +150,29 @@ impl<'de> Deserialize<'de> for Claims {
     }
 }
 
+/// A payload's exact JSON text, known to be one well-formed JSON value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct RawJson<'a>(&'a str);
+
+impl<'a> RawJson<'a> {
+    /// The text, as sent.
+    pub fn get(&self) -> &'a str {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for RawJson<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RawJson").field(&self.0).finish()
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawJson<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <&'de RawValue>::deserialize(d).map(|r| RawJson(r.get()))
+    }
+}
+
 /// A component as sent, payload still raw.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -162,7 +185,7 @@ pub struct RawComponent<'a> {
     pub ty: std::borrow::Cow<'a, str>,
     /// Raw payload JSON.
     #[serde(borrow)]
-    pub payload: &'a RawValue,
+    pub payload: RawJson<'a>,
     /// Declared prerequisites.
     #[serde(default, borrow)]
     pub requires: Vec<RawPrerequisite<'a>>,
