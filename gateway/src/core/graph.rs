@@ -315,7 +315,36 @@ impl Graph {
                 "component ids must be unique",
             ));
         }
-        let find = |id: &Id| -> Option<u16> { lookup(&by_id, id, id_at) };
+        // References are resolved through an open-addressing table over the fingerprints
+        // (at most 64 components in 128 slots), each hit confirmed by comparing the ids.
+        let fingerprints: heapless::Vec<u64, MAX_COMPONENTS> =
+            comps.iter().map(|c| c.id.fingerprint()).collect();
+        const SLOTS: usize = 2 * MAX_COMPONENTS;
+        let mut table = [u16::MAX; SLOTS];
+        let slot_of = |h: u64| (h as usize) & (SLOTS - 1);
+        for (i, &h) in fingerprints.iter().enumerate() {
+            let mut s = slot_of(h);
+            while table.get(s).is_some_and(|&x| x != u16::MAX) {
+                s = (s + 1) & (SLOTS - 1);
+            }
+            if let Some(x) = table.get_mut(s) {
+                *x = u16::try_from(i).unwrap_or(u16::MAX);
+            }
+        }
+        let find = |id: &Id| -> Option<u16> {
+            let h = id.fingerprint();
+            let mut s = slot_of(h);
+            loop {
+                let ix = *table.get(s)?;
+                if ix == u16::MAX {
+                    return None;
+                }
+                if fingerprints.get(usize::from(ix)) == Some(&h) && id_at(ix) == Some(id) {
+                    return Some(ix);
+                }
+                s = (s + 1) & (SLOTS - 1);
+            }
+        };
 
         // References, in envelope order.
         let mut parent_off = Vec::with_capacity(n + 1);

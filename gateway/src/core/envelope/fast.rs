@@ -412,7 +412,9 @@ impl<'a> Cursor<'a> {
         let bytes = self.text.as_bytes();
         let mut at = self.at;
         let mut part = |lead: &[u8]| -> Option<&'a str> {
-            if !bytes.get(at..)?.starts_with(lead) {
+            // A byte loop: the fixed parts are a few bytes, shorter than a memcmp call.
+            let here = bytes.get(at..at + lead.len())?;
+            if !here.iter().zip(lead).all(|(a, b)| a == b) {
                 return None;
             }
             let start = at + lead.len();
