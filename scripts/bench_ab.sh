@@ -23,11 +23,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The benchmark executable of the package in the current directory (one target directory for
-# both, so dependencies build once; each binary is copied out before the next build).
-target="$PWD/target"
+# The benchmark executable of the package in the current directory, built in target directory
+# $1. The base builds in its own target directory (target/bench-base, kept between runs so its
+# dependencies build once): cargo names a workspace member's artifacts without its absolute
+# path, so in a shared target directory the working tree's build would find the base's
+# artifact "fresh" and the two sides would be one binary. The check below refuses that case.
 bench_bin() {
-    CARGO_TARGET_DIR="$target" cargo bench -p halo-gateway --bench user_path --no-run \
+    CARGO_TARGET_DIR="$1" cargo bench -p halo-gateway --bench user_path --no-run \
         --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:
@@ -36,12 +38,18 @@ for l in sys.stdin:
         print(m["executable"])' | tail -1
 }
 
-echo "==> building user_path at $base (with this tree's gateway/benches/user_path.rs)" >&2
+root="$PWD"
+echo "==> building user_path at $base (with this tree's gateway/benches/user_path.rs; the" \
+    "first run builds the dependencies into target/bench-base, several minutes)" >&2
 git worktree add --detach "$tmp/base" "$base" >/dev/null 2>&1
 cp gateway/benches/user_path.rs "$tmp/base/gateway/benches/user_path.rs"
-(cd "$tmp/base" && cp "$(bench_bin)" "$tmp/before")
+(cd "$tmp/base" && cp "$(bench_bin "$root/target/bench-base")" "$tmp/before")
 echo "==> building user_path in the working tree" >&2
-cp "$(bench_bin)" "$tmp/after"
+cp "$(bench_bin "$PWD/target")" "$tmp/after"
+if cmp -s "$tmp/before" "$tmp/after"; then
+    echo "error: the two builds are the same binary; is $base the working tree's code?" >&2
+    exit 1
+fi
 
 for r in $(seq 1 "$rounds"); do
     echo "==> round $r/$rounds" >&2

@@ -95,7 +95,7 @@ impl Monitor {
             ));
         }
         let (text, digest) = edit_text_digest(g);
-        self.goal_text = text;
+        self.goal_text = Some(text);
         self.check_witness(w, parent, &digest)?;
         self.runnable_or_resumable()?;
         let edit = self.parse_edit(g)?;

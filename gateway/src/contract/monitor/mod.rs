@@ -287,13 +287,12 @@ pub fn edit_digest(goal: &GoalSpec) -> Digest {
 /// The goal spec's canonical JSON and the edit digest over it. `serde_json` writes the
 /// struct's fields in declaration order, which is alphabetical, and it holds no maps: the text
 /// is canonical (a test holds it to the canonical writer's).
-fn edit_text_digest(goal: &GoalSpec) -> (Option<String>, Digest) {
+fn edit_text_digest(goal: &GoalSpec) -> (Vec<u8>, Digest) {
     let mut buf = Vec::with_capacity(1024);
     // Serializing these plain structs cannot fail; an error would only shorten the input.
     let _ = serde_json::to_writer(&mut buf, goal);
     let digest = Digest::of(tag::COMPONENT, &[b"contract-edit\0", &buf]);
-    // serde_json writes UTF-8; were it not, the record would write the goal itself.
-    (String::from_utf8(buf).ok(), digest)
+    (buf, digest)
 }
 
 /// A parsed, checked edit.
@@ -351,7 +350,7 @@ pub struct Monitor {
     state_view: StateView,
     /// The canonical text of the goal spec the current request proposes, written by `propose`
     /// for the edit digest and taken by the receipt record.
-    goal_text: Option<String>,
+    goal_text: Option<Vec<u8>>,
 }
 
 fn sorted(mut v: Vec<Trace>) -> Vec<Trace> {

@@ -100,7 +100,7 @@ pub struct ContractRecord {
     /// The canonical text of the request's goal spec (`proposeGoal`, `replaceGoal`), as the
     /// decision wrote it for the edit digest.
     #[serde(skip)]
-    pub(super) goal_text: Option<String>,
+    pub(super) goal_text: Option<Vec<u8>>,
 }
 
 impl CanonicalRecord for ContractRecord {
@@ -146,7 +146,7 @@ impl ContractRecord {
         out.extend_from_slice(b"{\"caller\":");
         canonical::write(out, &self.request.caller)?;
         out.extend_from_slice(b",\"op\":{\"goal\":");
-        out.extend_from_slice(goal.as_bytes());
+        out.extend_from_slice(goal);
         if let Some(old) = old {
             out.extend_from_slice(b",\"old\":");
             canonical::write(out, old)?;
