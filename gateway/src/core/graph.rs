@@ -174,7 +174,8 @@ pub fn build_component(
     let id_at = |i: u8| raw.requires.get(usize::from(i)).map(|r| &*r.id);
     // Each index with its id's first eight bytes as a big-endian number (zero-padded: an id has
     // no zero byte, so a shorter id that is a prefix sorts first, as in byte order); ids equal
-    // there are compared whole.
+    // there are compared whole. (At most MAX_PREREQUISITES: the count was refused above
+    // otherwise, so the fixed-size list holds them all.)
     let mut order: heapless::Vec<(u64, u8), MAX_PREREQUISITES> = raw
         .requires
         .iter()
@@ -316,7 +317,8 @@ impl Graph {
             ));
         }
         // References are resolved through an open-addressing table over the fingerprints
-        // (at most 64 components in 128 slots), each hit confirmed by comparing the ids.
+        // (at most 64 components, refused above otherwise, in 128 slots), each hit confirmed by
+        // comparing the ids.
         let fingerprints: heapless::Vec<u64, MAX_COMPONENTS> =
             comps.iter().map(|c| c.id.fingerprint()).collect();
         const SLOTS: usize = 2 * MAX_COMPONENTS;

@@ -6,9 +6,10 @@
 //! input, payloads as the same raw slices, each checked here to be one well-formed JSON value).
 //! Anything else — an escape outside a payload (or a `\u` escape inside one), a number with a
 //! fraction or a sign where an integer is read, `null` where it is not read, an unknown or
-//! repeated field, a syntax error — makes it step aside with `None`, and [`super::parse_envelope`] reads the input again with
-//! serde_json from the start. So every rejection, its reason code and its message still come
-//! from one place, and this reader only has to be right about what it accepts.
+//! repeated field, a syntax error — makes it step aside with `None`, and
+//! [`super::parse_envelope`] reads the input again with serde_json from the start. So every
+//! rejection, its reason code and its message still come from one place, and this reader only
+//! has to be right about what it accepts.
 //!
 //! What holds the two to the same answer: `tests/envelope_fast_path.rs` (every corpus envelope
 //! and thousands of mutations of them: whatever this reader accepts, serde_json accepts with
