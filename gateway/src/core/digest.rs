@@ -126,20 +126,6 @@ impl<'de> Deserialize<'de> for Digest {
     }
 }
 
-/// Postcard-encodes `value` into `buf` (cleared first) and returns the bytes.
-///
-/// Encoding a value the core built itself cannot fail for the types used here (no maps with
-/// non-string keys, no unsized sequences); if it ever did, the empty encoding is returned and the
-/// caller's digest differs from every real one, which fails closed.
-pub fn canonical_into<'a, T: Serialize>(value: &T, buf: &'a mut Vec<u8>) -> &'a [u8] {
-    buf.clear();
-    match postcard::to_extend(value, std::mem::take(buf)) {
-        Ok(v) => *buf = v,
-        Err(_) => buf.clear(),
-    }
-    buf.as_slice()
-}
-
 /// Postcard's encoding, for the hashed forms written by hand (`graph::canonical_digest`,
 /// `binding::Witness::hash`): a varint is LEB128, seven bits a byte, low bits first.
 pub(crate) fn put_varint(buf: &mut Vec<u8>, mut v: u64) {

