@@ -31,7 +31,7 @@ use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_ma
 use halo_gateway::core::engine::{Config, Gateway};
 use halo_gateway::core::envelope::parse_envelope;
 use halo_gateway::core::gate::{Adapter, AdapterError, EnqueueRequest};
-use halo_gateway::core::graph::{Graph, ValidatedResponse, build_component};
+use halo_gateway::core::graph::{Graph, ResponseIds, ValidatedResponse, build_component};
 use halo_gateway::core::statefile::ProviderUpdate;
 use halo_gateway::core::{Catalog, Nanos};
 use std::hint::black_box;
@@ -126,10 +126,11 @@ fn admission(c: &mut Criterion) {
         let text = graph_response(n, e);
         let raw = parse_envelope(text.as_bytes()).unwrap();
         let mut buf = Vec::new();
+        let ids = ResponseIds::new(&raw.components).unwrap();
         let comps: Vec<_> = raw
             .components
             .iter()
-            .map(|rc| build_component(&cat, rc, &mut buf).unwrap())
+            .map(|rc| build_component(&cat, rc, &ids, &mut buf).unwrap())
             .collect();
         g.bench_with_input(
             BenchmarkId::from_parameter(format!("V{n}_E{e}")),
@@ -264,7 +265,8 @@ fn readmission(c: &mut Criterion) {
     let digest = {
         let raw = parse_envelope(resp.as_bytes()).unwrap();
         let mut buf = Vec::new();
-        build_component(&cat, &raw.components[1], &mut buf)
+        let ids = ResponseIds::new(&raw.components).unwrap();
+        build_component(&cat, &raw.components[1], &ids, &mut buf)
             .unwrap()
             .digest
     };

@@ -187,11 +187,12 @@ fn calls_mode() -> Option<usize> {
 ///
 /// Under criterion (the default) it is `iter_batched` per iteration. With `HALO_BENCH_CALLS=N`
 /// it times N single calls instead and prints their 10th percentile and median
-/// (`calls user/NAME P10 MEDIAN µs`): a burst of load on a shared VM then moves a few calls
+/// (`calls GROUP/NAME P10 MEDIAN µs`): a burst of load on a shared VM then moves a few calls
 /// rather than whole samples, so two builds compare within a few percent
 /// (`scripts/bench_ab.sh`).
 fn bench<S, O>(
     g: &mut BenchmarkGroup<'_, WallTime>,
+    group: &str,
     name: &str,
     mut setup: impl FnMut() -> S,
     mut routine: impl FnMut(S) -> O,
@@ -212,7 +213,7 @@ fn bench<S, O>(
     }
     times.sort_by(f64::total_cmp);
     println!(
-        "calls user/{name} {:.3} {:.3} µs",
+        "calls {group}/{name} {:.3} {:.3} µs",
         times[times.len() / 10],
         times[times.len() / 2]
     );
@@ -226,6 +227,7 @@ fn user_path(c: &mut Criterion) {
 
     bench(
         &mut g,
+        "user",
         "admission_from_bytes",
         || w.fresh(),
         |mut gw| {
@@ -242,6 +244,7 @@ fn user_path(c: &mut Criterion) {
     };
     bench(
         &mut g,
+        "user",
         "admission_pre_parsed",
         || (w.fresh(), validated.clone()),
         |(mut gw, v)| {
@@ -262,6 +265,7 @@ fn user_path(c: &mut Criterion) {
     }
     bench(
         &mut g,
+        "user",
         "receipts_of_one_admission",
         || {
             let mut gw = w.fresh();
@@ -279,6 +283,7 @@ fn user_path(c: &mut Criterion) {
 
     bench(
         &mut g,
+        "user",
         "final_gate",
         || {
             let (gw, mut toks) = admitted(&w, &text);
@@ -303,6 +308,7 @@ fn user_path(c: &mut Criterion) {
     }
     bench(
         &mut g,
+        "user",
         "seal_gate_receipt",
         || {
             let (mut gw, mut toks) = admitted(&w, &text);
@@ -369,7 +375,7 @@ fn user_path(c: &mut Criterion) {
         while gw.poll_receipt().is_some() {}
         gw
     };
-    bench(&mut g, "readmission", ready, |mut gw| {
+    bench(&mut g, "user", "readmission", ready, |mut gw| {
         let r = gw.handle_candidate(Nanos::from_ms(10_070), black_box(cand.as_bytes()));
         assert!(r.is_ok(), "{r:?}");
         gw
@@ -402,6 +408,7 @@ fn user_path(c: &mut Criterion) {
         .unwrap();
         bench(
             &mut g,
+            "user",
             name,
             || (admitted(&w, &text).0, u.clone()),
             |(mut gw, u)| {
@@ -414,6 +421,7 @@ fn user_path(c: &mut Criterion) {
     let p = contract_scale::transition(&contract_scale::BASE);
     bench(
         &mut g,
+        "user",
         "contract_transition",
         || (p.monitor.clone(), p.request.clone()),
         |(mut m, r)| {
@@ -432,6 +440,7 @@ fn user_path(c: &mut Criterion) {
     }
     bench(
         &mut g,
+        "user",
         "contract_transition_with_receipt",
         || (p.monitor.clone(), p.request.clone()),
         |(mut m, r)| {
@@ -445,24 +454,33 @@ fn user_path(c: &mut Criterion) {
     );
     g.finish();
 
-    if calls_mode().is_some() {
-        return;
-    }
     // Labelled sub-measurements of admission from bytes: its first two stages alone.
     let mut g = c.benchmark_group("part");
-    g.bench_function("parse_envelope", |b| {
-        b.iter(|| parse_envelope(black_box(text.as_bytes())).is_ok())
-    });
-    g.bench_function("parse_envelope_serde_json", |b| {
-        b.iter(|| {
+    bench(
+        &mut g,
+        "part",
+        "parse_envelope",
+        || (),
+        |()| parse_envelope(black_box(text.as_bytes())).is_ok(),
+    );
+    bench(
+        &mut g,
+        "part",
+        "parse_envelope_serde_json",
+        || (),
+        |()| {
             serde_json::from_str::<halo_gateway::core::envelope::RawResponse<'_>>(black_box(&text))
                 .is_ok()
-        })
-    });
+        },
+    );
     let raw = parse_envelope(text.as_bytes()).unwrap();
-    g.bench_function("validate", |b| {
-        b.iter(|| validate(&w.cat, black_box(&raw)).is_ok())
-    });
+    bench(
+        &mut g,
+        "part",
+        "validate",
+        || (),
+        |()| validate(&w.cat, black_box(&raw)).is_ok(),
+    );
     g.finish();
 }
 

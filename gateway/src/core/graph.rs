@@ -12,7 +12,7 @@ use super::envelope::{
     CatalogRef, Claim, MAX_COMPONENTS, MAX_PAYLOAD_BYTES, MAX_PREREQUISITES, RawComponent,
     RawResponse, Rejection,
 };
-use super::ids::{Id, InvalidIdError};
+use super::ids::{Id, InvalidIdError, fingerprint};
 use super::payload::Payload;
 use super::phase::Phase;
 use super::reason::ReasonCode;
@@ -26,8 +26,13 @@ pub struct Component {
     pub ty: TypeIx,
     /// Typed payload, shared with the events that emit it.
     pub payload: std::sync::Arc<Payload>,
-    /// Declared prerequisites `(parent id, phase)`, sorted by parent id.
-    pub requires: Vec<(Id, Phase)>,
+    /// Declared prerequisites that name a component of the response, resolved once:
+    /// `(parent index in envelope order, phase)`, sorted by the parent's id (a parent named
+    /// twice is listed twice; the graph rejects that).
+    pub requires: Vec<(u16, Phase)>,
+    /// Declared prerequisites that name no component of the response, sorted by id; empty for a
+    /// well-formed response (the graph rejects any as `MISSING_REFERENCE`).
+    pub unresolved: Vec<(Id, Phase)>,
     /// Support claims by source, sorted by source.
     pub claims: Vec<(SourceIx, Claim)>,
     /// Certificate reference.
@@ -54,8 +59,14 @@ impl Component {
 /// `{id: str, ty: str, payload: Payload, requires: [(str, str)], claims: [(str, Option<u64>,
 /// Option<str>)], certificate: Option<str>}` (the test below keeps that struct and compares).
 /// Everything but the payload is written here directly: lengths and integers as LEB128 varints,
-/// `Option` as a 0/1 tag, no intermediate lists.
-fn canonical_digest(cat: &Catalog, c: &Component, buf: &mut Vec<u8>) -> Digest {
+/// `Option` as a 0/1 tag, no intermediate lists. `requires` are the parent ids with their
+/// phases in the component's order (by parent id).
+fn canonical_digest(
+    cat: &Catalog,
+    c: &Component,
+    requires: &[(&str, Phase)],
+    buf: &mut Vec<u8>,
+) -> Digest {
     buf.clear();
     let ty = cat.type_spec(c.ty).map_or("", |t| t.name.as_str());
     put_str(buf, c.id.as_str());
@@ -65,9 +76,9 @@ fn canonical_digest(cat: &Catalog, c: &Component, buf: &mut Vec<u8>) -> Digest {
         // Cannot fail for the payload types; if it did, no real digest matches (fails closed).
         Err(_) => return Digest::default(),
     }
-    put_varint(buf, c.requires.len() as u64);
-    for (p, q) in &c.requires {
-        put_str(buf, p.as_str());
+    put_varint(buf, requires.len() as u64);
+    for (p, q) in requires {
+        put_str(buf, p);
         put_str(buf, q.prerequisite_name());
     }
     put_varint(buf, c.claims.len() as u64);
@@ -99,13 +110,15 @@ fn id_of(s: &str) -> Result<Id, Rejection> {
 }
 
 /// Validates one raw component against the catalog: ids, limits, type, payload, claims and
-/// digest. References are checked later, over the whole graph.
+/// digest, and resolves its prerequisites against `parents`, the ids of the response it belongs
+/// to. References are checked later, over the whole graph.
 ///
 /// # Errors
 /// A [`Rejection`] naming the component.
-pub fn build_component(
+pub fn build_component<P: Parents + ?Sized>(
     cat: &Catalog,
     raw: &RawComponent<'_>,
+    parents: &P,
     buf: &mut Vec<u8>,
 ) -> Result<Component, Rejection> {
     let id = id_of(&raw.id)?;
@@ -153,10 +166,11 @@ pub fn build_component(
         )
     })?;
 
-    // Checked in the order sent (the first offence is the one reported), then built in parent
-    // id order: sorting the small index list moves bytes, not ids. (Building the ids in the
-    // first pass and copying them in order instead of checking twice measured 5 % slower.)
-    let mut phases: heapless::Vec<Phase, MAX_PREREQUISITES> = heapless::Vec::new();
+    // Checked and resolved in the order sent (the first offence is the one reported); each
+    // parent is looked up once, here, and the graph works with its index from then on.
+    let mut sent: heapless::Vec<(Option<(u16, u8)>, Phase), MAX_PREREQUISITES> =
+        heapless::Vec::new();
+    let mut unresolved_count = 0;
     for r in &raw.requires {
         Id::check(&r.id).map_err(invalid_id)?;
         let phase = Phase::from_prerequisite_name(&r.phase).ok_or_else(|| {
@@ -169,33 +183,37 @@ pub fn build_component(
                 ),
             )
         })?;
+        let parent = parents.resolve(&r.id);
+        unresolved_count += usize::from(parent.is_none());
         // Cannot overflow: the count was checked against the limit above.
-        let _ = phases.push(phase);
+        let _ = sent.push((parent, phase));
     }
-    let id_at = |i: u8| raw.requires.get(usize::from(i)).map(|r| &*r.id);
-    // Each index with its id's first eight bytes as a big-endian number (zero-padded: an id has
-    // no zero byte, so a shorter id that is a prefix sorts first, as in byte order); ids equal
-    // there are compared whole. (At most MAX_PREREQUISITES: the count was refused above
-    // otherwise, so the fixed-size list holds them all.)
-    let mut order: heapless::Vec<(u64, u8), MAX_PREREQUISITES> = raw
-        .requires
+    // The order by parent id, as sent indices: by the parents' ranks in id order when all
+    // resolved (equal ranks are one parent named twice and keep the order sent); by the ids
+    // themselves otherwise (the graph will reject the response, but the digest stays right).
+    let name_at = |i: u8| raw.requires.get(usize::from(i)).map(|r| &*r.id);
+    let mut order: heapless::Vec<(u8, u8), MAX_PREREQUISITES> = sent
         .iter()
         .zip(0u8..)
-        .map(|(r, i)| {
-            let mut head = [0u8; 8];
-            let n = r.id.len().min(8);
-            if let (Some(h), Some(b)) = (head.get_mut(..n), r.id.as_bytes().get(..n)) {
-                h.copy_from_slice(b);
-            }
-            (u64::from_be_bytes(head), i)
-        })
+        .map(|((parent, _), i)| (parent.map_or(u8::MAX, |(_, rank)| rank), i))
         .collect();
-    // Stable, as sorting the pairs was: equal parent ids keep the order sent.
-    order.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| id_at(a.1).cmp(&id_at(b.1))));
-    let mut requires = Vec::with_capacity(order.len());
+    if unresolved_count == 0 {
+        order.sort_unstable();
+    } else {
+        order.sort_by(|a, b| name_at(a.1).cmp(&name_at(b.1)).then(a.1.cmp(&b.1)));
+    }
+    let mut requires = Vec::with_capacity(order.len() - unresolved_count);
+    let mut unresolved = Vec::with_capacity(unresolved_count);
+    // The same in parent id order, named, for the digest. (Every sent index has its entry in
+    // both lists, and at most MAX_PREREQUISITES of them.)
+    let mut named: heapless::Vec<(&str, Phase), MAX_PREREQUISITES> = heapless::Vec::new();
     for &(_, i) in &order {
-        if let (Some(pid), Some(&phase)) = (id_at(i), phases.get(usize::from(i))) {
-            requires.push((id_of(pid)?, phase));
+        if let (Some(&(parent, phase)), Some(name)) = (sent.get(usize::from(i)), name_at(i)) {
+            match parent {
+                Some((p, _)) => requires.push((p, phase)),
+                None => unresolved.push((id_of(name)?, phase)),
+            }
+            let _ = named.push((name, phase));
         }
     }
 
@@ -231,12 +249,149 @@ pub fn build_component(
         ty,
         payload: std::sync::Arc::new(payload),
         requires,
+        unresolved,
         claims,
         certificate,
         digest: Digest::default(),
     };
-    c.digest = canonical_digest(cat, &c, buf);
+    c.digest = canonical_digest(cat, &c, &named, buf);
     Ok(c)
+}
+
+/// The ids a component's prerequisites may name, with where each sits: the components of the
+/// response it belongs to.
+pub trait Parents {
+    /// The envelope index of the component named `id` and that id's rank in byte order among
+    /// the response's ids, if a component has that id.
+    fn resolve(&self, id: &str) -> Option<(u16, u8)>;
+}
+
+const SLOTS: usize = 2 * MAX_COMPONENTS;
+const EMPTY: u16 = u16::MAX;
+
+fn slot_of(h: u64) -> usize {
+    (h as usize) & (SLOTS - 1)
+}
+
+/// Where each id of a response sits: an open-addressing table over the ids' fingerprints (at
+/// most 64 ids in 128 slots; every hit is confirmed by comparing the ids), and each id's rank in
+/// byte order, by which prerequisites sort.
+#[derive(Clone, Debug, PartialEq)]
+struct IdIndex {
+    slots: [u16; SLOTS],
+    fingerprints: heapless::Vec<u64, MAX_COMPONENTS>,
+    ranks: heapless::Vec<u8, MAX_COMPONENTS>,
+    /// An id occurs twice (the table holds its first occurrence).
+    duplicated: bool,
+}
+
+impl IdIndex {
+    /// The index over `ids`, which callers have limited to MAX_COMPONENTS (the fixed-size
+    /// lists hold that many).
+    fn new(ids: &[&str]) -> IdIndex {
+        let mut ix = IdIndex {
+            slots: [EMPTY; SLOTS],
+            fingerprints: ids.iter().map(|id| fingerprint(id)).collect(),
+            ranks: heapless::Vec::new(),
+            duplicated: false,
+        };
+        for (i, &h) in ix.fingerprints.iter().enumerate() {
+            let mut s = slot_of(h);
+            while let Some(&j) = ix.slots.get(s) {
+                if j == EMPTY {
+                    if let Some(x) = ix.slots.get_mut(s) {
+                        *x = u16::try_from(i).unwrap_or(EMPTY);
+                    }
+                    break;
+                }
+                if ix.fingerprints.get(usize::from(j)) == Some(&h)
+                    && ids.get(usize::from(j)) == ids.get(i)
+                {
+                    ix.duplicated = true;
+                    break;
+                }
+                s = (s + 1) & (SLOTS - 1);
+            }
+        }
+        // Ranks: sorted by each id's first eight bytes as a big-endian number (zero-padded: an
+        // id has no zero byte, so a shorter id that is a prefix sorts first, as in byte order),
+        // equal heads compared whole.
+        let mut order: heapless::Vec<(u64, u8), MAX_COMPONENTS> = ids
+            .iter()
+            .zip(0u8..)
+            .map(|(id, i)| {
+                let mut head = [0u8; 8];
+                let n = id.len().min(8);
+                if let (Some(h), Some(b)) = (head.get_mut(..n), id.as_bytes().get(..n)) {
+                    h.copy_from_slice(b);
+                }
+                (u64::from_be_bytes(head), i)
+            })
+            .collect();
+        let id_at = |i: u8| ids.get(usize::from(i));
+        order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| id_at(a.1).cmp(&id_at(b.1))));
+        let _ = ix.ranks.resize(ids.len(), 0);
+        for (rank, &(_, i)) in (0u8..).zip(&order) {
+            if let Some(r) = ix.ranks.get_mut(usize::from(i)) {
+                *r = rank;
+            }
+        }
+        ix
+    }
+
+    /// The index and rank of `id`, whose text at an index `id_at` gives.
+    fn find<'a>(&self, id: &str, id_at: impl Fn(u16) -> Option<&'a str>) -> Option<(u16, u8)> {
+        let h = fingerprint(id);
+        let mut s = slot_of(h);
+        loop {
+            let ix = *self.slots.get(s)?;
+            if ix == EMPTY {
+                return None;
+            }
+            if self.fingerprints.get(usize::from(ix)) == Some(&h) && id_at(ix) == Some(id) {
+                return Some((ix, *self.ranks.get(usize::from(ix))?));
+            }
+            s = (s + 1) & (SLOTS - 1);
+        }
+    }
+}
+
+fn too_many_components(n: usize) -> Rejection {
+    Rejection::new(
+        ReasonCode::TOO_MANY_COMPONENTS,
+        Vec::new(),
+        format!("{n} components; the limit is {MAX_COMPONENTS}"),
+    )
+}
+
+/// The component ids of a raw response, against which [`build_component`] resolves its
+/// components' prerequisites.
+pub struct ResponseIds<'r> {
+    ids: heapless::Vec<&'r str, MAX_COMPONENTS>,
+    index: IdIndex,
+}
+
+impl<'r> ResponseIds<'r> {
+    /// The ids of `components`.
+    ///
+    /// # Errors
+    /// `TOO_MANY_COMPONENTS` beyond the limit.
+    pub fn new(components: &'r [RawComponent<'_>]) -> Result<ResponseIds<'r>, Rejection> {
+        if components.len() > MAX_COMPONENTS {
+            return Err(too_many_components(components.len()));
+        }
+        // Cannot overflow: the count was refused above otherwise.
+        let ids: heapless::Vec<&str, MAX_COMPONENTS> = components.iter().map(|c| &*c.id).collect();
+        let index = IdIndex::new(&ids);
+        Ok(ResponseIds { ids, index })
+    }
+}
+
+impl Parents for ResponseIds<'_> {
+    fn resolve(&self, id: &str) -> Option<(u16, u8)> {
+        self.index
+            .find(id, |ix| self.ids.get(usize::from(ix)).copied())
+    }
 }
 
 /// The validated, acyclic, phase-labelled response graph.
@@ -251,29 +406,41 @@ pub struct Graph {
     child_off: Vec<u32>,
     children: Vec<u16>,
     topo: Vec<u16>,
-    by_id: Vec<(u64, u16)>,
+    index: IdIndex,
 }
 
-/// Finds `id` in a fingerprint index sorted by `(fingerprint, index)`.
-fn lookup<'a>(by_id: &[(u64, u16)], id: &Id, id_at: impl Fn(u16) -> Option<&'a Id>) -> Option<u16> {
-    let h = id.fingerprint();
-    let start = by_id.partition_point(|(x, _)| *x < h);
-    by_id
-        .get(start..)
-        .unwrap_or(&[])
-        .iter()
-        .take_while(|(x, _)| *x == h)
-        .find(|(_, ix)| id_at(*ix) == Some(id))
-        .map(|(_, ix)| *ix)
+impl Parents for Graph {
+    fn resolve(&self, id: &str) -> Option<(u16, u8)> {
+        self.index.find(id, |ix| {
+            self.comps.get(usize::from(ix)).map(|c| c.id.as_str())
+        })
+    }
 }
 
 impl Graph {
-    /// Builds and checks the graph over `comps`.
+    /// Builds and checks the graph over `comps`, whose prerequisites were resolved against
+    /// these components in this order (as [`ResponseIds`] over the raw response or this
+    /// [`Graph`] for a replacement do).
     ///
     /// # Errors
-    /// `DUPLICATE_ID`, `SELF_REFERENCE`, `MISSING_REFERENCE`, `DUPLICATE_PREREQUISITE`,
-    /// `PHASE_NOT_ALLOWED` or `CYCLE`, with the offending ids.
+    /// `EMPTY_RESPONSE`, `TOO_MANY_COMPONENTS`, `DUPLICATE_ID`, `SELF_REFERENCE`,
+    /// `MISSING_REFERENCE`, `DUPLICATE_PREREQUISITE`, `PHASE_NOT_ALLOWED` or `CYCLE`, with the
+    /// offending ids.
     pub fn build(cat: &Catalog, comps: Vec<Component>) -> Result<Graph, Rejection> {
+        if comps.len() > MAX_COMPONENTS {
+            return Err(too_many_components(comps.len()));
+        }
+        let index = {
+            // Cannot overflow: the count was refused above otherwise.
+            let ids: heapless::Vec<&str, MAX_COMPONENTS> =
+                comps.iter().map(|c| c.id.as_str()).collect();
+            IdIndex::new(&ids)
+        };
+        Graph::assemble(cat, comps, index)
+    }
+
+    /// [`Graph::build`] with the index over the components' ids already made.
+    fn assemble(cat: &Catalog, comps: Vec<Component>, index: IdIndex) -> Result<Graph, Rejection> {
         let n = comps.len();
         if n == 0 {
             return Err(Rejection::new(
@@ -283,73 +450,35 @@ impl Graph {
             ));
         }
         if n > MAX_COMPONENTS {
-            return Err(Rejection::new(
-                ReasonCode::TOO_MANY_COMPONENTS,
-                Vec::new(),
-                format!("{n} components; the limit is {MAX_COMPONENTS}"),
-            ));
+            return Err(too_many_components(n));
         }
-        // Lookup by fingerprint; equal fingerprints are confirmed by comparing the ids. (At most
-        // MAX_COMPONENTS, refused above otherwise.)
-        let fingerprints: heapless::Vec<u64, MAX_COMPONENTS> =
-            comps.iter().map(|c| c.id.fingerprint()).collect();
-        let mut by_id: Vec<(u64, u16)> = fingerprints
-            .iter()
-            .zip(0u16..)
-            .map(|(&h, i)| (h, i))
-            .collect();
-        by_id.sort_unstable();
-        let id_at = |ix: u16| comps.get(usize::from(ix)).map(|c| &c.id);
-        let mut dups: Vec<String> = Vec::new();
-        for (k, &(h, a)) in by_id.iter().enumerate() {
-            for &(h2, b) in by_id.get(k + 1..).unwrap_or(&[]) {
-                if h2 != h {
-                    break;
-                }
-                if let (Some(x), Some(y)) = (id_at(a), id_at(b)) {
-                    if x == y && !dups.contains(&x.to_string()) {
-                        dups.push(x.to_string());
+        if index.duplicated {
+            // Named in fingerprint order, each once.
+            let mut by_fp: Vec<(u64, u16)> =
+                index.fingerprints.iter().copied().zip(0u16..).collect();
+            by_fp.sort_unstable();
+            let id_at = |ix: u16| comps.get(usize::from(ix)).map(|c| &c.id);
+            let mut dups: Vec<String> = Vec::new();
+            for (k, &(h, a)) in by_fp.iter().enumerate() {
+                for &(h2, b) in by_fp.get(k + 1..).unwrap_or(&[]) {
+                    if h2 != h {
+                        break;
+                    }
+                    if let (Some(x), Some(y)) = (id_at(a), id_at(b)) {
+                        if x == y && !dups.contains(&x.to_string()) {
+                            dups.push(x.to_string());
+                        }
                     }
                 }
             }
-        }
-        if !dups.is_empty() {
             return Err(Rejection::new(
                 ReasonCode::DUPLICATE_ID,
                 dups,
                 "component ids must be unique",
             ));
         }
-        // References are resolved through an open-addressing table over the fingerprints
-        // (at most 64 components in 128 slots), each hit confirmed by comparing the ids.
-        const SLOTS: usize = 2 * MAX_COMPONENTS;
-        let mut table = [u16::MAX; SLOTS];
-        let slot_of = |h: u64| (h as usize) & (SLOTS - 1);
-        for (i, &h) in fingerprints.iter().enumerate() {
-            let mut s = slot_of(h);
-            while table.get(s).is_some_and(|&x| x != u16::MAX) {
-                s = (s + 1) & (SLOTS - 1);
-            }
-            if let Some(x) = table.get_mut(s) {
-                *x = u16::try_from(i).unwrap_or(u16::MAX);
-            }
-        }
-        let find = |id: &Id| -> Option<u16> {
-            let h = id.fingerprint();
-            let mut s = slot_of(h);
-            loop {
-                let ix = *table.get(s)?;
-                if ix == u16::MAX {
-                    return None;
-                }
-                if fingerprints.get(usize::from(ix)) == Some(&h) && id_at(ix) == Some(id) {
-                    return Some(ix);
-                }
-                s = (s + 1) & (SLOTS - 1);
-            }
-        };
 
-        // References, in envelope order.
+        // References, in envelope order, each component's by parent id.
         let mut parent_off = Vec::with_capacity(n + 1);
         let mut parents = Vec::new();
         let mut indeg = vec![0u32; n];
@@ -358,37 +487,48 @@ impl Graph {
         for (i, c) in comps.iter().enumerate() {
             parent_off.push(u32::try_from(parents.len()).unwrap_or(u32::MAX));
             let spec = cat.type_spec(c.ty);
-            let mut prev: Option<&Id> = None;
-            for (pid, phase) in &c.requires {
-                if *pid == c.id {
+            let mut prev: Option<u16> = None;
+            for &(p, phase) in &c.requires {
+                if usize::from(p) == i {
                     problems[0].push(c.id.to_string());
                     continue;
                 }
-                if prev == Some(pid) {
-                    problems[2].push(format!("{}->{}", c.id, pid));
+                let Some(parent) = comps.get(usize::from(p)) else {
+                    // Resolved against other components than these: a caller's mistake.
+                    problems[1].push(format!("{}->#{p}", c.id));
+                    continue;
+                };
+                if prev == Some(p) {
+                    problems[2].push(format!("{}->{}", c.id, parent.id));
                     continue;
                 }
-                prev = Some(pid);
-                let Some(p) = find(pid) else {
-                    problems[1].push(format!("{}->{}", c.id, pid));
-                    continue;
-                };
-                let parent_ty = comps.get(usize::from(p)).map(|x| x.ty);
-                let allowed = match (spec, parent_ty) {
-                    (Some(s), Some(pt)) => s.allows(pt, *phase),
-                    _ => false,
-                };
+                prev = Some(p);
+                let allowed = spec.is_some_and(|s| s.allows(parent.ty, phase));
                 if !allowed {
-                    problems[3].push(format!("{}->{}@{}", c.id, pid, phase.prerequisite_name()));
+                    problems[3].push(format!(
+                        "{}->{}@{}",
+                        c.id,
+                        parent.id,
+                        phase.prerequisite_name()
+                    ));
                     continue;
                 }
-                parents.push((p, *phase));
+                parents.push((p, phase));
                 if let Some(d) = indeg.get_mut(i) {
                     *d += 1;
                 }
                 if let Some(d) = outdeg.get_mut(usize::from(p)) {
                     *d += 1;
                 }
+            }
+            let mut prev: Option<&Id> = None;
+            for (pid, _) in &c.unresolved {
+                if prev == Some(pid) {
+                    problems[2].push(format!("{}->{}", c.id, pid));
+                    continue;
+                }
+                prev = Some(pid);
+                problems[1].push(format!("{}->{}", c.id, pid));
             }
         }
         parent_off.push(u32::try_from(parents.len()).unwrap_or(u32::MAX));
@@ -521,7 +661,7 @@ impl Graph {
             child_off,
             children,
             topo,
-            by_id,
+            index,
         })
     }
 
@@ -567,9 +707,7 @@ impl Graph {
     }
     /// The index of a component id.
     pub fn index_of(&self, id: &Id) -> Option<u16> {
-        lookup(&self.by_id, id, |ix| {
-            self.comps.get(usize::from(ix)).map(|c| &c.id)
-        })
+        self.resolve(id.as_str()).map(|(ix, _)| ix)
     }
     /// Every transitive dependent of the given roots (roots excluded unless reachable from
     /// another root), as a bit set over component indices.
@@ -640,22 +778,13 @@ pub fn validate(cat: &Catalog, raw: &RawResponse<'_>) -> Result<ValidatedRespons
     let response_id = id_of(&raw.response_id)?;
     let agent_id = id_of(&raw.agent_id)?;
     check_catalog_ref(cat, &raw.catalog)?;
-    if raw.components.len() > MAX_COMPONENTS {
-        return Err(Rejection::new(
-            ReasonCode::TOO_MANY_COMPONENTS,
-            Vec::new(),
-            format!(
-                "{} components; the limit is {MAX_COMPONENTS}",
-                raw.components.len()
-            ),
-        ));
-    }
+    let ids = ResponseIds::new(&raw.components)?;
     let mut buf = Vec::with_capacity(256);
     let mut comps = Vec::with_capacity(raw.components.len());
     for c in &raw.components {
-        comps.push(build_component(cat, c, &mut buf)?);
+        comps.push(build_component(cat, c, &ids, &mut buf)?);
     }
-    let graph = Graph::build(cat, comps)?;
+    let graph = Graph::assemble(cat, comps, ids.index)?;
     Ok(ValidatedResponse {
         response_id,
         agent_id,
@@ -683,7 +812,7 @@ mod tests {
         certificate: Option<&'a str>,
     }
 
-    fn reference(cat: &Catalog, c: &Component) -> Digest {
+    fn reference(cat: &Catalog, g: &Graph, c: &Component) -> Digest {
         let r = Reference {
             id: c.id.as_str(),
             ty: cat.type_spec(c.ty).map_or("", |t| t.name.as_str()),
@@ -691,7 +820,7 @@ mod tests {
             requires: c
                 .requires
                 .iter()
-                .map(|(p, q)| (p.as_str(), q.prerequisite_name()))
+                .map(|&(p, q)| (g.component(p).unwrap().id.as_str(), q.prerequisite_name()))
                 .collect(),
             claims: c
                 .claims
@@ -735,7 +864,100 @@ mod tests {
         let v = validate(&cat, &raw).unwrap();
         for i in 0..4 {
             let c = v.graph.component(i).unwrap();
-            assert_eq!(c.digest, reference(&cat, c), "component {}", c.id);
+            assert_eq!(c.digest, reference(&cat, &v.graph, c), "component {}", c.id);
         }
+    }
+
+    /// A response of notices `ids` (in that order) and one status `s` requiring `requires`.
+    fn response_text(cat: &Catalog, ids: &[&str], requires: &[&str]) -> String {
+        let mut comps: Vec<String> = ids
+            .iter()
+            .map(|id| format!(r#"{{"id":"{id}","type":"notice","payload":{{"text":"n"}}}}"#))
+            .collect();
+        let reqs: Vec<String> = requires
+            .iter()
+            .map(|id| format!(r#"{{"id":"{id}","phase":"emitted"}}"#))
+            .collect();
+        comps.push(format!(
+            r#"{{"id":"s","type":"status","payload":{{"text":"ok"}},"requires":[{}]}}"#,
+            reqs.join(",")
+        ));
+        format!(
+            r#"{{"response_id":"r","agent_id":"a","generation":1,"catalog":{{"id":"{}","version":{}}},"components":[{}]}}"#,
+            cat.id(),
+            cat.version(),
+            comps.join(",")
+        )
+    }
+
+    #[test]
+    fn prerequisites_resolve_to_their_parents_in_id_order() {
+        let cat = Catalog::parse(crate::service::EMBEDDED_CATALOG, "uav-px4.toml").unwrap();
+        // Ids alike in their first eight bytes, a prefix of another, and one past them all.
+        let ids = [
+            "notice-long-b",
+            "notice-long-a",
+            "notice-l",
+            "zz",
+            "notice-long-a2",
+        ];
+        let sent = [
+            "zz",
+            "notice-long-a2",
+            "notice-long-b",
+            "notice-l",
+            "notice-long-a",
+        ];
+        let text = response_text(&cat, &ids, &sent);
+        let raw = parse_envelope(text.as_bytes()).unwrap();
+        let v = validate(&cat, &raw).unwrap();
+        let s = v.graph.component(5).unwrap();
+        let named: Vec<&str> = s
+            .requires
+            .iter()
+            .map(|&(p, _)| v.graph.component(p).unwrap().id.as_str())
+            .collect();
+        let mut sorted = sent.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(named, sorted);
+        assert!(s.unresolved.is_empty());
+        assert_eq!(s.digest, reference(&cat, &v.graph, s));
+        for (i, id) in ids.iter().enumerate() {
+            let i = u16::try_from(i).unwrap();
+            assert_eq!(v.graph.index_of(&id.parse().unwrap()), Some(i));
+        }
+        assert_eq!(v.graph.index_of(&"notice-long".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn a_missing_parent_is_named_and_the_digest_does_not_depend_on_it() {
+        let cat = Catalog::parse(crate::service::EMBEDDED_CATALOG, "uav-px4.toml").unwrap();
+        let sent = ["n2", "gone", "n1", "gone"];
+        let whole = response_text(&cat, &["n1", "n2", "gone"], &sent);
+        let partial = response_text(&cat, &["n1", "n2"], &sent);
+        let (whole, partial) = (
+            parse_envelope(whole.as_bytes()).unwrap(),
+            parse_envelope(partial.as_bytes()).unwrap(),
+        );
+        let mut buf = Vec::new();
+        let ids = ResponseIds::new(&whole.components).unwrap();
+        let resolved = build_component(&cat, &whole.components[3], &ids, &mut buf).unwrap();
+        let ids = ResponseIds::new(&partial.components).unwrap();
+        let missing = build_component(&cat, &partial.components[2], &ids, &mut buf).unwrap();
+        assert_eq!(missing.digest, resolved.digest);
+        assert_eq!(
+            missing.requires,
+            vec![(0, Phase::Emitted), (1, Phase::Emitted)]
+        );
+        let gone: Vec<&str> = missing.unresolved.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(gone, ["gone", "gone"]);
+
+        // Missing outranks the repeated name; each missing parent is named once.
+        let e = validate(&cat, &partial).unwrap_err();
+        assert_eq!(e.code(), ReasonCode::MISSING_REFERENCE);
+        assert_eq!(e.ids(), ["s->gone".to_string()]);
+        let e = validate(&cat, &whole).unwrap_err();
+        assert_eq!(e.code(), ReasonCode::DUPLICATE_PREREQUISITE);
+        assert_eq!(e.ids(), ["s->gone".to_string()]);
     }
 }

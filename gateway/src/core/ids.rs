@@ -94,13 +94,18 @@ impl Id {
     /// A 64-bit FNV-1a fingerprint of the bytes, for fast lookups. Equal ids have equal
     /// fingerprints; callers confirm a match by comparing the ids.
     pub fn fingerprint(&self) -> u64 {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in self.0.as_bytes() {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        h
+        fingerprint(self.0.as_str())
     }
+}
+
+/// [`Id::fingerprint`] of a text not (yet) made an id.
+pub fn fingerprint(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 impl std::fmt::Debug for Id {

@@ -135,7 +135,7 @@ impl Gateway {
         let mut buf = Vec::with_capacity(256);
         let mut fresh = Vec::with_capacity(raw.components.len());
         for rc in &raw.components {
-            let c = build_component(&self.sh.cat, rc, &mut buf)?;
+            let c = build_component(&self.sh.cat, rc, &r.graph, &mut buf)?;
             if !o.in_scope(&c.id) {
                 return Err(Rejection::new(
                     ReasonCode::OUT_OF_SCOPE,
