@@ -189,7 +189,8 @@ fn calls_mode() -> Option<usize> {
 /// it times N single calls instead and prints their 10th percentile and median
 /// (`calls GROUP/NAME P10 MEDIAN µs`): a burst of load on a shared VM then moves a few calls
 /// rather than whole samples, so two builds compare within a few percent
-/// (`scripts/bench_ab.sh`).
+/// (`scripts/bench_ab.sh`). `HALO_BENCH_ONLY=TEXT` runs only the benchmarks whose
+/// `GROUP/NAME` contains TEXT.
 fn bench<S, O>(
     g: &mut BenchmarkGroup<'_, WallTime>,
     group: &str,
@@ -197,6 +198,10 @@ fn bench<S, O>(
     mut setup: impl FnMut() -> S,
     mut routine: impl FnMut(S) -> O,
 ) {
+    if std::env::var("HALO_BENCH_ONLY").is_ok_and(|only| !format!("{group}/{name}").contains(&only))
+    {
+        return;
+    }
     let Some(n) = calls_mode() else {
         g.bench_function(name, |b| {
             b.iter_batched(&mut setup, &mut routine, BatchSize::PerIteration)

@@ -79,7 +79,8 @@ fn canonical_digest(
     put_varint(buf, requires.len() as u64);
     for (p, q) in requires {
         put_str(buf, p);
-        put_str(buf, q.prerequisite_name());
+        // Each phase name shorter than 128 bytes: its length is one varint byte.
+        buf.extend_from_slice(q.prerequisite_postcard());
     }
     put_varint(buf, c.claims.len() as u64);
     for (s, cl) in &c.claims {
@@ -481,8 +482,9 @@ impl Graph {
         // References, in envelope order, each component's by parent id.
         let mut parent_off = Vec::with_capacity(n + 1);
         let mut parents = Vec::new();
-        let mut indeg = vec![0u32; n];
-        let mut outdeg = vec![0u32; n];
+        // Degrees, at most MAX_COMPONENTS of each (refused above otherwise).
+        let mut indeg = [0u32; MAX_COMPONENTS];
+        let mut outdeg = [0u32; MAX_COMPONENTS];
         let mut problems: [Vec<String>; 4] = Default::default();
         for (i, c) in comps.iter().enumerate() {
             parent_off.push(u32::try_from(parents.len()).unwrap_or(u32::MAX));
@@ -565,12 +567,15 @@ impl Graph {
         // Children (reverse adjacency), compressed.
         let mut child_off = Vec::with_capacity(n + 1);
         let mut acc = 0u32;
-        for d in &outdeg {
+        for d in outdeg.iter().take(n) {
             child_off.push(acc);
             acc += d;
         }
         child_off.push(acc);
-        let mut fill = child_off.clone();
+        let mut fill = [0u32; MAX_COMPONENTS];
+        for (f, &o) in fill.iter_mut().zip(&child_off) {
+            *f = o;
+        }
         let mut children = vec![0u16; parents.len()];
         for c in 0..n {
             let (a, b) = (
@@ -590,7 +595,7 @@ impl Graph {
         // Kahn's algorithm: parents before children; leftovers lie on or below a cycle.
         let mut topo = Vec::with_capacity(n);
         let mut remaining = indeg;
-        for (i, d) in remaining.iter().enumerate() {
+        for (i, d) in remaining.iter().enumerate().take(n) {
             if *d == 0 {
                 topo.push(u16::try_from(i).unwrap_or(u16::MAX));
             }
@@ -614,7 +619,7 @@ impl Graph {
         if topo.len() != n {
             // Left over: nodes on a cycle and nodes below one. Peel the ones below (they have no
             // left-over child) so the message names the cycle.
-            let mut left: Vec<bool> = remaining.iter().map(|d| *d > 0).collect();
+            let mut left: Vec<bool> = remaining.iter().take(n).map(|d| *d > 0).collect();
             loop {
                 let mut peeled = false;
                 for u in 0..n {

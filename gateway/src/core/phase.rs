@@ -91,6 +91,17 @@ impl Phase {
         }
     }
 
+    /// [`Phase::prerequisite_name`] as postcard writes a string: its length (one varint byte,
+    /// each name being shorter than 128 bytes), then its bytes.
+    pub const fn prerequisite_postcard(self) -> &'static [u8] {
+        match self {
+            Phase::Emitted => b"\x07emitted",
+            Phase::Dispatched => b"\x0adispatched",
+            Phase::ObservedSuccess => b"\x10observed_success",
+            _ => b"\x18not_a_prerequisite_phase",
+        }
+    }
+
     /// Upper-case name.
     pub const fn name(self) -> &'static str {
         match self {
@@ -127,6 +138,26 @@ mod tests {
             for q in [Phase::Emitted, Phase::Dispatched, Phase::ObservedSuccess] {
                 assert!(!off.at_or_beyond(q));
             }
+        }
+    }
+
+    #[test]
+    fn the_prerequisite_postcard_is_postcards_string() {
+        use Phase::*;
+        let all = [
+            Proposed,
+            Retained,
+            Pending,
+            Emitted,
+            Dispatched,
+            ObservedSuccess,
+            Withheld,
+            Failed,
+            Invalidated,
+        ];
+        for p in all {
+            let want = postcard::to_allocvec(p.prerequisite_name()).unwrap();
+            assert_eq!(p.prerequisite_postcard(), want, "{p:?}");
         }
     }
 }

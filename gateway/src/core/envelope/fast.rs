@@ -366,7 +366,11 @@ impl<'a> Cursor<'a> {
             "requires" => put(&mut requires, c.requires()?),
             "support" => put(&mut support, c.claims()?),
             "certificate" => {
-                let cert = if c.null()? { None } else { Some(c.string()?) };
+                let cert = if c.null()? {
+                    None
+                } else {
+                    Some(Cow::Borrowed(c.str()?))
+                };
                 put(&mut certificate, cert)
             }
             _ => None,
@@ -410,40 +414,41 @@ impl<'a> Cursor<'a> {
     /// read by comparing its fixed parts; `None` (and the position unchanged) for any other
     /// spelling, which [`Cursor::object`] then reads.
     fn compact_prerequisite(&mut self) -> Option<RawPrerequisite<'a>> {
+        const ID: &[u8; 7] = b"{\"id\":\"";
+        const PHASE: &[u8; 10] = b",\"phase\":\"";
         let bytes = self.text.as_bytes();
-        let mut at = self.at;
-        let mut part = |lead: &[u8]| -> Option<&'a str> {
-            // A byte loop: the fixed parts are a few bytes, shorter than a memcmp call.
-            let here = bytes.get(at..at + lead.len())?;
-            if !here.iter().zip(lead).all(|(a, b)| a == b) {
-                return None;
-            }
-            let start = at + lead.len();
-            let rest = bytes.get(start..)?;
-            let len = rest
-                .iter()
-                .position(|b| matches!(b, b'"' | b'\\' | 0..=0x1f))?;
-            if rest.get(len) != Some(&b'"') {
-                return None;
-            }
-            at = start + len + 1;
-            // Both ends sit next to an ASCII quote, so they are character boundaries.
-            self.text.get(start..start + len)
-        };
-        let id = part(b"{\"id\":\"")?;
-        let phase = part(b",\"phase\":\"")?;
-        if bytes.get(at) != Some(&b'}') {
+        if bytes.get(self.at..)?.first_chunk::<7>()? != ID {
             return None;
         }
-        self.at = at + 1;
+        let id_start = self.at + ID.len();
+        let id_len = bytes
+            .get(id_start..)?
+            .iter()
+            .position(|b| matches!(b, b'"' | b'\\' | 0..=0x1f))?;
+        let id_end = id_start + id_len;
+        if bytes.get(id_end..)?.first_chunk::<11>()?.split_first()? != (&b'"', PHASE) {
+            return None;
+        }
+        let phase_start = id_end + 1 + PHASE.len();
+        // The three phase names, whole with their closing `"}`; anything else is read generally.
+        let rest = bytes.get(phase_start..)?;
+        let phase_len = [&b"emitted\"}"[..], b"dispatched\"}", b"observed_success\"}"]
+            .into_iter()
+            .find(|whole| rest.starts_with(whole))?
+            .len()
+            - 2;
+        // Every end sits next to an ASCII quote, so each is a character boundary.
+        let id = self.text.get(id_start..id_end)?;
+        let phase = self.text.get(phase_start..phase_start + phase_len)?;
+        self.at = phase_start + phase_len + 2;
         Some(RawPrerequisite {
             id: Cow::Borrowed(id),
             phase: Cow::Borrowed(phase),
         })
     }
 
-    fn claims(&mut self) -> Option<Claims> {
-        let mut out: Vec<(String, Claim)> = Vec::new();
+    fn claims(&mut self) -> Option<Claims<'a>> {
+        let mut out: Vec<(Cow<'a, str>, Claim)> = Vec::new();
         self.object(|c, key| {
             if out.len() >= MAX_SUPPORT_CLAIMS || out.iter().any(|(k, _)| k == key) {
                 return None;
@@ -465,7 +470,7 @@ impl<'a> Cursor<'a> {
                 _ => None,
             })?;
             out.push((
-                key.to_owned(),
+                Cow::Borrowed(key),
                 Claim {
                     epoch: epoch.flatten(),
                     provenance: provenance.flatten(),
@@ -516,6 +521,18 @@ mod tests {
         );
         same(&compact);
         same(&compact.replace(r#"{"id":"e0","#, r#"{ "id" : "e0" ,"#));
+        // Each phase name is matched whole; any other (rejected later, in stage two) is read
+        // by the general object reader.
+        for phase in [
+            "observed_success",
+            "later",
+            "dispatched2",
+            "emitte",
+            "",
+            "Emitted",
+        ] {
+            same(&compact.replace("\"dispatched\"", &format!("\"{phase}\"")));
+        }
         // Payloads: every kind of JSON value, checked by this reader.
         for payload in [
             r#"{"n":[-0,0.5,1.5e-3,12E+2,7e0,-3.25E-1,10]}"#,

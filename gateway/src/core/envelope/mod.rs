@@ -119,19 +119,41 @@ pub struct Claim {
 
 /// Support claims keyed by source name, duplicates rejected, in the order sent.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Claims(pub Vec<(String, Claim)>);
+pub struct Claims<'a>(pub Vec<(std::borrow::Cow<'a, str>, Claim)>);
 
-impl<'de> Deserialize<'de> for Claims {
+/// A map key borrowed from the input when it holds no escapes.
+struct Key<'a>(std::borrow::Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Claims;
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Key<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a source name")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Key<'a>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key<'a>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Claims<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Claims<'a>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("an object of source name to {epoch, provenance}")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Claims, A::Error> {
-                let mut out: Vec<(String, Claim)> = Vec::new();
-                while let Some(k) = m.next_key::<String>()? {
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Claims<'a>, A::Error> {
+                let mut out: Vec<(std::borrow::Cow<'a, str>, Claim)> = Vec::new();
+                while let Some(Key(k)) = m.next_key::<Key<'a>>()? {
                     if out.iter().any(|(x, _)| *x == k) {
                         return Err(serde::de::Error::custom(format!("duplicate key `{k}`")));
                     }
@@ -146,7 +168,7 @@ impl<'de> Deserialize<'de> for Claims {
                 Ok(Claims(out))
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(V(std::marker::PhantomData))
     }
 }
 
@@ -190,11 +212,11 @@ pub struct RawComponent<'a> {
     #[serde(default, borrow)]
     pub requires: Vec<RawPrerequisite<'a>>,
     /// Support claims.
-    #[serde(default)]
-    pub support: Claims,
+    #[serde(default, borrow)]
+    pub support: Claims<'a>,
     /// Certificate reference.
-    #[serde(default)]
-    pub certificate: Option<String>,
+    #[serde(default, borrow)]
+    pub certificate: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// A response as sent.
