@@ -11,6 +11,14 @@ pub const MAX_LOCAL_COORD_M: f64 = 100_000.0;
 /// Longest accepted action duration, in seconds.
 pub const MAX_DURATION_S: f64 = 3_600.0;
 
+/// The text of `{"text":"…"}` written without whitespace, escapes or control characters: the
+/// same text serde_json reads from it.
+fn plain_text(raw: &str) -> Option<&str> {
+    let text = raw.strip_prefix("{\"text\":\"")?.strip_suffix("\"}")?;
+    let plain = !text.bytes().any(|b| matches!(b, b'"' | b'\\' | 0..=0x1f));
+    plain.then_some(text)
+}
+
 /// The payload kinds the core knows. A catalog maps each component type to one of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -198,7 +206,9 @@ fn check_duration(v: f64) -> Result<(), String> {
 }
 
 impl Payload {
-    /// Parses `raw` JSON as a payload of `kind`.
+    /// Parses `raw` JSON as a payload of `kind`. (A notice's or status's `{"text":"…"}` written
+    /// without whitespace or escapes, as nearly every one is, is read directly; everything else
+    /// by serde_json.)
     ///
     /// # Errors
     /// A message for people when the JSON does not match the kind's schema or a value is out of
@@ -206,6 +216,15 @@ impl Payload {
     pub fn parse(kind: PayloadKind, raw: &str) -> Result<Payload, String> {
         fn de<'a, T: Deserialize<'a>>(raw: &'a str) -> Result<T, String> {
             serde_json::from_str(raw).map_err(|e| e.to_string())
+        }
+        if let (PayloadKind::Notice | PayloadKind::Status, Some(text)) = (kind, plain_text(raw)) {
+            let t = TextPayload {
+                text: text.to_owned(),
+            };
+            return Ok(match kind {
+                PayloadKind::Notice => Payload::Notice(t),
+                _ => Payload::Status(t),
+            });
         }
         let p = match kind {
             PayloadKind::Notice => Payload::Notice(de(raw)?),
@@ -303,6 +322,44 @@ impl Payload {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_text_reads_as_serde_json_reads_it() {
+        let texts = [
+            r#"{"text":"Survey leg 1 starts"}"#,
+            r#"{"text":""}"#,
+            r#"{"text":"ünïcode ✈ 高度"}"#,
+            r#"{"text":"}"}"#,
+            // Read by serde_json: escapes, whitespace, other fields, other shapes.
+            r#"{"text":"a \"quoted\" word"}"#,
+            r#"{"text":"tab\tline\n"}"#,
+            r#"{"text":"\u00e9"}"#,
+            r#"{ "text":"x"}"#,
+            r#"{"text":"x" }"#,
+            r#"{"text":"x","text":"y"}"#,
+            r#"{"text":"x","note":"y"}"#,
+            r#"{"text":"x"}"}"#,
+            r#"{"text":"a"b"}"#,
+            "{\"text\":\"bell\u{7}\"}",
+            r#"{"text":5}"#,
+            r#"{}"#,
+        ];
+        for raw in texts {
+            let serde = serde_json::from_str::<TextPayload>(raw).map_err(|e| e.to_string());
+            for kind in [PayloadKind::Notice, PayloadKind::Status] {
+                let got = Payload::parse(kind, raw).map(|p| match p {
+                    Payload::Notice(t) if kind == PayloadKind::Notice => t,
+                    Payload::Status(t) if kind == PayloadKind::Status => t,
+                    other => panic!("{raw} as {kind:?} gave {other:?}"),
+                });
+                assert_eq!(got, serde, "{raw}");
+            }
+        }
+        assert_eq!(plain_text(r#"{"text":"x"}"#), Some("x"));
+        assert_eq!(plain_text(r#"{"text":"a\"b"}"#), None);
+        // Other kinds never take the text path.
+        assert!(Payload::parse(PayloadKind::Hold, r#"{"text":"x"}"#).is_err());
+    }
 
     #[test]
     fn route_action_parses_and_checks_ranges() {

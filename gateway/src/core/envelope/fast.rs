@@ -432,11 +432,12 @@ impl<'a> Cursor<'a> {
         let phase_start = id_end + 1 + PHASE.len();
         // The three phase names, whole with their closing `"}`; anything else is read generally.
         let rest = bytes.get(phase_start..)?;
-        let phase_len = [&b"emitted\"}"[..], b"dispatched\"}", b"observed_success\"}"]
-            .into_iter()
-            .find(|whole| rest.starts_with(whole))?
-            .len()
-            - 2;
+        let phase_len = match rest.first()? {
+            b'e' if rest.first_chunk() == Some(b"emitted\"}") => 7,
+            b'd' if rest.first_chunk() == Some(b"dispatched\"}") => 10,
+            b'o' if rest.first_chunk() == Some(b"observed_success\"}") => 16,
+            _ => return None,
+        };
         // Every end sits next to an ASCII quote, so each is a character boundary.
         let id = self.text.get(id_start..id_end)?;
         let phase = self.text.get(phase_start..phase_start + phase_len)?;
