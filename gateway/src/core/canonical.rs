@@ -66,6 +66,32 @@ const ESCAPED: [bool; 256] = {
     t
 };
 
+/// Writes an unsigned integer as `serde_json` does: its decimal digits.
+pub(crate) fn write_u64(out: &mut Vec<u8>, v: u64) {
+    let mut b = [0u8; 20];
+    let mut i = b.len();
+    let mut v = v;
+    loop {
+        i -= 1;
+        if let Some(d) = b.get_mut(i) {
+            // v % 10 < 10.
+            #[allow(clippy::cast_possible_truncation, reason = "a decimal digit")]
+            let digit = (v % 10) as u8;
+            *d = b'0' + digit;
+        }
+        v /= 10;
+        if v == 0 || i == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(b.get(i..).unwrap_or_default());
+}
+
+/// Writes a JSON string as the canonical writer does (for records that write themselves).
+pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
+    string(out, s);
+}
+
 /// Writes a JSON string with `serde_json`'s escaping.
 fn string(out: &mut Vec<u8>, s: &str) {
     // Most strings in a record (ids, names, hex digests) need no escape: check the whole string,

@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+use super::canonical::write_u64;
 use super::digest::{Digest, tag};
 use super::time::Nanos;
 
@@ -129,17 +130,17 @@ impl Receipt {
     ) -> Vec<u8> {
         let mut out = Vec::with_capacity(body.0.len() + 160);
         out.extend_from_slice(b"{\"at_ns\":");
-        push_u64(&mut out, at_ns);
+        write_u64(&mut out, at_ns);
         out.extend_from_slice(b",\"body\":");
         out.extend_from_slice(body.0.as_bytes());
         out.extend_from_slice(b",\"index\":");
-        push_u64(&mut out, index);
+        write_u64(&mut out, index);
         out.extend_from_slice(b",\"prev\":\"");
         out.extend_from_slice(&prev.hex_bytes());
         out.push(b'"');
         if let Some(w) = wall_unix_ms {
             out.extend_from_slice(b",\"wall_unix_ms\":");
-            push_u64(&mut out, w);
+            write_u64(&mut out, w);
         }
         out.push(b'}');
         out
@@ -212,16 +213,16 @@ impl Receipt {
     pub fn to_json_line(&self) -> String {
         let mut out = Vec::with_capacity(self.body.0.len() + 200);
         out.extend_from_slice(b"{\"index\":");
-        push_u64(&mut out, self.index);
+        write_u64(&mut out, self.index);
         out.extend_from_slice(b",\"prev\":\"");
         out.extend_from_slice(&self.prev.hex_bytes());
         out.extend_from_slice(b"\",\"at_ns\":");
-        push_u64(&mut out, self.at_ns);
+        write_u64(&mut out, self.at_ns);
         out.extend_from_slice(b",\"body\":");
         out.extend_from_slice(self.body.0.as_bytes());
         if let Some(w) = self.wall_unix_ms {
             out.extend_from_slice(b",\"wall_unix_ms\":");
-            push_u64(&mut out, w);
+            write_u64(&mut out, w);
         }
         out.extend_from_slice(b",\"hash\":\"");
         out.extend_from_slice(&self.hash.hex_bytes());
@@ -229,26 +230,6 @@ impl Receipt {
         // Only ASCII was added around a UTF-8 body.
         String::from_utf8(out).unwrap_or_default()
     }
-}
-
-fn push_u64(out: &mut Vec<u8>, v: u64) {
-    let mut b = [0u8; 20];
-    let mut i = b.len();
-    let mut v = v;
-    loop {
-        i -= 1;
-        if let Some(d) = b.get_mut(i) {
-            // v % 10 < 10.
-            #[allow(clippy::cast_possible_truncation, reason = "a decimal digit")]
-            let digit = (v % 10) as u8;
-            *d = b'0' + digit;
-        }
-        v /= 10;
-        if v == 0 || i == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(b.get(i..).unwrap_or_default());
 }
 
 /// A signed checkpoint: the chain head it covers, how many receipts precede it, when, and an

@@ -22,6 +22,7 @@
 
 mod evaluate;
 mod obligations;
+mod record;
 mod report;
 mod summaries;
 
@@ -312,8 +313,6 @@ pub(crate) enum Record {
     /// A signed checkpoint over the chain before it (the shell signs; see `crate::audit`).
     Checkpoint(super::receipt::Checkpoint),
 }
-
-impl crate::core::receipt::CanonicalRecord for Record {}
 
 /// One component instance's processing state.
 #[derive(Debug)]
