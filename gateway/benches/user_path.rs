@@ -28,7 +28,9 @@
 //!
 //! Each iteration starts from a prepared gateway (built outside the timing, `iter_batched`), so
 //! a number is the call alone. `HALO_BENCH_CALLS=N` times N single calls of each instead and
-//! prints percentiles (see `bench` below; `scripts/bench_ab.sh` compares two builds so). docs/benchmarks.md records the results and the machine.
+//! prints percentiles (see `bench` below; `scripts/bench_ab.sh` compares two builds so);
+//! `HALO_BENCH_ONLY=TEXT` runs only the benchmarks whose `GROUP/NAME` contains TEXT.
+//! docs/benchmarks.md records the results and the machine.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
