@@ -33,6 +33,19 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in declaration order.
+    pub const ALL: [Phase; 9] = [
+        Phase::Proposed,
+        Phase::Retained,
+        Phase::Pending,
+        Phase::Emitted,
+        Phase::Dispatched,
+        Phase::ObservedSuccess,
+        Phase::Withheld,
+        Phase::Failed,
+        Phase::Invalidated,
+    ];
+
     /// Rank on the progress chain, `None` off the chain.
     pub const fn rank(self) -> Option<u8> {
         match self {
@@ -143,19 +156,7 @@ mod tests {
 
     #[test]
     fn the_prerequisite_postcard_is_postcards_string() {
-        use Phase::*;
-        let all = [
-            Proposed,
-            Retained,
-            Pending,
-            Emitted,
-            Dispatched,
-            ObservedSuccess,
-            Withheld,
-            Failed,
-            Invalidated,
-        ];
-        for p in all {
+        for p in Phase::ALL {
             let want = postcard::to_allocvec(p.prerequisite_name()).unwrap();
             assert_eq!(p.prerequisite_postcard(), want, "{p:?}");
         }

@@ -127,17 +127,7 @@ mod tests {
     }
 
     fn report(i: usize) -> ComponentReport {
-        let phases = [
-            Phase::Proposed,
-            Phase::Retained,
-            Phase::Pending,
-            Phase::Emitted,
-            Phase::Dispatched,
-            Phase::ObservedSuccess,
-            Phase::Withheld,
-            Phase::Failed,
-            Phase::Invalidated,
-        ];
+        let phases = Phase::ALL;
         let reasons = ReasonCode::ALL;
         let byte = u8::try_from(i % 256).unwrap();
         ComponentReport {
