@@ -87,13 +87,8 @@ pub(crate) fn write_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(b.get(i..).unwrap_or_default());
 }
 
-/// Writes a JSON string as the canonical writer does (for records that write themselves).
+/// Writes a JSON string with `serde_json`'s escaping (also for records that write themselves).
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
-    string(out, s);
-}
-
-/// Writes a JSON string with `serde_json`'s escaping.
-fn string(out: &mut Vec<u8>, s: &str) {
     // Most strings in a record (ids, names, hex digests) need no escape: check the whole string,
     // then copy it. Short ones (most of them) by table, one load a byte; longer ones without
     // branching per byte (the compiler vectorizes the fold).
@@ -340,7 +335,7 @@ impl<'a> Object<'a> {
         scratch.write_order(&mut order);
         if let Some(v) = self.variant {
             out.push(b'{');
-            string(out, v);
+            write_str(out, v);
             out.push(b':');
         }
         out.push(b'{');
@@ -351,7 +346,7 @@ impl<'a> Object<'a> {
             if n > 0 {
                 out.push(b',');
             }
-            string(out, scratch.key(key));
+            write_str(out, scratch.key(key));
             out.push(b':');
             out.extend_from_slice(scratch.buf.get(start..end).unwrap_or_default());
         }
@@ -441,11 +436,11 @@ impl<'a> ser::Serializer for Canon<'a> {
     }
     fn serialize_char(self, v: char) -> Result<(), Error> {
         let mut b = [0u8; 4];
-        string(self.out, v.encode_utf8(&mut b));
+        write_str(self.out, v.encode_utf8(&mut b));
         Ok(())
     }
     fn serialize_str(self, v: &str) -> Result<(), Error> {
-        string(self.out, v);
+        write_str(self.out, v);
         Ok(())
     }
     fn serialize_bytes(self, v: &[u8]) -> Result<(), Error> {
@@ -470,7 +465,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         _index: u32,
         variant: &'static str,
     ) -> Result<(), Error> {
-        string(self.out, variant);
+        write_str(self.out, variant);
         Ok(())
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
@@ -488,7 +483,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         value: &T,
     ) -> Result<(), Error> {
         self.out.push(b'{');
-        string(self.out, variant);
+        write_str(self.out, variant);
         self.out.push(b':');
         value.serialize(Canon {
             out: &mut *self.out,
@@ -518,7 +513,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         _len: usize,
     ) -> Result<Array<'a>, Error> {
         self.out.push(b'{');
-        string(self.out, variant);
+        write_str(self.out, variant);
         self.out.extend_from_slice(b":[");
         Ok(Array {
             out: self.out,
