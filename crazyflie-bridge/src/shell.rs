@@ -221,6 +221,42 @@ pub enum BridgeEvent {
     },
 }
 
+/// One input checked and given its place in the bridge's bounded queue, not yet sent.
+///
+/// [`Reserved::release`] hands it to the bridge and cannot fail; dropping it frees the place
+/// and the bridge never sees it.
+pub struct Reserved {
+    permit: mpsc::OwnedPermit<Input>,
+    input: Input,
+}
+
+impl Reserved {
+    /// Sends the input to the bridge.
+    pub fn release(self) {
+        self.permit.send(self.input);
+    }
+
+    /// Whether this moves the vehicle to a new target (an enqueue), rather than holding or
+    /// landing it.
+    pub fn is_target(&self) -> bool {
+        matches!(self.input, Input::Enqueue { .. })
+    }
+
+    /// The binding of an enqueued target.
+    pub fn binding(&self) -> Option<[u8; 32]> {
+        match &self.input {
+            Input::Enqueue { binding, .. } => Some(*binding),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Reserved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Reserved(target: {})", self.is_target())
+    }
+}
+
 #[derive(Debug)]
 enum Input {
     Enqueue {
@@ -276,17 +312,43 @@ impl CfHandle {
         self.tx.try_send(i).map_err(|_| EnqueueError::QueueFull)
     }
 
-    /// Puts one exact setpoint in the slot, streamed until shortly before `valid_until`.
+    fn reserve(&self, input: Input) -> Result<Reserved, EnqueueError> {
+        let permit = self
+            .tx
+            .clone()
+            .try_reserve_owned()
+            .map_err(|_| EnqueueError::QueueFull)?;
+        Ok(Reserved { permit, input })
+    }
+
+    /// Puts one exact setpoint in the slot, streamed until shortly before `valid_until`. The
+    /// same as [`CfHandle::reserve_enqueue`] released at once.
     ///
     /// # Errors
-    /// [`EnqueueError`] when the link is down, the vehicle not armed or locked, the setpoint out
-    /// of range, or the queue full. Nothing is queued then.
+    /// As [`CfHandle::reserve_enqueue`].
     pub fn try_enqueue(
         &self,
         sp: Setpoint,
         binding: [u8; 32],
         valid_until: Mono,
     ) -> Result<(), EnqueueError> {
+        self.reserve_enqueue(sp, binding, valid_until)
+            .map(Reserved::release)
+    }
+
+    /// Checks one exact setpoint and reserves its place in the bounded queue without sending
+    /// it: [`Reserved::release`] sends it (it cannot fail then); dropping the reservation frees
+    /// the place and the bridge never sees it. Returns at once.
+    ///
+    /// # Errors
+    /// [`EnqueueError`] when the link is down, the vehicle not armed or locked, the setpoint out
+    /// of range, or the queue full. Nothing is queued then.
+    pub fn reserve_enqueue(
+        &self,
+        sp: Setpoint,
+        binding: [u8; 32],
+        valid_until: Mono,
+    ) -> Result<Reserved, EnqueueError> {
         self.check()?;
         if !self.shared.armed.load(Ordering::Acquire) {
             return Err(EnqueueError::NotArmed);
@@ -297,7 +359,7 @@ impl CfHandle {
         if valid_until <= self.now() {
             return Err(EnqueueError::Expired);
         }
-        self.send(Input::Enqueue {
+        self.reserve(Input::Enqueue {
             sp,
             binding,
             valid_until,
@@ -309,8 +371,16 @@ impl CfHandle {
     /// # Errors
     /// Link down, locked, queue full.
     pub fn hold(&self) -> Result<(), EnqueueError> {
+        self.reserve_hold().map(Reserved::release)
+    }
+
+    /// Reserves a hold (see [`CfHandle::reserve_enqueue`]).
+    ///
+    /// # Errors
+    /// Link down, locked, queue full.
+    pub fn reserve_hold(&self) -> Result<Reserved, EnqueueError> {
         self.check()?;
-        self.send(Input::Hold)
+        self.reserve(Input::Hold)
     }
 
     /// Stop streaming and land.
@@ -318,8 +388,16 @@ impl CfHandle {
     /// # Errors
     /// Link down, locked, queue full.
     pub fn land(&self) -> Result<(), EnqueueError> {
+        self.reserve_land().map(Reserved::release)
+    }
+
+    /// Reserves a landing (see [`CfHandle::reserve_enqueue`]).
+    ///
+    /// # Errors
+    /// Link down, locked, queue full.
+    pub fn reserve_land(&self) -> Result<Reserved, EnqueueError> {
         self.check()?;
-        self.send(Input::Land)
+        self.reserve(Input::Land)
     }
 
     /// High-level takeoff.

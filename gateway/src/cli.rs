@@ -24,6 +24,9 @@ pub const EXIT_PARTIAL: i32 = 1;
 pub const EXIT_REJECTED: i32 = 2;
 /// Exit code: usage, file or catalog error.
 pub const EXIT_ERROR: i32 = 3;
+/// Exit code of `run`: the receipt log failed during the run (a write failed, or the file cap
+/// was reached): the gateway held the vehicle and refused new work; receipts may be lost.
+pub const EXIT_RECEIPTS: i32 = 4;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -871,13 +874,30 @@ fn run_service(a: RunArgs) -> i32 {
         let receipts = svc.receipts_path.clone();
         svc.shutdown();
         match svc.wait().await {
-            Ok(n) => {
-                tell(&format!(
-                    "stopped; {n} receipts in {}\n",
-                    receipts.display()
-                ));
-                EXIT_OK
-            }
+            Ok(n) => match &n.failure {
+                None => {
+                    tell(&format!(
+                        "stopped; {} receipts in {}\n",
+                        n.written,
+                        receipts.display()
+                    ));
+                    EXIT_OK
+                }
+                Some(why) => {
+                    eprintln!(
+                        "error: the receipt log failed during the run ({why}): {} receipts are on disk in {}, {} could not be written{}",
+                        n.written,
+                        receipts.display(),
+                        n.lost,
+                        if n.lost == 0 {
+                            " (the reserve took every record)"
+                        } else {
+                            "; `halo-gateway audit verify` checks the part on disk"
+                        }
+                    );
+                    EXIT_RECEIPTS
+                }
+            },
             Err(e) => {
                 eprintln!("error: {e}");
                 EXIT_ERROR

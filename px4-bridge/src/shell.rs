@@ -91,6 +91,48 @@ impl std::fmt::Display for BridgeError {
 
 impl std::error::Error for BridgeError {}
 
+/// One input checked and given its slot in the bridge's bounded queue, not yet sent.
+///
+/// [`Reserved::release`] hands it to the bridge and cannot fail (the slot is held); dropping
+/// it frees the slot and the bridge never sees it.
+pub struct Reserved {
+    permit: mpsc::OwnedPermit<Input>,
+    input: Input,
+}
+
+impl Reserved {
+    /// Sends the input to the bridge.
+    pub fn release(self) {
+        self.permit.send(self.input);
+    }
+
+    /// Whether this moves the vehicle to a new target (an enqueue), rather than holding or
+    /// commanding it.
+    pub fn is_target(&self) -> bool {
+        matches!(self.input, Input::Enqueue { .. })
+    }
+
+    /// The binding of an enqueued target.
+    pub fn binding(&self) -> Option<[u8; 32]> {
+        match &self.input {
+            Input::Enqueue { binding, .. } => Some(*binding),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Reserved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match &self.input {
+            Input::Enqueue { .. } => "target",
+            Input::Hold => "hold",
+            Input::Command(_) => "command",
+            Input::Permit => "permit",
+        };
+        write!(f, "Reserved({what})")
+    }
+}
+
 enum Input {
     Enqueue {
         sp: Setpoint,
@@ -126,7 +168,27 @@ impl BridgeHandle {
     }
 
     /// Enqueues one exact setpoint with the gateway's binding, to be streamed until
-    /// `valid_until`. Returns at once.
+    /// `valid_until`. Returns at once. The same as [`BridgeHandle::reserve_enqueue`] released
+    /// at once.
+    ///
+    /// # Errors
+    /// As [`BridgeHandle::reserve_enqueue`].
+    pub fn try_enqueue(
+        &self,
+        sp: Setpoint,
+        binding: [u8; 32],
+        valid_until: Mono,
+    ) -> Result<(), EnqueueError> {
+        self.reserve_enqueue(sp, binding, valid_until)
+            .map(Reserved::release)
+    }
+
+    /// Checks one exact setpoint against the last known state and reserves its slot in the
+    /// bounded queue, without sending it: [`Reserved::release`] sends it (it cannot fail then),
+    /// dropping the reservation frees the slot and nothing reaches the bridge. Returns at once.
+    ///
+    /// The gateway uses this to keep "the receipt is written before the setpoint leaves": the
+    /// gate reserves, the receipt is appended, then the reservation is released.
     ///
     /// # Errors
     /// [`EnqueueError::LinkDown`] or [`EnqueueError::NotOffboardCapable`] from the last known
@@ -134,12 +196,12 @@ impl BridgeHandle {
     /// [`EnqueueError::QueueFull`] when the bounded queue is full. A request taken here may
     /// still be dropped when processed if the state changed meanwhile; that is reported as
     /// [`Event::EnqueueDropped`].
-    pub fn try_enqueue(
+    pub fn reserve_enqueue(
         &self,
         sp: Setpoint,
         binding: [u8; 32],
         valid_until: Mono,
-    ) -> Result<(), EnqueueError> {
+    ) -> Result<Reserved, EnqueueError> {
         if !sp.is_finite() {
             return Err(EnqueueError::InvalidSetpoint);
         }
@@ -155,13 +217,20 @@ impl BridgeHandle {
         if !self.shared.capable.load(Ordering::Acquire) {
             return Err(EnqueueError::NotOffboardCapable);
         }
-        self.tx
-            .try_send(Input::Enqueue {
-                sp,
-                binding,
-                valid_until,
-            })
-            .map_err(|_| EnqueueError::QueueFull)
+        self.reserve(Input::Enqueue {
+            sp,
+            binding,
+            valid_until,
+        })
+    }
+
+    fn reserve(&self, input: Input) -> Result<Reserved, EnqueueError> {
+        let permit = self
+            .tx
+            .clone()
+            .try_reserve_owned()
+            .map_err(|_| EnqueueError::QueueFull)?;
+        Ok(Reserved { permit, input })
     }
 
     /// Asks the bridge to stop the current target and hold. Returns at once.
@@ -169,9 +238,15 @@ impl BridgeHandle {
     /// # Errors
     /// [`EnqueueError::QueueFull`].
     pub fn hold(&self) -> Result<(), EnqueueError> {
-        self.tx
-            .try_send(Input::Hold)
-            .map_err(|_| EnqueueError::QueueFull)
+        self.reserve_hold().map(Reserved::release)
+    }
+
+    /// Reserves a hold's slot in the queue (see [`BridgeHandle::reserve_enqueue`]).
+    ///
+    /// # Errors
+    /// [`EnqueueError::QueueFull`].
+    pub fn reserve_hold(&self) -> Result<Reserved, EnqueueError> {
+        self.reserve(Input::Hold)
     }
 
     /// Sends a command; the outcome arrives as [`Event::Command`]. Returns at once.
@@ -179,9 +254,15 @@ impl BridgeHandle {
     /// # Errors
     /// [`EnqueueError::QueueFull`].
     pub fn command(&self, c: Command) -> Result<(), EnqueueError> {
-        self.tx
-            .try_send(Input::Command(c))
-            .map_err(|_| EnqueueError::QueueFull)
+        self.reserve_command(c).map(Reserved::release)
+    }
+
+    /// Reserves a command's slot in the queue (see [`BridgeHandle::reserve_enqueue`]).
+    ///
+    /// # Errors
+    /// [`EnqueueError::QueueFull`].
+    pub fn reserve_command(&self, c: Command) -> Result<Reserved, EnqueueError> {
+        self.reserve(Input::Command(c))
     }
 
     /// The operator hands the vehicle to the bridge (again), after a takeoff or an override.

@@ -71,6 +71,7 @@ reasons! {
     DUPLICATE_RESPONSE(120) "a response with this id is already live";
     TOO_MANY_RESPONSES(121) "too many responses are live at once";
     TOO_MANY_SUPPORT_CLAIMS(122) "a component carries more support claims than allowed";
+    GENERATION_OUT_OF_RANGE(123) "the generation is larger than the largest the gateway takes (2^53 - 1)";
 
     // --- local support (LocalOK = FreshOK and RuleOK over the footprint) ---
     SOURCE_MISSING(200) "a source in the footprint has never been updated";
@@ -137,6 +138,7 @@ reasons! {
     FUTURE_TIMESTAMP(602) "the generation time lies in the future beyond the tolerance";
     OUT_OF_ORDER_UPDATE(603) "the update is older than the newest one held";
     INVALID_UPDATE(604) "the update is malformed";
+    CERTIFICATE_TOO_LONG(605) "the certificate's interval is longer than the catalog allows";
 
     // --- mission contracts ---
     PROFILE_LIMIT(700) "an input exceeds a finite-profile limit";
@@ -194,6 +196,14 @@ reasons! {
     SHUTTING_DOWN(807) "the gateway is shutting down";
     VEHICLE_COMMAND_FAILED(808) "the vehicle did not accept the command";
     OPERATOR_HOLD(809) "the operator holds the vehicle; agent actions do not dispatch";
+    RECEIPTS_UNAVAILABLE(810) "receipts cannot be written durably; nothing dispatches and the vehicle holds";
+    SOURCE_NOT_WRITABLE(811) "this source is written by another party (the vehicle link, a provider or the operator)";
+    NO_VEHICLE_LINK(812) "no heartbeat from the vehicle; the command cannot be sent";
+    INVALID_EVENT_ID(813) "`Last-Event-ID` is not an event id of this gateway";
+    TOO_MANY_STREAMS(814) "this role has as many event streams open as allowed";
+    UNSUPPORTED_MEDIA_TYPE(815) "the request body is not `application/json`";
+    METHOD_NOT_ALLOWED(816) "the route does not take this method";
+    REQUEST_TIMEOUT(817) "the request did not arrive or complete within the timeout";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -1,6 +1,19 @@
 //! The vehicle behind the final gate: the PX4 bridge or the Crazyflie bridge, as the gate's
 //! [`Adapter`], with the bookkeeping the service needs to attribute what the vehicle reports to
 //! the response and component that were dispatched.
+//!
+//! # Safety behaviour
+//!
+//! The gate's adapter call does not send: it checks the bridge's last known state and
+//! *reserves* a place in the bridge's bounded queue ([`VehicleAdapter::try_enqueue`]; it
+//! succeeds or fails at once, no `.await`, no blocking). The reserved input is staged here. The
+//! service writes the gate's receipt and only then calls [`VehicleAdapter::release_staged`],
+//! which hands every staged input to the bridge in order and cannot fail (the places are held).
+//! When the receipts cannot be written, [`VehicleAdapter::discard_staged_targets`] drops the
+//! staged targets (the bridge never sees them) and sends the holds. So no setpoint leaves
+//! before the receipt of the decision that sent it is appended. A hold asked for while inputs
+//! are staged waits behind them (the bridge takes inputs in order, as before); with nothing
+//! staged it goes out at once.
 
 use std::collections::VecDeque;
 
@@ -14,6 +27,29 @@ use crate::core::payload::ActionCommand;
 /// How many dispatched commands the adapter remembers for attributing the vehicle's echo of a
 /// target. It echoes a target within a few stream periods, long before this many newer exist.
 const RECENT: usize = 16;
+
+/// An input reserved in a bridge's queue, not yet sent.
+#[derive(Debug)]
+enum Staged {
+    Px4(px4_bridge::shell::Reserved),
+    Crazyflie(crazyflie_bridge::shell::Reserved),
+}
+
+impl Staged {
+    fn release(self) {
+        match self {
+            Staged::Px4(r) => r.release(),
+            Staged::Crazyflie(r) => r.release(),
+        }
+    }
+
+    fn binding(&self) -> Option<[u8; 32]> {
+        match self {
+            Staged::Px4(r) => r.binding(),
+            Staged::Crazyflie(r) => r.binding(),
+        }
+    }
+}
 
 /// The bridge the gate dispatches through.
 #[derive(Clone)]
@@ -39,6 +75,9 @@ pub struct VehicleAdapter {
     /// by binding: the gate's critical section only notes the binding; the ids are looked up
     /// when drained ([`VehicleAdapter::take_ended`]).
     ended: Vec<[u8; 32]>,
+    /// Inputs reserved in the bridge's queue and not yet sent, oldest first (see the module
+    /// docs). Bounded by the bridge's queue: each holds one of its places.
+    staged: VecDeque<Staged>,
 }
 
 impl VehicleAdapter {
@@ -50,7 +89,39 @@ impl VehicleAdapter {
             last_target: None,
             pending_arrival: None,
             ended: Vec::new(),
+            staged: VecDeque::new(),
         }
+    }
+
+    /// Sends every staged input to the bridge, in order. Cannot fail: each holds its place.
+    pub fn release_staged(&mut self) {
+        while let Some(s) = self.staged.pop_front() {
+            s.release();
+        }
+    }
+
+    /// Drops every staged target (the bridge never sees it) and sends the staged holds and
+    /// commands; returns the dropped targets' bindings. For a batch of receipts that could not
+    /// be written.
+    pub fn discard_staged_targets(&mut self) -> Vec<[u8; 32]> {
+        let mut dropped = Vec::new();
+        while let Some(s) = self.staged.pop_front() {
+            match s.binding() {
+                Some(b) => {
+                    dropped.push(b);
+                    if self.last_target == Some(b) {
+                        self.target_ended();
+                    }
+                }
+                None => s.release(),
+            }
+        }
+        dropped
+    }
+
+    /// Inputs staged and not yet sent.
+    pub fn staged(&self) -> usize {
+        self.staged.len()
     }
 
     /// The bridge.
@@ -116,15 +187,25 @@ impl VehicleAdapter {
             .collect()
     }
 
-    /// Stop streaming and hold where the vehicle is.
+    /// Stop streaming and hold where the vehicle is: at once, or behind the staged inputs
+    /// (released with them, sent even when they are discarded).
     ///
     /// # Errors
     /// The bridge's refusal, for people.
-    pub fn hold(&self) -> Result<(), String> {
-        match &self.link {
-            VehicleLink::Px4(h) => h.hold().map_err(|e| e.to_string()),
-            VehicleLink::Crazyflie(h) => h.hold().map_err(|e| e.to_string()),
+    pub fn hold(&mut self) -> Result<(), String> {
+        let r = match &self.link {
+            VehicleLink::Px4(h) => h.reserve_hold().map(Staged::Px4).map_err(|e| e.to_string()),
+            VehicleLink::Crazyflie(h) => h
+                .reserve_hold()
+                .map(Staged::Crazyflie)
+                .map_err(|e| e.to_string()),
+        }?;
+        if self.staged.is_empty() {
+            r.release();
+        } else {
+            self.staged.push_back(r);
         }
+        Ok(())
     }
 
     /// Whether a setpoint would be taken now: PX4 offboard-capable (no pilot, failsafe or
@@ -176,13 +257,15 @@ fn cf_error(e: crazyflie_bridge::EnqueueError) -> AdapterError {
 }
 
 impl Adapter for VehicleAdapter {
+    /// Checks the bridge's last known state and reserves the command's place in its queue,
+    /// staged until [`VehicleAdapter::release_staged`] (see the module docs).
     fn try_enqueue(&mut self, req: &EnqueueRequest<'_>) -> Result<(), AdapterError> {
         let binding: [u8; 32] = req.binding.0;
         // The gateway and the bridges share one clock origin, so instants carry over as is.
         #[allow(clippy::cast_possible_truncation, reason = "both bridges carry f32")]
         let r = match (&self.link, &req.command) {
             (VehicleLink::Px4(h), ActionCommand::Route(t)) => h
-                .try_enqueue(
+                .reserve_enqueue(
                     px4_bridge::Setpoint {
                         north_m: t.north_m as f32,
                         east_m: t.east_m as f32,
@@ -192,13 +275,17 @@ impl Adapter for VehicleAdapter {
                     binding,
                     px4_bridge::Mono(req.valid_until.0),
                 )
+                .map(Staged::Px4)
                 .map_err(px4_error),
-            (VehicleLink::Px4(h), ActionCommand::Hold { .. }) => h.hold().map_err(px4_error),
-            (VehicleLink::Px4(h), ActionCommand::Land) => {
-                h.command(px4_bridge::Command::Land).map_err(px4_error)
+            (VehicleLink::Px4(h), ActionCommand::Hold { .. }) => {
+                h.reserve_hold().map(Staged::Px4).map_err(px4_error)
             }
+            (VehicleLink::Px4(h), ActionCommand::Land) => h
+                .reserve_command(px4_bridge::Command::Land)
+                .map(Staged::Px4)
+                .map_err(px4_error),
             (VehicleLink::Crazyflie(h), ActionCommand::Route(t)) => h
-                .try_enqueue(
+                .reserve_enqueue(
                     crazyflie_bridge::Setpoint::from_ned(
                         t.north_m as f32,
                         t.east_m as f32,
@@ -208,13 +295,18 @@ impl Adapter for VehicleAdapter {
                     binding,
                     crazyflie_bridge::Mono(req.valid_until.0),
                 )
+                .map(Staged::Crazyflie)
                 .map_err(cf_error),
-            (VehicleLink::Crazyflie(h), ActionCommand::Hold { .. }) => h.hold().map_err(cf_error),
-            (VehicleLink::Crazyflie(h), ActionCommand::Land) => h.land().map_err(cf_error),
+            (VehicleLink::Crazyflie(h), ActionCommand::Hold { .. }) => {
+                h.reserve_hold().map(Staged::Crazyflie).map_err(cf_error)
+            }
+            (VehicleLink::Crazyflie(h), ActionCommand::Land) => {
+                h.reserve_land().map(Staged::Crazyflie).map_err(cf_error)
+            }
             // Not a vehicle command: the repository-merge domain has its own adapter.
             (_, ActionCommand::Merge { .. }) => Err(AdapterError::Unsupported),
         };
-        r?;
+        self.staged.push_back(r?);
         if self.last_target != Some(binding) {
             self.target_ended();
         }

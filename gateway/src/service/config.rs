@@ -246,6 +246,24 @@ pub struct ReceiptConfig {
     pub checkpoint_every: u64,
     /// ... and at most this many seconds after the first receipt it does not yet cover.
     pub checkpoint_interval_s: u64,
+    /// What happens when receipts cannot be written (a full disk, an I/O error, or
+    /// `max_files` reached with nothing that may be deleted): `refuse` (default) stops
+    /// dispatching, holds the vehicle and refuses new work; `land` does the same and lands.
+    pub full_action: FullActionName,
+    /// The ballast kept beside the log and freed when the disk fills, so the records that stop
+    /// a flight still fit, bytes (0 turns it off).
+    pub reserve_bytes: u64,
+}
+
+/// `receipts.full_action`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FullActionName {
+    /// Hold and refuse new work.
+    #[default]
+    Refuse,
+    /// Hold, refuse new work and land.
+    Land,
 }
 
 impl Default for ReceiptConfig {
@@ -259,6 +277,8 @@ impl Default for ReceiptConfig {
             signing_key: None,
             checkpoint_every: 1000,
             checkpoint_interval_s: 10,
+            full_action: FullActionName::Refuse,
+            reserve_bytes: crate::service::receipts::RESERVE_BYTES,
         }
     }
 }
@@ -398,6 +418,12 @@ impl Config {
             return Err(ConfigError(format!(
                 "{file}: receipts.max_files: {} is outside 2..100000",
                 self.receipts.max_files
+            )));
+        }
+        if self.receipts.reserve_bytes > 64 * 1024 * 1024 {
+            return Err(ConfigError(format!(
+                "{file}: receipts.reserve_bytes: {} is over 64 MiB",
+                self.receipts.reserve_bytes
             )));
         }
         if !(1..=65_536).contains(&self.limits.max_live_responses) {

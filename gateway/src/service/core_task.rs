@@ -245,6 +245,13 @@ pub enum Cmd {
         /// Answer.
         reply: Reply,
     },
+    /// `POST /v1/audit/exported`: the operator kept a signed head off the machine.
+    HeadExported {
+        /// `{"log", "count", "head"}`.
+        bytes: Vec<u8>,
+        /// Answer.
+        reply: Reply,
+    },
     /// `POST /v1/contract` (operator, provider) and `POST /v1/goals` (agent): one
     /// mission-contract operation, as the monitor's JSON request body.
     Contract {
@@ -309,17 +316,21 @@ pub struct CertificateBody {
     pub issuer: Id,
 }
 
-/// The adapter the gate calls: the vehicle's bridge, closed while the operator holds.
+/// The adapter the gate calls: the vehicle's bridge, closed while the operator holds and once
+/// the receipt log refuses.
 pub struct ServiceAdapter {
     /// The bridge adapter.
     pub vehicle: VehicleAdapter,
     /// While true every enqueue is refused (`NotReady`).
     pub held: bool,
+    /// False once a receipt could not be written (or the file cap was reached): every enqueue
+    /// is refused for the rest of the process.
+    pub receipts_ok: bool,
 }
 
 impl Adapter for ServiceAdapter {
     fn try_enqueue(&mut self, req: &EnqueueRequest<'_>) -> Result<(), AdapterError> {
-        if self.held {
+        if self.held || !self.receipts_ok {
             return Err(AdapterError::NotReady);
         }
         self.vehicle.try_enqueue(req)
@@ -448,12 +459,18 @@ pub struct Core {
     pub origin: Instant,
     /// Wall-clock Unix ms at `origin`.
     pub origin_wall_ms: u64,
-    /// The receipt log.
+    /// The receipt log (`None`: receipts are sealed and counted, not kept).
     pub receipts: Option<super::receipts::ReceiptLog>,
     /// Its path.
     pub receipts_path: Option<PathBuf>,
-    /// Receipts written.
-    pub receipts_written: u64,
+    /// Receipts sealed without a log.
+    receipts_unlogged: u64,
+    /// Why dispatch closed for good: the receipt log refused (a failed write, the file cap).
+    failed_closed: Option<String>,
+    /// What to do with the vehicle when the receipt log refuses.
+    full_action: FullAction,
+    /// The previous start's last signed checkpoint.
+    previous_head: Option<PreviousHead>,
     /// The event hub.
     pub hub: Hub,
     /// Metrics.
@@ -475,6 +492,56 @@ pub struct Core {
     vehicle_epoch: u64,
 }
 
+/// What the service does with the vehicle when receipts cannot be written (`receipts.full_action`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FullAction {
+    /// Stop dispatching, hold the vehicle (PX4 HOLD) and refuse new work; the operator lands.
+    #[default]
+    Refuse,
+    /// As `Refuse`, and command a landing where the vehicle is.
+    Land,
+}
+
+/// How the receipts of a start ended, for the exit code.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReceiptSummary {
+    /// Receipts on disk.
+    pub written: u64,
+    /// Receipts that could not be written.
+    pub lost: u64,
+    /// Why the log refused, if it did.
+    pub failure: Option<String>,
+}
+
+/// The last signed checkpoint of the start before this one, found at the end of its log at
+/// start (its shutdown checkpoint after a clean stop), so the operator can keep it: it is
+/// written as that start stops, after the last head a follower could fetch.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PreviousHead {
+    /// Its log (`boot-3`).
+    pub log: String,
+    /// The checkpoint.
+    pub checkpoint: crate::core::receipt::Checkpoint,
+}
+
+impl PreviousHead {
+    /// The newest receipt file in `dir` that is not `current`'s log, if it ends with a signed
+    /// checkpoint.
+    pub fn find(dir: &std::path::Path, current: &std::path::Path) -> Option<PreviousHead> {
+        use super::receipts::{files_in, last_line, stem_of};
+        let now = stem_of(current);
+        let files = files_in(dir, "");
+        let last = files.iter().rev().find(|p| stem_of(p) != now)?;
+        let line = last_line(last).ok()??;
+        let r = crate::audit::parse_line(&line).ok()?;
+        let checkpoint = crate::core::receipt::Checkpoint::from_body(&r.body).ok()??;
+        Some(PreviousHead {
+            log: stem_of(last)?,
+            checkpoint,
+        })
+    }
+}
+
 /// Checkpoint signing: the key, when checkpoints are due, and the latest one.
 pub struct Signing {
     signer: crate::audit::Signer,
@@ -485,7 +552,13 @@ pub struct Signing {
     /// When the oldest of them was written.
     since_at: Option<Instant>,
     latest: Option<crate::core::receipt::Checkpoint>,
+    /// The newest checkpoints written this start, `(count, head)`, for the operator's
+    /// confirmation that one was kept ([`ISSUED_KEPT`] at most).
+    issued: VecDeque<(u64, Digest)>,
 }
+
+/// Checkpoints remembered for `POST /v1/audit/exported`.
+const ISSUED_KEPT: usize = 64;
 
 impl Signing {
     /// Signs with `signer` after at most `every` receipts or `interval` after the oldest
@@ -498,6 +571,7 @@ impl Signing {
             since: 0,
             since_at: None,
             latest: None,
+            issued: VecDeque::new(),
         }
     }
 }
@@ -589,29 +663,24 @@ impl Core {
         link: VehicleLink,
         origin: Instant,
         origin_wall_ms: u64,
-        receipts_path: Option<PathBuf>,
-        rotation: (u64, usize),
+        receipts: Option<super::receipts::ReceiptLog>,
         hub: Hub,
         metrics: Arc<Metrics>,
         boot_epoch: u64,
-    ) -> std::io::Result<Core> {
-        let receipts = match &receipts_path {
-            Some(p) => Some(super::receipts::ReceiptLog::open(
-                p, rotation.0, rotation.1,
-            )?),
-            None => None,
-        };
+    ) -> Core {
+        let receipts_path = receipts.as_ref().map(|r| r.current().to_path_buf());
         // PX4: the bridge's permission (`vehicle.control_at_start`); a Crazyflie: granted by an
         // operator takeoff or release.
         let control_granted = match &link {
             VehicleLink::Px4(h) => h.offboard_permitted(),
             VehicleLink::Crazyflie(_) => false,
         };
-        Ok(Core {
+        Core {
             gw,
             adapter: ServiceAdapter {
                 vehicle: VehicleAdapter::new(link),
                 held: false,
+                receipts_ok: true,
             },
             monitor,
             operator_effects: 0,
@@ -619,7 +688,10 @@ impl Core {
             origin_wall_ms,
             receipts,
             receipts_path,
-            receipts_written: 0,
+            receipts_unlogged: 0,
+            failed_closed: None,
+            full_action: FullAction::Refuse,
+            previous_head: None,
             hub,
             metrics,
             vehicle: VehicleView::default(),
@@ -631,7 +703,37 @@ impl Core {
             last_housekeeping: origin,
             audit: None,
             vehicle_epoch: 1,
-        })
+        }
+    }
+
+    /// The previous start's last signed checkpoint, offered at `GET /v1/audit/head`.
+    #[must_use]
+    pub fn with_previous_head(mut self, head: Option<PreviousHead>) -> Core {
+        self.previous_head = head;
+        self
+    }
+
+    /// What to do with the vehicle when the receipt log refuses.
+    #[must_use]
+    pub fn with_full_action(mut self, action: FullAction) -> Core {
+        self.full_action = action;
+        self
+    }
+
+    /// How the receipts ended: on disk, lost, and why the log refused.
+    pub fn receipt_summary(&self) -> ReceiptSummary {
+        match &self.receipts {
+            Some(r) => ReceiptSummary {
+                written: r.written(),
+                lost: r.lost(),
+                failure: self.failed_closed.clone(),
+            },
+            None => ReceiptSummary {
+                written: self.receipts_unlogged,
+                lost: 0,
+                failure: None,
+            },
+        }
     }
 
     /// Signs checkpoints into the receipt chain.
@@ -697,7 +799,84 @@ impl Core {
         for (r, c) in self.adapter.vehicle.take_ended() {
             self.gw.stream_ended(&r, &c);
         }
-        self.write_receipts();
+        // INVARIANT (receipt before setpoint): what the gate staged reaches the bridge only
+        // after the receipts of this pump, its own among them, were appended whole.
+        if self.write_receipts() {
+            self.adapter.vehicle.release_staged();
+        } else {
+            let dropped = self.adapter.vehicle.discard_staged_targets();
+            self.fail_closed(&dropped);
+        }
+    }
+
+    /// The receipt log refused: no dispatch from now on, the vehicle holds (and lands with
+    /// `receipts.full_action = "land"`), an alarm for people; the records saying so go into the
+    /// space the log's reserve freed. Runs once.
+    fn fail_closed(&mut self, dropped: &[[u8; 32]]) {
+        let now = self.now();
+        let why = match self.receipts.as_ref().map(|r| r.health().clone()) {
+            Some(super::receipts::Health::Refusing(w)) => w.to_string(),
+            _ => "receipts could not be written".to_string(),
+        };
+        let first = self.failed_closed.is_none();
+        self.adapter.receipts_ok = false;
+        self.metrics.receipts_refusing.set(1);
+        let withheld: Vec<(Id, Id)> = dropped
+            .iter()
+            .filter_map(|b| self.adapter.vehicle.attribute(b))
+            .map(|(r, c)| (r.clone(), c.clone()))
+            .collect();
+        for (r, c) in &withheld {
+            self.gw.stream_ended(r, c);
+        }
+        if first {
+            self.failed_closed = Some(why.clone());
+            let streaming = self.adapter.vehicle.last_target.is_some() || !dropped.is_empty();
+            let hold = self.adapter.vehicle.hold();
+            self.adapter.vehicle.target_ended();
+            if self.full_action == FullAction::Land {
+                if let Some(px4) = self.adapter.vehicle.px4() {
+                    let _ = px4.command(Command::Land);
+                } else if let Some(cf) = self.adapter.vehicle.crazyflie() {
+                    let _ = cf.land();
+                }
+            }
+            tracing::error!(
+                reason = %why,
+                withheld = withheld.len(),
+                "receipts unavailable: nothing dispatches, the vehicle holds{}; restart with room for receipts",
+                if self.full_action == FullAction::Land { " and lands" } else { "" }
+            );
+            let ids: Vec<_> = withheld
+                .iter()
+                .map(|(r, c)| json!({"response": r, "component": c}))
+                .collect();
+            self.gw.record_external(
+                now,
+                "receipts_unavailable",
+                json!({"reason": why, "withheld": ids, "hold": hold.is_ok(), "was_streaming": streaming,
+                       "action": match self.full_action { FullAction::Refuse => "hold", FullAction::Land => "land" }}),
+            );
+            self.publish(
+                "receipts_unavailable",
+                &json!({"reason": why, "withheld": ids, "action": match self.full_action { FullAction::Refuse => "hold", FullAction::Land => "land" }}),
+            );
+            self.publish_control();
+        }
+        // The records of the hold go out now (into the freed reserve); nothing is staged but
+        // holds, which are released whatever the outcome.
+        let _ = self.write_receipts();
+        self.adapter.vehicle.discard_staged_targets();
+    }
+
+    fn receipts_refusal(&self) -> Option<ApiError> {
+        self.failed_closed.as_ref().map(|why| {
+            ApiError::new(
+                503,
+                ReasonCode::RECEIPTS_UNAVAILABLE,
+                format!("receipts cannot be written ({why}); the gateway holds the vehicle and takes no new work until it is restarted with room for receipts"),
+            )
+        })
     }
 
     /// Moves the monitor's sealed receipts into the one log, whole (its own chain inside).
@@ -709,88 +888,208 @@ impl Core {
         }
     }
 
-    fn write_receipts(&mut self) {
+    /// Seals every pending receipt and appends them (a signed checkpoint too when one is due);
+    /// true when every one of them was written whole and the log still takes records.
+    fn write_receipts(&mut self) -> bool {
+        let due = self
+            .audit
+            .as_ref()
+            .is_some_and(|a| a.since.saturating_add(self.gw.pending_receipts() as u64) >= a.every);
+        if due {
+            return self.checkpoint(false);
+        }
         let base = self.origin_wall_ms;
-        let mut n = 0u64;
+        let mut lines = Vec::new();
         while let Some(r) = self
             .gw
             .poll_receipt_with_wall(|at| Some(base.saturating_add(at.as_ms())))
         {
-            self.log_receipt(&r);
-            n += 1;
+            lines.push(r.to_json_line());
         }
-        if n == 0 {
-            return;
-        }
-        if let Some(a) = self.audit.as_mut() {
-            a.since += n;
-            a.since_at.get_or_insert_with(Instant::now);
-        }
-        if self.audit.as_ref().is_some_and(|a| a.since >= a.every) {
-            self.checkpoint(false);
-        } else {
-            self.flush_receipts();
-        }
-    }
-
-    /// Appends one sealed receipt to the log and counts it.
-    fn log_receipt(&mut self, r: &crate::core::Receipt) {
-        if let Some(w) = self.receipts.as_mut() {
-            if let Err(e) = w.append(&r.to_json_line()) {
-                tracing::error!(error = %e, "cannot write the receipt log");
+        let n = lines.len() as u64;
+        let ok = self.append(&lines);
+        if n > 0 {
+            if let Some(a) = self.audit.as_mut() {
+                a.since += n;
+                a.since_at.get_or_insert_with(Instant::now);
             }
         }
-        self.receipts_written += 1;
-        self.metrics.receipts_written.inc();
+        ok
     }
 
-    fn flush_receipts(&mut self) {
-        if let Some(w) = self.receipts.as_mut() {
-            if let Err(e) = w.flush() {
-                tracing::error!(error = %e, "cannot flush the receipt log");
-            }
+    /// Appends sealed receipts to the log and counts them; true when all were written and the
+    /// log still takes records.
+    fn append(&mut self, lines: &[String]) -> bool {
+        let Some(log) = self.receipts.as_mut() else {
+            self.receipts_unlogged += lines.len() as u64;
+            return true;
+        };
+        if lines.is_empty() {
+            return log.health() == &super::receipts::Health::Ok;
         }
+        let errors_before = log.write_errors();
+        let a = log.append(lines);
+        self.metrics.receipts_written.inc_by(a.written);
+        if a.lost > 0 {
+            self.metrics.receipts_lost.inc_by(a.lost);
+        }
+        let errors = log.write_errors() - errors_before;
+        if errors > 0 {
+            self.metrics.receipt_write_errors.inc_by(errors);
+        }
+        a.lost == 0 && !a.failed_now && log.health() == &super::receipts::Health::Ok
     }
 
     /// Seals what is pending and a signed checkpoint over the whole chain so far (`last` at
-    /// shutdown), and writes them.
-    fn checkpoint(&mut self, last: bool) {
+    /// shutdown), writes them and syncs the log. No checkpoint is signed once a receipt was
+    /// lost: its signature would cover records that are not on disk. True as
+    /// [`Core::write_receipts`].
+    fn checkpoint(&mut self, last: bool) -> bool {
+        let may_sign = self
+            .receipts
+            .as_ref()
+            .is_none_or(super::receipts::ReceiptLog::may_sign);
         let now = self.now();
         let base = self.origin_wall_ms;
         let wall = base.saturating_add(now.as_ms());
-        let Some(a) = self.audit.as_mut() else {
-            return;
+        let (lines, signed) = match self.audit.as_mut() {
+            Some(a) if may_sign => {
+                let mut signed = None;
+                let rs = self.gw.seal_with_checkpoint(
+                    now,
+                    |at| Some(base.saturating_add(at.as_ms())),
+                    |head, count| {
+                        let cp = a.signer.checkpoint(head, count, now.0, wall, last);
+                        signed = Some(cp.clone());
+                        cp
+                    },
+                );
+                a.since = 0;
+                a.since_at = None;
+                (
+                    rs.iter()
+                        .map(crate::core::Receipt::to_json_line)
+                        .collect::<Vec<_>>(),
+                    signed,
+                )
+            }
+            _ => {
+                let rs: Vec<String> = std::iter::from_fn(|| {
+                    self.gw
+                        .poll_receipt_with_wall(|at| Some(base.saturating_add(at.as_ms())))
+                })
+                .map(|r| r.to_json_line())
+                .collect();
+                (rs, None)
+            }
         };
-        let mut signed = None;
-        let rs = self.gw.seal_with_checkpoint(
-            now,
-            |at| Some(base.saturating_add(at.as_ms())),
-            |head, count| {
-                let cp = a.signer.checkpoint(head, count, now.0, wall, last);
-                signed = Some(cp.clone());
-                cp
-            },
-        );
-        a.since = 0;
-        a.since_at = None;
-        if let Some(cp) = signed {
+        let ok = self.append(&lines);
+        let synced = match self.receipts.as_mut() {
+            Some(w) => w.sync().is_ok(),
+            None => true,
+        };
+        if let (Some(cp), true) = (signed, ok && synced) {
             tracing::debug!(count = cp.count, head = %cp.head.short(), last, "signed checkpoint");
-            a.latest = Some(cp);
+            if let Some(a) = self.audit.as_mut() {
+                if a.issued.len() == ISSUED_KEPT {
+                    a.issued.pop_front();
+                }
+                a.issued.push_back((cp.count, cp.head));
+                a.latest = Some(cp);
+            }
         }
-        for r in &rs {
-            self.log_receipt(r);
-        }
-        self.flush_receipts();
+        ok && synced
     }
 
+    /// `GET /v1/audit/head`: the audit key, this start's newest signed checkpoint (only one
+    /// whose record is on disk), the previous start's last one, and what the operator confirmed
+    /// as kept off the machine. `halo-gateway audit verify --head` reads this body as it is.
     fn audit_head(&self) -> serde_json::Value {
-        match &self.audit {
-            Some(a) => json!({
-                "public_key": a.signer.public_hex(),
-                "checkpoint": a.latest,
-            }),
-            None => json!({"public_key": null, "checkpoint": null}),
+        let log = self.receipts.as_ref().map(|r| r.stem().to_string());
+        let exported = self.receipts.as_ref().map(|r| {
+            let e = r.exported();
+            let mut m = serde_json::Map::new();
+            if let Some(l) = &log {
+                m.insert(l.clone(), e.covered(l).into());
+            }
+            if let Some(p) = &self.previous_head {
+                m.insert(p.log.clone(), e.covered(&p.log).into());
+            }
+            m
+        });
+        json!({
+            "public_key": self.audit.as_ref().map(|a| a.signer.public_hex()),
+            "log": log,
+            "checkpoint": self.audit.as_ref().and_then(|a| a.latest.as_ref()),
+            "previous": self.previous_head,
+            "exported": exported,
+        })
+    }
+
+    /// `POST /v1/audit/exported`: the operator kept this signed head off the machine, so
+    /// rotation may delete what it covers once the log is of an earlier start.
+    fn head_exported(&mut self, bytes: &[u8]) -> Answer {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Kept {
+            log: String,
+            count: u64,
+            head: String,
         }
+        let k: Kept = serde_json::from_slice(bytes).map_err(|err| {
+            let e = crate::core::strict::explain(bytes, &err);
+            ApiError::new(
+                400,
+                ReasonCode::INVALID_REQUEST,
+                format!("expected {{\"log\", \"count\", \"head\"}} of a signed head: {e}"),
+            )
+        })?;
+        let head = Digest::from_hex(&k.head)
+            .map_err(|e| ApiError::new(400, ReasonCode::INVALID_REQUEST, format!("`head`: {e}")))?;
+        let ours = self.receipts.as_ref().map(|r| r.stem().to_string());
+        let known = if Some(&k.log) == ours.as_ref() {
+            self.audit
+                .as_ref()
+                .is_some_and(|a| a.issued.iter().any(|(c, h)| *c == k.count && *h == head))
+        } else {
+            self.previous_head.as_ref().is_some_and(|p| {
+                p.log == k.log && p.checkpoint.count == k.count && p.checkpoint.head == head
+            })
+        };
+        if !known {
+            return Err(ApiError::new(
+                404,
+                ReasonCode::NOT_FOUND,
+                format!(
+                    "`{}` has no signed head at receipt {} with that chain head that this gateway issued or found",
+                    k.log, k.count
+                ),
+            ));
+        }
+        let Some(log) = self.receipts.as_mut() else {
+            return Err(ApiError::new(
+                404,
+                ReasonCode::NOT_FOUND,
+                "this gateway keeps no receipt log",
+            ));
+        };
+        let moved = log.mark_exported(&k.log, k.count + 1).map_err(|e| {
+            ApiError::new(
+                503,
+                ReasonCode::RECEIPTS_UNAVAILABLE,
+                format!("cannot record the exported head: {e}"),
+            )
+        })?;
+        let now = self.now();
+        if moved {
+            self.gw.record_external(
+                now,
+                "head_exported",
+                json!({"log": k.log, "count": k.count, "head": head}),
+            );
+            self.pump();
+        }
+        Ok(json!({"log": k.log, "covered": k.count + 1, "recorded": moved}))
     }
 
     fn on_core_event(&mut self, e: &Event) {
@@ -1207,6 +1506,20 @@ impl Core {
 
     /// Handles one interface request.
     pub fn handle(&mut self, cmd: Cmd) {
+        // Once receipts cannot be written, no new work is taken: it could not be recorded.
+        let cmd = match (self.receipts_refusal(), cmd) {
+            (
+                Some(e),
+                Cmd::Response { reply, .. }
+                | Cmd::Candidate { reply, .. }
+                | Cmd::Certificate { reply, .. }
+                | Cmd::Contract { reply, .. },
+            ) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+            (_, cmd) => cmd,
+        };
         match cmd {
             Cmd::Response { bytes, reply } => {
                 let t0 = Instant::now();
@@ -1302,6 +1615,9 @@ impl Core {
             }
             Cmd::AuditHead { reply } => {
                 let _ = reply.send(Ok(self.audit_head()));
+            }
+            Cmd::HeadExported { bytes, reply } => {
+                let _ = reply.send(self.head_exported(&bytes));
             }
             Cmd::Operator { op, reply } => self.operator(op, reply),
             Cmd::Contract {
@@ -1693,7 +2009,10 @@ impl Core {
             "sources": sources,
             "receipts": {"first": self.receipts_path,
                          "current": self.receipts.as_ref().map(|r| r.current().to_path_buf()),
-                         "written": self.receipts_written},
+                         "written": self.receipt_summary().written,
+                         "lost": self.receipt_summary().lost,
+                         "state": if self.failed_closed.is_some() { "refusing" } else { "ok" },
+                         "reason": self.failed_closed},
             "events_next_id": self.hub.next_id(),
         })
     }
@@ -1716,7 +2035,11 @@ impl Core {
             .and_then(|a| a.since_at.map(|at| t.duration_since(at) >= a.interval))
             .unwrap_or(false)
         {
-            self.checkpoint(false);
+            let ok = self.checkpoint(false);
+            if !ok && self.failed_closed.is_none() {
+                let dropped = self.adapter.vehicle.discard_staged_targets();
+                self.fail_closed(&dropped);
+            }
         }
         let now = self.now();
         let cat = self.gw.catalog();
@@ -1850,11 +2173,8 @@ impl Core {
         }
         self.gw.flush_summaries(now);
         self.pump();
-        self.checkpoint(true);
-        if let Some(w) = self.receipts.as_mut() {
-            if let Err(e) = w.sync() {
-                tracing::error!(error = %e, "cannot sync the receipt log");
-            }
+        if !self.checkpoint(true) && self.failed_closed.is_none() {
+            self.failed_closed = Some("the last receipts could not be written at shutdown".into());
         }
     }
 }
@@ -1890,6 +2210,7 @@ fn refuse(cmd: Cmd) {
         | Cmd::Obligations { reply }
         | Cmd::Status { reply }
         | Cmd::AuditHead { reply }
+        | Cmd::HeadExported { reply, .. }
         | Cmd::Operator { reply, .. }
         | Cmd::Contract { reply, .. }
         | Cmd::ContractStatus { reply }

@@ -18,7 +18,8 @@
 //! | `POST /v1/contract` (register, change version, reauthorize ...) | operator, provider |
 //! | `GET /v1/contract` | agent, operator |
 //! | `POST /v1/goals`, `POST /v1/goals/witness` | agent |
-//! | `GET /v1/status`, `GET /v1/schema`, `GET /metrics` | anyone (a setting can require a credential) |
+//! | `POST /v1/audit/exported` (a signed head kept off the machine) | operator |
+//! | `GET /v1/status`, `GET /v1/audit/head`, `GET /v1/schema`, `GET /metrics` | anyone (a setting can require a credential) |
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -102,6 +103,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/goals/witness", post(post_witness))
         .route("/v1/status", get(get_status))
         .route("/v1/audit/head", get(get_audit_head))
+        .route("/v1/audit/exported", post(post_head_exported))
         .route("/metrics", get(get_metrics))
         .route("/v1/schema", get(get_schema))
         .fallback(not_found)
@@ -483,6 +485,25 @@ async fn get_audit_head(State(st): State<AppState>, headers: HeaderMap) -> Respo
         |reply| Cmd::AuditHead { reply },
     )
     .await
+}
+
+async fn post_head_exported(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    req: Request,
+) -> Response {
+    let r = async {
+        authorize(
+            &st,
+            &headers,
+            &[Role::Operator],
+            "confirm a kept signed head",
+        )?;
+        let bytes = read_body(req, SMALL_LIMIT).await?;
+        call(&st, |reply| Cmd::HeadExported { bytes, reply }).await
+    }
+    .await;
+    answer_response(&st, "audit_exported", r)
 }
 
 async fn get_metrics(State(st): State<AppState>, headers: HeaderMap) -> Response {

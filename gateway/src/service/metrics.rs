@@ -67,6 +67,20 @@ pub struct Metrics {
     pub setpoints_streamed: Gauge,
     /// Receipts written.
     pub receipts_written: Counter,
+    /// Receipt writes, truncations and syncs that failed.
+    pub receipt_write_errors: Counter,
+    /// Receipts that could not be written at all (the log ends before them).
+    pub receipts_lost: Counter,
+    /// 1 while the receipt log refuses (a failed write or the file cap): nothing dispatches.
+    pub receipts_refusing: Gauge,
+    /// Connections refused at a listener's cap, by listener.
+    pub connections_refused: Family<CodeLabel, Counter>,
+    /// Open HTTP connections.
+    pub connections_open: Gauge,
+    /// Open event streams.
+    pub event_streams: Gauge,
+    /// MAVLink datagrams from an address other than the vehicle's, ignored.
+    pub foreign_datagrams: Gauge,
     /// Provider updates refused, by reason.
     pub updates_refused: Family<CodeLabel, Counter>,
     /// Interface requests by endpoint and status.
@@ -103,6 +117,13 @@ impl Metrics {
             link_up: Gauge::default(),
             setpoints_streamed: Gauge::default(),
             receipts_written: Counter::default(),
+            receipt_write_errors: Counter::default(),
+            receipts_lost: Counter::default(),
+            receipts_refusing: Gauge::default(),
+            connections_refused: Family::default(),
+            connections_open: Gauge::default(),
+            event_streams: Gauge::default(),
+            foreign_datagrams: Gauge::default(),
             updates_refused: Family::default(),
             requests: Family::default(),
             events: Counter::default(),
@@ -159,6 +180,41 @@ impl Metrics {
             "receipts_written",
             "Receipts written to the log",
             m.receipts_written.clone(),
+        );
+        registry.register(
+            "receipt_write_errors",
+            "Receipt writes, truncations and syncs that failed (the gateway then holds and refuses)",
+            m.receipt_write_errors.clone(),
+        );
+        registry.register(
+            "receipts_lost",
+            "Receipts that could not be written at all (the log ends before them)",
+            m.receipts_lost.clone(),
+        );
+        registry.register(
+            "receipts_refusing",
+            "1 while the receipt log refuses (a failed write or receipts.max_files): nothing dispatches",
+            m.receipts_refusing.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "HTTP connections refused at a listener's cap, by cap (code)",
+            m.connections_refused.clone(),
+        );
+        registry.register(
+            "connections_open",
+            "Open HTTP connections",
+            m.connections_open.clone(),
+        );
+        registry.register(
+            "event_streams",
+            "Open event streams (GET /v1/events)",
+            m.event_streams.clone(),
+        );
+        registry.register(
+            "foreign_datagrams",
+            "MAVLink datagrams from an address other than the vehicle's, ignored",
+            m.foreign_datagrams.clone(),
         );
         registry.register(
             "updates_refused",
@@ -236,6 +292,9 @@ mod tests {
             t.contains("halo_aoi_seconds{source=\"traffic\"} 0.25"),
             "{t}"
         );
+        m.receipt_write_errors.inc();
+        let t = m.render();
+        assert!(t.contains("halo_receipt_write_errors_total 1"), "{t}");
         assert!(t.ends_with("# EOF\n"), "{t}");
     }
 }

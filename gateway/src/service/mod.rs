@@ -155,6 +155,102 @@ pub struct Service {
     sim_task: Option<JoinHandle<std::io::Result<()>>>,
 }
 
+/// What a start writes in the state directory, once everything is validated and bound.
+struct TouchedState {
+    boot_epoch: u64,
+    credentials: Credentials,
+    credential_files: CredentialFiles,
+    signer: crate::audit::Signer,
+    audit_public_key: PathBuf,
+    receipts: receipts::ReceiptLog,
+    previous_head: Option<core_task::PreviousHead>,
+}
+
+/// The state directory's part of a start: the boot epoch bumped, the credentials and the audit
+/// key loaded or created, the receipt log opened with its reserve. Nothing is deleted.
+fn touch_state(
+    cfg: &Config,
+    state_dir: &Path,
+    configured_key: Option<crate::audit::Signer>,
+) -> Result<TouchedState, ServiceError> {
+    std::fs::create_dir_all(state_dir).map_err(serr(&format!(
+        "cannot create the state directory {}",
+        state_dir.display()
+    )))?;
+    let boot_epoch = statedir::bump_boot_epoch(state_dir).map_err(ServiceError)?;
+    let (credentials, credential_files) = statedir::credentials(
+        state_dir,
+        cfg.auth.agent_file.as_deref(),
+        cfg.auth.provider_file.as_deref(),
+        cfg.auth.operator_file.as_deref(),
+    )
+    .map_err(ServiceError)?;
+    let key_path = cfg
+        .receipts
+        .signing_key
+        .clone()
+        .unwrap_or_else(|| state_dir.join("audit-key"));
+    let signer = match configured_key {
+        Some(s) => s,
+        None => {
+            let (s, created) =
+                crate::audit::Signer::load_or_create(&key_path).map_err(ServiceError)?;
+            if created {
+                tracing::info!(key = %key_path.display(), "created the audit key");
+            }
+            s
+        }
+    };
+    let audit_public_key = crate::audit::public_path(&key_path);
+    if !audit_public_key.exists() {
+        signer
+            .write_public(&audit_public_key)
+            .map_err(ServiceError)?;
+    }
+    let receipts_path = cfg.receipts.path.clone().unwrap_or_else(|| {
+        state_dir
+            .join("receipts")
+            .join(format!("boot-{boot_epoch}.jsonl"))
+    });
+    let dir = receipts_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let exported = receipts::Exported::load(&dir).map_err(ServiceError)?;
+    let previous_head = core_task::PreviousHead::find(&dir, &receipts_path);
+    let log = receipts::ReceiptLog::open(
+        &receipts_path,
+        receipts::Options {
+            max_bytes: cfg.receipts.max_file_bytes,
+            max_files: cfg.receipts.max_files,
+            reserve_bytes: cfg.receipts.reserve_bytes,
+        },
+        exported,
+    )
+    .map_err(|e| {
+        ServiceError(if e.kind() == std::io::ErrorKind::AlreadyExists {
+            format!(
+                "the receipt log {} already exists; receipts.path names one start's log: move                  it away, or leave receipts.path unset for one log per start",
+                receipts_path.display()
+            )
+        } else {
+            format!(
+                "cannot open the receipt log {}: {e}",
+                receipts_path.display()
+            )
+        })
+    })?;
+    Ok(TouchedState {
+        boot_epoch,
+        credentials,
+        credential_files,
+        signer,
+        audit_public_key,
+        receipts: log,
+        previous_head,
+    })
+}
+
 /// A started vehicle link.
 struct StartedVehicle {
     url: String,
@@ -274,47 +370,21 @@ impl Service {
     /// # Errors
     /// [`ServiceError`] naming what could not start.
     pub async fn start(cfg: Config, catalog: Catalog) -> Result<Service, ServiceError> {
+        // Validate and bind everything first: a start that fails touches no state (no boot
+        // epoch bumped, no file created, no receipt log rotated).
         let state_dir = cfg.state_dir();
-        std::fs::create_dir_all(&state_dir).map_err(serr(&format!(
-            "cannot create the state directory {}",
-            state_dir.display()
-        )))?;
-        let boot_epoch = statedir::bump_boot_epoch(&state_dir).map_err(ServiceError)?;
-        let (credentials, credential_files) = statedir::credentials(
-            &state_dir,
-            cfg.auth.agent_file.as_deref(),
-            cfg.auth.provider_file.as_deref(),
-            cfg.auth.operator_file.as_deref(),
-        )
-        .map_err(ServiceError)?;
-        let receipts_path = cfg.receipts.path.clone().unwrap_or_else(|| {
-            state_dir
-                .join("receipts")
-                .join(format!("boot-{boot_epoch}.jsonl"))
-        });
-
-        let key_path = cfg
-            .receipts
-            .signing_key
-            .clone()
-            .unwrap_or_else(|| state_dir.join("audit-key"));
-        let signer = if cfg.receipts.signing_key.is_some() {
-            crate::audit::Signer::load(&key_path)
-                .map_err(|e| ServiceError(format!("receipts.signing_key: {e}")))?
-        } else {
-            let (s, created) =
-                crate::audit::Signer::load_or_create(&key_path).map_err(ServiceError)?;
-            if created {
-                tracing::info!(key = %key_path.display(), "created the audit key");
-            }
-            s
+        let configured_key = match &cfg.receipts.signing_key {
+            Some(p) => Some(
+                crate::audit::Signer::load(p)
+                    .map_err(|e| ServiceError(format!("receipts.signing_key: {e}")))?,
+            ),
+            None => None,
         };
-        let audit_public_key = crate::audit::public_path(&key_path);
-        if !audit_public_key.exists() {
-            signer
-                .write_public(&audit_public_key)
-                .map_err(ServiceError)?;
-        }
+        let domain = load_domain(&cfg).map_err(ServiceError)?;
+        let listener = tokio::net::TcpListener::bind(cfg.listen.http)
+            .await
+            .map_err(serr(&format!("cannot listen on {}", cfg.listen.http)))?;
+        let http_addr = listener.local_addr().map_err(serr("listener"))?;
 
         let origin = Instant::now();
         let origin_wall_ms = core_task::wall_now_ms();
@@ -334,6 +404,22 @@ impl Service {
             events: bridge_rx,
             task: bridge,
         } = vehicle;
+        // From here on state is touched; a failure stops the vehicle link it started.
+        let stop_vehicle = |e: ServiceError| {
+            let _ = stop_bridge.send(());
+            e
+        };
+        let touched = touch_state(&cfg, &state_dir, configured_key).map_err(stop_vehicle)?;
+        let TouchedState {
+            boot_epoch,
+            credentials,
+            credential_files,
+            signer,
+            audit_public_key,
+            receipts: log,
+            previous_head,
+        } = touched;
+        let receipts_path = log.current().to_path_buf();
 
         let receipts_policy = match cfg.receipts.policy {
             config::ReceiptPolicyName::All => ReceiptPolicy::All,
@@ -354,7 +440,7 @@ impl Service {
                 ..CoreConfig::default()
             },
         );
-        let monitor = crate::contract::Monitor::new(load_domain(&cfg).map_err(ServiceError)?);
+        let monitor = crate::contract::Monitor::new(domain);
         let hub = hub::Hub::new();
         let metrics = Arc::new(metrics::Metrics::new());
         let core = Core::new(
@@ -363,26 +449,21 @@ impl Service {
             link,
             origin,
             origin_wall_ms,
-            Some(receipts_path.clone()),
-            (cfg.receipts.max_file_bytes, cfg.receipts.max_files),
+            Some(log),
             hub.clone(),
             Arc::clone(&metrics),
             boot_epoch,
         )
-        .map_err(serr(&format!(
-            "cannot open the receipt log {}",
-            receipts_path.display()
-        )))?
         .with_signing(core_task::Signing::new(
             signer,
             cfg.receipts.checkpoint_every,
             Duration::from_secs(cfg.receipts.checkpoint_interval_s),
-        ));
-
-        let listener = tokio::net::TcpListener::bind(cfg.listen.http)
-            .await
-            .map_err(serr(&format!("cannot listen on {}", cfg.listen.http)))?;
-        let http_addr = listener.local_addr().map_err(serr("listener"))?;
+        ))
+        .with_full_action(match cfg.receipts.full_action {
+            config::FullActionName::Refuse => core_task::FullAction::Refuse,
+            config::FullActionName::Land => core_task::FullAction::Land,
+        })
+        .with_previous_head(previous_head);
 
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (cmd_tx, cmd_rx) = mpsc::channel(256);
@@ -467,8 +548,9 @@ impl Service {
     ///
     /// # Errors
     /// [`ServiceError`] when a task failed.
-    pub async fn wait(self) -> Result<u64, ServiceError> {
+    pub async fn wait(self) -> Result<core_task::ReceiptSummary, ServiceError> {
         let core = self.core.await.map_err(serr("core task"))?;
+        let summary = core.receipt_summary();
         let _ = self.stop_bridge.send(());
         let _ = tokio::time::timeout(Duration::from_secs(5), self.http).await;
         if let Some(b) = self.bridge {
@@ -478,7 +560,7 @@ impl Service {
         if let Some(t) = self.sim_task {
             let _ = t.await;
         }
-        Ok(core.receipts_written)
+        Ok(summary)
     }
 }
 

@@ -1023,6 +1023,11 @@ impl Gateway {
         None
     }
 
+    /// Receipts recorded and not yet sealed.
+    pub fn pending_receipts(&self) -> usize {
+        self.sh.receipts.pending()
+    }
+
     /// The next sealed receipt.
     pub fn poll_receipt(&mut self) -> Option<Receipt> {
         self.sh.receipts.seal()
