@@ -71,7 +71,8 @@ class EventStream(threading.Thread):
     def __init__(self, url, token):
         super().__init__(daemon=True)
         self.url, self.token = url, token
-        self.events, self.last_id = [], 0
+        # Event ids are opaque (`BOOT.N`): kept as sent and echoed back on reconnect.
+        self.events, self.last_id = [], None
         self.cond = threading.Condition()
         self.stopped = False
 
@@ -79,7 +80,7 @@ class EventStream(threading.Thread):
         while not self.stopped:
             headers = {"Authorization": f"Bearer {self.token}"}
             if self.last_id:
-                headers["Last-Event-ID"] = str(self.last_id)
+                headers["Last-Event-ID"] = self.last_id
             try:
                 with httpx.stream("GET", f"{self.url}/v1/events", headers=headers,
                                   timeout=httpx.Timeout(5.0, read=None)) as r:
@@ -89,7 +90,7 @@ class EventStream(threading.Thread):
                         if self.stopped:
                             return
                         if line.startswith("id:"):
-                            ev["id"] = int(line[3:].strip())
+                            ev["id"] = line[3:].strip()
                         elif line.startswith("event:"):
                             ev["event"] = line[6:].strip()
                         elif line.startswith("data:"):

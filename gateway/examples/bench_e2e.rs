@@ -177,11 +177,11 @@ fn latency(n: usize) {
         .unwrap();
     let url = svc.url();
     let a = http();
-    take_off(&a, &url, &svc.credentials.operator, &sim);
+    take_off(&a, &url, svc.credentials.operator.expose(), &sim);
     let stop = Arc::new(AtomicBool::new(false));
     let feeds = providers(
         url.clone(),
-        svc.credentials.provider.clone(),
+        svc.credentials.provider.expose().to_string(),
         Arc::clone(&stop),
     );
     std::thread::sleep(Duration::from_millis(600));
@@ -204,7 +204,7 @@ fn latency(n: usize) {
         let (st, v) = post(
             &a,
             &format!("{url}/v1/certificates"),
-            &svc.credentials.provider,
+            svc.credentials.provider.expose(),
             &c,
         );
         assert_eq!(st, 200, "{v}");
@@ -212,7 +212,7 @@ fn latency(n: usize) {
         let (st, rep) = post(
             &a,
             &format!("{url}/v1/responses"),
-            &svc.credentials.agent,
+            svc.credentials.agent.expose(),
             &env,
         );
         assert_eq!(st, 200, "bundle {i}: {rep}");

@@ -101,6 +101,7 @@ impl Signer {
                 ));
             }
         }
+        crate::service::statedir::check_private(path, "audit key")?;
         let text = crate::io::read_text_capped(path, MAX_KEY_FILE, "audit key")?;
         let seed = unhex::<32>(text.trim()).ok_or_else(|| {
             format!("{name}: not an audit key (one line of {KEY_HEX} lower-case hex digits)")

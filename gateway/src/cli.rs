@@ -860,7 +860,8 @@ fn run_service(a: RunArgs) -> i32 {
                 say(s);
             }
         };
-        tell(&banner(&svc));
+        use std::io::IsTerminal as _;
+        tell(&banner(&svc, !stdio && std::io::stdout().is_terminal()));
         if stdio {
             let link = svc.serve_stdio();
             tokio::select! {

@@ -364,7 +364,7 @@ fn sse_reader(
             .get(format!("{url}/v1/events"))
             .header("Authorization", &format!("Bearer {token}"));
         if let Some(l) = last_id {
-            req = req.header("Last-Event-ID", &l.to_string());
+            req = req.header("Last-Event-ID", &format!("1.{l}"));
         }
         let resp = req.call().unwrap();
         assert_eq!(resp.status().as_u16(), 200);
@@ -376,7 +376,12 @@ fn sse_reader(
             }
             let Ok(line) = line else { break };
             if let Some(x) = line.strip_prefix("id: ").or(line.strip_prefix("id:")) {
-                id = x.trim().parse().unwrap_or(0);
+                // `BOOT.N`: this start's event number.
+                id = x
+                    .trim()
+                    .split_once('.')
+                    .and_then(|(_, n)| n.parse().ok())
+                    .unwrap_or(0);
             } else if let Some(x) = line.strip_prefix("event: ").or(line.strip_prefix("event:")) {
                 ev = x.trim().to_string();
             } else if let Some(x) = line.strip_prefix("data: ").or(line.strip_prefix("data:")) {
@@ -1506,8 +1511,11 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Receipt rotation: past `max_file_bytes` the chain continues in the next file, at most
-/// `max_files` are kept, and `audit verify` over the kept files in order checks the chain.
+/// Receipt rotation: past `max_file_bytes` the chain continues in the next file; at
+/// `max_files`, with every file this start's own, nothing is deleted: the gateway fails closed
+/// (holds, refuses new work with `RECEIPTS_UNAVAILABLE`, exits 4), and `audit verify --key`
+/// over the files in order checks the whole chain, from the first receipt to the shutdown
+/// checkpoint.
 #[test]
 fn receipts_rotate_and_verify_across_files() {
     let dir = tmp("rotate");
@@ -1517,13 +1525,42 @@ fn receipts_rotate_and_verify_across_files() {
         "[receipts]\npolicy = \"all\"\nmax_file_bytes = 8192\nmax_files = 3\n",
     );
     // Every telemetry update is a receipt under `all`: about 80 a second.
-    std::thread::sleep(Duration::from_secs(8));
+    wait_until(20, "the receipt cap", || {
+        get(&format!("{}/v1/status", g.url), None).1["receipts"]["state"] == "refusing"
+    });
+    let st = get(&format!("{}/v1/status", g.url), None).1;
+    assert!(
+        st["receipts"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("max_files"),
+        "{st}"
+    );
+    let (code, body) = post(
+        &format!("{}/v1/responses", g.url),
+        Some(&g.agent),
+        json!({"response_id": "late", "agent_id": "a", "generation": 1,
+               "catalog": {"id": "uav-px4", "version": 5},
+               "components": [{"id": "n1", "type": "notice", "payload": {"text": "x"}}]})
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(
+        (code, body["error"]["code"].as_str()),
+        (503, Some("RECEIPTS_UNAVAILABLE")),
+        "{body}"
+    );
     let state = g.state.clone();
-    assert_eq!(g.stop(), 0);
+    assert_eq!(
+        g.stop(),
+        4,
+        "exit 4: the receipt log refused during the run"
+    );
     let rdir = state.join("receipts");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&rdir)
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
         .collect();
     files.sort_by_key(|p| {
         let n = p.file_name().unwrap().to_string_lossy().to_string();
@@ -1534,7 +1571,8 @@ fn receipts_rotate_and_verify_across_files() {
     });
     assert_eq!(files.len(), 3, "{files:?}");
     let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
-        .args(["audit", "verify"])
+        .args(["audit", "verify", "--key"])
+        .arg(state.join("audit-key.pub"))
         .args(&files)
         .output()
         .unwrap();
@@ -1542,9 +1580,14 @@ fn receipts_rotate_and_verify_across_files() {
     println!("{text}");
     assert!(out.status.success(), "{text}");
     assert!(
-        text.contains("rotated away"),
-        "older files were pruned: {text}"
+        text.contains("receipts, chain and hashes verify") && text.contains("shutdown checkpoint"),
+        "nothing was pruned and the log ends with its shutdown checkpoint: {text}"
     );
+    let all: String = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    assert!(all.contains("\"what\":\"receipts_unavailable\""));
     // Out of order, the chain does not verify.
     let mut swapped = files.clone();
     swapped.swap(0, 1);

@@ -277,7 +277,7 @@ pub async fn demo(out: &Path, quiet: bool) -> Result<(Outcome, bool), DemoError>
     let narr = super::demo::narrator(
         "the Crazyflie",
         svc.url(),
-        svc.credentials.operator.clone(),
+        svc.credentials.operator.expose().to_string(),
         t0,
         quiet,
         Arc::clone(&seen),
@@ -286,7 +286,7 @@ pub async fn demo(out: &Path, quiet: bool) -> Result<(Outcome, bool), DemoError>
     let stop = Arc::new(AtomicBool::new(false));
     let feeds = providers(
         svc.url(),
-        svc.credentials.provider.clone(),
+        svc.credentials.provider.expose().to_string(),
         Arc::clone(&frame),
         Arc::clone(&stop),
     );

@@ -181,7 +181,11 @@ impl Client {
             std::fs::File::create(out.join("responses.jsonl")).map_err(err("responses log"))?;
         let mut client = Client::new(
             svc.url(),
-            [c.agent.clone(), c.provider.clone(), c.operator.clone()],
+            [
+                c.agent.expose().to_string(),
+                c.provider.expose().to_string(),
+                c.operator.expose().to_string(),
+            ],
             cat,
             sent,
             quiet,
@@ -744,7 +748,7 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
     let narr = narrator(
         "PX4",
         svc.url(),
-        svc.credentials.operator.clone(),
+        svc.credentials.operator.expose().to_string(),
         t0,
         quiet,
         Arc::clone(&seen),
@@ -753,7 +757,7 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
     let stop = Arc::new(AtomicBool::new(false));
     let feeds = providers(
         svc.url(),
-        svc.credentials.provider.clone(),
+        svc.credentials.provider.expose().to_string(),
         Arc::clone(&map_epoch),
         Arc::clone(&stop),
     );

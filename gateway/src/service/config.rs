@@ -188,13 +188,59 @@ pub struct ContractConfig {
 pub struct ListenConfig {
     /// The HTTP listener (agent, providers, operator, metrics). Port 0 picks a free port.
     pub http: SocketAddr,
+    /// The operator's own listener: the same routes, the operator credential only, with
+    /// connection caps of its own, so a hold is answered while the main listener is
+    /// saturated. Default: `http`'s address with the next port (8641), or a free port when
+    /// `http`'s port is 0.
+    pub operator: Option<SocketAddr>,
+    /// Open connections at most on the main listener.
+    pub max_connections: usize,
+    /// Open connections from one address at most on the main listener.
+    pub max_connections_per_peer: usize,
+    /// Open connections at most on the operator's listener (and 8 from one address).
+    pub operator_max_connections: usize,
+    /// A request's headers must arrive within this long of the connection opening or of its
+    /// previous response (closes slow and idle connections), ms.
+    pub header_timeout_ms: u64,
+    /// A request body must keep arriving: no gap between its parts longer than this, ms.
+    pub body_timeout_ms: u64,
+    /// A request must be answered within this, ms (operator commands wait for the vehicle,
+    /// up to 15 s); event streams answer at once and then stream.
+    pub request_timeout_ms: u64,
+    /// A client that stops reading is closed once a write has waited this long, ms (an event
+    /// stream resumes with `Last-Event-ID`).
+    pub write_timeout_ms: u64,
+    /// Open event streams per role (agent, operator) at most.
+    pub max_event_streams: usize,
 }
 
 impl Default for ListenConfig {
     fn default() -> ListenConfig {
         ListenConfig {
             http: SocketAddr::from(([127, 0, 0, 1], 8640)),
+            operator: None,
+            max_connections: 256,
+            max_connections_per_peer: 64,
+            operator_max_connections: 32,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 10_000,
+            request_timeout_ms: 30_000,
+            write_timeout_ms: 10_000,
+            max_event_streams: 32,
         }
+    }
+}
+
+impl ListenConfig {
+    /// The operator's listener after defaults.
+    pub fn operator_addr(&self) -> SocketAddr {
+        self.operator.unwrap_or_else(|| {
+            let port = match self.http.port() {
+                0 => 0,
+                p => p.saturating_add(1),
+            };
+            SocketAddr::new(self.http.ip(), port)
+        })
     }
 }
 
@@ -418,6 +464,59 @@ impl Config {
             return Err(ConfigError(format!(
                 "{file}: receipts.max_files: {} is outside 2..100000",
                 self.receipts.max_files
+            )));
+        }
+        let l = &self.listen;
+        for (key, v, lo, hi) in [
+            (
+                "listen.max_connections",
+                l.max_connections as u64,
+                4,
+                65_536,
+            ),
+            (
+                "listen.max_connections_per_peer",
+                l.max_connections_per_peer as u64,
+                1,
+                65_536,
+            ),
+            (
+                "listen.operator_max_connections",
+                l.operator_max_connections as u64,
+                2,
+                4096,
+            ),
+            (
+                "listen.max_event_streams",
+                l.max_event_streams as u64,
+                1,
+                65_536,
+            ),
+            (
+                "listen.header_timeout_ms",
+                l.header_timeout_ms,
+                100,
+                600_000,
+            ),
+            ("listen.body_timeout_ms", l.body_timeout_ms, 100, 600_000),
+            (
+                "listen.request_timeout_ms",
+                l.request_timeout_ms,
+                1000,
+                600_000,
+            ),
+            ("listen.write_timeout_ms", l.write_timeout_ms, 100, 600_000),
+        ] {
+            if !(lo..=hi).contains(&v) {
+                return Err(ConfigError(format!(
+                    "{file}: {key}: {v} is outside {lo}..{hi}"
+                )));
+            }
+        }
+        if l.operator.is_some() && l.operator_addr() == l.http && l.http.port() != 0 {
+            return Err(ConfigError(format!(
+                "{file}: listen.operator: {} is the main listener's address; give it its own port",
+                l.http
             )));
         }
         if self.receipts.reserve_bytes > 64 * 1024 * 1024 {

@@ -23,11 +23,13 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -38,7 +40,8 @@ use tokio::sync::{mpsc, watch};
 use super::core_task::{
     Answer, ApiError, Cmd, OperatorOp, RESPONSE_LIMIT, Reply, ask, wall_now_ms,
 };
-use super::hub::{Hub, HubEvent};
+use super::hub::{Hub, Item, Reader};
+use super::listener::{RateLimited, RequestIds};
 use super::metrics::{Metrics, RequestLabel};
 use super::statedir::Credentials;
 use crate::core::reason::ReasonCode;
@@ -84,10 +87,137 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// The envelope's JSON Schema for the loaded catalog.
     pub schema: Arc<String>,
+    /// Open event streams per role, and the cap.
+    pub streams: Arc<StreamCaps>,
+    /// This listener serves the operator credential only (`listen.operator`).
+    pub operator_only: bool,
 }
 
-/// The router.
-pub fn router(state: AppState) -> Router {
+/// Open event streams per role, against a cap per role.
+#[derive(Debug, Default)]
+pub struct StreamCaps {
+    /// Most open streams per role.
+    pub max_per_role: usize,
+    agent: AtomicUsize,
+    operator: AtomicUsize,
+}
+
+impl StreamCaps {
+    /// A cap of `max_per_role` streams for each role.
+    pub fn new(max_per_role: usize) -> StreamCaps {
+        StreamCaps {
+            max_per_role,
+            ..StreamCaps::default()
+        }
+    }
+
+    fn counter(&self, role: Role) -> &AtomicUsize {
+        match role {
+            Role::Operator => &self.operator,
+            Role::Agent | Role::Provider => &self.agent,
+        }
+    }
+
+    /// A place for one more stream of `role`, or `None` at the cap.
+    fn take(self: &Arc<Self>, role: Role, metrics: &Arc<Metrics>) -> Option<StreamPlace> {
+        let c = self.counter(role);
+        let mut n = c.load(Ordering::Acquire);
+        loop {
+            if n >= self.max_per_role {
+                return None;
+            }
+            match c.compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now) => n = now,
+            }
+        }
+        metrics.event_streams.inc();
+        Some(StreamPlace {
+            caps: Arc::clone(self),
+            role,
+            metrics: Arc::clone(metrics),
+        })
+    }
+}
+
+/// One open stream's place under its role's cap; freed when the stream ends.
+struct StreamPlace {
+    caps: Arc<StreamCaps>,
+    role: Role,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        self.caps.counter(self.role).fetch_sub(1, Ordering::AcqRel);
+        self.metrics.event_streams.dec();
+    }
+}
+
+/// The settings of the layers every route goes through.
+#[derive(Clone, Debug)]
+pub struct Layers {
+    /// A request body must keep arriving (no gap longer than this).
+    pub body_timeout: Duration,
+    /// A request must be answered within this (event streams answer at once, then stream).
+    pub request_timeout: Duration,
+    /// The start's boot epoch, for request ids.
+    pub boot: u64,
+}
+
+/// The router, with every layer: request ids (`x-request-id`, in error bodies too), the
+/// request log, timeouts, the content type, JSON errors, and the operator listener's
+/// credential check.
+pub fn router(state: AppState, layers: &Layers) -> Router {
+    use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
+    let operator_only = state.operator_only;
+    let guard_state = state.clone();
+    let routes = routes(state);
+    let routes = if operator_only {
+        routes.layer(axum::middleware::from_fn_with_state(
+            guard_state,
+            operator_listener_guard,
+        ))
+    } else {
+        routes
+    };
+    routes
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            layers.body_timeout,
+        ))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            layers.request_timeout,
+        ))
+        .layer(axum::middleware::from_fn(json_errors))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(|req: &Request| {
+                    let id = req
+                        .headers()
+                        .get("x-request-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("");
+                    tracing::debug_span!("request", id, method = %req.method(), path = req.uri().path())
+                })
+                .on_request(())
+                .on_response(
+                    |resp: &Response, latency: Duration, _span: &tracing::Span| {
+                        let status = resp.status().as_u16();
+                        let ms = latency.as_secs_f64() * 1e3;
+                        if status >= 500 {
+                            tracing::warn!(status, latency_ms = ms, "request failed");
+                        } else {
+                            tracing::debug!(status, latency_ms = ms, "request");
+                        }
+                    },
+                ),
+        )
+        .layer(SetRequestIdLayer::x_request_id(RequestIds::new(layers.boot)))
+}
+
+fn routes(state: AppState) -> Router {
     Router::new()
         .route("/v1/responses", post(post_response))
         .route("/v1/responses/{id}", get(get_response))
@@ -107,12 +237,161 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(get_metrics))
         .route("/v1/schema", get(get_schema))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
 
 fn error_response(e: &ApiError) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, axum::Json(e.body())).into_response()
+    let mut r = (status, axum::Json(e.body())).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"halo-gateway\""),
+        );
+    }
+    r
+}
+
+/// Largest error body the JSON-error layer reads to add the request id.
+const ERROR_BODY_CAP: usize = 64 * 1024;
+
+/// Every error is JSON with the request id: a framework error without a body (a timeout's
+/// 408, a 405) gets one; a JSON error body gets `request_id`.
+async fn json_errors(req: Request, next: axum::middleware::Next) -> Response {
+    let id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let bytes = axum::body::to_bytes(body, ERROR_BODY_CAP)
+        .await
+        .unwrap_or_default();
+    let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+        let (code, message) = match status {
+            StatusCode::REQUEST_TIMEOUT => (
+                ReasonCode::REQUEST_TIMEOUT,
+                "the request was not received or answered within the timeout",
+            ),
+            StatusCode::METHOD_NOT_ALLOWED => (
+                ReasonCode::METHOD_NOT_ALLOWED,
+                "this route does not take that method",
+            ),
+            StatusCode::PAYLOAD_TOO_LARGE => {
+                (ReasonCode::BODY_TOO_LARGE, "the request body is too large")
+            }
+            _ => (ReasonCode::INVALID_REQUEST, "the request failed"),
+        };
+        ApiError::new(status.as_u16(), code, message).body()
+    });
+    if let (Some(obj), Some(id)) = (v.as_object_mut(), id) {
+        obj.insert("request_id".into(), id.into());
+    }
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(v.to_string()))
+}
+
+/// A request with a body must say it is JSON (`application/json` or `application/…+json`,
+/// parameters allowed); an empty body may come without a type.
+///
+/// # Errors
+/// 415 `UNSUPPORTED_MEDIA_TYPE`.
+fn check_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let has_body = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| v.trim() != "0")
+        && (headers.contains_key(header::CONTENT_LENGTH)
+            || headers.contains_key(header::TRANSFER_ENCODING));
+    let ty = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("?"))
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
+    let json = match ty.as_deref() {
+        Some(t) => {
+            t == "application/json" || (t.starts_with("application/") && t.ends_with("+json"))
+        }
+        None => !has_body,
+    };
+    if json {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        415,
+        ReasonCode::UNSUPPORTED_MEDIA_TYPE,
+        format!(
+            "the body is `{}`; send it as JSON with `Content-Type: application/json`",
+            ty.as_deref().unwrap_or("of no stated type")
+        ),
+    ))
+}
+
+/// On the operator's listener every route needs the operator credential.
+async fn operator_listener_guard(
+    State(st): State<AppState>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match role_of(&st, req.headers()) {
+        Some(Role::Operator) => next.run(req).await,
+        Some(r) => error_response(&ApiError::new(
+            403,
+            ReasonCode::FORBIDDEN_ROLE,
+            format!(
+                "this is the operator's listener (listen.operator); the {} credential uses the main one",
+                r.name()
+            ),
+        )),
+        None => {
+            warn_unauthenticated(req.headers());
+            error_response(&ApiError::new(
+                401,
+                ReasonCode::UNAUTHENTICATED,
+                "this is the operator's listener: send `Authorization: Bearer <operator credential>`",
+            ))
+        }
+    }
+}
+
+async fn method_not_allowed(req: Request<Body>) -> Response {
+    error_response(&ApiError::new(
+        405,
+        ReasonCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} {} is not a route; see docs/run.md for the routes",
+            req.method(),
+            req.uri().path()
+        ),
+    ))
+}
+
+static AUTH_WARNING: RateLimited = RateLimited::new(Duration::from_secs(5));
+
+fn warn_unauthenticated(headers: &HeaderMap) {
+    if let Some(held) = AUTH_WARNING.allow() {
+        let with = if headers.contains_key(header::AUTHORIZATION) {
+            "a credential that is not valid"
+        } else {
+            "no credential"
+        };
+        tracing::warn!(held_back = held, "a request with {with} was refused (401)");
+    }
 }
 
 fn answer_response(st: &AppState, endpoint: &str, a: Answer) -> Response {
@@ -133,11 +412,16 @@ fn answer_response(st: &AppState, endpoint: &str, a: Answer) -> Response {
 /// The caller's role from `Authorization: Bearer …`, compared in constant time against every
 /// credential.
 fn role_of(st: &AppState, headers: &HeaderMap) -> Option<Role> {
-    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let token = v.strip_prefix("Bearer ")?.trim().as_bytes();
-    let a = token.ct_eq(st.creds.agent.as_bytes());
-    let p = token.ct_eq(st.creds.provider.as_bytes());
-    let o = token.ct_eq(st.creds.operator.as_bytes());
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    // The scheme is case-insensitive (RFC 9110 §11.1).
+    let (scheme, token) = v.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = token.trim().as_bytes();
+    let a = token.ct_eq(st.creds.agent.expose().as_bytes());
+    let p = token.ct_eq(st.creds.provider.expose().as_bytes());
+    let o = token.ct_eq(st.creds.operator.expose().as_bytes());
     if bool::from(a) {
         Some(Role::Agent)
     } else if bool::from(p) {
@@ -156,6 +440,7 @@ fn authorize(
     what: &str,
 ) -> Result<Role, ApiError> {
     let Some(role) = role_of(st, headers) else {
+        warn_unauthenticated(headers);
         let why = if headers.contains_key(header::AUTHORIZATION) {
             "the credential is not valid"
         } else {
@@ -180,6 +465,7 @@ fn authorize(
 }
 
 async fn read_body(req: Request, limit: usize) -> Result<Vec<u8>, ApiError> {
+    check_json(req.headers())?;
     match axum::body::to_bytes(req.into_body(), limit).await {
         Ok(b) => Ok(b.to_vec()),
         Err(_) => Err(ApiError::new(
@@ -553,91 +839,92 @@ async fn not_found(req: Request<Body>) -> Response {
     ))
 }
 
-fn sse_event(e: &HubEvent) -> SseEvent {
-    SseEvent::default()
-        .id(e.id.to_string())
-        .event(e.name)
-        .data(e.data.as_ref())
+fn sse_item(hub: &Hub, item: &Item) -> SseEvent {
+    match item {
+        Item::Event(e) => SseEvent::default()
+            .id(hub.wire_id(e.id))
+            .event(e.name)
+            .data(e.data.as_ref()),
+        Item::Gap { from, to } => SseEvent::default().event("gap").data(format!(
+            "{{\"boot_epoch\":{},\"missed_from\":{from},\"missed_to\":{to}}}",
+            hub.boot()
+        )),
+        Item::Reset { previous_boot } => SseEvent::default().event("reset").data(format!(
+            "{{\"boot_epoch\":{},\"previous_boot_epoch\":{previous_boot},\"why\":\"the gateway restarted; the events of the earlier start are gone, what follows is this start's\"}}",
+            hub.boot()
+        )),
+    }
 }
 
 struct StreamState {
-    queue: std::collections::VecDeque<SseEvent>,
-    live: tokio::sync::broadcast::Receiver<HubEvent>,
-    last: u64,
+    hub: Hub,
+    reader: Reader,
     shutdown: watch::Receiver<bool>,
+    _place: StreamPlace,
 }
 
+/// An event stream: a cursor into the shared backlog (nothing is copied per client), waiting
+/// on the hub when it has caught up.
 fn event_stream(
     hub: &Hub,
-    last_id: u64,
+    reader: Reader,
     shutdown: watch::Receiver<bool>,
+    place: StreamPlace,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + use<> {
-    let sub = hub.subscribe(last_id);
-    let mut queue = std::collections::VecDeque::new();
-    if let Some((a, b)) = sub.gap {
-        queue.push_back(
-            SseEvent::default()
-                .event("gap")
-                .data(format!("{{\"missed_from\":{a},\"missed_to\":{b}}}")),
-        );
-    }
-    let mut last = last_id;
-    for e in &sub.replay {
-        queue.push_back(sse_event(e));
-        last = e.id;
-    }
     let state = StreamState {
-        queue,
-        live: sub.live,
-        last,
+        hub: hub.clone(),
+        reader,
         shutdown,
+        _place: place,
     };
     futures_util::stream::unfold(state, |mut s| async move {
-        loop {
-            if let Some(e) = s.queue.pop_front() {
-                return Some((Ok(e), s));
-            }
-            if *s.shutdown.borrow() {
-                return None;
-            }
-            tokio::select! {
-                r = s.live.recv() => match r {
-                    Ok(e) if e.id <= s.last => {}
-                    Ok(e) => {
-                        s.last = e.id;
-                        return Some((Ok(sse_event(&e)), s));
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        let from = s.last + 1;
-                        s.last += n;
-                        let ev = SseEvent::default()
-                            .event("gap")
-                            .data(format!("{{\"missed_from\":{from},\"missed_to\":{}}}", s.last));
-                        return Some((Ok(ev), s));
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                },
-                _ = s.shutdown.changed() => {}
-            }
+        if *s.shutdown.borrow() {
+            return None;
         }
+        let item = tokio::select! {
+            i = s.reader.next() => i,
+            _ = s.shutdown.changed() => return None,
+        };
+        let ev = sse_item(&s.hub, &item);
+        Some((Ok(ev), s))
     })
 }
 
 async fn get_events(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(e) = authorize(
+    let role = match authorize(
         &st,
         &headers,
         &[Role::Agent, Role::Operator],
         "read the event stream",
     ) {
-        return error_response(&e);
-    }
-    let last_id = headers
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    let raw = headers
         .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    let stream = event_stream(&st.hub, last_id, st.shutdown.clone());
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    let from = match st.hub.resume(raw) {
+        Ok(f) => f,
+        Err(e) => {
+            return error_response(&ApiError::new(
+                400,
+                ReasonCode::INVALID_EVENT_ID,
+                e.to_string(),
+            ));
+        }
+    };
+    let Some(place) = st.streams.take(role, &st.metrics) else {
+        return error_response(&ApiError::new(
+            429,
+            ReasonCode::TOO_MANY_STREAMS,
+            format!(
+                "the {} credential has {} event streams open, the most allowed (listen.max_event_streams); close one",
+                role.name(),
+                st.streams.max_per_role
+            ),
+        ));
+    };
+    let stream = event_stream(&st.hub, st.hub.reader(from), st.shutdown.clone(), place);
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()

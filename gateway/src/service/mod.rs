@@ -16,6 +16,7 @@ pub mod config;
 pub mod core_task;
 pub mod http;
 pub mod hub;
+pub mod listener;
 pub mod metrics;
 pub mod receipts;
 pub mod schema;
@@ -126,6 +127,9 @@ fn serr<E: std::fmt::Display>(ctx: &str) -> impl FnOnce(E) -> ServiceError + '_ 
 pub struct Service {
     /// The bound HTTP address.
     pub http_addr: SocketAddr,
+    /// The operator's own listener.
+    pub operator_addr: SocketAddr,
+    op_http: JoinHandle<()>,
     /// The role credentials.
     pub credentials: Credentials,
     /// Where they are stored.
@@ -385,6 +389,13 @@ impl Service {
             .await
             .map_err(serr(&format!("cannot listen on {}", cfg.listen.http)))?;
         let http_addr = listener.local_addr().map_err(serr("listener"))?;
+        let op_want = cfg.listen.operator_addr();
+        let op_listener = tokio::net::TcpListener::bind(op_want)
+            .await
+            .map_err(serr(&format!(
+                "cannot listen on {op_want} (listen.operator, the operator's own listener)"
+            )))?;
+        let operator_addr = op_listener.local_addr().map_err(serr("listener"))?;
 
         let origin = Instant::now();
         let origin_wall_ms = core_task::wall_now_ms();
@@ -441,7 +452,7 @@ impl Service {
             },
         );
         let monitor = crate::contract::Monitor::new(domain);
-        let hub = hub::Hub::new();
+        let hub = hub::Hub::new(boot_epoch);
         let metrics = Arc::new(metrics::Metrics::new());
         let core = Core::new(
             gw,
@@ -473,32 +484,60 @@ impl Service {
             shutdown_rx.clone(),
             Duration::from_secs(5),
         ));
-        let app = http::router(http::AppState {
+        let l = &cfg.listen;
+        let state = http::AppState {
             cmds: cmd_tx.clone(),
             hub: hub.clone(),
-            metrics,
+            metrics: Arc::clone(&metrics),
             creds: Arc::new(credentials.clone()),
             require_for_read: cfg.auth.require_for_read,
             shutdown: shutdown_rx.clone(),
             schema: envelope_schema,
-        });
-        let mut http_shutdown = shutdown_rx.clone();
-        let http = tokio::spawn(async move {
-            let r = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    while !*http_shutdown.borrow() {
-                        if http_shutdown.changed().await.is_err() {
-                            break;
-                        }
-                    }
-                })
-                .await;
-            if let Err(e) = r {
-                tracing::error!(error = %e, "HTTP server stopped");
-            }
-        });
+            streams: Arc::new(http::StreamCaps::new(l.max_event_streams)),
+            operator_only: false,
+        };
+        let layers = http::Layers {
+            body_timeout: Duration::from_millis(l.body_timeout_ms),
+            request_timeout: Duration::from_millis(l.request_timeout_ms),
+            boot: boot_epoch,
+        };
+        let op_state = http::AppState {
+            operator_only: true,
+            ..state.clone()
+        };
+        let app = http::router(state, &layers);
+        let op_app = http::router(op_state, &layers);
+        let limits = listener::Limits {
+            max_connections: l.max_connections,
+            max_per_peer: l.max_connections_per_peer,
+            header_timeout: Duration::from_millis(l.header_timeout_ms),
+            write_timeout: Duration::from_millis(l.write_timeout_ms),
+        };
+        let op_limits = listener::Limits {
+            max_connections: l.operator_max_connections,
+            max_per_peer: 8.min(l.operator_max_connections),
+            ..limits.clone()
+        };
+        let http = tokio::spawn(listener::serve(
+            "main",
+            listener,
+            app,
+            limits,
+            shutdown_rx.clone(),
+            Arc::clone(&metrics),
+        ));
+        let op_http = tokio::spawn(listener::serve(
+            "operator",
+            op_listener,
+            op_app,
+            op_limits,
+            shutdown_rx.clone(),
+            metrics,
+        ));
         Ok(Service {
             http_addr,
+            operator_addr,
+            op_http,
             credentials,
             credential_files,
             boot_epoch,
@@ -552,7 +591,8 @@ impl Service {
         let core = self.core.await.map_err(serr("core task"))?;
         let summary = core.receipt_summary();
         let _ = self.stop_bridge.send(());
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.http).await;
+        let _ = tokio::time::timeout(Duration::from_secs(6), self.http).await;
+        let _ = tokio::time::timeout(Duration::from_secs(6), self.op_http).await;
         if let Some(b) = self.bridge {
             let _ = b.await;
         }
@@ -568,8 +608,10 @@ impl Service {
 pub fn init_tracing(format: config::LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    use std::io::IsTerminal as _;
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match format {
         config::LogFormat::Text => b.try_init(),
@@ -577,20 +619,19 @@ pub fn init_tracing(format: config::LogFormat, level: &str) {
     };
 }
 
-/// What `halo-gateway run` prints once it listens.
-pub fn banner(s: &Service) -> String {
-    let created = |i: usize| {
-        if s.credential_files.created.get(i).copied().unwrap_or(false) {
-            " (new)"
-        } else {
-            ""
-        }
-    };
+/// What `halo-gateway run` prints once it listens. Credentials are named by their files; a
+/// credential's value is shown only when it was just created and `show_new_secrets` (standard
+/// output is a terminal, so nothing keeps it but the screen).
+pub fn banner(s: &Service, show_new_secrets: bool) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "halo-gateway {} listening on {}\n",
         env!("CARGO_PKG_VERSION"),
         s.url()
+    ));
+    out.push_str(&format!(
+        "  operator:  http://{} (the operator credential only; holds answered when the main listener is busy)\n",
+        s.operator_addr
     ));
     out.push_str(&format!(
         "  vehicle:   {}{}\n",
@@ -628,15 +669,22 @@ pub fn banner(s: &Service) -> String {
         ),
     ];
     for (i, (role, token, file)) in roles.iter().enumerate() {
+        let created = s.credential_files.created.get(i).copied().unwrap_or(false);
+        let value = if created && show_new_secrets {
+            format!("  (new: {})", token.expose())
+        } else if created {
+            "  (new)".to_string()
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "  {:<10} {token}  {}{}\n",
+            "  {:<10} {}{value}\n",
             format!("{role}:"),
             file.display(),
-            created(i)
         ));
     }
     out.push_str(&format!(
-        "  try:       curl {}/v1/status\n  events:    curl -N -H 'Authorization: Bearer <agent>' {}/v1/events\n",
+        "  try:       curl {}/v1/status\n  events:    curl -N -H \"Authorization: Bearer $(cat AGENT-FILE)\" {}/v1/events\n",
         s.url(),
         s.url()
     ));

@@ -7,15 +7,38 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// A secret (a bearer credential): never printed by `Debug` or `Display`, read only through
+/// [`Secret::expose`] where it is compared or sent.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(s: String) -> Secret {
+        Secret(s)
+    }
+
+    /// The secret itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(redacted)")
+    }
+}
+
 /// The three roles and their bearer credentials.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Credentials {
     /// The agent's credential: responses, candidates, reads of its own results.
-    pub agent: String,
+    pub agent: Secret,
     /// The providers' credential: source updates and certificates.
-    pub provider: String,
+    pub provider: Secret,
     /// The operator's credential: certificates, holds, vehicle commands.
-    pub operator: String,
+    pub operator: Secret,
 }
 
 /// Where each credential came from.
@@ -113,7 +136,48 @@ fn read_small(path: &Path) -> std::io::Result<String> {
     String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
+/// Refuses a secret file (a credential, a key) that group or others can read or write, and one
+/// in a directory others can write to (they could replace it), with the `chmod` that fixes it.
+///
+/// # Errors
+/// A message naming the file and the command.
+pub fn check_private(path: &Path, what: &str) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let name = path.display();
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("{name}: {e}")),
+        };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(format!(
+                "{name}: the {what} is readable or writable by others (mode {mode:o}); run `chmod 600 {name}`"
+            ));
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if let Ok(m) = std::fs::metadata(dir) {
+                let dmode = m.permissions().mode() & 0o777;
+                let sticky = m.permissions().mode() & 0o1000 != 0;
+                if dmode & 0o002 != 0 && !sticky {
+                    return Err(format!(
+                        "{name}: the {what} is in {}, which anyone can write to (mode {dmode:o}), so it could be replaced; run `chmod o-w {}`",
+                        dir.display(),
+                        dir.display()
+                    ));
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (path, what);
+    Ok(())
+}
+
 fn load_or_create(path: &Path) -> Result<(String, bool), String> {
+    check_private(path, "credential file")?;
     match read_small(path) {
         Ok(s) => {
             let t = s.trim().to_string();
@@ -162,9 +226,9 @@ pub fn credentials(
     }
     Ok((
         Credentials {
-            agent: a,
-            provider: p,
-            operator: o,
+            agent: Secret(a),
+            provider: Secret(p),
+            operator: Secret(o),
         },
         CredentialFiles {
             agent: fa,
@@ -200,7 +264,9 @@ mod tests {
         let d = tmp("creds");
         let (c1, f1) = credentials(&d, None, None, None).unwrap();
         assert_eq!(f1.created, [true, true, true]);
-        assert_eq!(c1.agent.len(), 64);
+        assert_eq!(c1.agent.expose().len(), 64);
+        assert_eq!(format!("{c1:?}").matches("redacted").count(), 3);
+        assert!(!format!("{c1:?}").contains(c1.agent.expose()));
         assert_ne!(c1.agent, c1.operator);
         #[cfg(unix)]
         {
@@ -216,5 +282,24 @@ mod tests {
         assert_eq!(c1, c2);
         std::fs::write(&f1.agent, "short").unwrap();
         assert!(credentials(&d, None, None, None).is_err());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let open = tmp("open");
+            std::fs::create_dir_all(open.join("credentials")).unwrap();
+            let f = open.join("credentials/agent.token");
+            std::fs::write(&f, "0123456789abcdef0123456789abcdef\n").unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+            let e = credentials(&open, None, None, None).unwrap_err();
+            assert!(e.contains("chmod 600") && e.contains("agent.token"), "{e}");
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::fs::set_permissions(
+                open.join("credentials"),
+                std::fs::Permissions::from_mode(0o777),
+            )
+            .unwrap();
+            let e = credentials(&open, None, None, None).unwrap_err();
+            assert!(e.contains("chmod o-w"), "{e}");
+        }
     }
 }

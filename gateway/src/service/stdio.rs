@@ -16,7 +16,7 @@
 //! ```text
 //! {"reply_to": 1, "ok": true, "result": {...}}
 //! {"reply_to": 2, "ok": false, "error": {"code": "OUT_OF_SCOPE", "number": 503, "message": "...", "ids": [...]}}
-//! {"event": "obligation_created", "event_id": 17, "data": {...}}
+//! {"event": "obligation_created", "event_id": "1.17", "data": {...}}
 //! ```
 //!
 //! The caller holds the agent role and nothing else: providers and the operator still use HTTP.
@@ -200,7 +200,8 @@ pub async fn serve<R, W>(
 {
     let (out_tx, mut out_rx) = mpsc::channel::<String>(1024);
     // Events: every one from the start, in order.
-    let mut sub = hub.subscribe(0);
+    let mut reader = hub.reader(super::hub::Resume::Start);
+    let boot = hub.boot();
     let ev_tx = out_tx.clone();
     let mut ev_shutdown = shutdown.clone();
     // How far the event lines have been handed to the writer, so the end of input can wait
@@ -208,40 +209,28 @@ pub async fn serve<R, W>(
     let forwarded = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let fwd = std::sync::Arc::clone(&forwarded);
     let events = tokio::spawn(async move {
-        let line = |e: &super::hub::HubEvent| {
-            format!(
-                "{{\"event\":\"{}\",\"event_id\":{},\"data\":{}}}",
-                e.name, e.id, e.data
-            )
-        };
-        let mut last = 0;
-        for e in &sub.replay {
-            last = e.id;
-            if ev_tx.send(line(e)).await.is_err() {
-                return;
-            }
-            fwd.store(last, std::sync::atomic::Ordering::Release);
-        }
         loop {
-            tokio::select! {
-                r = sub.live.recv() => match r {
-                    Ok(e) if e.id <= last => {}
-                    Ok(e) => {
-                        last = e.id;
-                        if ev_tx.send(line(&e)).await.is_err() { return; }
-                        fwd.store(last, std::sync::atomic::Ordering::Release);
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        let msg = format!("{{\"event\":\"gap\",\"data\":{{\"missed_from\":{},\"missed_to\":{}}}}}", last + 1, last + n);
-                        last += n;
-                        if ev_tx.send(msg).await.is_err() { return; }
-                    }
-                    Err(_) => return,
-                },
+            let item = tokio::select! {
+                i = reader.next() => i,
                 _ = ev_shutdown.changed() => {
                     if *ev_shutdown.borrow() { return; }
+                    continue;
                 }
+            };
+            let line = match &item {
+                super::hub::Item::Event(e) => format!(
+                    "{{\"event\":\"{}\",\"event_id\":\"{boot}.{}\",\"data\":{}}}",
+                    e.name, e.id, e.data
+                ),
+                super::hub::Item::Gap { from, to } => format!(
+                    "{{\"event\":\"gap\",\"data\":{{\"boot_epoch\":{boot},\"missed_from\":{from},\"missed_to\":{to}}}}}"
+                ),
+                super::hub::Item::Reset { .. } => continue,
+            };
+            if ev_tx.send(line).await.is_err() {
+                return;
             }
+            fwd.store(reader.last(), std::sync::atomic::Ordering::Release);
         }
     });
     let writer = tokio::spawn(async move {
