@@ -71,7 +71,7 @@ fn start_sim(rt: &tokio::runtime::Runtime, drain_flying: f64) -> Sim {
     let origin = Instant::now();
     let opts = sitl::udp::UdpOptions {
         bind: addr,
-        remote: "127.0.0.1:9".parse().unwrap(),
+        remote: None,
         config: sitl::px4::SimConfig {
             drain_flying,
             record_arrivals: true,

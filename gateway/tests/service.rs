@@ -155,7 +155,7 @@ impl Sim {
         let addr = sock.local_addr().unwrap();
         let opts = sitl::udp::UdpOptions {
             bind: addr,
-            remote: "127.0.0.1:9".parse().unwrap(),
+            remote: None,
             config: sitl::px4::SimConfig::default(),
             setpoint_log: Some(log.to_path_buf()),
             seed: 3,

@@ -24,6 +24,7 @@ pub mod shell;
 pub mod telemetry;
 pub mod time;
 pub mod timesync;
+pub mod transport;
 pub mod url;
 
 pub use command::{Command, CommandId, CommandOutcome};

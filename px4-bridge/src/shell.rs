@@ -13,10 +13,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
+use std::net::SocketAddr;
+
 use mavlink::dialects::common::MavMessage;
 use mavlink::{AsyncMavConnection, MavHeader};
+use tokio::net::UdpSocket;
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
+
+use crate::transport::{Received, UdpLock};
 
 use crate::command::Command;
 use crate::offboard::{Config, EnqueueError, Event, Offboard};
@@ -151,6 +156,8 @@ struct Shared {
     dropped_events: AtomicU64,
     parse_errors: AtomicU64,
     setpoints_sent: AtomicU64,
+    foreign_datagrams: AtomicU64,
+    transport_errors: AtomicU64,
 }
 
 /// The gateway's handle on a running bridge. Cheap to clone.
@@ -306,12 +313,60 @@ impl BridgeHandle {
     pub fn setpoints_sent(&self) -> u64 {
         self.shared.setpoints_sent.load(Ordering::Relaxed)
     }
+
+    /// UDP datagrams dropped because they came from an address other than the vehicle's.
+    pub fn foreign_datagrams(&self) -> u64 {
+        self.shared.foreign_datagrams.load(Ordering::Relaxed)
+    }
+
+    /// Sends and receives the transport refused (counted, backed off, never a busy retry).
+    pub fn transport_errors(&self) -> u64 {
+        self.shared.transport_errors.load(Ordering::Relaxed)
+    }
 }
 
 enum Rx {
     Msg(MavHeader, Box<MavMessage>),
+    Datagram(SocketAddr, Vec<u8>),
     ParseError,
     Closed,
+}
+
+/// The open transport: UDP locked to one autopilot ([`crate::transport`]), or a point-to-point
+/// link (TCP, serial) through the `mavlink` crate.
+enum Wire {
+    Udp {
+        socket: Arc<UdpSocket>,
+        lock: UdpLock,
+    },
+    Mav(Arc<mavlink::AsyncDialectConnection<mavlink::static_dialect::StaticDialect<MavMessage>>>),
+}
+
+/// A back-off after `n` transport errors in a row: 10 ms doubling to 1 s.
+fn backoff(n: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(10u64 << n.min(7)).min(std::time::Duration::from_secs(1))
+}
+
+/// Logs a persistent transport error at most every five seconds.
+struct ErrorLog {
+    last: Option<Instant>,
+    held: u64,
+}
+
+impl ErrorLog {
+    fn note(&mut self, what: &str, e: &std::io::Error) {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(5))
+        {
+            self.held += 1;
+            return;
+        }
+        tracing::warn!(error = %e, held_back = self.held, "vehicle link: {what} failed");
+        self.last = Some(now);
+        self.held = 0;
+    }
 }
 
 fn hex(b: &[u8]) -> String {
@@ -341,13 +396,32 @@ pub async fn start(
         )),
         None => None,
     };
-    let conn = mavlink::connect_async::<MavMessage>(&url.to_mavlink())
-        .await
-        .map_err(|source| BridgeError::Connect {
-            url: opts.url.clone(),
-            source,
-        })?;
-    let conn = Arc::new(conn);
+    let connect_err = |source| BridgeError::Connect {
+        url: opts.url.clone(),
+        source,
+    };
+    let wire = match &url {
+        TransportUrl::UdpIn(a) => Wire::Udp {
+            socket: Arc::new(UdpSocket::bind(a).await.map_err(connect_err)?),
+            lock: UdpLock::new(None, opts.config.autopilot_system),
+        },
+        TransportUrl::UdpOut(a) => {
+            let local: SocketAddr = if a.is_ipv4() {
+                ([0, 0, 0, 0], 0).into()
+            } else {
+                (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+            };
+            Wire::Udp {
+                socket: Arc::new(UdpSocket::bind(local).await.map_err(connect_err)?),
+                lock: UdpLock::new(Some(*a), opts.config.autopilot_system),
+            }
+        }
+        _ => Wire::Mav(Arc::new(
+            mavlink::connect_async::<MavMessage>(&url.to_mavlink())
+                .await
+                .map_err(connect_err)?,
+        )),
+    };
     let origin = opts.origin;
     let now = move || Mono(u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX));
 
@@ -361,35 +435,89 @@ pub async fn start(
         dropped_events: AtomicU64::new(0),
         parse_errors: AtomicU64::new(0),
         setpoints_sent: AtomicU64::new(0),
+        foreign_datagrams: AtomicU64::new(0),
+        transport_errors: AtomicU64::new(0),
     });
 
-    let recv_conn = Arc::clone(&conn);
-    let recv_task = tokio::spawn(async move {
-        loop {
-            let item = match recv_conn.try_recv().await {
-                Ok((h, m)) => Rx::Msg(h, Box::new(m)),
-                Err(mavlink::error::MessageReadError::Io(e))
-                    if e.kind() == std::io::ErrorKind::UnexpectedEof =>
-                {
-                    Rx::Closed
+    let recv_shared = Arc::clone(&shared);
+    let recv_task = match &wire {
+        Wire::Udp { socket, .. } => {
+            let socket = Arc::clone(socket);
+            tokio::spawn(async move {
+                // Larger than any datagram of MAVLink frames (a frame is at most 280 bytes).
+                let mut buf = vec![0u8; 8192];
+                let mut in_a_row = 0u32;
+                let mut log = ErrorLog {
+                    last: None,
+                    held: 0,
+                };
+                loop {
+                    match socket.recv_from(&mut buf).await {
+                        Ok((n, from)) => {
+                            in_a_row = 0;
+                            let bytes = buf.get(..n).unwrap_or_default().to_vec();
+                            if tx_in.send(Rx::Datagram(from, bytes)).await.is_err() {
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            // ICMP "port unreachable" from an earlier send, a full buffer:
+                            // counted and backed off, never a busy loop.
+                            recv_shared.transport_errors.fetch_add(1, Ordering::Relaxed);
+                            log.note("receive", &e);
+                            in_a_row = in_a_row.saturating_add(1);
+                            tokio::time::sleep(backoff(in_a_row)).await;
+                        }
+                    }
                 }
-                Err(mavlink::error::MessageReadError::Io(_)) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                    continue;
-                }
-                Err(_) => Rx::ParseError,
-            };
-            let closed = matches!(item, Rx::Closed);
-            if tx_in.send(item).await.is_err() || closed {
-                break;
-            }
+            })
         }
-    });
+        Wire::Mav(conn) => {
+            let recv_conn = Arc::clone(conn);
+            tokio::spawn(async move {
+                let mut in_a_row = 0u32;
+                let mut log = ErrorLog {
+                    last: None,
+                    held: 0,
+                };
+                loop {
+                    let item = match recv_conn.try_recv().await {
+                        Ok((h, m)) => {
+                            in_a_row = 0;
+                            Rx::Msg(h, Box::new(m))
+                        }
+                        Err(mavlink::error::MessageReadError::Io(e))
+                            if e.kind() == std::io::ErrorKind::UnexpectedEof =>
+                        {
+                            Rx::Closed
+                        }
+                        Err(mavlink::error::MessageReadError::Io(e)) => {
+                            recv_shared.transport_errors.fetch_add(1, Ordering::Relaxed);
+                            log.note("receive", &e);
+                            in_a_row = in_a_row.saturating_add(1);
+                            tokio::time::sleep(backoff(in_a_row)).await;
+                            continue;
+                        }
+                        Err(_) => Rx::ParseError,
+                    };
+                    let closed = matches!(item, Rx::Closed);
+                    if tx_in.send(item).await.is_err() || closed {
+                        break;
+                    }
+                }
+            })
+        }
+    };
+    let mut wire = wire;
 
     let sh = Arc::clone(&shared);
     let task = tokio::spawn(async move {
         let mut sm = Offboard::new(opts.config, now());
         let header = sm.header();
+        let mut send_log = ErrorLog {
+            last: None,
+            held: 0,
+        };
         loop {
             let deadline = sm.poll_timeout();
             let wait = std::time::Duration::from_nanos(deadline.since(now()).min(1_000_000_000));
@@ -417,6 +545,34 @@ pub async fn start(
                 }
                 Some(item) = rx_in.recv() => match item {
                     Rx::Msg(h, m) => sm.handle_message(now(), &h, &m),
+                    Rx::Datagram(from, bytes) => {
+                        if let Wire::Udp { lock, .. } = &mut wire {
+                            let before = lock.peer();
+                            match lock.receive(from, &bytes) {
+                                Received::Frames(frames, errors) => {
+                                    if before.is_none() {
+                                        if let Some(p) = lock.peer() {
+                                            tracing::info!(vehicle = %p, "vehicle link locked onto the first autopilot heard; datagrams from any other address are ignored");
+                                        }
+                                    }
+                                    let t = now();
+                                    for (h, m) in &frames {
+                                        sm.handle_message(t, h, m);
+                                    }
+                                    for _ in 0..errors {
+                                        sm.note_parse_error();
+                                        sh.parse_errors.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                }
+                                Received::Foreign { from, first } => {
+                                    sh.foreign_datagrams.store(lock.foreign_datagrams(), Ordering::Relaxed);
+                                    if first {
+                                        tracing::warn!(%from, vehicle = ?lock.peer().map(|p| p.to_string()), "ignoring MAVLink from an address other than the vehicle's (another gateway or simulator on this host, or a spoofer); logged once per address");
+                                    }
+                                }
+                            }
+                        }
+                    }
                     Rx::ParseError => {
                         sm.note_parse_error();
                         sh.parse_errors.fetch_add(1, Ordering::Relaxed);
@@ -428,8 +584,28 @@ pub async fn start(
                 },
             }
             while let Some(m) = sm.poll_transmit() {
-                if let Err(e) = conn.send(&header, &m).await {
-                    tracing::debug!(error = %e, "send failed");
+                let sent = match &mut wire {
+                    Wire::Udp { socket, lock } => match lock.peer() {
+                        // Before the vehicle is heard (udpin) there is nobody to send to.
+                        None => Ok(()),
+                        Some(p) => {
+                            let b = lock.encode(header, &m);
+                            socket.send_to(&b, p).await.map(|_| ())
+                        }
+                    },
+                    Wire::Mav(conn) => {
+                        conn.send(&header, &m)
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| match e {
+                                mavlink::error::MessageWriteError::Io(io) => io,
+                                other => std::io::Error::other(other.to_string()),
+                            })
+                    }
+                };
+                if let Err(e) = sent {
+                    sh.transport_errors.fetch_add(1, Ordering::Relaxed);
+                    send_log.note("send", &e);
                 }
             }
             // Publish the state before the events that announce it, so a gateway that reacts to

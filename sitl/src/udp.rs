@@ -67,8 +67,10 @@ impl SimControl {
 pub struct UdpOptions {
     /// Local address to bind (PX4 SITL: 0.0.0.0:14580).
     pub bind: SocketAddr,
-    /// Where to send until someone sends to us (PX4 SITL: 127.0.0.1:14540).
-    pub remote: SocketAddr,
+    /// Where to send until someone sends to us (PX4 SITL: 127.0.0.1:14540); `None`: send
+    /// nothing until someone does (the embedded simulator: it never speaks to a well-known
+    /// port another program may own).
+    pub remote: Option<SocketAddr>,
     /// The vehicle.
     pub config: SimConfig,
     /// Accepted-setpoint log (JSON lines).
@@ -200,7 +202,7 @@ pub async fn run_with_origin(
         while let Some(m) = sim.poll_transmit() {
             delayed.push_back((t + delay, wire::encode(sim.header(), &m, &mut seq)));
         }
-        let to = peer.unwrap_or(opts.remote);
+        let to = peer.or(opts.remote);
         while delayed.front().is_some_and(|d| d.0 <= t) {
             let Some((_, bytes)) = delayed.pop_front() else {
                 break;
@@ -211,7 +213,9 @@ pub async fn run_with_origin(
                 continue;
             }
             // A send error (nobody listening yet) is not fatal for a UDP autopilot.
-            let _ = socket.send_to(&bytes, to).await;
+            if let Some(to) = to {
+                let _ = socket.send_to(&bytes, to).await;
+            }
         }
         while let Some(m) = sim.poll_transmit_gcs() {
             if let (Some(g), Some(p)) = (gcs.as_ref(), gcs_peer) {

@@ -33,7 +33,7 @@ async fn pymavlink_flies_the_simulator_like_px4() {
         .unwrap();
     let opts = UdpOptions {
         bind: sock.local_addr().unwrap(),
-        remote: format!("127.0.0.1:{port}").parse().unwrap(),
+        remote: Some(format!("127.0.0.1:{port}").parse().unwrap()),
         config: SimConfig::default(),
         setpoint_log: None,
         seed: 1,

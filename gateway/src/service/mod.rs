@@ -282,7 +282,8 @@ async fn start_px4(
         let control = sitl::udp::SimControl::default();
         let opts = sitl::udp::UdpOptions {
             bind: addr,
-            remote: SocketAddr::from(([127, 0, 0, 1], 14540)),
+            // Never a well-known port: the simulator speaks only to the bridge that speaks to it.
+            remote: None,
             config: sitl::px4::SimConfig::default(),
             setpoint_log: cfg.vehicle.sim_setpoint_log.clone(),
             seed: 11,
