@@ -794,7 +794,10 @@ fn roles_and_bad_input() {
             } else if allowed.contains(&who) {
                 status != 401 && status != 403
             } else {
-                status == 403 && code == "FORBIDDEN_ROLE"
+                // A source the caller's role does not own is refused by its owner rule.
+                status == 403
+                    && (code == "FORBIDDEN_ROLE"
+                        || (path.starts_with("/v1/state/") && code == "SOURCE_NOT_WRITABLE"))
             };
             total += 1;
             if ok {

@@ -48,6 +48,34 @@ pub struct SourceSpec {
     /// True when the source carries geometric bounds: a provenance change is then reported as
     /// `BOUNDS_PROVENANCE_CHANGED`.
     pub bounds: bool,
+    /// Who writes it. The core does not look at this; the service refuses a write from any
+    /// other party (`SOURCE_NOT_WRITABLE`).
+    pub owner: Owner,
+}
+
+/// Who writes a source.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Owner {
+    /// The gateway itself, from the vehicle link and its own control state (link, landed
+    /// state, battery, home, control): never writable over HTTP.
+    Vehicle,
+    /// A state provider (the provider credential). The default.
+    #[default]
+    Provider,
+    /// The operator (the operator credential): authority, preflight evidence.
+    Operator,
+}
+
+impl Owner {
+    /// `vehicle`, `provider`, `operator`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Owner::Vehicle => "vehicle",
+            Owner::Provider => "provider",
+            Owner::Operator => "operator",
+        }
+    }
 }
 
 /// Action or non-action.
@@ -410,6 +438,8 @@ struct RawSource {
     value: ValueKind,
     #[serde(default)]
     bounds: bool,
+    #[serde(default)]
+    owner: Owner,
 }
 
 #[derive(Deserialize)]
@@ -674,6 +704,7 @@ impl Catalog {
                 name: sid,
                 value: s.value,
                 bounds: s.bounds,
+                owner: s.owner,
             });
         }
 

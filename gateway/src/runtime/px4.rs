@@ -6,6 +6,7 @@ use px4_bridge::telemetry::{LandedState, Telemetry};
 use crate::core::catalog::Catalog;
 use crate::core::digest::Digest;
 use crate::core::ids::Id;
+use crate::core::state::Snapshot;
 use crate::core::state::{SourceState, SourceUpdate, Value};
 use crate::core::time::Nanos;
 
@@ -100,4 +101,23 @@ pub fn observed_binding(ev: &BridgeEvent) -> Option<Digest> {
         BridgeEvent::TargetObserved { binding, .. } => Some(Digest(*binding)),
         _ => None,
     }
+}
+
+/// A vehicle source update made monotonic against the state held (see
+/// [`crate::service::core_task::Core`]'s vehicle updates): a stamp behind the held one becomes
+/// the held one. Conservative: a newer sample was generated no earlier than the previous one,
+/// whose stamp was already no later than its own true generation time.
+pub fn monotonic(snapshot: &Snapshot, mut u: SourceUpdate) -> SourceUpdate {
+    if let Some(cur) = snapshot.source(u.source) {
+        if u.state.generated_at < cur.generated_at {
+            u.state.generated_at = cur.generated_at;
+        }
+    }
+    u
+}
+
+/// The `link` source's stamp from a message generated at `at_ns` with mapping uncertainty
+/// `uncertainty_ns`: as old as the uncertainty allows (fail closed), never after `now`.
+pub fn link_stamp(now: Nanos, at_ns: u64, uncertainty_ns: u64) -> Nanos {
+    Nanos(at_ns.saturating_sub(uncertainty_ns).min(now.0))
 }

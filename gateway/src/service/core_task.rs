@@ -198,6 +198,8 @@ pub enum Cmd {
     },
     /// `POST /v1/state/{source}`.
     State {
+        /// Who writes: a provider or the operator (checked against the source's owner).
+        caller: crate::core::catalog::Owner,
         /// Source name.
         source: String,
         /// The update body.
@@ -1220,8 +1222,7 @@ impl Core {
     pub fn on_bridge_event(&mut self, ev: &BridgeEvent) {
         let now = self.now();
         for u in telemetry_updates(self.gw.catalog(), ev, now) {
-            // Refusals (an out-of-order sample) are receipted by the core.
-            let _ = self.gw.handle_source_update(now, u);
+            self.vehicle_update(now, u);
         }
         if let BridgeEvent::TargetObserved { binding, .. } = ev {
             self.observed(now, binding);
@@ -1389,7 +1390,7 @@ impl Core {
             self.last_link_refresh = now;
             self.push_vehicle_source(
                 "link",
-                Nanos(at_ns.saturating_sub(uncertainty_ns).min(now.0)),
+                crate::runtime::px4::link_stamp(now, at_ns, uncertainty_ns),
                 Value::Flag(true),
             );
             self.publish_control();
@@ -1454,7 +1455,21 @@ impl Core {
         let now = self.now();
         let (provenance, epoch) = (self.adapter.vehicle.provenance(), self.vehicle_epoch);
         if let Some(u) = source_update(self.gw.catalog(), name, at, value, provenance, epoch) {
-            let _ = self.gw.handle_source_update(now, u);
+            self.vehicle_update(now, u);
+        }
+    }
+
+    /// One update of a source the gateway owns (the vehicle's), monotonic by construction: a
+    /// sample's conservative stamp (generation time minus its mapping uncertainty) can fall
+    /// behind the previous sample's when the TIMESYNC fit or its uncertainty moves; it is then
+    /// the previous stamp, which is still no later than this sample's true generation time
+    /// (it was generated after the previous one). So the core never refuses the gateway's own
+    /// updates as out of order.
+    pub(super) fn vehicle_update(&mut self, now: Nanos, u: SourceUpdate) {
+        let u = crate::runtime::px4::monotonic(self.gw.snapshot(), u);
+        if let Err(e) = self.gw.handle_source_update(now, u) {
+            // Receipted by the core; a future stamp is clock trouble worth a line.
+            tracing::debug!(code = %e.code(), "a vehicle source update was refused: {}", e.message());
         }
     }
 
@@ -1553,12 +1568,13 @@ impl Core {
                 let _ = reply.send(answer);
             }
             Cmd::State {
+                caller,
                 source,
                 bytes,
                 wall_ms,
                 reply,
             } => {
-                let answer = self.state_update(&source, &bytes, wall_ms);
+                let answer = self.state_update(caller, &source, &bytes, wall_ms);
                 self.pump();
                 let _ = reply.send(answer);
             }
@@ -1730,7 +1746,14 @@ impl Core {
         }
     }
 
-    fn state_update(&mut self, source: &str, bytes: &[u8], wall_ms: u64) -> Answer {
+    fn state_update(
+        &mut self,
+        caller: crate::core::catalog::Owner,
+        source: &str,
+        bytes: &[u8],
+        wall_ms: u64,
+    ) -> Answer {
+        use crate::core::catalog::Owner;
         let cat = self.gw.catalog();
         let Some(ix) = cat.source_ix(source) else {
             return Err(ApiError::new(
@@ -1739,6 +1762,23 @@ impl Core {
                 format!("the catalog defines no source `{source}`"),
             ));
         };
+        // Only the source's owner writes it: the vehicle's own sources come from the vehicle
+        // link alone, so no credential can forge a landed state, a link or the control grant.
+        let owner = cat.source(ix).map_or(Owner::Provider, |s| s.owner);
+        if owner != caller {
+            let who = match owner {
+                Owner::Vehicle => "the gateway itself, from the vehicle link".to_string(),
+                o => format!("the {} credential", o.name()),
+            };
+            return Err(ApiError::new(
+                403,
+                ReasonCode::SOURCE_NOT_WRITABLE,
+                format!(
+                    "source `{source}` is written by {who}, not the {} credential",
+                    caller.name()
+                ),
+            ));
+        }
         let kind = cat.source(ix).map(|s| s.value);
         // Duplicate keys anywhere (the value is untyped JSON) are refused, as in envelopes.
         crate::core::strict::no_duplicate_keys(bytes).map_err(|e| {

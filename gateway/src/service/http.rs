@@ -12,7 +12,7 @@
 //! | `POST /v1/obligations/{id}/candidates` | agent |
 //! | `GET /v1/obligations` | agent, operator |
 //! | `GET /v1/events` (SSE, `Last-Event-ID`) | agent, operator |
-//! | `POST /v1/state/{source}` | provider |
+//! | `POST /v1/state/{source}` | the source's owner (catalog `owner`): provider or operator; never a vehicle source |
 //! | `POST /v1/certificates`, `DELETE /v1/certificates/{id}` | provider, operator |
 //! | `POST /v1/operator/{arm,disarm,takeoff,land,rtl,hold,release}` | operator |
 //! | `POST /v1/contract` (register, change version, reauthorize ...) | operator, provider |
@@ -560,10 +560,20 @@ async fn post_state(
     req: Request,
 ) -> Response {
     let r = async {
-        authorize(&st, &headers, &[Role::Provider], "write provider state")?;
+        let role = authorize(
+            &st,
+            &headers,
+            &[Role::Provider, Role::Operator],
+            "write source state",
+        )?;
+        let caller = match role {
+            Role::Operator => crate::core::catalog::Owner::Operator,
+            _ => crate::core::catalog::Owner::Provider,
+        };
         let bytes = read_body(req, SMALL_LIMIT).await?;
         let wall_ms = wall_now_ms();
         call(&st, |reply| Cmd::State {
+            caller,
             source,
             bytes,
             wall_ms,

@@ -41,7 +41,7 @@ impl Core {
             );
         }
         for u in telemetry_updates(self.gw.catalog(), ev, now, self.vehicle_epoch) {
-            let _ = self.gw.handle_source_update(now, u);
+            self.vehicle_update(now, u);
         }
         match ev {
             BridgeEvent::Telemetry(u) => {
