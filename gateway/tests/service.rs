@@ -873,6 +873,22 @@ fn roles_and_bad_input() {
         ("no such obligation", format!("{u}/v1/obligations/abc/candidates"), Some(&g.agent), b"{}".to_vec(), 404, "NO_OBLIGATION"),
         ("no such operator action", format!("{u}/v1/operator/fly"), Some(&g.operator), b"{}".to_vec(), 404, "NOT_FOUND"),
         ("takeoff too high", format!("{u}/v1/operator/takeoff"), Some(&g.operator), br#"{"altitude_m": 500}"#.to_vec(), 422, "INVALID_REQUEST"),
+        ("number out of range", format!("{u}/v1/state/wind"), Some(&g.provider),
+            format!("{{\"value\":1e400,\"epoch\":1,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}").into_bytes(), 400, "INVALID_UPDATE"),
+        ("NaN", format!("{u}/v1/state/wind"), Some(&g.provider),
+            format!("{{\"value\":NaN,\"epoch\":1,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}").into_bytes(), 400, "INVALID_UPDATE"),
+        ("not UTF-8", format!("{u}/v1/state/wind"), Some(&g.provider),
+            b"{\"value\":\"\xff\",\"epoch\":1,\"provenance\":\"x\",\"generated_at_unix_ms\":1}".to_vec(), 400, "INVALID_UPDATE"),
+        ("nested too deep", format!("{u}/v1/state/traffic"), Some(&g.provider),
+            format!("{{\"value\":{}{},\"epoch\":1,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}", "[".repeat(300), "]".repeat(300)).into_bytes(), 400, "INVALID_UPDATE"),
+        ("generation past 2^53", format!("{u}/v1/responses"), Some(&g.agent),
+            json!({"response_id": "r-gen", "agent_id": "a", "generation": u64::MAX, "catalog": {"id": "uav-px4", "version": 5},
+                   "components": [{"id": "e1", "type": "notice", "payload": {"text": "x"}}]}).to_string().into_bytes(), 422, "GENERATION_OUT_OF_RANGE"),
+        ("certificate for ever", format!("{u}/v1/certificates"), Some(&g.provider),
+            format!("{{\"id\":\"c1\",\"covers\":\"{}\",\"valid_for_ms\":{},\"issuer\":\"geo\"}}", "0".repeat(64), u64::MAX).into_bytes(), 422, "CERTIFICATE_TOO_LONG"),
+        ("provider writes the vehicle's link", format!("{u}/v1/state/link"), Some(&g.provider),
+            format!("{{\"value\":true,\"epoch\":1,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}").into_bytes(), 403, "SOURCE_NOT_WRITABLE"),
+        ("operator writes traffic", format!("{u}/v1/state/traffic"), Some(&g.operator), upd(json!([]), at + 4).into_bytes(), 403, "SOURCE_NOT_WRITABLE"),
     ];
     let mut ok = 0;
     for (name, url, tok, body, want_status, want_code) in &cases {
@@ -888,8 +904,125 @@ fn roles_and_bad_input() {
     let after = observe();
     assert_eq!(before, after, "a refused input changed state");
     println!("service-bad-input: {ok}/{} matched", cases.len());
-    assert_eq!(cases.len(), 18, "the bad-input table changed");
+    assert_eq!(cases.len(), 26, "the bad-input table changed");
     assert_eq!(ok, cases.len());
+
+    // The HTTP edges: media type, the Bearer scheme's case, the 401 challenge, a method a
+    // route does not take, and Last-Event-ID extremes; every error JSON with a request id.
+    let raw = |method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>| {
+        let mut r = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{u}{path}"));
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let a = http();
+        let mut resp = match body {
+            Some(b) => a.run(r.body(b.to_vec()).unwrap()),
+            None => a.run(r.body(()).unwrap()),
+        }
+        .unwrap();
+        let status = resp.status().as_u16();
+        let hdr = |h: &str| {
+            resp.headers()
+                .get(h)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string()
+        };
+        let (auth, rid) = (hdr("www-authenticate"), hdr("x-request-id"));
+        let v: Value = serde_json::from_str(&resp.body_mut().read_to_string().unwrap_or_default())
+            .unwrap_or(Value::Null);
+        (status, v, auth, rid)
+    };
+    let bearer = format!("Bearer {}", g.agent);
+    let lower = format!("bearer {}", g.agent);
+    let obl = "/v1/obligations";
+    let edges: Vec<(&str, bool)> = vec![
+        ("text/plain body is 415", {
+            let (st, v, _, _) = raw(
+                "POST",
+                "/v1/responses",
+                &[("Authorization", &bearer), ("Content-Type", "text/plain")],
+                Some(b"{}"),
+            );
+            st == 415 && v["error"]["code"] == "UNSUPPORTED_MEDIA_TYPE"
+        }),
+        (
+            "lower-case bearer scheme",
+            raw("GET", obl, &[("Authorization", &lower)], None).0 == 200,
+        ),
+        ("401 carries WWW-Authenticate", {
+            let (st, _, auth, _) = raw("GET", obl, &[], None);
+            st == 401 && auth.starts_with("Bearer")
+        }),
+        ("DELETE /v1/status is a JSON 405", {
+            let (st, v, _, rid) = raw("DELETE", "/v1/status", &[], None);
+            st == 405
+                && v["error"]["code"] == "METHOD_NOT_ALLOWED"
+                && !rid.is_empty()
+                && v["request_id"] == rid.as_str()
+        }),
+        ("Last-Event-ID u64::MAX is a 400", {
+            let (st, v, _, _) = raw(
+                "GET",
+                "/v1/events",
+                &[
+                    ("Authorization", &bearer),
+                    ("Last-Event-ID", "18446744073709551615"),
+                ],
+                None,
+            );
+            st == 400 && v["error"]["code"] == "INVALID_EVENT_ID"
+        }),
+        ("Last-Event-ID from the future is a 400", {
+            let (st, v, _, _) = raw(
+                "GET",
+                "/v1/events",
+                &[
+                    ("Authorization", &bearer),
+                    ("Last-Event-ID", "1.18446744073709551615"),
+                ],
+                None,
+            );
+            st == 400 && v["error"]["code"] == "INVALID_EVENT_ID"
+        }),
+        ("the hub still serves a subscriber after them", {
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let stop = Arc::new(AtomicBool::new(false));
+            let r = sse_reader(
+                u.clone(),
+                g.operator.clone(),
+                None,
+                Arc::clone(&seen),
+                Arc::clone(&stop),
+            );
+            std::thread::sleep(Duration::from_millis(200));
+            let held = post(&format!("{u}/v1/operator/hold"), Some(&g.operator), b"{}").0 == 200
+                && post(
+                    &format!("{u}/v1/operator/release"),
+                    Some(&g.operator),
+                    b"{}",
+                )
+                .0 == 200;
+            let got = (0..100).any(|_| {
+                std::thread::sleep(Duration::from_millis(50));
+                seen.lock()
+                    .unwrap()
+                    .iter()
+                    .any(|e: &(u64, String, String)| e.1 == "operator_hold")
+            });
+            stop.store(true, Ordering::Relaxed);
+            drop(r);
+            held && got
+        }),
+    ];
+    for (name, good) in &edges {
+        println!("  {name:<40} {}", if *good { "ok" } else { "MISMATCH" });
+    }
+    let n = edges.iter().filter(|(_, g)| *g).count();
+    println!("service-http-edges: {n}/{} matched", edges.len());
+    assert_eq!((n, edges.len()), (7, 7));
     // And the gateway still takes a good update afterwards.
     let (st, _) = post(
         &format!("{u}/v1/state/traffic"),

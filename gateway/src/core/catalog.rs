@@ -319,6 +319,7 @@ pub struct Catalog {
     version: u32,
     future_tolerance: Nanos,
     response_ttl: Nanos,
+    max_certificate: Nanos,
     sources: Vec<SourceSpec>,
     types: Vec<TypeSpec>,
     zones: Vec<(Id, BoxNed)>,
@@ -420,6 +421,12 @@ struct RawHeader {
     response_ttl_ms: u64,
     #[serde(default = "default_tolerance_ms")]
     future_tolerance_ms: u64,
+    #[serde(default = "default_max_certificate_ms")]
+    max_certificate_ms: u64,
+}
+
+const fn default_max_certificate_ms() -> u64 {
+    3_600_000
 }
 
 const fn default_guard_ms() -> u64 {
@@ -673,6 +680,16 @@ impl Catalog {
             }
         }
 
+        if !(1000..=86_400_000).contains(&head.max_certificate_ms) {
+            return Err(cx.err(
+                head_span,
+                "catalog.max_certificate_ms",
+                format!(
+                    "{} ms is outside 1000..86400000 (one second to one day)",
+                    head.max_certificate_ms
+                ),
+            ));
+        }
         if raw.sources.is_empty() {
             return Err(cx.err(head_span, "sources", "a catalog needs at least one source"));
         }
@@ -1099,6 +1116,7 @@ impl Catalog {
             version: head.version,
             future_tolerance: Nanos::from_ms(head.future_tolerance_ms),
             response_ttl: Nanos::from_ms(head.response_ttl_ms),
+            max_certificate: Nanos::from_ms(head.max_certificate_ms),
             sources,
             types,
             zones,
@@ -1149,6 +1167,11 @@ impl Catalog {
     /// How long a response may stay live.
     pub fn response_ttl(&self) -> Nanos {
         self.response_ttl
+    }
+
+    /// The longest interval a certificate may cover from when it is received.
+    pub fn max_certificate(&self) -> Nanos {
+        self.max_certificate
     }
     /// All sources, by index.
     pub fn sources(&self) -> &[SourceSpec] {

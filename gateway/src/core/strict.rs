@@ -12,14 +12,39 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 /// `duplicate key `K`` (with the path to it, e.g. `sources.map`) for the first repeat, or the
 /// JSON syntax error.
 pub fn no_duplicate_keys(bytes: &[u8]) -> Result<(), String> {
+    check_keys(bytes).map_err(|e| e.message)
+}
+
+/// Why [`check_keys`] refused a document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyError {
+    /// An object repeats a key (otherwise the text is not JSON: syntax, a number out of range,
+    /// nesting too deep, not UTF-8).
+    pub duplicate: bool,
+    /// What is wrong, for people.
+    pub message: String,
+}
+
+/// As [`no_duplicate_keys`], telling a repeated key from text that is not JSON at all.
+///
+/// # Errors
+/// [`KeyError`].
+pub fn check_keys(bytes: &[u8]) -> Result<(), KeyError> {
     let mut d = serde_json::Deserializer::from_slice(bytes);
+    let fail = |e: serde_json::Error| KeyError {
+        duplicate: e.is_data() && e.to_string().starts_with(DUPLICATE),
+        message: explain(bytes, &e),
+    };
     Walk {
         path: String::new(),
     }
     .deserialize(&mut d)
-    .map_err(|e| explain(bytes, &e))?;
-    d.end().map_err(|e| explain(bytes, &e))
+    .map_err(fail)?;
+    d.end().map_err(fail)
 }
+
+/// How a repeated key's message starts.
+const DUPLICATE: &str = "duplicate key `";
 
 /// The UTF-8 byte-order mark.
 const BOM: &[u8] = b"\xef\xbb\xbf";
@@ -134,7 +159,7 @@ impl<'de> Visitor<'de> for Walk {
                 format!("{}.{k}", self.path)
             };
             if !seen.insert(k) {
-                return Err(de::Error::custom(format!("duplicate key `{path}`")));
+                return Err(de::Error::custom(format!("{DUPLICATE}{path}`")));
             }
             m.next_value_seed(Walk { path })?;
         }
@@ -158,6 +183,22 @@ mod tests {
             no_duplicate_keys(br#"{"a": 1} x"#).is_err(),
             "trailing bytes"
         );
+    }
+
+    #[test]
+    fn a_repeated_key_is_told_from_text_that_is_not_json() {
+        assert!(check_keys(br#"{"a": 1, "a": 2}"#).unwrap_err().duplicate);
+        let deep = "[".repeat(200) + &"]".repeat(200);
+        for (bad, says) in [
+            (&br#"{"value": 1e400}"#[..], "out of range"),
+            (&br#"{"value": NaN}"#[..], "expected value"),
+            (&b"{\"value\": \"\xff\"}"[..], "not UTF-8"),
+            (deep.as_bytes(), "recursion limit"),
+        ] {
+            let e = check_keys(bad).unwrap_err();
+            assert!(!e.duplicate, "{}", e.message);
+            assert!(e.message.contains(says), "{}", e.message);
+        }
     }
 }
 

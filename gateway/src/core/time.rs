@@ -58,7 +58,25 @@ impl Nanos {
 }
 
 impl std::fmt::Display for Nanos {
+    /// Milliseconds for people, exact: `9993 ms`, `12.5 ms`, `0.000001 ms`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{:06}ms", self.0 / 1_000_000, self.0 % 1_000_000)
+        let (ms, ns) = (self.0 / 1_000_000, self.0 % 1_000_000);
+        if ns == 0 {
+            return write!(f, "{ms} ms");
+        }
+        let frac = format!("{ns:06}");
+        write!(f, "{ms}.{} ms", frac.trim_end_matches('0'))
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::Nanos;
+
+    #[test]
+    fn durations_read_as_milliseconds() {
+        assert_eq!(Nanos::from_ms(9993).to_string(), "9993 ms");
+        assert_eq!(Nanos(12_500_000).to_string(), "12.5 ms");
+        assert_eq!(Nanos(1).to_string(), "0.000001 ms");
     }
 }

@@ -1780,12 +1780,17 @@ impl Core {
             ));
         }
         let kind = cat.source(ix).map(|s| s.value);
-        // Duplicate keys anywhere (the value is untyped JSON) are refused, as in envelopes.
-        crate::core::strict::no_duplicate_keys(bytes).map_err(|e| {
+        // Duplicate keys anywhere (the value is untyped JSON) are refused, as in envelopes;
+        // text that is not JSON at all is a malformed update, named as such.
+        crate::core::strict::check_keys(bytes).map_err(|e| {
             ApiError::new(
                 400,
-                ReasonCode::DUPLICATE_KEY,
-                format!("source `{source}`: {e}"),
+                if e.duplicate {
+                    ReasonCode::DUPLICATE_KEY
+                } else {
+                    ReasonCode::INVALID_UPDATE
+                },
+                format!("source `{source}`: {}", e.message),
             )
         })?;
         let body: StateBody = serde_json::from_slice(bytes).map_err(|err| {
@@ -1839,8 +1844,16 @@ impl Core {
     }
 
     fn certificate(&mut self, bytes: &[u8], wall_ms: u64) -> Answer {
-        crate::core::strict::no_duplicate_keys(bytes).map_err(|e| {
-            ApiError::new(400, ReasonCode::DUPLICATE_KEY, format!("certificate: {e}"))
+        crate::core::strict::check_keys(bytes).map_err(|e| {
+            ApiError::new(
+                400,
+                if e.duplicate {
+                    ReasonCode::DUPLICATE_KEY
+                } else {
+                    ReasonCode::INVALID_UPDATE
+                },
+                format!("certificate: {}", e.message),
+            )
         })?;
         let body: CertificateBody = serde_json::from_slice(bytes).map_err(|err| {
             let e = crate::core::strict::explain(bytes, &err);

@@ -91,6 +91,9 @@ pub struct AppState {
     pub streams: Arc<StreamCaps>,
     /// This listener serves the operator credential only (`listen.operator`).
     pub operator_only: bool,
+    /// Each catalog source's owner, so a write from the wrong party is refused before its
+    /// body is read.
+    pub owners: Arc<std::collections::BTreeMap<String, crate::core::catalog::Owner>>,
 }
 
 /// Open event streams per role, against a cap per role.
@@ -374,9 +377,9 @@ async fn method_not_allowed(req: Request<Body>) -> Response {
         405,
         ReasonCode::METHOD_NOT_ALLOWED,
         format!(
-            "{} {} is not a route; see docs/run.md for the routes",
-            req.method(),
-            req.uri().path()
+            "`{}` does not take {} (the `Allow` header says what it takes; docs/run.md lists the routes)",
+            req.uri().path(),
+            req.method()
         ),
     ))
 }
@@ -485,7 +488,9 @@ async fn post_response(State(st): State<AppState>, headers: HeaderMap, req: Requ
     let r = async {
         authorize(&st, &headers, &[Role::Agent], "submit responses")?;
         let bytes = read_body(req, RESPONSE_LIMIT).await.map_err(|mut e| {
-            e.code = ReasonCode::RESPONSE_TOO_LARGE;
+            if e.status == 413 {
+                e.code = ReasonCode::RESPONSE_TOO_LARGE;
+            }
             e
         })?;
         call(&st, |reply| Cmd::Response { bytes, reply }).await
@@ -570,6 +575,22 @@ async fn post_state(
             Role::Operator => crate::core::catalog::Owner::Operator,
             _ => crate::core::catalog::Owner::Provider,
         };
+        if let Some(owner) = st.owners.get(&source).filter(|o| **o != caller) {
+            let who = match owner {
+                crate::core::catalog::Owner::Vehicle => {
+                    "the gateway itself, from the vehicle link".to_string()
+                }
+                o => format!("the {} credential", o.name()),
+            };
+            return Err(ApiError::new(
+                403,
+                ReasonCode::SOURCE_NOT_WRITABLE,
+                format!(
+                    "source `{source}` is written by {who}, not the {} credential",
+                    caller.name()
+                ),
+            ));
+        }
         let bytes = read_body(req, SMALL_LIMIT).await?;
         let wall_ms = wall_now_ms();
         call(&st, |reply| Cmd::State {

@@ -442,6 +442,13 @@ impl Service {
             },
         };
         let envelope_schema = Arc::new(schema::envelope_schema(&catalog).to_string());
+        let owners = Arc::new(
+            catalog
+                .sources()
+                .iter()
+                .map(|s| (s.name.to_string(), s.owner))
+                .collect(),
+        );
         let gw = Gateway::new(
             catalog,
             CoreConfig {
@@ -496,6 +503,7 @@ impl Service {
             schema: envelope_schema,
             streams: Arc::new(http::StreamCaps::new(l.max_event_streams)),
             operator_only: false,
+            owners,
         };
         let layers = http::Layers {
             body_timeout: Duration::from_millis(l.body_timeout_ms),

@@ -726,6 +726,18 @@ impl Gateway {
     /// # Errors
     /// [`UpdateError`] when the certificate table is full.
     pub fn handle_certificate(&mut self, now: Nanos, cert: Certificate) -> Result<(), UpdateError> {
+        let max = self.sh.cat.max_certificate();
+        if cert.valid_until.saturating_sub(now) > max {
+            return Err(UpdateError::new(
+                ReasonCode::CERTIFICATE_TOO_LONG,
+                format!(
+                    "certificate `{}` covers {} ms from now; the catalog allows at most {} ms (catalog.max_certificate_ms)",
+                    cert.id,
+                    cert.valid_until.saturating_sub(now).as_ms(),
+                    max.as_ms()
+                ),
+            ));
+        }
         let id = cert.id.clone();
         self.sh.receipts.push(
             now,

@@ -311,7 +311,27 @@ fn check_format(format: Option<u32>) -> Result<(), Rejection> {
 pub fn parse_envelope(bytes: &[u8]) -> Result<RawResponse<'_>, Rejection> {
     let raw: RawResponse<'_> = read(bytes, fast::response)?;
     check_format(raw.format)?;
+    check_generation(raw.generation)?;
     Ok(raw)
+}
+
+/// The largest generation taken: 2^53 - 1, the largest integer every JSON reader keeps exact.
+pub const MAX_GENERATION: u64 = (1 << 53) - 1;
+
+/// A generation past [`MAX_GENERATION`] is refused: an agent that sends `u64::MAX` would
+/// otherwise leave no later generation for a fresh candidate.
+///
+/// # Errors
+/// `GENERATION_OUT_OF_RANGE`.
+fn check_generation(g: u64) -> Result<(), Rejection> {
+    if g > MAX_GENERATION {
+        return Err(Rejection::new(
+            ReasonCode::GENERATION_OUT_OF_RANGE,
+            Vec::new(),
+            format!("generation {g} is larger than {MAX_GENERATION} (2^53 - 1)"),
+        ));
+    }
+    Ok(())
 }
 
 /// Stage one for a fresh candidate.
@@ -321,6 +341,7 @@ pub fn parse_envelope(bytes: &[u8]) -> Result<RawResponse<'_>, Rejection> {
 pub fn parse_candidate(bytes: &[u8]) -> Result<RawCandidate<'_>, Rejection> {
     let raw: RawCandidate<'_> = read(bytes, fast::candidate)?;
     check_format(raw.format)?;
+    check_generation(raw.generation)?;
     Ok(raw)
 }
 
@@ -349,6 +370,16 @@ mod tests {
     const OK: &str = r#"{"response_id":"r1","agent_id":"a","generation":1,
         "catalog":{"id":"c","version":1},
         "components":[{"id":"e1","type":"notice","payload":{"text":"hi"}}]}"#;
+
+    #[test]
+    fn a_generation_past_two_to_the_53_is_refused() {
+        let at = |g: u64| OK.replace("\"generation\":1", &format!("\"generation\":{g}"));
+        assert!(parse_envelope(at(MAX_GENERATION).as_bytes()).is_ok());
+        for g in [MAX_GENERATION + 1, u64::MAX] {
+            let e = parse_envelope(at(g).as_bytes()).unwrap_err();
+            assert_eq!(e.code(), ReasonCode::GENERATION_OUT_OF_RANGE, "{g}");
+        }
+    }
 
     #[test]
     fn parses_a_minimal_envelope() {
