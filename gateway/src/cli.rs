@@ -76,7 +76,8 @@ enum Cmd {
         agent: AgentLink,
     },
     /// Operator commands against a running gateway: arm, disarm, takeoff, land, rtl, hold,
-    /// release, status.
+    /// release, status, heads (the signed receipt heads, kept off the machine with
+    /// `--follow DIR`).
     Operator {
         /// What to do.
         #[arg(value_enum)]
@@ -84,9 +85,15 @@ enum Cmd {
         /// Takeoff height above home, m.
         #[arg(long)]
         altitude: Option<f64>,
-        /// The gateway's base URL.
-        #[arg(long, default_value = "http://127.0.0.1:8640")]
+        /// The gateway's base URL: its operator listener by default (`listen.operator`; the
+        /// main listener takes operator commands too).
+        #[arg(long, default_value = "http://127.0.0.1:8641")]
         url: String,
+        /// With `heads`: keep every signed head in this directory as it is made (one file each,
+        /// written durably, then confirmed to the gateway so rotation may delete what it
+        /// covers); runs until interrupted.
+        #[arg(long)]
+        follow: Option<PathBuf>,
         /// File holding the operator credential; `STATE/credentials/operator.token` when absent.
         #[arg(long)]
         token_file: Option<PathBuf>,
@@ -193,6 +200,7 @@ enum OperatorAction {
     Hold,
     Release,
     Status,
+    Heads,
 }
 
 #[derive(Subcommand, Debug)]
@@ -220,8 +228,9 @@ enum AuditCmd {
         /// (`STATE/audit-key.pub`; the demo writes `receipts.pub`).
         #[arg(long)]
         key: Option<String>,
-        /// A signed head kept off the vehicle (the `checkpoint` of `GET /v1/audit/head`, as
-        /// JSON): the log must hold exactly that checkpoint. Needs `--key`.
+        /// A signed head kept off the vehicle: the body of `GET /v1/audit/head` as it is, a
+        /// file `halo-gateway operator heads --follow` wrote, or a bare checkpoint. The log must
+        /// hold exactly that checkpoint. Needs `--key`.
         #[arg(long, requires = "key")]
         head: Option<PathBuf>,
     },
@@ -316,9 +325,17 @@ where
             action,
             altitude,
             url,
+            follow,
             token_file,
             state_dir,
-        } => operator(action, altitude, &url, token_file, state_dir),
+        } => operator(
+            action,
+            altitude,
+            &url,
+            follow.as_deref(),
+            token_file,
+            state_dir,
+        ),
         Cmd::Check {
             catalog,
             state,
@@ -650,10 +667,8 @@ fn audit_verify(paths: &[PathBuf], key: Option<&str>, head: Option<&Path>) -> i3
     };
     let kept = match head {
         Some(p) => match crate::io::read_capped(p, crate::io::MAX_CONFIG_BYTES, "signed head")
-            .and_then(|b| {
-                serde_json::from_slice::<crate::core::receipt::Checkpoint>(&b)
-                    .map_err(|e| format!("{}: not a signed head: {e}", p.display()))
-            }) {
+            .and_then(|b| kept_heads(&b).map_err(|e| format!("{}: {e}", p.display())))
+        {
             Ok(h) => Some(h),
             Err(e) => {
                 eprintln!("error: {e}");
@@ -749,17 +764,42 @@ fn audit_verify(paths: &[PathBuf], key: Option<&str>, head: Option<&Path>) -> i3
             );
         }
     }
-    if let (Some(h), Some(k)) = (&kept, key.as_ref()) {
-        match crate::audit::check_head(&log.receipts, h, k) {
-            Ok(()) => println!(
-                "  the log holds the signed head you kept (receipt {})",
-                h.count
-            ),
+    if let (Some(heads), Some(k)) = (&kept, key.as_ref()) {
+        // A body of `GET /v1/audit/head` may carry this start's head and the previous
+        // start's: the one for these files is the one whose log they are, else the one that
+        // holds.
+        let stem = paths
+            .first()
+            .and_then(|p| crate::service::receipts::stem_of(p));
+        let named = heads
+            .iter()
+            .find(|(log, _)| log.is_some() && *log == stem)
+            .map(|(_, h)| h);
+        let result = match named {
+            Some(h) => crate::audit::check_head(&log.receipts, h, k).map(|()| h.count),
+            None => heads
+                .iter()
+                .map(|(_, h)| crate::audit::check_head(&log.receipts, h, k).map(|()| h.count))
+                .find(Result::is_ok)
+                .unwrap_or_else(|| {
+                    heads
+                        .first()
+                        .map_or(Err("no signed head in the file".into()), |(_, h)| {
+                            crate::audit::check_head(&log.receipts, h, k).map(|()| h.count)
+                        })
+                }),
+        };
+        match result {
+            Ok(count) => println!("  the log holds the signed head you kept (receipt {count})"),
             Err(e) => {
                 ok = false;
                 println!("  {e}");
             }
         }
+    }
+    if key.is_some() && v.count == 0 {
+        ok = false;
+        println!("  no evidence: the log holds no receipts, so nothing is covered by a signature");
     }
     if let Some(t) = &log.torn {
         ok = false;
@@ -774,6 +814,40 @@ fn audit_verify(paths: &[PathBuf], key: Option<&str>, head: Option<&Path>) -> i3
         );
     }
     if ok { EXIT_OK } else { EXIT_REJECTED }
+}
+
+/// The signed heads in a kept file: a bare checkpoint (as `--head` took before), the body of
+/// `GET /v1/audit/head` (its `checkpoint` and `previous`), or a file `operator heads --follow`
+/// wrote (`{"log", "public_key", "checkpoint"}`); each with the log it names, if any.
+fn kept_heads(
+    bytes: &[u8],
+) -> Result<Vec<(Option<String>, crate::core::receipt::Checkpoint)>, String> {
+    use crate::core::receipt::Checkpoint;
+    if let Ok(c) = serde_json::from_slice::<Checkpoint>(bytes) {
+        return Ok(vec![(None, c)]);
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("not a signed head: {e}"))?;
+    let mut out = Vec::new();
+    let log = v.get("log").and_then(|l| l.as_str()).map(str::to_owned);
+    if let Some(c) = v.get("checkpoint").filter(|c| !c.is_null()) {
+        let c: Checkpoint = serde_json::from_value(c.clone())
+            .map_err(|e| format!("`checkpoint` is not a signed head: {e}"))?;
+        out.push((log, c));
+    }
+    if let Some(p) = v.get("previous").filter(|p| !p.is_null()) {
+        let plog = p.get("log").and_then(|l| l.as_str()).map(str::to_owned);
+        let c: Checkpoint =
+            serde_json::from_value(p.get("checkpoint").cloned().unwrap_or_default())
+                .map_err(|e| format!("`previous.checkpoint` is not a signed head: {e}"))?;
+        out.push((plog, c));
+    }
+    if out.is_empty() {
+        return Err(
+            "no signed head in it (the gateway had signed none yet when it was fetched)".into(),
+        );
+    }
+    Ok(out)
 }
 
 struct RunArgs {
@@ -949,6 +1023,7 @@ fn operator(
     action: OperatorAction,
     altitude: Option<f64>,
     url: &str,
+    follow: Option<&Path>,
     token_file: Option<PathBuf>,
     state_dir: Option<PathBuf>,
 ) -> i32 {
@@ -974,6 +1049,13 @@ fn operator(
         .build()
         .new_agent();
     let auth = format!("Bearer {token}");
+    if action == OperatorAction::Heads {
+        return heads(&agent, url, &auth, follow);
+    }
+    if follow.is_some() {
+        eprintln!("error: --follow goes with `heads`");
+        return EXIT_ERROR;
+    }
     let result = if action == OperatorAction::Status {
         agent
             .get(format!("{url}/v1/status"))
@@ -988,7 +1070,7 @@ fn operator(
             OperatorAction::Rtl => "rtl",
             OperatorAction::Hold => "hold",
             OperatorAction::Release => "release",
-            OperatorAction::Status => "status",
+            OperatorAction::Status | OperatorAction::Heads => "status",
         };
         let body = match (action, altitude) {
             (OperatorAction::Takeoff, Some(a)) => serde_json::json!({"altitude_m": a}),
@@ -1033,6 +1115,108 @@ fn operator(
             eprintln!("error: cannot reach the gateway at {url}: {e}");
             EXIT_ERROR
         }
+    }
+}
+
+/// `operator heads`: prints the gateway's signed heads; with `--follow DIR` keeps each new one
+/// in `DIR/<log>-<count>.json` (the head with its log and key, written durably) and confirms it
+/// to the gateway (`POST /v1/audit/exported`), until interrupted. `halo-gateway audit verify
+/// --key KEY --head FILE` checks a log against such a file.
+fn heads(agent: &ureq::Agent, url: &str, auth: &str, follow: Option<&Path>) -> i32 {
+    use serde_json::{Value, json};
+    let fetch = || -> Result<Value, String> {
+        let mut r = agent
+            .get(format!("{url}/v1/audit/head"))
+            .header("Authorization", auth)
+            .call()
+            .map_err(|e| format!("cannot reach the gateway at {url}: {e}"))?;
+        let text = r.body_mut().read_to_string().unwrap_or_default();
+        if r.status().as_u16() != 200 {
+            return Err(format!("{} {text}", r.status().as_u16()));
+        }
+        serde_json::from_str(&text).map_err(|e| format!("not a head: {e}"))
+    };
+    let Some(dir) = follow else {
+        return match fetch() {
+            Ok(v) => {
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                EXIT_OK
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                EXIT_ERROR
+            }
+        };
+    };
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("error: {}: {e}", dir.display());
+        return EXIT_ERROR;
+    }
+    eprintln!(
+        "keeping the signed heads of {url} in {} (Ctrl-C stops)",
+        dir.display()
+    );
+    let mut warned = false;
+    loop {
+        match fetch() {
+            Ok(v) => {
+                warned = false;
+                let key = v.get("public_key").cloned().unwrap_or(Value::Null);
+                let mut found = Vec::new();
+                if let Some(c) = v.get("checkpoint").filter(|c| !c.is_null()) {
+                    found.push((v.get("log").cloned().unwrap_or(Value::Null), c.clone()));
+                }
+                if let Some(p) = v.get("previous").filter(|p| !p.is_null()) {
+                    found.push((
+                        p.get("log").cloned().unwrap_or(Value::Null),
+                        p.get("checkpoint").cloned().unwrap_or(Value::Null),
+                    ));
+                }
+                for (log, cp) in found {
+                    let (Some(name), Some(count), Some(head)) = (
+                        log.as_str(),
+                        cp.get("count").and_then(Value::as_u64),
+                        cp.get("head").and_then(Value::as_str),
+                    ) else {
+                        continue;
+                    };
+                    let file = dir.join(format!("{name}-{count:012}.json"));
+                    if file.exists() {
+                        continue;
+                    }
+                    let body = json!({"log": name, "public_key": key, "checkpoint": cp});
+                    if let Err(e) = crate::service::statedir::write_atomic(
+                        &file,
+                        format!("{body}\n").as_bytes(),
+                        0o644,
+                    ) {
+                        eprintln!("error: {}: {e}", file.display());
+                        return EXIT_ERROR;
+                    }
+                    let ack = agent
+                        .post(format!("{url}/v1/audit/exported"))
+                        .header("Authorization", auth)
+                        .send_json(json!({"log": name, "count": count, "head": head}));
+                    let confirmed = ack.is_ok_and(|r| r.status().as_u16() == 200);
+                    println!(
+                        "{name} receipt {count}: kept in {}{}",
+                        file.display(),
+                        if confirmed {
+                            ""
+                        } else {
+                            " (the gateway did not confirm it; it will not delete what it covers)"
+                        }
+                    );
+                }
+            }
+            Err(e) => {
+                if !warned {
+                    eprintln!("warning: {e}; retrying every second");
+                    warned = true;
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
 }
 

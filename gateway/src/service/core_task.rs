@@ -459,6 +459,11 @@ pub struct Core {
     operator_effects: u64,
     /// The shared monotonic origin.
     pub origin: Instant,
+    /// The vehicle URL, for people.
+    vehicle_url: String,
+    /// Since when no heartbeat was heard (start, or the link's loss), and the last warning.
+    silent_since: Option<Instant>,
+    last_silence_warning: Option<Instant>,
     /// Wall-clock Unix ms at `origin`.
     pub origin_wall_ms: u64,
     /// The receipt log (`None`: receipts are sealed and counted, not kept).
@@ -578,6 +583,27 @@ impl Signing {
     }
 }
 
+/// The usual causes of a vehicle link without heartbeats, for the URL in use.
+pub fn link_hint(url: &str) -> String {
+    let u = url.trim_start_matches("udp://");
+    if u.starts_with("udpin:") {
+        format!(
+            "nothing sends to {}: PX4 SITL sends to 14540 (its offboard link; 14550 is the ground              station's), a real PX4 needs a MAVLink instance in Onboard mode (MAV_x_MODE) sending              to this address, and a firewall may drop the datagrams",
+            u.trim_start_matches("udpin:")
+        )
+    } else if u.starts_with("udpout:") || u.starts_with("tcpout:") {
+        format!("nothing answers at {}", &u[7..])
+    } else if let Some(dev) = u.strip_prefix("serial:") {
+        format!(
+            "check the cable and {dev}: the baud rate (PX4's SER_TEL2_BAUD), PX4's MAV_1_CONFIG =              TELEM 2 and MAV_1_MODE = Onboard, that no serial console uses the port, and that this              user is in the device's group (dialout)"
+        )
+    } else if url.starts_with("radio://") || url.starts_with("usb://") {
+        "check the Crazyradio, its channel and address, and that the Crazyflie is on".into()
+    } else {
+        "check the vehicle URL".into()
+    }
+}
+
 /// Unix ms now.
 pub fn wall_now_ms() -> u64 {
     SystemTime::now()
@@ -694,6 +720,9 @@ impl Core {
             failed_closed: None,
             full_action: FullAction::Refuse,
             previous_head: None,
+            vehicle_url: String::new(),
+            silent_since: Some(origin),
+            last_silence_warning: None,
             hub,
             metrics,
             vehicle: VehicleView::default(),
@@ -706,6 +735,37 @@ impl Core {
             audit: None,
             vehicle_epoch: 1,
         }
+    }
+
+    /// The vehicle URL, named in warnings and refusals.
+    #[must_use]
+    pub fn with_vehicle_url(mut self, url: &str) -> Core {
+        self.vehicle_url = url.to_string();
+        self
+    }
+
+    /// While no heartbeat arrives: a warning every five seconds naming the URL and the usual
+    /// causes.
+    fn warn_if_silent(&mut self, t: Instant) {
+        let Some(since) = self.silent_since else {
+            return;
+        };
+        let silent = t.duration_since(since);
+        if silent < Duration::from_secs(3)
+            || self
+                .last_silence_warning
+                .is_some_and(|w| t.duration_since(w) < Duration::from_secs(5))
+        {
+            return;
+        }
+        self.last_silence_warning = Some(t);
+        tracing::warn!(
+            vehicle = %self.vehicle_url,
+            silent_s = silent.as_secs(),
+            "no heartbeat from the vehicle for {} s: {}",
+            silent.as_secs(),
+            link_hint(&self.vehicle_url)
+        );
     }
 
     /// The previous start's last signed checkpoint, offered at `GET /v1/audit/head`.
@@ -1266,6 +1326,12 @@ impl Core {
             }
             BridgeEvent::Link { up, silent_ms } => {
                 self.vehicle.link_up = *up;
+                self.silent_since = if *up {
+                    None
+                } else {
+                    Some(Instant::now() - Duration::from_millis(*silent_ms))
+                };
+                self.last_silence_warning = None;
                 self.metrics.link_up.set(i64::from(*up));
                 if *up {
                     tracing::info!("autopilot link up");
@@ -1550,10 +1616,23 @@ impl Core {
                         for c in &current.components {
                             self.metrics.decision(c.reason.map(|r| r.name()));
                         }
+                        let withheld = current
+                            .components
+                            .iter()
+                            .filter(|c| c.reason.is_some())
+                            .count();
+                        tracing::debug!(
+                            response = %current.response,
+                            components = current.components.len(),
+                            withheld,
+                            us = t0.elapsed().as_micros() as u64,
+                            "admission"
+                        );
                         serde_json::to_value(&current).map_err(internal)
                     }
                     Err(rej) => {
                         self.metrics.decision(Some(rej.code().name()));
+                        tracing::debug!(reason = %rej.code(), "admission: response rejected whole");
                         Err(ApiError::rejection(&rej))
                     }
                 };
@@ -1900,6 +1979,25 @@ impl Core {
 
     fn operator(&mut self, op: OperatorOp, reply: Reply) {
         let now = self.now();
+        // A vehicle command without a link cannot be sent: say so at once rather than after
+        // every retry. Hold and release are the gateway's own and need no link.
+        let link_up = match self.adapter.vehicle.link() {
+            VehicleLink::Px4(h) => h.link_up(),
+            VehicleLink::Crazyflie(h) => h.link_up(),
+        };
+        if !matches!(op, OperatorOp::Hold | OperatorOp::Release) && !link_up {
+            let _ = reply.send(Err(ApiError::new(
+                503,
+                ReasonCode::NO_VEHICLE_LINK,
+                format!(
+                    "no heartbeat from the vehicle at {}: `{}` cannot be sent ({})",
+                    self.vehicle_url,
+                    op.name(),
+                    link_hint(&self.vehicle_url)
+                ),
+            )));
+            return;
+        }
         if !matches!(op, OperatorOp::Hold | OperatorOp::Release) {
             if let Some(h) = self.adapter.vehicle.crazyflie().cloned() {
                 self.operator_crazyflie(&h, op, reply);
@@ -2073,6 +2171,7 @@ impl Core {
     /// Periodic work: operator commands that never got an answer, metrics.
     fn housekeeping(&mut self) {
         let t = Instant::now();
+        self.warn_if_silent(t);
         while self.pending.front().is_some_and(|p| p.deadline <= t) {
             if let Some(p) = self.pending.pop_front() {
                 self.finish_operator(p, CommandOutcome::TimedOut);
@@ -2116,6 +2215,11 @@ impl Core {
         self.metrics
             .bridge_events_dropped
             .set(i64::try_from(v.dropped_events()).unwrap_or(i64::MAX));
+        if let Some(px4) = v.px4() {
+            self.metrics
+                .foreign_datagrams
+                .set(i64::try_from(px4.foreign_datagrams()).unwrap_or(i64::MAX));
+        }
     }
 
     /// Runs until `shutdown` turns true, then holds the vehicle and waits (at most

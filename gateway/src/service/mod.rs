@@ -482,7 +482,8 @@ impl Service {
             config::FullActionName::Refuse => core_task::FullAction::Refuse,
             config::FullActionName::Land => core_task::FullAction::Land,
         })
-        .with_previous_head(previous_head);
+        .with_previous_head(previous_head)
+        .with_vehicle_url(&vehicle_url);
 
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (cmd_tx, cmd_rx) = mpsc::channel(256);
