@@ -23,6 +23,17 @@ if [ ! -x "$VENV/bin/python3" ] || ! cmp -s scripts/requirements.txt "$VENV/requ
   cp scripts/requirements.txt "$VENV/requirements.txt"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"
+# The faults suite moves the gateway's wall clock with libfaketime (Debian's `faketime`) and
+# mounts a small tmpfs for the full-disk cases (it needs root, as CI runs).
+if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
+  echo "==> libfaketime (Debian's faketime) for the faults suite"
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get install -y -qq faketime >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq faketime >/dev/null; } \
+      || echo "warning: could not install faketime; the faults suite's clock case will not match" >&2
+  else
+    echo "warning: install Debian's faketime (apt-get install faketime); the faults suite's clock case needs it" >&2
+  fi
+fi
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check

@@ -1610,6 +1610,12 @@ impl Core {
                 self.metrics
                     .admission_seconds
                     .observe(t0.elapsed().as_secs_f64());
+                // The receipts of this very response could not be written: what it would have
+                // dispatched was dropped, so the report would not be true.
+                if let Some(e) = self.receipts_refusal() {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
                 let answer = match r {
                     Ok(rep) => {
                         let current = self.gw.response_report(&rep.response).unwrap_or(rep);
@@ -1813,6 +1819,9 @@ impl Core {
         let now = self.now();
         let r = self.gw.handle_candidate(now, bytes);
         self.pump();
+        if let Some(e) = self.receipts_refusal() {
+            return Err(e);
+        }
         match r {
             Ok(rep) => {
                 let current = self.gw.response_report(&rep.response);

@@ -205,11 +205,13 @@ pub fn router(state: AppState, layers: &Layers) -> Router {
                     tracing::debug_span!("request", id, method = %req.method(), path = req.uri().path())
                 })
                 .on_request(())
+                // Refusals are answers, not failures: the response line below is the log.
+                .on_failure(())
                 .on_response(
                     |resp: &Response, latency: Duration, _span: &tracing::Span| {
                         let status = resp.status().as_u16();
                         let ms = latency.as_secs_f64() * 1e3;
-                        if status >= 500 {
+                        if status == 500 {
                             tracing::warn!(status, latency_ms = ms, "request failed");
                         } else {
                             tracing::debug!(status, latency_ms = ms, "request");
@@ -469,13 +471,45 @@ fn authorize(
 
 async fn read_body(req: Request, limit: usize) -> Result<Vec<u8>, ApiError> {
     check_json(req.headers())?;
-    match axum::body::to_bytes(req.into_body(), limit).await {
-        Ok(b) => Ok(b.to_vec()),
-        Err(_) => Err(ApiError::new(
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::new(
             413,
             ReasonCode::BODY_TOO_LARGE,
             format!("the body exceeds {limit} bytes"),
-        )),
+        ));
+    }
+    match axum::body::to_bytes(req.into_body(), limit).await {
+        Ok(b) => Ok(b.to_vec()),
+        Err(e) => {
+            // The length limit, or the body stopped arriving (the body timeout) or broke.
+            // (http-body-util's `LengthLimitError`, somewhere in the chain.)
+            let mut cause: Option<&dyn std::error::Error> = Some(&e);
+            let mut too_large = false;
+            while let Some(c) = cause {
+                too_large |= c.to_string().contains("length limit exceeded");
+                cause = c.source();
+            }
+            if too_large {
+                Err(ApiError::new(
+                    413,
+                    ReasonCode::BODY_TOO_LARGE,
+                    format!("the body exceeds {limit} bytes"),
+                ))
+            } else {
+                Err(ApiError::new(
+                    408,
+                    ReasonCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the body did not arrive whole ({e}); listen.body_timeout_ms bounds the wait"
+                    ),
+                ))
+            }
+        }
     }
 }
 

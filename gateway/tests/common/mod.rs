@@ -9,6 +9,7 @@
 )]
 
 pub mod contract_scale;
+pub mod service;
 
 use std::path::PathBuf;
 
@@ -268,6 +269,8 @@ pub fn halo(args: &[&str]) -> (i32, String) {
 pub struct Spawned {
     pub child: Option<std::process::Child>,
     pub url: String,
+    /// The operator's own listener.
+    pub operator_url: String,
     pub creds: [String; 3],
 }
 
@@ -275,12 +278,23 @@ impl Spawned {
     /// Writes `config` (TOML) to `dir/gateway.toml`, starts `halo-gateway run --config` in
     /// `dir`, waits for the banner's URL and reads the credentials from `state`.
     pub fn start(dir: &std::path::Path, config: &str, state: &std::path::Path) -> Spawned {
+        Spawned::start_env(dir, config, state, &[])
+    }
+
+    /// As [`Spawned::start`], with extra environment variables.
+    pub fn start_env(
+        dir: &std::path::Path,
+        config: &str,
+        state: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Spawned {
         use std::io::BufRead;
         let cfg = dir.join("gateway.toml");
         std::fs::write(&cfg, config).unwrap();
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
             .args(["run", "--config"])
             .arg(&cfg)
+            .envs(env.iter().copied())
             .current_dir(dir)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::inherit())
@@ -292,6 +306,15 @@ impl Spawned {
             .map_while(Result::ok)
             .find_map(|l| l.split("listening on ").nth(1).map(|u| u.trim().to_owned()))
             .expect("the gateway printed its URL");
+        let operator_url = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix("operator:")
+                    .and_then(|r| r.split_whitespace().next().map(str::to_owned))
+            })
+            .expect("the gateway printed its operator listener");
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         let read = |r: &str| {
@@ -303,8 +326,14 @@ impl Spawned {
         Spawned {
             child: Some(child),
             url,
+            operator_url,
             creds: [read("agent"), read("provider"), read("operator")],
         }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, std::process::Child::id)
     }
 
     /// SIGTERM, then the exit status (at most 20 s).
