@@ -16,7 +16,7 @@ runs="${1:-10000000}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(envelope state_file catalog contract_domain receipt_lines offboard contract_workflow)
+    targets=(envelope state_file catalog contract_domain receipt_lines offboard contract_workflow service_bodies last_event_id)
 fi
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup run nightly rustc --version >/dev/null
@@ -24,7 +24,7 @@ rustup run nightly rustc --version >/dev/null
 # Seeds from the test data: every admission case's response and state, the catalogs, the
 # contract domain, and a signed contract receipt log.
 seeds=target/fuzz-seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{envelope,state_file,catalog,contract_domain,receipt_lines,offboard,contract_workflow}
+rm -rf "$seeds" && mkdir -p "$seeds"/{envelope,state_file,catalog,contract_domain,receipt_lines,offboard,contract_workflow,service_bodies,last_event_id}
 python3 - "$seeds" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
@@ -43,6 +43,24 @@ scripts = [
 ]
 for i, sc in enumerate(scripts):
     (out / "offboard" / f"{i}.bin").write_bytes(bytes(sc))
+# The service's bodies: provider updates, certificates, contract operations.
+bodies = [
+    {"value": [{"north_m": 300.0, "east_m": -200.0, "down_m": -40.0}], "epoch": 41, "provenance": "utm-feed-a", "generated_at_unix_ms": 1000},
+    {"value": None, "epoch": 7, "provenance": "map-service", "generated_at_unix_ms": 1000},
+    {"value": {"north_min": -50.0, "north_max": 100.0, "east_min": -50.0, "east_max": 100.0, "down_min": -60.0, "down_max": 0.5}, "epoch": 3, "provenance": "corridor-12", "generated_at_unix_ms": 1000},
+    {"value": True, "epoch": 1, "provenance": "operator", "generated_at_unix_ms": 1000},
+    {"value": 4.0, "epoch": 1, "provenance": "weather", "generated_at_unix_ms": 1000},
+    {"id": "cert-1", "covers": "ab" * 32, "valid_for_ms": 30000, "issuer": "geo"},
+    {"id": "cert-2", "covers": "0" * 64, "valid_until_unix_ms": 99, "issuer": "geo"},
+    {"op": "reauthorize", "goal": "g1"},
+    {"op": "change_version", "policy": [{"rule": "forbid", "when": ["zone == nofly"]}]},
+]
+w = json.load(open("docs/examples/contract-workflow.json"))
+bodies.append({"op": "register_root", "approved_by": w["approved_by"], "contract": w["contract"]})
+for i, b in enumerate(bodies):
+    (out / "service_bodies" / f"{i}.json").write_text(json.dumps(b))
+for i, e in enumerate(["3.5", "3.0", "3.10", "2.99", "4.1", "18446744073709551615", " 3.7 "]):
+    (out / "last_event_id" / f"{i}.txt").write_text(e)
 PY
 cp docs/examples/response.json "$seeds/envelope/"
 cp docs/examples/state.json "$seeds/state_file/"

@@ -167,7 +167,11 @@ fn pct(v: &[f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "an index")]
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "an index"
+    )]
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;
     v[i.min(v.len() - 1)]
 }
@@ -419,7 +423,11 @@ fn run(seconds: u64, binary: &str, retention_ms: Option<u64>) {
     println!(
         "  receipts: {:.2} MB/s; {:.1} KB per accepted bundle (all receipts written during the load over the bundles accepted)",
         grown as f64 / elapsed / 1e6,
-        if acc > 0 { grown as f64 / acc as f64 / 1e3 } else { f64::NAN }
+        if acc > 0 {
+            grown as f64 / acc as f64 / 1e3
+        } else {
+            f64::NAN
+        }
     );
     println!("  the gateway exited {code}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -463,3 +463,121 @@ pub fn contract_workflow(data: &[u8]) {
         panic!("the independent checker rejects the monitor's own log: {e}");
     }
 }
+
+/// The service's request bodies: the same bytes as a provider update for every source of the
+/// embedded catalog, as a certificate, and as a mission-contract operation, through the
+/// readers `POST /v1/state/{source}`, `POST /v1/certificates` and `POST /v1/contract` use; what
+/// they accept is then applied to a gateway and a monitor. Invariants: a refusal carries one
+/// of the codes its reader documents and a message; nothing accepted makes the core panic.
+///
+/// # Panics
+/// When a reader refuses with an undocumented code or an empty message.
+pub fn service_bodies(data: &[u8]) {
+    use crate::core::reason::ReasonCode as R;
+    use crate::service::core_task::{read_certificate, read_contract_op, read_update};
+    let Some(f) = fixtures() else { return };
+    let check = |e: &crate::service::core_task::ApiError, allowed: &[R]| {
+        assert!(
+            allowed.contains(&e.code) && !e.message.is_empty(),
+            "an undocumented refusal: {e}"
+        );
+    };
+    let Some((mut gw, now)) = gateway_from(f) else {
+        return;
+    };
+    for (i, s) in f.catalog.sources().iter().enumerate() {
+        let ix = crate::core::catalog::SourceIx(u8::try_from(i).unwrap_or(u8::MAX));
+        match read_update(&f.catalog, ix, s.name.as_str(), data) {
+            Ok((body, value)) => {
+                let u = crate::core::state::SourceUpdate {
+                    source: ix,
+                    state: crate::core::state::SourceState {
+                        generated_at: now,
+                        epoch: body.epoch,
+                        provenance: body.provenance,
+                        value,
+                    },
+                };
+                let _ = gw.handle_source_update(now, u);
+            }
+            Err(e) => check(
+                &e,
+                &[
+                    R::DUPLICATE_KEY,
+                    R::INVALID_UPDATE,
+                    R::UNKNOWN_SOURCE,
+                    R::VALUE_KIND_MISMATCH,
+                ],
+            ),
+        }
+    }
+    match read_certificate(data) {
+        Ok((body, covers)) => {
+            let ms = body.valid_for_ms.or(body.valid_until_unix_ms).unwrap_or(0);
+            let cert = crate::core::state::Certificate {
+                id: body.id,
+                covers,
+                valid_until: now.saturating_add(Nanos::from_ms(ms)),
+                issuer: body.issuer,
+            };
+            let _ = gw.handle_certificate(now, cert);
+        }
+        Err(e) => check(&e, &[R::DUPLICATE_KEY, R::INVALID_UPDATE]),
+    }
+    gw.handle_timeout(now.saturating_add(Nanos::from_ms(60_000)));
+    match read_contract_op(data) {
+        Ok(op) => {
+            let mut m = crate::contract::Monitor::new(f.domain.clone());
+            for caller in [
+                crate::contract::Role::Operator,
+                crate::contract::Role::Provider,
+                crate::contract::Role::Agent,
+            ] {
+                let _ = m.handle(crate::contract::Request {
+                    caller,
+                    op: op.clone(),
+                });
+            }
+        }
+        Err(e) => check(&e, &[R::SCHEMA_INVALID, R::FORBIDDEN_ROLE]),
+    }
+}
+
+/// A `Last-Event-ID` header against a hub of boot 3 holding events 1 to 10. Invariants: an id
+/// the hub takes is of this or an earlier start and not ahead of its newest event, and a
+/// reader from it starts right after it; the hub publishes and serves as before whatever was
+/// sent.
+///
+/// # Panics
+/// When the hub accepts an impossible id, a reader starts elsewhere, or the hub stops working.
+pub fn last_event_id(data: &[u8]) {
+    use crate::service::hub::{Hub, Item, Resume};
+    let hub = Hub::new(3);
+    for i in 0..10 {
+        hub.publish("x", format!("{i}"));
+    }
+    let text = String::from_utf8_lossy(data);
+    match hub.resume(Some(&text)) {
+        Ok(Resume::After(n)) => {
+            assert!((1..=10).contains(&n), "took id {n} the hub never issued");
+            let mut r = hub.reader(Resume::After(n));
+            match r.try_next() {
+                Some(Item::Event(e)) => assert_eq!(e.id, n + 1),
+                None => assert_eq!(n, 10),
+                Some(other) => panic!("a reader after {n} began with {other:?}"),
+            }
+        }
+        Ok(Resume::EarlierStart(b)) => assert!(b < 3, "a reset for boot {b}"),
+        Ok(Resume::Start) | Err(_) => {}
+    }
+    assert_eq!(
+        hub.publish("y", "11".into()),
+        11,
+        "the hub stopped counting"
+    );
+    let mut r = hub.reader(Resume::After(10));
+    assert!(
+        matches!(r.try_next(), Some(Item::Event(e)) if e.id == 11),
+        "the hub stopped serving"
+    );
+}

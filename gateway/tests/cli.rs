@@ -383,6 +383,38 @@ fn error_messages_say_what_was_expected() {
 
 /// Both verifiers read one canonical encoding per record, treat a blank line as an error, and
 /// report a torn tail with its byte offset after checking the intact prefix.
+/// With `--key`, a log without receipts is no evidence (exit 2); without the key it merely has
+/// nothing to check.
+#[test]
+fn an_empty_log_is_no_evidence() {
+    let dir = std::env::temp_dir().join(format!("halo-cli-empty-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    // A real key: the one `contract run` creates when asked to sign.
+    let k = dir.join("k");
+    let (rc, out) = common::halo(&[
+        "contract",
+        "run",
+        "--signing-key",
+        &k.display().to_string(),
+        "--receipts",
+        &dir.join("r.jsonl").display().to_string(),
+        &common::repo_root()
+            .join("docs/examples/contract-workflow.json")
+            .display()
+            .to_string(),
+    ]);
+    assert_eq!(rc, EXIT_OK, "{out}");
+    let key = dir.join("k.pub").display().to_string();
+    let e = empty.display().to_string();
+    let (rc, text) = common::halo(&["audit", "verify", "--key", &key, &e]);
+    assert_eq!(rc, EXIT_REJECTED, "{text}");
+    assert!(text.contains("no evidence"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn both_verifiers_read_records_strictly_and_report_a_torn_tail() {
     let dir = std::env::temp_dir().join(format!("halo-strict-log-{}", std::process::id()));

@@ -510,6 +510,59 @@ fn receipt_cap() -> Outcome {
     };
     wait_until(10, "start 1's head to be kept", || kept("boot-1-"));
     std::thread::sleep(Duration::from_millis(300));
+    // `audit verify --head` takes the follower's file, and the body of GET /v1/audit/head as
+    // it is (which now offers start 1's shutdown checkpoint as `previous`).
+    let key = state.join("audit-key.pub").display().to_string();
+    let log1 = state.join("receipts/boot-1.jsonl");
+    let kept_file = std::fs::read_dir(&heads)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("boot-1-")
+        })
+        .unwrap();
+    let (h1, t1) = halo(
+        &[
+            "audit",
+            "verify",
+            "--key",
+            &key,
+            "--head",
+            &kept_file.display().to_string(),
+        ],
+        std::slice::from_ref(&log1),
+    );
+    c.that(
+        h1 == 0 && t1.contains("holds the signed head"),
+        format!("--head FILE: {t1}"),
+    );
+    let body = dir.join("head-body.json");
+    std::fs::write(
+        &body,
+        get(&format!("{}/v1/audit/head", g2.url), None)
+            .1
+            .to_string(),
+    )
+    .unwrap();
+    let (h2, t2) = halo(
+        &[
+            "audit",
+            "verify",
+            "--key",
+            &key,
+            "--head",
+            &body.display().to_string(),
+        ],
+        std::slice::from_ref(&log1),
+    );
+    c.that(
+        h2 == 0 && t2.contains("holds the signed head"),
+        format!("--head GET-body: {t2}"),
+    );
     let _ = follower.kill();
     let _ = follower.wait();
     c.that(g2.stop() == 0, "start 2 did not stop cleanly");
@@ -554,7 +607,6 @@ fn receipt_cap() -> Outcome {
     );
     c.that(b2, "start 2's log, not covered, was evicted");
     c.that(b3.len() == 2, format!("start 3 has {} files", b3.len()));
-    let key = state.join("audit-key.pub").display().to_string();
     let (v3, text) = halo(&["audit", "verify", "--key", &key], &b3);
     c.that(
         v3 == 0 && text.contains("shutdown checkpoint"),

@@ -175,6 +175,53 @@ fn every_fuzz_target_survives_its_smoke_run() {
         file("docs/examples/contract-workflow.json"),
         file("docs/examples/contract-workflow-drifted.json"),
     ];
+    // The service's bodies: every provider update the demo's feeds send, certificates, and
+    // contract operations as `POST /v1/contract` takes them (the root of the example workflow).
+    let mut bodies: Vec<Vec<u8>> = halo_gateway::runtime::demo::provider_updates(7, 1_000)
+        .into_iter()
+        .map(|(_, b)| b.to_string().into_bytes())
+        .collect();
+    bodies.push(
+        format!(
+            r#"{{"id":"cert-1","covers":"{}","valid_for_ms":30000,"issuer":"geo"}}"#,
+            "ab".repeat(32)
+        )
+        .into_bytes(),
+    );
+    bodies.push(
+        format!(
+            r#"{{"id":"cert-2","covers":"{}","valid_until_unix_ms":99,"issuer":"geo"}}"#,
+            "0".repeat(64)
+        )
+        .into_bytes(),
+    );
+    let wf: serde_json::Value =
+        serde_json::from_slice(&file("docs/examples/contract-workflow.json")).unwrap();
+    bodies.push(
+        serde_json::json!({"op": "register_root", "approved_by": wf["approved_by"], "contract": wf["contract"]})
+            .to_string()
+            .into_bytes(),
+    );
+    bodies.push(br#"{"op": "reauthorize", "goal": "g1"}"#.to_vec());
+    bodies.push(
+        br#"{"op": "change_version", "policy": [{"rule": "forbid", "when": ["zone == nofly"]}]}"#
+            .to_vec(),
+    );
+    bodies.push(br#"{"op": "authorize_effect", "effect": "goto(wp3)", "goal": "survey"}"#.to_vec());
+    let event_ids: Vec<Vec<u8>> = [
+        "3.5",
+        "3.0",
+        "3.10",
+        "2.99",
+        "4.1",
+        "18446744073709551615",
+        "3.18446744073709551615",
+        " 3.7 ",
+        "03.04",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
     let runs = [
         ("envelope", run("envelope", &envelopes, fuzzing::envelope)),
         (
@@ -200,6 +247,14 @@ fn every_fuzz_target_survives_its_smoke_run() {
             "contract_workflow",
             run("contract_workflow", &workflows, fuzzing::contract_workflow),
         ),
+        (
+            "service_bodies",
+            run("service_bodies", &bodies, fuzzing::service_bodies),
+        ),
+        (
+            "last_event_id",
+            run("last_event_id", &event_ids, fuzzing::last_event_id),
+        ),
     ];
     let total: usize = runs.iter().map(|(_, n)| n).sum();
     for (name, n) in &runs {
@@ -212,9 +267,12 @@ fn every_fuzz_target_survives_its_smoke_run() {
         + domains.len()
         + receipts.len()
         + scripts.len()
-        + workflows.len();
+        + workflows.len()
+        + bodies.len()
+        + event_ids.len();
     println!("fuzz-smoke: {total}/{want} matched");
     assert_eq!(envelopes.len(), 108);
     assert_eq!(total, want);
-    assert_eq!(total, 10682, "the smoke run's size, pinned");
+    assert_eq!((bodies.len(), event_ids.len()), (14, 9));
+    assert_eq!(total, 13705, "the smoke run's size, pinned");
 }

@@ -327,6 +327,111 @@ fn configuration_errors_are_one_line_and_exit_3() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A start that fails after its configuration parsed (the listener's port is taken) touches no
+/// state: no boot epoch bumped, no receipt file created, none deleted, even at `max_files`.
+#[test]
+fn a_failed_start_touches_no_state() {
+    let dir = tmp("failed-start");
+    let state = dir.join("state");
+    let receipts = state.join("receipts");
+    std::fs::create_dir_all(&receipts).unwrap();
+    std::fs::write(state.join("boot_epoch"), "7\n").unwrap();
+    // Two earlier starts' logs, at the cap of 2.
+    std::fs::write(receipts.join("boot-5.jsonl"), "{\"index\":0}\n").unwrap();
+    std::fs::write(receipts.join("boot-6.jsonl"), "{\"index\":0}\n").unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let cfg = dir.join("busy.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[vehicle]\nurl = \"sim\"\n[listen]\nhttp = \"127.0.0.1:{port}\"\n[state]\ndir = \"{}\"\n[receipts]\nmax_files = 2\n",
+            state.display()
+        ),
+    )
+    .unwrap();
+    let before: Vec<String> = {
+        let mut v: Vec<String> = std::fs::read_dir(&state)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    for _ in 0..3 {
+        let err = refused_config(&cfg);
+        assert!(err.contains("cannot listen"), "{err}");
+    }
+    drop(taken);
+    let mut after: Vec<String> = std::fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    after.sort();
+    assert_eq!(before, after, "a failed start created or deleted something");
+    assert_eq!(
+        std::fs::read_to_string(state.join("boot_epoch")).unwrap(),
+        "7\n"
+    );
+    let mut logs: Vec<String> = std::fs::read_dir(&receipts)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    logs.sort();
+    assert_eq!(logs, ["boot-5.jsonl", "boot-6.jsonl"]);
+    println!(
+        "service-failed-start: 1/1 matched (3 starts refused on a taken port; nothing created, bumped or deleted)"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A vehicle command while no heartbeat arrives fails at once with `NO_VEHICLE_LINK`; hold and
+/// release still work.
+#[test]
+fn vehicle_commands_without_a_link_fail_at_once() {
+    let dir = tmp("nolink");
+    // Nothing answers on the discard port.
+    let g = Gateway::start(&dir, "udpout:127.0.0.1:9", "");
+    let t0 = Instant::now();
+    let (st, v) = post(
+        &format!("{}/v1/operator/arm", g.url),
+        Some(&g.operator),
+        b"{}",
+    );
+    let took = t0.elapsed();
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (503, Some("NO_VEHICLE_LINK")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("127.0.0.1:9"),
+        "{v}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "the refusal waited for retries"
+    );
+    let (st, _) = post(
+        &format!("{}/v1/operator/hold", g.url),
+        Some(&g.operator),
+        b"{}",
+    );
+    assert_eq!(st, 200);
+    let (st, _) = post(
+        &format!("{}/v1/operator/release", g.url),
+        Some(&g.operator),
+        b"{}",
+    );
+    assert_eq!(st, 200);
+    assert_eq!(g.stop(), 0);
+    println!("service-no-vehicle-link: 1/1 matched");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every endpoint with every kind of credential: none, a wrong one, and each role's.
 #[test]
 fn roles_and_bad_input() {

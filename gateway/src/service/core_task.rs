@@ -1741,21 +1741,7 @@ impl Core {
     }
 
     fn contract_op(&mut self, caller: ContractRole, bytes: &[u8]) -> Answer {
-        let op: Op = serde_json::from_slice(bytes).map_err(|err| {
-            let e = crate::core::strict::explain(bytes, &err);
-            ApiError::new(
-                400,
-                ReasonCode::SCHEMA_INVALID,
-                format!("not a contract operation: {e}"),
-            )
-        })?;
-        if matches!(op, Op::AuthorizeEffect { .. } | Op::CommitEffect { .. }) {
-            return Err(ApiError::new(
-                403,
-                ReasonCode::FORBIDDEN_ROLE,
-                "effects are authorized and committed only at the final gate",
-            ));
-        }
+        let op = read_contract_op(bytes)?;
         let name = op.name();
         let d = self.monitor.handle(ContractRequest { caller, op });
         tracing::info!(
@@ -1867,42 +1853,7 @@ impl Core {
                 ),
             ));
         }
-        let kind = cat.source(ix).map(|s| s.value);
-        // Duplicate keys anywhere (the value is untyped JSON) are refused, as in envelopes;
-        // text that is not JSON at all is a malformed update, named as such.
-        crate::core::strict::check_keys(bytes).map_err(|e| {
-            ApiError::new(
-                400,
-                if e.duplicate {
-                    ReasonCode::DUPLICATE_KEY
-                } else {
-                    ReasonCode::INVALID_UPDATE
-                },
-                format!("source `{source}`: {}", e.message),
-            )
-        })?;
-        let body: StateBody = serde_json::from_slice(bytes).map_err(|err| {
-            let e = crate::core::strict::explain(bytes, &err);
-            ApiError::new(
-                400,
-                ReasonCode::INVALID_UPDATE,
-                format!("source `{source}`: {e}"),
-            )
-        })?;
-        let Some(kind) = kind else {
-            return Err(ApiError::new(
-                404,
-                ReasonCode::UNKNOWN_SOURCE,
-                format!("the catalog defines no source `{source}`"),
-            ));
-        };
-        let value = Value::parse(kind, &body.value).map_err(|e| {
-            ApiError::new(
-                422,
-                ReasonCode::VALUE_KIND_MISMATCH,
-                format!("source `{source}`: {e}"),
-            )
-        })?;
+        let (body, value) = read_update(cat, ix, source, bytes)?;
         let now = self.now();
         let generated_at = Core::map_wall(now, wall_ms, body.generated_at_unix_ms);
         let u = SourceUpdate {
@@ -1932,28 +1883,7 @@ impl Core {
     }
 
     fn certificate(&mut self, bytes: &[u8], wall_ms: u64) -> Answer {
-        crate::core::strict::check_keys(bytes).map_err(|e| {
-            ApiError::new(
-                400,
-                if e.duplicate {
-                    ReasonCode::DUPLICATE_KEY
-                } else {
-                    ReasonCode::INVALID_UPDATE
-                },
-                format!("certificate: {}", e.message),
-            )
-        })?;
-        let body: CertificateBody = serde_json::from_slice(bytes).map_err(|err| {
-            let e = crate::core::strict::explain(bytes, &err);
-            ApiError::new(400, ReasonCode::INVALID_UPDATE, format!("certificate: {e}"))
-        })?;
-        let covers = Digest::from_hex(&body.covers).map_err(|e| {
-            ApiError::new(
-                422,
-                ReasonCode::INVALID_UPDATE,
-                format!("certificate `covers`: {e}"),
-            )
-        })?;
+        let (body, covers) = read_certificate(bytes)?;
         let now = self.now();
         let valid_until = match (body.valid_until_unix_ms, body.valid_for_ms) {
             (Some(u), None) => Core::map_wall(now, wall_ms, u),
@@ -2343,6 +2273,109 @@ impl Core {
             self.failed_closed = Some("the last receipts could not be written at shutdown".into());
         }
     }
+}
+
+/// A provider update's body for `source` (index `ix`), read strictly and typed against the
+/// source's kind. Pure: the fuzz target `service_bodies` drives it.
+///
+/// # Errors
+/// `DUPLICATE_KEY`, `INVALID_UPDATE` (not JSON, or not the update's shape),
+/// `UNKNOWN_SOURCE`, `VALUE_KIND_MISMATCH`.
+pub fn read_update(
+    cat: &crate::core::catalog::Catalog,
+    ix: crate::core::catalog::SourceIx,
+    source: &str,
+    bytes: &[u8],
+) -> Result<(StateBody, Value), ApiError> {
+    // Duplicate keys anywhere (the value is untyped JSON) are refused, as in envelopes; text
+    // that is not JSON at all is a malformed update, named as such.
+    crate::core::strict::check_keys(bytes).map_err(|e| {
+        ApiError::new(
+            400,
+            if e.duplicate {
+                ReasonCode::DUPLICATE_KEY
+            } else {
+                ReasonCode::INVALID_UPDATE
+            },
+            format!("source `{source}`: {}", e.message),
+        )
+    })?;
+    let body: StateBody = serde_json::from_slice(bytes).map_err(|err| {
+        let e = crate::core::strict::explain(bytes, &err);
+        ApiError::new(
+            400,
+            ReasonCode::INVALID_UPDATE,
+            format!("source `{source}`: {e}"),
+        )
+    })?;
+    let Some(kind) = cat.source(ix).map(|s| s.value) else {
+        return Err(ApiError::new(
+            404,
+            ReasonCode::UNKNOWN_SOURCE,
+            format!("the catalog defines no source `{source}`"),
+        ));
+    };
+    let value = Value::parse(kind, &body.value).map_err(|e| {
+        ApiError::new(
+            422,
+            ReasonCode::VALUE_KIND_MISMATCH,
+            format!("source `{source}`: {e}"),
+        )
+    })?;
+    Ok((body, value))
+}
+
+/// A certificate's body and the digest it covers, read strictly. Pure.
+///
+/// # Errors
+/// `DUPLICATE_KEY`, `INVALID_UPDATE`.
+pub fn read_certificate(bytes: &[u8]) -> Result<(CertificateBody, Digest), ApiError> {
+    crate::core::strict::check_keys(bytes).map_err(|e| {
+        ApiError::new(
+            400,
+            if e.duplicate {
+                ReasonCode::DUPLICATE_KEY
+            } else {
+                ReasonCode::INVALID_UPDATE
+            },
+            format!("certificate: {}", e.message),
+        )
+    })?;
+    let body: CertificateBody = serde_json::from_slice(bytes).map_err(|err| {
+        let e = crate::core::strict::explain(bytes, &err);
+        ApiError::new(400, ReasonCode::INVALID_UPDATE, format!("certificate: {e}"))
+    })?;
+    let covers = Digest::from_hex(&body.covers).map_err(|e| {
+        ApiError::new(
+            422,
+            ReasonCode::INVALID_UPDATE,
+            format!("certificate `covers`: {e}"),
+        )
+    })?;
+    Ok((body, covers))
+}
+
+/// A mission-contract operation's body, read; effects are the gate's alone. Pure.
+///
+/// # Errors
+/// `SCHEMA_INVALID`, `FORBIDDEN_ROLE`.
+pub fn read_contract_op(bytes: &[u8]) -> Result<Op, ApiError> {
+    let op: Op = serde_json::from_slice(bytes).map_err(|err| {
+        let e = crate::core::strict::explain(bytes, &err);
+        ApiError::new(
+            400,
+            ReasonCode::SCHEMA_INVALID,
+            format!("not a contract operation: {e}"),
+        )
+    })?;
+    if matches!(op, Op::AuthorizeEffect { .. } | Op::CommitEffect { .. }) {
+        return Err(ApiError::new(
+            403,
+            ReasonCode::FORBIDDEN_ROLE,
+            "effects are authorized and committed only at the final gate",
+        ));
+    }
+    Ok(op)
 }
 
 fn verdict_name(v: crate::contract::Verdict) -> &'static str {
