@@ -1918,6 +1918,27 @@ impl Core {
 
     fn operator(&mut self, op: OperatorOp, reply: Reply) {
         let now = self.now();
+        // A bad request is refused as such first, whatever the link.
+        if let OperatorOp::Takeoff { altitude_m } = op {
+            let crazyflie = self.adapter.vehicle.crazyflie().is_some();
+            let (lo, hi, what) = if crazyflie {
+                (0.2, 2.0, "a Crazyflie on the bench")
+            } else {
+                (1.0, 120.0, "above home")
+            };
+            if !(altitude_m.is_finite() && (lo..=hi).contains(&altitude_m)) {
+                let _ = reply.send(Err(ApiError::new(
+                    422,
+                    ReasonCode::INVALID_REQUEST,
+                    if crazyflie {
+                        format!("takeoff height {altitude_m} m is outside {lo}..{hi} m ({what})")
+                    } else {
+                        format!("takeoff altitude {altitude_m} m is outside {lo}..{hi} m {what}")
+                    },
+                )));
+                return;
+            }
+        }
         // A vehicle command without a link cannot be sent: say so at once rather than after
         // every retry. Hold and release are the gateway's own and need no link.
         let link_up = match self.adapter.vehicle.link() {

@@ -471,18 +471,9 @@ fn authorize(
 
 async fn read_body(req: Request, limit: usize) -> Result<Vec<u8>, ApiError> {
     check_json(req.headers())?;
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(ApiError::new(
-            413,
-            ReasonCode::BODY_TOO_LARGE,
-            format!("the body exceeds {limit} bytes"),
-        ));
-    }
+    // Read through the cap (never more than `limit` bytes held). A declared length over it
+    // is refused the same way once the cap is reached, rather than at once: closing with the
+    // body unread resets the connection under a client that is still sending it.
     match axum::body::to_bytes(req.into_body(), limit).await {
         Ok(b) => Ok(b.to_vec()),
         Err(e) => {
