@@ -4,4 +4,4 @@
 #   scripts/bench.sh 'admission/V32_E200'
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo bench -p halo-gateway --bench core --bench user_path -- "$@"
+cargo bench -p halo-core --bench core --bench user_path -- "$@"

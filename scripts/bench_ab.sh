@@ -29,7 +29,7 @@ trap cleanup EXIT
 # path, so in a shared target directory the working tree's build would find the base's
 # artifact "fresh" and the two sides would be one binary. The check below refuses that case.
 bench_bin() {
-    CARGO_TARGET_DIR="$1" cargo bench -p halo-gateway --bench user_path --no-run \
+    CARGO_TARGET_DIR="$1" cargo bench -p "$2" --bench user_path --no-run \
         --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:
@@ -39,13 +39,23 @@ for l in sys.stdin:
 }
 
 root="$PWD"
-echo "==> building user_path at $base (with this tree's gateway/benches/user_path.rs; the" \
+echo "==> building user_path at $base (with this tree's halo-core/benches/user_path.rs; the" \
     "first run builds the dependencies into target/bench-base, several minutes)" >&2
 git worktree add --detach "$tmp/base" "$base" >/dev/null 2>&1
-cp gateway/benches/user_path.rs "$tmp/base/gateway/benches/user_path.rs"
-(cd "$tmp/base" && cp "$(bench_bin "$root/target/bench-base")" "$tmp/before")
+if [ -d "$tmp/base/halo-core/benches" ]; then
+    base_pkg=halo-core
+    cp halo-core/benches/user_path.rs "$tmp/base/halo-core/benches/user_path.rs"
+else
+    # A base from before the core had its own crate: the bench lived in the gateway, the core
+    # under halo_gateway::core, the scale fixture under gateway/tests/common.
+    base_pkg=halo-gateway
+    sed -e 's/halo_core::contract/halo_gateway::contract/g' -e 's/halo_core::/halo_gateway::core::/g' \
+        -e 's#"../tests/core/common/contract_scale.rs"#"../tests/common/contract_scale.rs"#' \
+        halo-core/benches/user_path.rs >"$tmp/base/gateway/benches/user_path.rs"
+fi
+(cd "$tmp/base" && cp "$(bench_bin "$root/target/bench-base" "$base_pkg")" "$tmp/before")
 echo "==> building user_path in the working tree" >&2
-cp "$(bench_bin "$PWD/target")" "$tmp/after"
+cp "$(bench_bin "$PWD/target" halo-core)" "$tmp/after"
 if cmp -s "$tmp/before" "$tmp/after"; then
     echo "error: the two builds are the same binary; is $base the working tree's code?" >&2
     exit 1

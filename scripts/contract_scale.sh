@@ -5,4 +5,4 @@
 #   scripts/contract_scale.sh --quick    # smoke run
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo bench -p halo-gateway --bench contract_scale -- "$@"
+cargo bench -p halo-core --bench contract_scale -- "$@"

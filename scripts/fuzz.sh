@@ -30,7 +30,7 @@ import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 n = 0
 for f in ["structure", "local", "closure"]:
-    for c in json.load(open(f"gateway/tests/data/admission/{f}.json"))["cases"]:
+    for c in json.load(open(f"halo-core/tests/data/admission/{f}.json"))["cases"]:
         text = c["response_text"] if "response_text" in c else json.dumps(c["response"])
         (out / "envelope" / f"{n}.json").write_text(text)
         (out / "state_file" / f"{n}.json").write_text(json.dumps(c["state"]))
@@ -64,7 +64,7 @@ for i, e in enumerate(["3.5", "3.0", "3.10", "2.99", "4.1", "1844674407370955161
 PY
 cp docs/examples/response.json "$seeds/envelope/"
 cp docs/examples/state.json "$seeds/state_file/"
-cp catalogs/uav-px4.toml gateway/tests/data/catalogs/*.toml "$seeds/catalog/"
+cp catalogs/uav-px4.toml halo-core/tests/data/catalogs/*.toml "$seeds/catalog/"
 cp catalogs/contract-uav.toml "$seeds/contract_domain/"
 cp docs/examples/contract-workflow*.json "$seeds/contract_workflow/"
 cargo run --release -q -p halo-gateway -- contract run --signing-key "$seeds/key" \

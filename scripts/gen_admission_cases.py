@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the admission-oracle conformance cases under gateway/tests/data/admission/.
+"""Writes the admission-oracle conformance cases under halo-core/tests/data/admission/.
 
 Every expectation here is written by hand from the protocol's rules (the case families below
 say which rule they exercise); nothing is produced by running the gateway. Re-run after editing:

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Writes the mission-contract workflow pairs: gateway/tests/data/contract/pairs-{uav,ground}.json.
+"""Writes the mission-contract workflow pairs: halo-core/tests/data/contract/pairs-{uav,ground}.json.
 
 48 matched pairs (96 cases): eight transition classes x three variants x two vocabularies. Each
 pair shares one root contract and an identical prefix; the benign member then makes a legitimate
 update and the drifted member an illegitimate one. Steps that realize the drift carry
-`"drift": true`; the harness (gateway/tests/contract_pairs.rs) runs every case through the full
+`"drift": true`; the harness (halo-core/tests/core/contract_pairs.rs) runs every case through the full
 mechanism and five weaker controls and classifies the outcomes.
 
 Cases are written once in the UAV vocabulary and translated word for word into the ground

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the frozen graph artifact for the graph-oracle suite:
-gateway/tests/data/graphs/graphs.json.
+halo-core/tests/data/graphs/graphs.json.
 
 135 graphs of 4, 8 and 16 components (45 each) for exhaustive subset enumeration and 45 graphs
 of 32 components for the descending-rejection oracle. Each graph is acyclic by construction

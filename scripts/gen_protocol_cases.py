@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the hand-written protocol transition cases: gateway/tests/data/protocol/cases.json.
+"""Writes the hand-written protocol transition cases: halo-core/tests/data/protocol/cases.json.
 
 Each case is a script of steps with the outcome the protocol requires at that step, written by
-hand from the specification. The harness is gateway/tests/protocol_cases.rs.
+hand from the specification. The harness is halo-core/tests/core/protocol_cases.rs.
 
     python3 scripts/gen_protocol_cases.py
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the structured-response replay cohort (docs/conformance.md, `replay-panel`):
-gateway/tests/data/replay/cohort.jsonl, one recorded response per line:
+halo-core/tests/data/replay/cohort.jsonl, one recorded response per line:
 
     {"family": NAME, "provenance": {"source": ..., "seed": ..., "digest": "sha256:HEX"}, "envelope": {...}}
 
@@ -216,7 +216,7 @@ def digest(env):
 
 
 def main():
-    out = pathlib.Path(__file__).resolve().parent.parent / "gateway/tests/data/replay/cohort.jsonl"
+    out = pathlib.Path(__file__).resolve().parent.parent / "halo-core/tests/data/replay/cohort.jsonl"
     lines = []
     gen = 0
     for name, build in FAMILIES:

@@ -24,7 +24,7 @@ fi
 export PATH="$PWD/$tools:$PATH"
 
 echo "==> building the benchmark" >&2
-bin=$(cargo bench -p halo-gateway --bench user_path --no-run --message-format=json 2>/dev/null |
+bin=$(cargo bench -p halo-core --bench user_path --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)

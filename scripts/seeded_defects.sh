@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The seeded-defect harness: builds the core with the `seeded-defects` feature (single defects
-# in core/defect.rs; never in a product build) and runs the schedules against each defect and
+# The seeded-defect harness: builds the core with its private `__seeded-defects` feature
+# (single defects in halo-core/src/defect.rs; never in a product build) and runs the schedules against each defect and
 # one pair, printing how many schedules each fails. HALO_DEFECT_SCHEDULES sets the number of
 # schedules per defect (default 1,000; the counts are pinned at that default, and CI runs it so
 # from scripts/test.sh).
@@ -8,5 +8,5 @@
 #   scripts/seeded_defects.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --release -p halo-gateway --features seeded-defects \
-    --test schedules seeded_defects -- --nocapture
+cargo test --release -p halo-core --features __seeded-defects \
+    --test core schedules::seeded_defects -- --nocapture

@@ -47,7 +47,7 @@ mkdir -p target
 cargo test --workspace --release --locked -- --nocapture 2>&1 | tee target/test-output.txt
 # The seeded-defect harness (core/defect.rs): a second build of the core with single defects
 # compiled in, each run through the schedules; counts pinned (docs/conformance.md).
-echo "==> seeded defects (cargo test --features seeded-defects)"
+echo "==> seeded defects (cargo test -p halo-core --features __seeded-defects)"
 scripts/seeded_defects.sh 2>&1 | tee -a target/test-output.txt
 echo "==> suite summaries"
 grep -E '^[a-z0-9-]+: [0-9]+/[0-9]+ matched' target/test-output.txt || true

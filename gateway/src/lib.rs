@@ -27,10 +27,13 @@
 
 #![warn(missing_docs)]
 
+/// The protocol core (the `halo-core` crate), under its old path.
+pub use halo_core as core;
+/// Mission contracts (`halo_core::contract`), under their old path.
+pub use halo_core::contract;
+
 pub mod audit;
 pub mod cli;
-pub mod contract;
-pub mod core;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod io;

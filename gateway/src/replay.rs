@@ -5,7 +5,7 @@
 //! `{"family": NAME, "provenance": {"digest": "sha256:HEX", ...}, "envelope": {...}}`, where the
 //! digest is SHA-256 of the envelope as compact JSON with sorted keys (it is checked, so a
 //! cohort cannot drift silently). `halo-gateway replay PATH` takes a file or a directory of
-//! `.jsonl` files; `gateway/tests/data/replay/cohort.jsonl` (written by
+//! `.jsonl` files; `halo-core/tests/data/replay/cohort.jsonl` (written by
 //! `scripts/gen_replay_cohort.py`) is the repository's cohort.
 //!
 //! Every response is replayed unchanged under each of twelve conditions (a drift of the world

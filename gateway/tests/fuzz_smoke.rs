@@ -127,8 +127,8 @@ fn every_fuzz_target_survives_its_smoke_run() {
     states.push(file("docs/examples/state.json"));
     let catalogs = vec![
         file("catalogs/uav-px4.toml"),
-        file("gateway/tests/data/catalogs/graph.toml"),
-        file("gateway/tests/data/catalogs/schedule.toml"),
+        file("halo-core/tests/data/catalogs/graph.toml"),
+        file("halo-core/tests/data/catalogs/schedule.toml"),
     ];
     let domains = vec![file("catalogs/contract-uav.toml")];
     // Receipt lines: a signed contract log, written here.

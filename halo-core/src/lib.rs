@@ -1,0 +1,76 @@
+//! halo-core: the sans-IO protocol core of halo-gateway — HALO (component admission, the
+//! final dispatch gate, scoped recovery) and the mission contract — with no sockets, no files,
+//! no clock reads and no async. This crate's dependencies hold no I/O runtime, so the compiler
+//! keeps it pure: time comes in as an argument, inputs are values, outputs are polled.
+//!
+//! # Call order
+//!
+//! ```text
+//! handle_response / handle_candidate / handle_source_update / handle_certificate(now, ..)
+//!     └─▶ then drain, in this order: poll_event() → poll_dispatch() → final_gate(token)
+//!         → poll_receipt(); sleep until poll_timeout() and call handle_timeout(now)
+//! ```
+//!
+//! [`engine::Gateway`] documents each step; the service (`halo-gateway run`) is one loop that
+//! does exactly this.
+//!
+//! - [`envelope`], [`graph`]: parse and validate a response into a typed, acyclic,
+//!   phase-labelled graph.
+//! - [`catalog`]: the trusted domain catalog.
+//! - [`state`]: the support state `C_t`.
+//! - [`support`]: `LocalOK` over a footprint.
+//! - [`binding`]: witnesses, bindings, tokens and the ledger.
+//! - [`engine`]: admission, incremental re-evaluation, phases, obligations.
+//! - [`gate`]: the final dispatch gate and the adapter trait.
+//! - [`recovery`]: fresh readmission and rolling renewal.
+//! - [`receipt`]: hash-linked receipts.
+//! - [`contract`]: mission contracts: the root task contract, the goal graph, W1–W7, effects.
+//!
+//! # Features
+//!
+//! - `__seeded-defects` (private, for the conformance harness only: `scripts/seeded_defects.sh`):
+//!   compiles in single defects of the core ([`defect`]) so the suites can be shown to catch
+//!   them. Never enabled in a product build; without it no configuration can select a defect.
+
+#![warn(missing_docs)]
+
+pub mod binding;
+pub mod canonical;
+pub mod catalog;
+pub mod contract;
+pub mod defect;
+pub mod digest;
+pub mod engine;
+pub mod envelope;
+pub mod gate;
+pub mod graph;
+pub mod ids;
+pub mod obligation;
+pub mod payload;
+pub mod phase;
+pub mod reason;
+pub mod receipt;
+pub mod recovery;
+pub mod state;
+pub mod statefile;
+pub mod strict;
+pub mod support;
+pub mod time;
+pub mod variant;
+
+pub use binding::{DispatchToken, Ledger, Seq, TokenState, Witness};
+pub use catalog::{Catalog, CatalogError, Class, SourceIx, TypeIx};
+pub use digest::Digest;
+pub use engine::{AdmissionReport, ComponentReport, Config, Event, Gateway};
+pub use envelope::Rejection;
+pub use gate::{Adapter, AdapterError, EnqueueRequest, GateOutcome, RecordingAdapter};
+pub use ids::Id;
+pub use obligation::{Obligation, ObligationId, ObligationState};
+pub use payload::{ActionCommand, Payload, RouteTarget};
+pub use phase::Phase;
+pub use reason::ReasonCode;
+pub use receipt::Receipt;
+pub use recovery::ReadmissionReport;
+pub use state::{Certificate, Snapshot, SourceState, SourceUpdate, Value, ValueKind};
+pub use time::Nanos;
+pub use variant::Variant;

@@ -1,0 +1,200 @@
+//! The paper's running example end to end through the core.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
+
+use crate::common::*;
+use halo_core::{Config, Event, Gateway, Id, Nanos, Phase, ReasonCode, RecordingAdapter};
+
+fn id(s: &str) -> Id {
+    s.parse().unwrap()
+}
+
+#[test]
+fn all_supported_emits_notice_and_report_dispatches_action_then_status() {
+    let mut gw = Gateway::new(uav_catalog(), Config::default());
+    healthy_uav(&mut gw, 1_000);
+    let resp = running_example("r1", 1);
+    certify(&mut gw, 1_000, &resp, "e3", "cert-9f2c", 20_000);
+    let rep = gw
+        .handle_response(Nanos::from_ms(1_100), resp.as_bytes())
+        .unwrap();
+    assert_eq!(rep.component("e1").unwrap().phase, Phase::Emitted);
+    assert_eq!(rep.component("e2").unwrap().phase, Phase::Emitted);
+    assert_eq!(rep.component("e3").unwrap().phase, Phase::Retained);
+    assert_eq!(rep.component("e4").unwrap().phase, Phase::Pending);
+    let emitted: Vec<_> = drain(&mut gw)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Emit { component, .. } => Some(component.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(emitted, ["e1", "e2"]);
+    let tok = gw.poll_dispatch().unwrap();
+    assert!(gw.poll_dispatch().is_none());
+    let mut ad = RecordingAdapter::new();
+    let out = gw.final_gate(Nanos::from_ms(1_120), tok, &mut ad);
+    assert!(out.is_dispatched(), "{out:?}");
+    assert_eq!(ad.calls.len(), 1);
+    let e4 = gw.component_report(&id("r1"), &id("e4")).unwrap();
+    assert_eq!(e4.phase, Phase::Emitted);
+}
+
+#[test]
+fn stale_traffic_withholds_action_and_status_keeps_notice_and_report() {
+    let mut gw = Gateway::new(uav_catalog(), Config::default());
+    healthy_uav(&mut gw, 1_000);
+    let resp = running_example("r1", 1);
+    certify(&mut gw, 1_000, &resp, "e3", "cert-9f2c", 20_000);
+    // traffic is 2 s old at 3_000 exactly: fresh (equality admitted); at 3_001 stale.
+    let rep = gw
+        .handle_response(Nanos::from_ms(3_001), resp.as_bytes())
+        .unwrap();
+    assert_eq!(rep.component("e1").unwrap().phase, Phase::Emitted);
+    assert_eq!(
+        rep.component("e2").unwrap().phase,
+        Phase::Withheld,
+        "z_range is 500 ms limited"
+    );
+    let e3 = rep.component("e3").unwrap();
+    assert_eq!(e3.phase, Phase::Withheld);
+    assert_eq!(e3.reason, Some(ReasonCode::STALE_SOURCE));
+    assert!(e3.obligation.is_some());
+    assert_eq!(rep.component("e4").unwrap().phase, Phase::Withheld);
+    assert_eq!(
+        rep.component("e4").unwrap().reason,
+        Some(ReasonCode::PARENT_WITHHELD)
+    );
+    assert!(gw.poll_dispatch().is_none());
+}
+
+#[test]
+fn epoch_change_after_admission_is_caught_by_the_final_recheck() {
+    let mut gw = Gateway::new(uav_catalog(), Config::default());
+    healthy_uav(&mut gw, 1_000);
+    let resp = running_example("r1", 1);
+    certify(&mut gw, 1_000, &resp, "e3", "cert-9f2c", 20_000);
+    gw.handle_response(Nanos::from_ms(1_100), resp.as_bytes())
+        .unwrap();
+    let tok = gw.poll_dispatch().unwrap();
+    // The map epoch changes; e3 claimed map epoch 7, so LocalOK fails at the event.
+    put(
+        &mut gw,
+        1_150,
+        "map",
+        serde_json::json!(null),
+        8,
+        "map-service",
+        1_150,
+    );
+    let mut ad = RecordingAdapter::new();
+    let out = gw.final_gate(Nanos::from_ms(1_200), tok, &mut ad);
+    assert_eq!(out.code(), Some(ReasonCode::TOKEN_REVOKED));
+    assert!(ad.calls.is_empty());
+    let e3 = gw.component_report(&id("r1"), &id("e3")).unwrap();
+    assert_eq!(
+        (e3.phase, e3.reason),
+        (Phase::Withheld, Some(ReasonCode::EPOCH_CHANGED))
+    );
+}
+
+#[test]
+fn every_decision_leaves_a_hash_linked_receipt() {
+    let mut gw = Gateway::new(uav_catalog(), Config::default());
+    healthy_uav(&mut gw, 1_000);
+    let resp = running_example("r1", 1);
+    certify(&mut gw, 1_000, &resp, "e3", "cert-9f2c", 20_000);
+    gw.handle_response(Nanos::from_ms(1_100), resp.as_bytes())
+        .unwrap();
+    let tok = gw.poll_dispatch().unwrap();
+    let wire = tok.to_wire();
+    let mut ad = RecordingAdapter::new();
+    assert!(
+        gw.final_gate(Nanos::from_ms(1_120), tok, &mut ad)
+            .is_dispatched()
+    );
+    let replay = halo_core::DispatchToken::from_wire(&wire).unwrap();
+    assert_eq!(
+        gw.final_gate(Nanos::from_ms(1_130), replay, &mut ad).code(),
+        Some(ReasonCode::TOKEN_USED)
+    );
+    let receipts: Vec<_> = std::iter::from_fn(|| gw.poll_receipt()).collect();
+    assert_eq!(
+        halo_core::receipt::verify_chain(&receipts),
+        Ok(receipts.len() as u64)
+    );
+    let kinds: Vec<String> = receipts
+        .iter()
+        .map(|r| r.body.value()["kind"].as_str().unwrap().to_owned())
+        .collect();
+    let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+    assert!(kinds.contains(&"admitted"));
+    assert!(kinds.contains(&"gate"));
+    assert!(kinds.contains(&"gate_refused"));
+    // One per source of `uav-px4` v5 (13).
+    assert_eq!(kinds.iter().filter(|k| **k == "source_update").count(), 13);
+    // One JSON line per receipt, and a tampered line no longer verifies.
+    let mut tampered = receipts.clone();
+    let last = tampered.len() - 1;
+    tampered[last]
+        .body
+        .edit(|b| b["code"] = serde_json::json!("TOKEN_REVOKED"));
+    assert!(halo_core::receipt::verify_chain(&tampered).is_err());
+}
+
+/// A dispatched action streams under its certified interval: a support loss meanwhile is a
+/// deny-hold (`SupportLost`). Once the vehicle stopped streaming it (`stream_ended`: a later
+/// target, a hold or a land replaced it) the same loss is no longer reported, and the finished
+/// response retires after the retention instead of waiting out the interval.
+#[test]
+fn a_support_loss_is_a_deny_hold_only_while_the_action_streams() {
+    let run = |end_stream: bool| -> (usize, bool) {
+        let cfg = Config {
+            done_retention: Nanos::from_ms(100),
+            ..Config::default()
+        };
+        let mut gw = Gateway::new(uav_catalog(), cfg);
+        healthy_uav(&mut gw, 1_000);
+        let resp = running_example("r1", 1);
+        certify(&mut gw, 1_000, &resp, "e3", "cert-9f2c", 20_000);
+        gw.handle_response(Nanos::from_ms(1_100), resp.as_bytes())
+            .unwrap();
+        let tok = gw.poll_dispatch().unwrap();
+        let mut ad = RecordingAdapter::new();
+        assert!(
+            gw.final_gate(Nanos::from_ms(1_120), tok, &mut ad)
+                .is_dispatched()
+        );
+        drain(&mut gw);
+        if end_stream {
+            gw.stream_ended(&id("r1"), &id("e3"));
+        }
+        // Done at 1_120; retention 100 ms; the certified interval runs to 21 s.
+        gw.handle_timeout(Nanos::from_ms(2_000));
+        let live = gw.response_ids().any(|r| r.as_str() == "r1");
+        // The map epoch changes while the interval still runs.
+        put(
+            &mut gw,
+            2_100,
+            "map",
+            serde_json::json!(null),
+            8,
+            "map-service",
+            2_100,
+        );
+        let lost = drain(&mut gw)
+            .into_iter()
+            .filter(
+                |e| matches!(e, Event::SupportLost { component, .. } if component.as_str() == "e3"),
+            )
+            .count();
+        (lost, live)
+    };
+    assert_eq!(run(false), (1, true), "streaming: deny-hold, still live");
+    assert_eq!(run(true), (0, false), "stream ended: no deny-hold, retired");
+}
