@@ -8,12 +8,13 @@ action with an obligation it answers with a fresh candidate planned against curr
 The agent side is `Agent` below: three HTTP calls (POST a response, POST a candidate, GET the
 SSE stream) with the agent credential. Wire your model in `plan_route()` and `replan()`.
 
-So that the example runs against a bare `halo-gateway run` (embedded simulated PX4), `--demo`
+So that the example runs against the service on the embedded simulated PX4 (`scripts/run_sim.sh`),
+`--demo`
 also plays the other parties with their own credentials: the operator (arm, takeoff, land), the
 state providers (traffic, map, corridor, authority ...) and the certificate issuer (a tube
 verifier that certifies each exact route action). In a deployment those are separate services.
 
-    halo-gateway run &                       # prints the URL and writes the credentials
+    scripts/run_sim.sh &                     # prints the URL and writes the credentials
     python3 scripts/agent_client.py --demo   # reads them from the default state directory
 
 Needs httpx (`pip install httpx`); with jsonschema installed it also checks every envelope

@@ -7,7 +7,7 @@
 # Usage: scripts/bench_e2e.sh [latency N] [memory SECONDS]   (both, with defaults, when no args)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p halo-gateway --example bench_e2e --bin halo-gateway
+cargo build --release -p halo-eval --example bench_e2e && cargo build --release -p halo-gateway --bin halo-gateway
 BENCH=target/release/examples/bench_e2e
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
 if [ $# -eq 0 ]; then

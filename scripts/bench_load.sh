@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH="${1:-60}"
-cargo build --release -p halo-gateway --example bench_load --bin halo-gateway
+cargo build --release -p halo-eval --example bench_load && cargo build --release -p halo-gateway --bin halo-gateway
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 target/release/examples/bench_load "$SECONDS_EACH" target/release/halo-gateway
 target/release/examples/bench_load "$SECONDS_EACH" target/release/halo-gateway 100

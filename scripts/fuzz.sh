@@ -3,7 +3,7 @@
 # each) on the nightly toolchain, seeded from the repository's test data, and writes a report
 # (executions, coverage, findings) to target/fuzz-report.txt. Needs `rustup toolchain install
 # nightly`; installs cargo-fuzz when missing. CI does not run this: it runs the stable smoke
-# test (gateway/tests/fuzz_smoke.rs) over the same entry points.
+# test (halo-eval/tests/eval/fuzz_smoke.rs) over the same entry points.
 #
 #   scripts/fuzz.sh [EXECUTIONS] [TARGET...]
 #

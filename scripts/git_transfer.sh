@@ -6,4 +6,4 @@
 #   scripts/git_transfer.sh [REPETITIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-HALO_GIT_REPS="${1:-10}" cargo test --release -p halo-gateway --test git_transfer -- --nocapture
+HALO_GIT_REPS="${1:-10}" cargo test --release -p halo-eval --test eval git_transfer:: -- --nocapture

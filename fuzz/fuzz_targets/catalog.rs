@@ -1,6 +1,6 @@
-//! Fuzz target `catalog`: see `halo_gateway::fuzzing::catalog_text` for what it feeds and asserts.
+//! Fuzz target `catalog`: see `halo_eval::fuzzing::catalog_text` for what it feeds and asserts.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    halo_gateway::fuzzing::catalog_text(data);
+    halo_eval::fuzzing::catalog_text(data);
 });

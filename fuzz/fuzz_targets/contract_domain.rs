@@ -1,6 +1,6 @@
-//! Fuzz target `contract_domain`: see `halo_gateway::fuzzing::contract_domain` for what it feeds and asserts.
+//! Fuzz target `contract_domain`: see `halo_eval::fuzzing::contract_domain` for what it feeds and asserts.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    halo_gateway::fuzzing::contract_domain(data);
+    halo_eval::fuzzing::contract_domain(data);
 });

@@ -1,6 +1,6 @@
-//! Fuzz target `contract_workflow`: see `halo_gateway::fuzzing::contract_workflow` for what it feeds and asserts.
+//! Fuzz target `contract_workflow`: see `halo_eval::fuzzing::contract_workflow` for what it feeds and asserts.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    halo_gateway::fuzzing::contract_workflow(data);
+    halo_eval::fuzzing::contract_workflow(data);
 });

@@ -1,6 +1,6 @@
-//! Fuzz target `envelope`: see `halo_gateway::fuzzing::envelope` for what it feeds and asserts.
+//! Fuzz target `envelope`: see `halo_eval::fuzzing::envelope` for what it feeds and asserts.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    halo_gateway::fuzzing::envelope(data);
+    halo_eval::fuzzing::envelope(data);
 });

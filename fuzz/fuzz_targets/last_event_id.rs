@@ -1,6 +1,6 @@
-//! Fuzz target `last_event_id`: see `halo_gateway::fuzzing::last_event_id` for what it feeds and asserts.
+//! Fuzz target `last_event_id`: see `halo_eval::fuzzing::last_event_id` for what it feeds and asserts.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    halo_gateway::fuzzing::last_event_id(data);
+    halo_eval::fuzzing::last_event_id(data);
 });

@@ -1,6 +1,6 @@
-//! Fuzz target `receipt_lines`: see `halo_gateway::fuzzing::receipt_lines` for what it feeds and asserts.
+//! Fuzz target `receipt_lines`: see `halo_eval::fuzzing::receipt_lines` for what it feeds and asserts.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    halo_gateway::fuzzing::receipt_lines(data);
+    halo_eval::fuzzing::receipt_lines(data);
 });

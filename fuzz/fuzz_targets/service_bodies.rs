@@ -1,6 +1,6 @@
-//! Fuzz target `service_bodies`: see `halo_gateway::fuzzing::service_bodies` for what it feeds and asserts.
+//! Fuzz target `service_bodies`: see `halo_eval::fuzzing::service_bodies` for what it feeds and asserts.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    halo_gateway::fuzzing::service_bodies(data);
+    halo_eval::fuzzing::service_bodies(data);
 });

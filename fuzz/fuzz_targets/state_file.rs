@@ -1,6 +1,6 @@
-//! Fuzz target `state_file`: see `halo_gateway::fuzzing::state_file` for what it feeds and asserts.
+//! Fuzz target `state_file`: see `halo_eval::fuzzing::state_file` for what it feeds and asserts.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    halo_gateway::fuzzing::state_file(data);
+    halo_eval::fuzzing::state_file(data);
 });

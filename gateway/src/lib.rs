@@ -18,8 +18,10 @@
 //! ```
 //!
 //! The protocol core ([`core`]) is sans-IO and deterministic: time is passed in, inputs are
-//! values, outputs are polled. See [`core::engine`] for the call order. The shells (`cli`) are
-//! thin.
+//! values, outputs are polled. See [`core::engine`] for the call order. The shells (`cli`,
+//! [`service`]) are thin; [`vehicle`] turns the bridges' telemetry into vehicle sources and the
+//! gate's enqueue into a staged setpoint. This crate links no simulator and no judge: those are
+//! the evaluation crate's (`halo-eval`).
 //!
 //! # Features
 //!
@@ -34,10 +36,6 @@ pub use halo_core::contract;
 
 pub mod audit;
 pub mod cli;
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod io;
-pub mod replay;
-pub mod runtime;
 pub mod service;
-pub mod transfer;
+pub mod vehicle;

@@ -10,6 +10,7 @@
 //! - [`contract_audit`]: an independent replay of mission-contract receipt streams.
 //! - [`contract_explorer`]: a bounded explorer of the contract protocol over a small abstraction.
 //! - [`peer`]: the tests' independent Python peers (pymavlink), started and read the same way.
+//! - [`world`]: the simulated world's provider updates the demos and tests publish.
 //!
 //! This crate judges the gateway from outside: it imports none of the gateway's decision code
 //! and none of the bridge's; the two sides share only the MAVLink wire format and the documented
@@ -30,6 +31,7 @@ pub mod peer;
 pub mod px4;
 pub mod udp;
 pub mod wire;
+pub mod world;
 
 use mavlink::dialects::common::MavMessage;
 

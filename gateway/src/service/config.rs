@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! [vehicle]
-//! url = "sim"                         # the embedded simulated PX4, or udpin:/udpout:/tcpout:/serial:
+//! url = "udpin:127.0.0.1:14540"       # a MAVLink URL (udpin:/udpout:/tcpout:/serial:) or radio://
 //! [listen]
 //! http = "127.0.0.1:8640"
 //! [state]
@@ -95,15 +95,13 @@ pub struct VehicleConfig {
     pub toc_cache_dir: Option<PathBuf>,
     /// With `kind = "crazyflie"`: limit on one whole connect, ms.
     pub connect_timeout_ms: u64,
-    /// `sim` for the embedded simulated PX4 on loopback UDP, else a MAVLink URL:
-    /// `udpin:0.0.0.0:14540` (PX4 SITL), `udpout:HOST:PORT`, `tcpout:HOST:PORT`,
-    /// `serial:/dev/ttyAMA0:921600` (a Pixhawk on TELEM2).
-    pub url: String,
+    /// The vehicle, no default: a MAVLink URL (`udpin:127.0.0.1:14540` for PX4 SITL,
+    /// `udpout:HOST:PORT`, `tcpout:HOST:PORT`, `serial:/dev/ttyAMA0:921600` for a Pixhawk on
+    /// TELEM2) or a Crazyflie URI (`radio://0/80/2M/E7E7E7E7E7`, `usb://0`). `sim` names the
+    /// evaluation binary's embedded simulator (`halo-eval run`); the flight binary refuses it.
+    pub url: Option<String>,
     /// Append every setpoint the bridge enqueues to this JSON-lines file.
     pub setpoint_log: Option<PathBuf>,
-    /// With `url = "sim"`: the simulated vehicle's own log of the setpoints its controller
-    /// took (the evidence of what reached the vehicle).
-    pub sim_setpoint_log: Option<PathBuf>,
     /// The link is down after this long without an autopilot heartbeat, ms.
     pub link_timeout_ms: u64,
     /// Setpoint stream rate, Hz.
@@ -120,9 +118,8 @@ impl Default for VehicleConfig {
             kind: VehicleKind::Px4,
             toc_cache_dir: None,
             connect_timeout_ms: 15_000,
-            url: "sim".into(),
+            url: None,
             setpoint_log: None,
-            sim_setpoint_log: None,
             link_timeout_ms: 1500,
             stream_hz: 20.0,
             control_at_start: false,
@@ -133,7 +130,8 @@ impl Default for VehicleConfig {
 impl VehicleConfig {
     /// The vehicle kind, `kind` or what the URL implies (`radio://`, `usb://`: a Crazyflie).
     pub fn effective_kind(&self) -> VehicleKind {
-        if self.url.starts_with("radio://") || self.url.starts_with("usb://") {
+        let url = self.url.as_deref().unwrap_or("");
+        if url.starts_with("radio://") || url.starts_with("usb://") {
             VehicleKind::Crazyflie
         } else {
             self.kind
@@ -145,26 +143,53 @@ impl VehicleConfig {
     /// # Errors
     /// A message for people.
     pub fn check_url(&self) -> Result<(), String> {
-        if self.url == "sim" {
+        let Some(url) = self.url.as_deref() else {
+            return Ok(());
+        };
+        if url == SIM_URL {
             return Ok(());
         }
         match self.effective_kind() {
-            VehicleKind::Crazyflie => crazyflie_bridge::uri::check(&self.url).map_err(|e| {
+            VehicleKind::Crazyflie => crazyflie_bridge::uri::check(url).map_err(|e| {
                 if self.kind == VehicleKind::Crazyflie
-                    && !self.url.starts_with("radio://")
-                    && !self.url.starts_with("usb://")
+                    && !url.starts_with("radio://")
+                    && !url.starts_with("usb://")
                 {
                     format!("{e} (a Crazyflie is reached by radio://DONGLE/CHANNEL/RATE/ADDRESS or usb://N)")
                 } else {
                     e.to_string()
                 }
             }),
-            VehicleKind::Px4 => px4_bridge::url::TransportUrl::parse(&self.url)
+            VehicleKind::Px4 => px4_bridge::url::TransportUrl::parse(url)
                 .map(|_| ())
                 .map_err(|e| e.to_string()),
         }
     }
+
+    /// The URL a real link opens: refuses none and [`SIM_URL`].
+    ///
+    /// # Errors
+    /// A message for people saying what to set.
+    pub fn url_or_refuse(&self) -> Result<String, String> {
+        match self.url.as_deref() {
+            None => Err(NO_VEHICLE.into()),
+            Some(SIM_URL) => Err(SIM_IS_EVAL.into()),
+            Some(u) => Ok(u.to_string()),
+        }
+    }
 }
+
+/// The URL that names the evaluation binary's embedded simulator.
+pub const SIM_URL: &str = "sim";
+
+/// Why `run` does not start without a vehicle.
+pub const NO_VEHICLE: &str = "no vehicle: set vehicle.url in the configuration or pass --vehicle (a MAVLink URL \
+     such as udpin:127.0.0.1:14540 for PX4 SITL or serial:/dev/ttyAMA0:921600 for a Pixhawk on TELEM2, or a \
+     Crazyflie radio:// URI); to try the gateway on a simulated vehicle, run scripts/run_sim.sh (`halo-eval run`)";
+
+/// Why the flight binary refuses `vehicle.url = "sim"`.
+pub const SIM_IS_EVAL: &str = "vehicle.url = \"sim\" is the evaluation binary's embedded simulator: \
+     scripts/run_sim.sh (`halo-eval run`) runs this service on it; the flight binary links no simulator";
 
 /// `[catalog]`.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -599,7 +624,7 @@ mod tests {
         assert_eq!(c.vehicle.effective_kind(), VehicleKind::Crazyflie);
         let c = Config::parse("[vehicle]\nkind = \"crazyflie\"\n", "c.toml").unwrap();
         assert_eq!(c.vehicle.effective_kind(), VehicleKind::Crazyflie);
-        assert_eq!(c.vehicle.url, "sim");
+        assert_eq!(c.vehicle.url, None);
         let e = Config::parse(
             "[vehicle]\nkind = \"crazyflie\"\nurl = \"udpin:0.0.0.0:14540\"\n",
             "c.toml",

@@ -28,8 +28,8 @@ use crate::core::ids::Id;
 use crate::core::reason::ReasonCode;
 use crate::core::state::{Certificate, SourceState, SourceUpdate, Value};
 use crate::core::time::Nanos;
-use crate::runtime::px4::{source_update, telemetry_updates};
-use crate::runtime::vehicle::{VehicleAdapter, VehicleLink};
+use crate::vehicle::px4::{source_update, telemetry_updates};
+use crate::vehicle::{VehicleAdapter, VehicleLink};
 
 mod crazyflie;
 
@@ -1456,7 +1456,7 @@ impl Core {
             self.last_link_refresh = now;
             self.push_vehicle_source(
                 "link",
-                crate::runtime::px4::link_stamp(now, at_ns, uncertainty_ns),
+                crate::vehicle::px4::link_stamp(now, at_ns, uncertainty_ns),
                 Value::Flag(true),
             );
             self.publish_control();
@@ -1532,7 +1532,7 @@ impl Core {
     /// (it was generated after the previous one). So the core never refuses the gateway's own
     /// updates as out of order.
     pub(super) fn vehicle_update(&mut self, now: Nanos, u: SourceUpdate) {
-        let u = crate::runtime::px4::monotonic(self.gw.snapshot(), u);
+        let u = crate::vehicle::px4::monotonic(self.gw.snapshot(), u);
         if let Err(e) = self.gw.handle_source_update(now, u) {
             // Receipted by the core; a future stamp is clock trouble worth a line.
             tracing::debug!(code = %e.code(), "a vehicle source update was refused: {}", e.message());

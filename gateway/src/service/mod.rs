@@ -144,10 +144,8 @@ pub struct Service {
     pub audit_public_key: PathBuf,
     /// The vehicle URL the bridge uses.
     pub vehicle_url: String,
-    /// The embedded simulator's controls, when `vehicle.url = "sim"` (PX4).
-    pub sim: Option<sitl::udp::SimControl>,
-    /// The embedded simulated Crazyflie, when `vehicle.url = "sim"` and `kind = "crazyflie"`.
-    pub cf_sim: Option<sitl::crazyflie::SimCrazyflie>,
+    /// What the vehicle is, when the caller said (the evaluation binary's embedded simulator).
+    pub vehicle_note: Option<String>,
     shutdown: watch::Sender<bool>,
     shutdown_rx: watch::Receiver<bool>,
     cmds: mpsc::Sender<core_task::Cmd>,
@@ -156,7 +154,30 @@ pub struct Service {
     core: JoinHandle<Core>,
     http: JoinHandle<()>,
     bridge: Option<JoinHandle<()>>,
-    sim_task: Option<JoinHandle<std::io::Result<()>>>,
+    /// Kept for the service's lifetime (an embedded simulator's stop handle).
+    guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+/// What a caller that brings its own vehicle gives [`Service::start_with`]: the evaluation
+/// binary's embedded simulators. The flight binary passes the default (nothing: the
+/// configured URL is the vehicle).
+#[derive(Default)]
+pub struct Embedded {
+    /// Opens the links to a Crazyflie in place of `vehicle.url`.
+    pub crazyflie: Option<Arc<dyn crazyflie_bridge::shell::LinkOpener>>,
+    /// Said after the vehicle URL in the banner ("embedded simulated PX4").
+    pub note: Option<String>,
+    /// Kept until the service stops, then dropped (a simulator's stop handle).
+    pub guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl Embedded {
+    /// Keeps `guard` (a simulator's stop handle) until the service stops.
+    #[must_use]
+    pub fn keeping(mut self, guard: impl std::any::Any + Send + Sync) -> Embedded {
+        self.guard = Some(Box::new(guard));
+        self
+    }
 }
 
 /// What a start writes in the state directory, once everything is validated and bound.
@@ -258,47 +279,18 @@ fn touch_state(
 /// A started vehicle link.
 struct StartedVehicle {
     url: String,
-    sim: Option<sitl::udp::SimControl>,
-    cf_sim: Option<sitl::crazyflie::SimCrazyflie>,
-    sim_task: Option<JoinHandle<std::io::Result<()>>>,
-    link: crate::runtime::vehicle::VehicleLink,
+    link: crate::vehicle::VehicleLink,
     events: core_task::VehicleEvents,
     task: Option<JoinHandle<()>>,
 }
 
-/// PX4: the embedded simulator on loopback UDP, or the configured MAVLink URL.
+/// PX4 on the configured MAVLink URL.
 async fn start_px4(
     cfg: &Config,
     origin: Instant,
     stop_bridge: &broadcast::Sender<()>,
 ) -> Result<StartedVehicle, ServiceError> {
-    let (vehicle_url, sim, sim_task) = if cfg.vehicle.url == "sim" {
-        let sock = sitl::udp::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .await
-            .map_err(serr("embedded simulator socket"))?;
-        let addr = sock
-            .local_addr()
-            .map_err(serr("embedded simulator socket"))?;
-        let control = sitl::udp::SimControl::default();
-        let opts = sitl::udp::UdpOptions {
-            bind: addr,
-            // Never a well-known port: the simulator speaks only to the bridge that speaks to it.
-            remote: None,
-            config: sitl::px4::SimConfig::default(),
-            setpoint_log: cfg.vehicle.sim_setpoint_log.clone(),
-            seed: 11,
-            gcs: None,
-        };
-        let task = tokio::spawn(sitl::udp::run(
-            sock,
-            opts,
-            control.clone(),
-            stop_bridge.subscribe(),
-        ));
-        (format!("udpout:{addr}"), Some(control), Some(task))
-    } else {
-        (cfg.vehicle.url.clone(), None, None)
-    };
+    let vehicle_url = cfg.vehicle.url_or_refuse().map_err(ServiceError)?;
     let mut bopts = BridgeOptions::new(&vehicle_url);
     bopts.origin = origin;
     bopts.setpoint_log = cfg.vehicle.setpoint_log.clone();
@@ -310,37 +302,31 @@ async fn start_px4(
         .map_err(serr("vehicle link"))?;
     Ok(StartedVehicle {
         url: vehicle_url,
-        sim,
-        cf_sim: None,
-        sim_task,
-        link: crate::runtime::vehicle::VehicleLink::Px4(handle),
+        link: crate::vehicle::VehicleLink::Px4(handle),
         events: core_task::VehicleEvents::Px4(bridge_rx),
         task: Some(bridge),
     })
 }
 
-/// A Crazyflie: the embedded simulated one, or the radio/USB URI. The first connect's failure
-/// (no dongle, a Crazyflie that does not answer) stops the start with its message.
+/// A Crazyflie on the radio/USB URI (or the caller's opener). The first connect's failure (no
+/// dongle, a Crazyflie that does not answer) stops the start with its message.
 async fn start_crazyflie(
     cfg: &Config,
     origin: Instant,
     state_dir: &std::path::Path,
+    embedded: Option<Arc<dyn crazyflie_bridge::shell::LinkOpener>>,
 ) -> Result<StartedVehicle, ServiceError> {
     use crazyflie_bridge::shell::{BridgeOptions as CfOptions, LinkOpener, UriOpener};
-    let (opener, cf_sim, url): (Arc<dyn LinkOpener>, _, String) = if cfg.vehicle.url == "sim" {
-        let v = sitl::crazyflie::SimCrazyflie::start(
-            sitl::crazyflie::CfSimConfig::default(),
-            cfg.vehicle.sim_setpoint_log.as_deref(),
-        )
-        .map_err(serr("embedded simulated Crazyflie"))?;
-        (
-            Arc::new(crate::runtime::crazyflie::SimOpener(v.clone())),
-            Some(v),
-            "sim".into(),
-        )
-    } else {
-        let o = UriOpener::new(&cfg.vehicle.url).map_err(serr("vehicle.url"))?;
-        (Arc::new(o), None, cfg.vehicle.url.clone())
+    let (opener, url): (Arc<dyn LinkOpener>, String) = match embedded {
+        Some(o) => (
+            o,
+            cfg.vehicle.url.clone().unwrap_or_else(|| "embedded".into()),
+        ),
+        None => {
+            let url = cfg.vehicle.url_or_refuse().map_err(ServiceError)?;
+            let o = UriOpener::new(&url).map_err(serr("vehicle.url"))?;
+            (Arc::new(o), url)
+        }
     };
     let mut o = CfOptions::new(opener);
     o.origin = origin;
@@ -359,22 +345,31 @@ async fn start_crazyflie(
         .map_err(serr("Crazyflie"))?;
     Ok(StartedVehicle {
         url,
-        sim: None,
-        cf_sim,
-        sim_task: None,
-        link: crate::runtime::vehicle::VehicleLink::Crazyflie(handle),
+        link: crate::vehicle::VehicleLink::Crazyflie(handle),
         events: core_task::VehicleEvents::Crazyflie(events),
         task: None,
     })
 }
 
 impl Service {
-    /// Starts everything: state directory, credentials, the vehicle link (or the embedded
-    /// simulator), the core task and the HTTP listener.
+    /// Starts everything: state directory, credentials, the vehicle link, the core task and the
+    /// HTTP listeners.
     ///
     /// # Errors
     /// [`ServiceError`] naming what could not start.
     pub async fn start(cfg: Config, catalog: Catalog) -> Result<Service, ServiceError> {
+        Service::start_with(cfg, catalog, Embedded::default()).await
+    }
+
+    /// As [`Service::start`], on a vehicle the caller brings ([`Embedded`]).
+    ///
+    /// # Errors
+    /// [`ServiceError`] naming what could not start.
+    pub async fn start_with(
+        cfg: Config,
+        catalog: Catalog,
+        embedded: Embedded,
+    ) -> Result<Service, ServiceError> {
         // Validate and bind everything first: a start that fails touches no state (no boot
         // epoch bumped, no file created, no receipt log rotated).
         let state_dir = cfg.state_dir();
@@ -402,16 +397,19 @@ impl Service {
         let origin_wall_ms = core_task::wall_now_ms();
         let (stop_bridge, _) = broadcast::channel(1);
 
-        // The vehicle: an embedded simulator, or the configured URL.
+        let Embedded {
+            crazyflie,
+            note: vehicle_note,
+            guard,
+        } = embedded;
         let vehicle = match cfg.vehicle.effective_kind() {
             config::VehicleKind::Px4 => start_px4(&cfg, origin, &stop_bridge).await?,
-            config::VehicleKind::Crazyflie => start_crazyflie(&cfg, origin, &state_dir).await?,
+            config::VehicleKind::Crazyflie => {
+                start_crazyflie(&cfg, origin, &state_dir, crazyflie).await?
+            }
         };
         let StartedVehicle {
             url: vehicle_url,
-            sim,
-            cf_sim,
-            sim_task,
             link,
             events: bridge_rx,
             task: bridge,
@@ -555,8 +553,7 @@ impl Service {
             receipts_path,
             audit_public_key,
             vehicle_url,
-            sim,
-            cf_sim,
+            vehicle_note,
             shutdown,
             shutdown_rx,
             cmds: cmd_tx,
@@ -565,7 +562,7 @@ impl Service {
             core,
             http,
             bridge,
-            sim_task,
+            guard,
         })
     }
 
@@ -607,9 +604,7 @@ impl Service {
             let _ = b.await;
         }
         drop(core.adapter);
-        if let Some(t) = self.sim_task {
-            let _ = t.await;
-        }
+        drop(self.guard);
         Ok(summary)
     }
 }
@@ -646,13 +641,10 @@ pub fn banner(s: &Service, show_new_secrets: bool) -> String {
     out.push_str(&format!(
         "  vehicle:   {}{}\n",
         s.vehicle_url,
-        if s.sim.is_some() {
-            " (embedded simulated PX4)"
-        } else if s.cf_sim.is_some() {
-            " (embedded simulated Crazyflie)"
-        } else {
-            ""
-        }
+        s.vehicle_note
+            .as_deref()
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default()
     ));
     out.push_str(&format!(
         "  state:     {} (boot epoch {})\n",

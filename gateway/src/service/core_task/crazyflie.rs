@@ -22,7 +22,7 @@ use super::{ApiError, Core, OperatorOp, Reply, VehicleEvents};
 use crate::core::digest::Digest;
 use crate::core::reason::ReasonCode;
 use crate::core::time::Nanos;
-use crate::runtime::crazyflie::{telemetry_updates, to_ned};
+use crate::vehicle::crazyflie::{telemetry_updates, to_ned};
 
 /// A target counts as reached when the estimate is this close, m.
 pub const ARRIVAL_M: f64 = 0.15;

@@ -1,0 +1,447 @@
+//! `halo-gateway audit show` and `audit verify`: the receipt log for people, and its
+//! verification (chain, canonical records, signed checkpoints, a head kept off the machine).
+
+use std::path::{Path, PathBuf};
+
+use clap::Subcommand;
+
+use super::{EXIT_ERROR, EXIT_OK, EXIT_REJECTED};
+
+/// `halo-gateway audit ...`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum AuditCmd {
+    /// Print a receipt log for people, one line per record: time, index, what was decided.
+    Show {
+        /// The receipt log file(s), oldest first.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Only the decisions: admissions, rejections, phase changes, gate outcomes,
+        /// obligations, readmissions, deny-holds and contract decisions (no provider updates).
+        #[arg(long)]
+        decisions: bool,
+    },
+    /// Recompute the hash chain and every receipt hash of a JSON-lines receipt log, reading
+    /// each record strictly. Give the files of a rotated log in order (`boot-3.jsonl
+    /// boot-3.1.jsonl ...`): the chain runs across them. With `--key`, check the signed
+    /// checkpoints too: every receipt must be covered by a signature of that key and the log
+    /// must end with the gateway's shutdown checkpoint. Exit 0 when it verifies, 2 when not.
+    Verify {
+        /// The receipt log file(s), oldest first.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// The gateway's audit public key: 64 hex digits, or a file holding them
+        /// (`STATE/audit-key.pub`; the demo writes `receipts.pub`).
+        #[arg(long)]
+        key: Option<String>,
+        /// A signed head kept off the vehicle: the body of `GET /v1/audit/head` as it is, a
+        /// file `halo-gateway operator heads --follow` wrote, or a bare checkpoint. The log must
+        /// hold exactly that checkpoint. Needs `--key`.
+        #[arg(long, requires = "key")]
+        head: Option<PathBuf>,
+    },
+}
+
+/// One receipt as a line for people.
+pub fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)> {
+    let body = r.body.value();
+    let b = &body;
+    let s = |k: &str| b.get(k).and_then(serde_json::Value::as_str).unwrap_or("");
+    let code = |k: &str| {
+        b.get(k)
+            .and_then(serde_json::Value::as_str)
+            .map(|c| format!(" ({c})"))
+            .unwrap_or_default()
+    };
+    let kind = s("kind");
+    let (decision, text) = match kind {
+        "admitted" | "readmitted" => {
+            let comps = b
+                .get("components")
+                .and_then(serde_json::Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .map(|c| {
+                            let g = |k: &str| {
+                                c.get(k).and_then(serde_json::Value::as_str).unwrap_or("")
+                            };
+                            let why = c
+                                .get("reason")
+                                .and_then(serde_json::Value::as_str)
+                                .map(|x| format!(" ({x})"))
+                                .unwrap_or_default();
+                            format!("{} {}{why}", g("id"), g("phase"))
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default();
+            (true, format!("{kind} {}: {comps}", s("response")))
+        }
+        "rejected" | "candidate_rejected" => {
+            (true, format!("{kind} {}{}", s("response"), code("code")))
+        }
+        "phase" => (
+            true,
+            format!(
+                "{}/{} {}{}",
+                s("response"),
+                s("component"),
+                s("phase"),
+                code("reason")
+            ),
+        ),
+        "gate" => (
+            true,
+            format!(
+                "gate {}/{} {}{}{}",
+                s("response"),
+                s("component"),
+                s("outcome"),
+                code("code"),
+                b.get("effect")
+                    .and_then(serde_json::Value::as_str)
+                    .map(|e| format!(", effect {e}"))
+                    .unwrap_or_default()
+            ),
+        ),
+        "gate_refused" => (true, format!("gate refused a token{}", code("code"))),
+        "obligation" => (
+            true,
+            format!(
+                "obligation {} for {}/{}: {}{}",
+                b.get("id").map(ToString::to_string).unwrap_or_default(),
+                s("response"),
+                s("component"),
+                s("state"),
+                code("reason")
+            ),
+        ),
+        "support_lost" => (
+            true,
+            format!(
+                "support lost while streaming {}/{}{}",
+                s("response"),
+                s("component"),
+                code("code")
+            ),
+        ),
+        "external" => {
+            let what = s("what");
+            let detail = b.get("detail").cloned().unwrap_or_default();
+            let decision = matches!(
+                what,
+                "deny_hold"
+                    | "deny_hold_done"
+                    | "contract"
+                    | "operator_hold"
+                    | "operator_command"
+                    | "shutdown"
+            );
+            let text = if what == "contract" {
+                let body = detail.get("body").cloned().unwrap_or_default();
+                let op = body
+                    .get("request")
+                    .and_then(|r| r.get("op"))
+                    .and_then(|o| o.get("op"))
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("?")
+                    .to_string();
+                let verdict = body
+                    .get("verdict")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("?");
+                let reason = body
+                    .get("reason")
+                    .and_then(serde_json::Value::as_str)
+                    .map(|x| format!(" ({x})"))
+                    .unwrap_or_default();
+                format!("contract {op}: {verdict}{reason}")
+            } else {
+                format!("{what} {detail}")
+            };
+            (decision, text)
+        }
+        "source_update" => (
+            false,
+            format!(
+                "source {} epoch {} from {}",
+                s("source"),
+                b.get("epoch").map(ToString::to_string).unwrap_or_default(),
+                s("provenance")
+            ),
+        ),
+        "source_summary" => (
+            false,
+            format!(
+                "source {}: {} updates summarized",
+                s("source"),
+                b.get("updates")
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            ),
+        ),
+        "update_refused" => (
+            true,
+            format!("update of {} refused{}", s("source"), code("code")),
+        ),
+        "certificate" => (
+            false,
+            format!(
+                "certificate {}{}",
+                s("id"),
+                if b.get("revoked") == Some(&serde_json::Value::Bool(true)) {
+                    " revoked"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        "checkpoint" => (
+            false,
+            format!(
+                "{}checkpoint over {} receipts, signed by key {}…",
+                if b.get("final") == Some(&serde_json::Value::Bool(true)) {
+                    "shutdown "
+                } else {
+                    ""
+                },
+                b.get("count").map(ToString::to_string).unwrap_or_default(),
+                s("key").get(..8).unwrap_or("?")
+            ),
+        ),
+        _ => (false, kind.to_string()),
+    };
+    Some((decision, text))
+}
+
+/// `halo-gateway audit show`: the exit code.
+pub(crate) fn audit_show(paths: &[PathBuf], decisions_only: bool) -> i32 {
+    for p in paths {
+        // A log torn by a crash is shown up to its last whole record, then said to be torn.
+        let log = match crate::audit::read_log(std::slice::from_ref(p)) {
+            Ok(log) => log,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return EXIT_ERROR;
+            }
+        };
+        let rs = log.receipts;
+        for r in &rs {
+            let Some((decision, text)) = receipt_line(r) else {
+                continue;
+            };
+            if decisions_only && !decision {
+                continue;
+            }
+            #[allow(clippy::cast_precision_loss, reason = "seconds for people")]
+            let t = r.at_ns as f64 / 1e9;
+            println!("{:>6} {t:>10.3}s  {text}", r.index);
+        }
+        if let Some(t) = log.torn {
+            eprintln!(
+                "warning: {}:{}: the last record is torn at byte {} ({} bytes of it, a crash while \
+                 writing); shown above is everything before it. `halo-gateway audit verify` \
+                 checks the intact part.",
+                t.file.display(),
+                t.line,
+                t.offset,
+                t.bytes
+            );
+        }
+    }
+    EXIT_OK
+}
+
+/// `halo-gateway audit verify`: the exit code.
+pub(crate) fn audit_verify(paths: &[PathBuf], key: Option<&str>, head: Option<&Path>) -> i32 {
+    let key = match key.map(crate::audit::public_key).transpose() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("error: --key {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let kept = match head {
+        Some(p) => match crate::io::read_capped(p, crate::io::MAX_CONFIG_BYTES, "signed head")
+            .and_then(|b| kept_heads(&b).map_err(|e| format!("{}: {e}", p.display())))
+        {
+            Ok(h) => Some(h),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return EXIT_ERROR;
+            }
+        },
+        None => None,
+    };
+    let label = if paths.len() == 1 {
+        paths
+            .first()
+            .map_or(String::new(), |p| p.display().to_string())
+    } else {
+        format!("{} files", paths.len())
+    };
+    let log = match crate::audit::read_log(paths) {
+        Ok(l) => l,
+        Err(crate::audit::ReadError::Io(e)) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+        Err(crate::audit::ReadError::Record(e)) => {
+            println!("{e}");
+            return EXIT_REJECTED;
+        }
+    };
+    let v = match crate::audit::verify(&log.receipts, key.as_ref()) {
+        Ok(v) => v,
+        Err(f) => {
+            println!("{label}: receipt {}: {}", f.index, f.why);
+            return EXIT_REJECTED;
+        }
+    };
+    let mut ok = true;
+    let last = (v.first + v.count).saturating_sub(1);
+    if v.count == 0 {
+        println!("{label}: no receipts");
+    } else if v.first == 0 {
+        println!("{label}: {} receipts, chain and hashes verify", v.count);
+    } else {
+        println!(
+            "{label}: receipts {}..{last} ({}) verify; the chain starts at receipt {}: the files \
+             before it were rotated away or not given, so the link into the first file is taken \
+             as given",
+            v.first, v.count, v.first
+        );
+    }
+    match (key.as_ref(), v.covered) {
+        (Some(_), Some(covered)) => {
+            println!(
+                "  {} signed checkpoint{} under the given key",
+                v.checkpoints,
+                if v.checkpoints == 1 {
+                    " verifies"
+                } else {
+                    "s verify"
+                }
+            );
+            if covered < v.first + v.count {
+                ok = false;
+                println!(
+                    "  receipts {covered}..{last} are not covered by any signature: the log was cut or \
+                     appended to after its last checkpoint (or the gateway is still running, or stopped \
+                     without its shutdown checkpoint)"
+                );
+            } else if !v.ends_final && v.count > 0 {
+                ok = false;
+                println!(
+                    "  the log ends at a periodic checkpoint, not the shutdown one: receipts written \
+                     after it may have been cut (or the gateway is still running, or crashed); compare \
+                     with a signed head kept off the vehicle (--head)"
+                );
+            } else if v.count > 0 {
+                println!(
+                    "  every receipt is covered; the log ends with the gateway's shutdown checkpoint"
+                );
+            }
+        }
+        _ => {
+            println!(
+                "  integrity only: without --key this shows the log is internally consistent, not who \
+                 wrote it; a rewrite that recomputes every hash passes too{}",
+                if v.keys.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ". {} signed checkpoint{} present (key {}…): give --key to check them",
+                        v.checkpoints,
+                        if v.checkpoints == 1 { " is" } else { "s are" },
+                        v.keys.first().and_then(|k| k.get(..8)).unwrap_or("")
+                    )
+                }
+            );
+        }
+    }
+    if let (Some(heads), Some(k)) = (&kept, key.as_ref()) {
+        // A body of `GET /v1/audit/head` may carry this start's head and the previous
+        // start's: the one for these files is the one whose log they are, else the one that
+        // holds.
+        let stem = paths
+            .first()
+            .and_then(|p| crate::service::receipts::stem_of(p));
+        let named = heads
+            .iter()
+            .find(|(log, _)| log.is_some() && *log == stem)
+            .map(|(_, h)| h);
+        let result = match named {
+            Some(h) => crate::audit::check_head(&log.receipts, h, k).map(|()| h.count),
+            None => heads
+                .iter()
+                .map(|(_, h)| crate::audit::check_head(&log.receipts, h, k).map(|()| h.count))
+                .find(Result::is_ok)
+                .unwrap_or_else(|| {
+                    heads
+                        .first()
+                        .map_or(Err("no signed head in the file".into()), |(_, h)| {
+                            crate::audit::check_head(&log.receipts, h, k).map(|()| h.count)
+                        })
+                }),
+        };
+        match result {
+            Ok(count) => println!("  the log holds the signed head you kept (receipt {count})"),
+            Err(e) => {
+                ok = false;
+                println!("  {e}");
+            }
+        }
+    }
+    if key.is_some() && v.count == 0 {
+        ok = false;
+        println!("  no evidence: the log holds no receipts, so nothing is covered by a signature");
+    }
+    if let Some(t) = &log.torn {
+        ok = false;
+        println!(
+            "  {}:{}: torn record at byte {} ({} bytes, no newline): the log was cut off mid-write; \
+             the {} receipts before it are the ones checked above",
+            t.file.display(),
+            t.line,
+            t.offset,
+            t.bytes,
+            v.count
+        );
+    }
+    if ok { EXIT_OK } else { EXIT_REJECTED }
+}
+
+/// The signed heads in a kept file: a bare checkpoint (as `--head` took before), the body of
+/// `GET /v1/audit/head` (its `checkpoint` and `previous`), or a file `operator heads --follow`
+/// wrote (`{"log", "public_key", "checkpoint"}`); each with the log it names, if any.
+fn kept_heads(
+    bytes: &[u8],
+) -> Result<Vec<(Option<String>, crate::core::receipt::Checkpoint)>, String> {
+    use crate::core::receipt::Checkpoint;
+    if let Ok(c) = serde_json::from_slice::<Checkpoint>(bytes) {
+        return Ok(vec![(None, c)]);
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("not a signed head: {e}"))?;
+    let mut out = Vec::new();
+    let log = v.get("log").and_then(|l| l.as_str()).map(str::to_owned);
+    if let Some(c) = v.get("checkpoint").filter(|c| !c.is_null()) {
+        let c: Checkpoint = serde_json::from_value(c.clone())
+            .map_err(|e| format!("`checkpoint` is not a signed head: {e}"))?;
+        out.push((log, c));
+    }
+    if let Some(p) = v.get("previous").filter(|p| !p.is_null()) {
+        let plog = p.get("log").and_then(|l| l.as_str()).map(str::to_owned);
+        let c: Checkpoint =
+            serde_json::from_value(p.get("checkpoint").cloned().unwrap_or_default())
+                .map_err(|e| format!("`previous.checkpoint` is not a signed head: {e}"))?;
+        out.push((plog, c));
+    }
+    if out.is_empty() {
+        return Err(
+            "no signed head in it (the gateway had signed none yet when it was fetched)".into(),
+        );
+    }
+    Ok(out)
+}

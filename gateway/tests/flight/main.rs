@@ -1,0 +1,13 @@
+//! The flight binary's integration tests, one test binary (each binary links the whole
+//! gateway; one link instead of four): its command line, the service end to end, the faults
+//! suite, and the vehicle sources' order.
+//!
+//! Suites that measure timing at the vehicle (the faults suite, the service's flights) take
+//! [`common::exclusive`] so nothing else in this binary runs beside them; the rest take
+//! [`common::shared`].
+
+mod cli;
+mod common;
+mod faults;
+mod service;
+mod vehicle_sources;

@@ -1,0 +1,1387 @@
+//! End to end: the real `halo-gateway run` process, driven over real HTTP, flying a simulated
+//! PX4 that runs in this test process on its own UDP socket. The evidence of what reached the
+//! vehicle is the simulator's own record of the setpoints its controller took.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common;
+
+use common::service::*;
+
+#[test]
+fn the_running_example_flies_over_http() {
+    let _timing = common::shared();
+    let dir = tmp("example");
+    let sim = Sim::start(&dir.join("vehicle-setpoints.jsonl"));
+    let g = Gateway::start(&dir, &format!("udpout:{}", sim.addr), "");
+    let u = g.url.clone();
+
+    // The event stream, from the start.
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let stop_sse = Arc::new(AtomicBool::new(false));
+    let _sse = sse_reader(
+        u.clone(),
+        g.agent.clone(),
+        None,
+        Arc::clone(&events),
+        Arc::clone(&stop_sse),
+    );
+
+    // The operator arms (once PX4 is ready) and takes off to 5 m.
+    take_off(&g, &sim);
+    let providers = Providers::start(&u, &g.provider);
+
+    // resp-0007: notice and report go out, the route action passes the gate and flies, the
+    // status follows its dispatch.
+    let r1 = json!({"response_id": "resp-0007", "agent_id": "planner-1", "generation": 12,
+    "catalog": {"id": "uav-px4", "version": 5},
+    "components": [
+        {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
+        {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 5.1, "unit": "m"}},
+        route("e3", [12.0, 3.5, -10.0, 90.0], 7, "cert-9f2c"),
+        {"id": "e4", "type": "status", "payload": {"text": "En route to WP3"}, "requires": [{"id": "e3", "phase": "dispatched"}]}
+    ]});
+    certify(&g, &r1, "e3", "cert-9f2c");
+    let (st, rep) = post(
+        &format!("{u}/v1/responses"),
+        Some(&g.agent),
+        r1.to_string().as_bytes(),
+    );
+    assert_eq!(st, 200, "{rep}");
+    assert_eq!(
+        phases(&rep),
+        [
+            ("e1".into(), "EMITTED".into()),
+            ("e2".into(), "EMITTED".into()),
+            ("e3".into(), "DISPATCHED".into()),
+            ("e4".into(), "EMITTED".into())
+        ]
+    );
+    assert!(rep["components"][2]["binding"].as_str().unwrap().len() == 64);
+    let e3_fp = fp(12.0, 3.5, -10.0, 90.0);
+    wait_until(20, "e3 at the vehicle", || {
+        sim.fingerprints().contains(&e3_fp)
+    });
+
+    // Support lost while e3 streams (its certificate is revoked): deny-hold at once, and the
+    // vehicle takes no e3 setpoint after it.
+    let (st, v) = delete(&format!("{u}/v1/certificates/cert-9f2c"), Some(&g.provider));
+    assert_eq!(st, 200, "{v}");
+    wait_until(5, "the deny-hold event", || {
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, n, d)| n == "deny_hold" && d.contains("\"held\":true"))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let count = |f: &str| sim.fingerprints().iter().filter(|x| *x == f).count();
+    let before = count(&e3_fp);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        count(&e3_fp),
+        before,
+        "the vehicle took e3 after the deny-hold"
+    );
+
+    // The map changes while the agent plans resp-0008 against epoch 7: e5 and its status are
+    // withheld with an obligation; nothing of e5 reaches the vehicle.
+    providers.map_epoch.store(8, Ordering::Relaxed);
+    // Wait for the feed thread to publish it (publishing from here too could race it and be
+    // refused as out of order).
+    wait_until(5, "map epoch 8 held", || {
+        get(&format!("{u}/v1/status"), None).1["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["source"] == "map" && s["epoch"] == 8)
+    });
+    let r2 = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 13,
+    "catalog": {"id": "uav-px4", "version": 5},
+    "components": [
+        route("e5", [30.0, 20.0, -10.0, 45.0], 7, "cert-a001"),
+        {"id": "e6", "type": "status", "payload": {"text": "En route to WP4"}, "requires": [{"id": "e5", "phase": "dispatched"}]}
+    ]});
+    certify(&g, &r2, "e5", "cert-a001");
+    let (st, rep) = post(
+        &format!("{u}/v1/responses"),
+        Some(&g.agent),
+        r2.to_string().as_bytes(),
+    );
+    assert_eq!(st, 200, "{rep}");
+    assert_eq!(rep["components"][0]["phase"], "WITHHELD", "{rep}");
+    assert_eq!(rep["components"][0]["reason"], "EPOCH_CHANGED", "{rep}");
+    assert_eq!(rep["components"][1]["phase"], "WITHHELD", "{rep}");
+    let oid = rep["components"][0]["obligation"].as_u64().unwrap();
+    let (st, obls) = get(&format!("{u}/v1/obligations"), Some(&g.agent));
+    assert_eq!(st, 200);
+    let o = obls
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == oid)
+        .unwrap()
+        .clone();
+    assert_eq!(o["required"], json!(["map"]), "{o}");
+
+    // The agent answers with a fresh candidate planned against epoch 8.
+    let cand_route = route("e5", [30.0, 18.0, -10.0, 45.0], 8, "cert-a002");
+    let as_response = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
+        "catalog": {"id": "uav-px4", "version": 5}, "components": [cand_route.clone()]});
+    certify(&g, &as_response, "e5", "cert-a002");
+    let cand = json!({"obligation": oid, "response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
+        "catalog": {"id": "uav-px4", "version": 5}, "components": [cand_route]});
+    // Naming another obligation than the URL is refused and changes nothing.
+    let (st, v) = post(
+        &format!("{u}/v1/obligations/{}/candidates", oid + 100),
+        Some(&g.agent),
+        cand.to_string().as_bytes(),
+    );
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (400, Some("OBLIGATION_MISMATCH"))
+    );
+    let (st, v) = post(
+        &format!("{u}/v1/obligations/{oid}/candidates"),
+        Some(&g.agent),
+        cand.to_string().as_bytes(),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["readmitted"][0]["generation"], 2, "{v}");
+    let fresh_fp = fp(30.0, 18.0, -10.0, 45.0);
+    let stale_fp = fp(30.0, 20.0, -10.0, 45.0);
+    wait_until(20, "the fresh e5 at the vehicle", || {
+        sim.fingerprints().contains(&fresh_fp)
+    });
+
+    // Land through the gate.
+    let r3 = json!({"response_id": "resp-0009", "agent_id": "planner-1", "generation": 15,
+        "catalog": {"id": "uav-px4", "version": 5},
+        "components": [{"id": "l1", "type": "land", "payload": {}}]});
+    let (st, rep) = post(
+        &format!("{u}/v1/responses"),
+        Some(&g.agent),
+        r3.to_string().as_bytes(),
+    );
+    assert_eq!(st, 200, "{rep}");
+    assert_eq!(rep["components"][0]["phase"], "DISPATCHED", "{rep}");
+    wait_until(60, "landed and disarmed", || {
+        let v = sim.control.view();
+        v.on_ground && !v.armed
+    });
+    drop(providers);
+
+    // What the vehicle took: both dispatched targets, never the stale one.
+    let taken = sim.fingerprints();
+    assert!(taken.contains(&e3_fp) && taken.contains(&fresh_fp));
+    assert!(
+        !taken.contains(&stale_fp),
+        "the withheld target reached the vehicle"
+    );
+
+    // The event stream carried the story; a client resuming from the middle gets exactly the
+    // events after its Last-Event-ID.
+    std::thread::sleep(Duration::from_millis(300));
+    let seen = events.lock().unwrap().clone();
+    let names: Vec<&str> = seen.iter().map(|(_, n, _)| n.as_str()).collect();
+    for want in [
+        "emit",
+        "gate",
+        "obligation_created",
+        "vehicle_mode",
+        "vehicle_command",
+    ] {
+        assert!(names.contains(&want), "no `{want}` event in {names:?}");
+    }
+    let ids: Vec<u64> = seen.iter().map(|e| e.0).collect();
+    assert!(
+        ids.windows(2).all(|w| w[1] == w[0] + 1),
+        "ids are sequential"
+    );
+    let mid = ids[ids.len() / 2];
+    let resumed = Arc::new(Mutex::new(Vec::new()));
+    let stop2 = Arc::new(AtomicBool::new(false));
+    let _r = sse_reader(
+        u.clone(),
+        g.agent.clone(),
+        Some(mid),
+        Arc::clone(&resumed),
+        Arc::clone(&stop2),
+    );
+    wait_until(10, "the resumed stream to catch up", || {
+        resumed.lock().unwrap().len() >= seen.len() - ids.len() / 2 - 1
+    });
+    let got = resumed.lock().unwrap().clone();
+    let expect: Vec<_> = seen.iter().filter(|e| e.0 > mid).cloned().collect();
+    assert_eq!(got.first().map(|e| e.0), Some(mid + 1));
+    assert_eq!(
+        &got[..expect.len()],
+        &expect[..],
+        "resume lost or changed events"
+    );
+    println!(
+        "service-sse-resume: 1/1 matched ({} events replayed after id {mid})",
+        expect.len()
+    );
+
+    // Clean shutdown: exit 0, the receipt log verifies.
+    stop_sse.store(true, Ordering::Relaxed);
+    stop2.store(true, Ordering::Relaxed);
+    let state = g.state.clone();
+    assert_eq!(g.stop(), 0);
+    let log = state.join("receipts").join("boot-1.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args(["audit", "verify"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("\"wall_unix_ms\":"));
+    assert!(text.contains("\"what\":\"operator_command\""));
+    assert!(text.contains("\"kind\":\"support_lost\""));
+    let latency = text
+        .lines()
+        .find(|l| l.contains("\"what\":\"deny_hold_done\""))
+        .and_then(|l| serde_json::from_str::<Value>(l).ok())
+        .and_then(|v| v["body"]["detail"]["latency_us"].as_u64())
+        .expect("a deny-hold receipt with its latency");
+    println!("deny-hold: support lost to first hold setpoint in {latency} µs");
+    assert!(text.contains("\"what\":\"shutdown\""));
+    println!("service-example: 1/1 matched");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `halo-gateway run --config FILE` that must refuse to start: exit 3 and one line on stderr,
+/// which is returned.
+fn refused_config(file: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args(["run", "--config"])
+        .arg(file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    err
+}
+
+/// A missing configuration file is one clear line and exit code 3; so is an unknown key.
+#[test]
+fn configuration_errors_are_one_line_and_exit_3() {
+    let _timing = common::shared();
+    let dir = tmp("config");
+    let err = refused_config(&dir.join("nope.toml"));
+    assert!(
+        err.contains("nope.toml") && err.contains("no such file"),
+        "{err}"
+    );
+    std::fs::write(
+        dir.join("bad.toml"),
+        "[vehicle]\nurl = \"udpout:127.0.0.1:9\"\nspeed = 3\n",
+    )
+    .unwrap();
+    let err = refused_config(&dir.join("bad.toml"));
+    assert!(
+        err.contains("bad.toml:3:") && err.contains("speed"),
+        "{err}"
+    );
+    // The flight binary flies only the vehicle it is told: no vehicle, or the evaluation
+    // binary's embedded simulator, is a refusal saying what to do.
+    std::fs::write(dir.join("none.toml"), "[listen]\nhttp = \"127.0.0.1:0\"\n").unwrap();
+    let err = refused_config(&dir.join("none.toml"));
+    assert!(
+        err.contains("no vehicle: set vehicle.url") && err.contains("scripts/run_sim.sh"),
+        "{err}"
+    );
+    std::fs::write(dir.join("sim.toml"), "[vehicle]\nurl = \"sim\"\n").unwrap();
+    let err = refused_config(&dir.join("sim.toml"));
+    assert!(
+        err.contains("embedded simulator") && err.contains("halo-eval run"),
+        "{err}"
+    );
+    // An operator-supplied audit key that others can read is refused, not used.
+    let key = dir.join("audit-key");
+    std::fs::write(&key, format!("{}\n", "11".repeat(32))).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(
+            dir.join("key.toml"),
+            format!(
+                "[vehicle]\nurl = \"udpout:127.0.0.1:9\"\n[state]\ndir = \"{}\"\n[receipts]\nsigning_key = \"{}\"\n",
+                dir.join("state").display(),
+                key.display()
+            ),
+        )
+        .unwrap();
+        let err = refused_config(&dir.join("key.toml"));
+        assert!(
+            err.contains("readable by others") && err.contains("chmod 600"),
+            "{err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A start that fails after its configuration parsed (the listener's port is taken) touches no
+/// state: no boot epoch bumped, no receipt file created, none deleted, even at `max_files`.
+#[test]
+fn a_failed_start_touches_no_state() {
+    let _timing = common::shared();
+    let dir = tmp("failed-start");
+    let state = dir.join("state");
+    let receipts = state.join("receipts");
+    std::fs::create_dir_all(&receipts).unwrap();
+    std::fs::write(state.join("boot_epoch"), "7\n").unwrap();
+    // Two earlier starts' logs, at the cap of 2.
+    std::fs::write(receipts.join("boot-5.jsonl"), "{\"index\":0}\n").unwrap();
+    std::fs::write(receipts.join("boot-6.jsonl"), "{\"index\":0}\n").unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let cfg = dir.join("busy.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[vehicle]\nurl = \"udpout:127.0.0.1:9\"\n[listen]\nhttp = \"127.0.0.1:{port}\"\n[state]\ndir = \"{}\"\n[receipts]\nmax_files = 2\n",
+            state.display()
+        ),
+    )
+    .unwrap();
+    let before: Vec<String> = {
+        let mut v: Vec<String> = std::fs::read_dir(&state)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    for _ in 0..3 {
+        let err = refused_config(&cfg);
+        assert!(err.contains("cannot listen"), "{err}");
+    }
+    drop(taken);
+    let mut after: Vec<String> = std::fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    after.sort();
+    assert_eq!(before, after, "a failed start created or deleted something");
+    assert_eq!(
+        std::fs::read_to_string(state.join("boot_epoch")).unwrap(),
+        "7\n"
+    );
+    let mut logs: Vec<String> = std::fs::read_dir(&receipts)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    logs.sort();
+    assert_eq!(logs, ["boot-5.jsonl", "boot-6.jsonl"]);
+    println!(
+        "service-failed-start: 1/1 matched (3 starts refused on a taken port; nothing created, bumped or deleted)"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A vehicle command while no heartbeat arrives fails at once with `NO_VEHICLE_LINK`; hold and
+/// release still work.
+#[test]
+fn vehicle_commands_without_a_link_fail_at_once() {
+    let _timing = common::shared();
+    let dir = tmp("nolink");
+    // Nothing answers on the discard port.
+    let g = Gateway::start(&dir, "udpout:127.0.0.1:9", "");
+    let t0 = Instant::now();
+    let (st, v) = post(
+        &format!("{}/v1/operator/arm", g.url),
+        Some(&g.operator),
+        b"{}",
+    );
+    let took = t0.elapsed();
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (503, Some("NO_VEHICLE_LINK")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("127.0.0.1:9"),
+        "{v}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "the refusal waited for retries"
+    );
+    let (st, _) = post(
+        &format!("{}/v1/operator/hold", g.url),
+        Some(&g.operator),
+        b"{}",
+    );
+    assert_eq!(st, 200);
+    let (st, _) = post(
+        &format!("{}/v1/operator/release", g.url),
+        Some(&g.operator),
+        b"{}",
+    );
+    assert_eq!(st, 200);
+    assert_eq!(g.stop(), 0);
+    println!("service-no-vehicle-link: 1/1 matched");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every endpoint with every kind of credential: none, a wrong one, and each role's.
+#[test]
+fn roles_and_bad_input() {
+    let _timing = common::shared();
+    let dir = tmp("roles");
+    let g = Gateway::start(&dir, "sim", "");
+    let u = g.url.clone();
+    let creds: [(&str, Option<&str>); 5] = [
+        ("none", None),
+        ("wrong", Some("0000000000000000000000000000000000000000")),
+        ("agent", Some(&g.agent)),
+        ("provider", Some(&g.provider)),
+        ("operator", Some(&g.operator)),
+    ];
+    // (method, path, body, roles allowed; "*" = public)
+    let routes: [(&str, &str, &str, &[&str]); 17] = [
+        ("POST", "/v1/responses", "{}", &["agent"]),
+        ("GET", "/v1/responses/nosuch", "", &["agent", "operator"]),
+        ("GET", "/v1/obligations", "", &["agent", "operator"]),
+        ("POST", "/v1/obligations/1/candidates", "{}", &["agent"]),
+        ("GET", "/v1/events", "", &["agent", "operator"]),
+        ("POST", "/v1/state/traffic", "{}", &["provider"]),
+        ("POST", "/v1/certificates", "{}", &["provider", "operator"]),
+        (
+            "DELETE",
+            "/v1/certificates/nosuch",
+            "",
+            &["provider", "operator"],
+        ),
+        ("POST", "/v1/operator/hold", "{}", &["operator"]),
+        ("POST", "/v1/operator/release", "{}", &["operator"]),
+        ("POST", "/v1/contract", "{}", &["operator", "provider"]),
+        ("GET", "/v1/contract", "", &["agent", "operator"]),
+        ("POST", "/v1/goals", "{}", &["agent"]),
+        ("GET", "/v1/status", "", &["*"]),
+        ("GET", "/v1/audit/head", "", &["*"]),
+        ("GET", "/v1/schema", "", &["*"]),
+        ("GET", "/metrics", "", &["*"]),
+    ];
+    let short = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .new_agent();
+    let mut matched = 0;
+    let mut total = 0;
+    println!(
+        "{:<36} {:>6} {:>6} {:>6} {:>9} {:>9}",
+        "route", "none", "wrong", "agent", "provider", "operator"
+    );
+    for (method, path, body, allowed) in routes {
+        let mut row = Vec::new();
+        for (who, tok) in creds {
+            let url = format!("{u}{path}");
+            let mut resp = match method {
+                "GET" => {
+                    let mut r = short.get(&url);
+                    if let Some(t) = tok {
+                        r = r.header("Authorization", &format!("Bearer {t}"));
+                    }
+                    r.call().unwrap()
+                }
+                "DELETE" => {
+                    let mut r = short.delete(&url);
+                    if let Some(t) = tok {
+                        r = r.header("Authorization", &format!("Bearer {t}"));
+                    }
+                    r.call().unwrap()
+                }
+                _ => {
+                    let mut r = short.post(&url);
+                    if let Some(t) = tok {
+                        r = r.header("Authorization", &format!("Bearer {t}"));
+                    }
+                    r.send(body.as_bytes()).unwrap()
+                }
+            };
+            let status = resp.status().as_u16();
+            let code = if path == "/v1/events" && status == 200 {
+                String::new()
+            } else {
+                let text = resp.body_mut().read_to_string().unwrap_or_default();
+                serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .and_then(|v| v["error"]["code"].as_str().map(str::to_string))
+                    .unwrap_or_default()
+            };
+            let public = allowed.contains(&"*");
+            let ok = if public {
+                status == 200
+            } else if matches!(who, "none" | "wrong") {
+                status == 401 && code == "UNAUTHENTICATED"
+            } else if allowed.contains(&who) {
+                status != 401 && status != 403
+            } else {
+                // A source the caller's role does not own is refused by its owner rule.
+                status == 403
+                    && (code == "FORBIDDEN_ROLE"
+                        || (path.starts_with("/v1/state/") && code == "SOURCE_NOT_WRITABLE"))
+            };
+            total += 1;
+            if ok {
+                matched += 1;
+            }
+            row.push(format!("{status}{}", if ok { "" } else { "!" }));
+        }
+        println!(
+            "{:<36} {:>6} {:>6} {:>6} {:>9} {:>9}",
+            format!("{method} {path}"),
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4]
+        );
+    }
+    println!("service-roles: {matched}/{total} matched");
+    assert_eq!((matched, total), (85, 85));
+
+    // Bad input: a clear status and reason, and nothing else changes.
+    let observe = || {
+        let (_, st) = get(&format!("{u}/v1/status"), None);
+        let sources: Vec<Value> = st["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["provenance"] != "px4")
+            .map(|s| json!([s["source"], s["epoch"], s["provenance"]]))
+            .collect();
+        let (_, obl) = get(&format!("{u}/v1/obligations"), Some(&g.operator));
+        json!({"responses": st["responses_live"], "obligations": obl, "sources": sources, "hold": st["operator_hold"]})
+    };
+    let at = unix_ms();
+    let upd = |v: Value, at: u64| {
+        json!({"value": v, "epoch": 41, "provenance": "utm-feed-a", "generated_at_unix_ms": at})
+            .to_string()
+    };
+    let (st, v) = post(
+        &format!("{u}/v1/state/traffic"),
+        Some(&g.provider),
+        upd(json!([]), at).as_bytes(),
+    );
+    assert_eq!(st, 200, "{v}");
+    let before = observe();
+    let big = vec![b' '; 600 * 1024];
+    let mid = vec![b' '; 100 * 1024];
+    let r1 = json!({"response_id": "r1", "agent_id": "a", "generation": 1, "catalog": {"id": "uav-px4", "version": 5},
+                    "components": [{"id": "e1", "type": "notice", "payload": {"text": "x"}}], "extra": 1}).to_string();
+    /// (what, url, credential, body, expected status, expected code)
+    type Case<'a> = (&'a str, String, Option<&'a str>, Vec<u8>, u16, &'a str);
+    let cases: Vec<Case<'_>> = vec![
+        ("malformed JSON", format!("{u}/v1/responses"), Some(&g.agent), b"{\"response_id\":".to_vec(), 422, "MALFORMED_JSON"),
+        ("oversized response", format!("{u}/v1/responses"), Some(&g.agent), big, 413, "RESPONSE_TOO_LARGE"),
+        ("unknown field", format!("{u}/v1/responses"), Some(&g.agent), r1.into_bytes(), 422, "UNKNOWN_FIELD"),
+        ("unknown source", format!("{u}/v1/state/nosuch"), Some(&g.provider), upd(json!([]), at).into_bytes(), 404, "UNKNOWN_SOURCE"),
+        ("generated in the future", format!("{u}/v1/state/traffic"), Some(&g.provider), upd(json!([]), at + 10_000).into_bytes(), 422, "FUTURE_TIMESTAMP"),
+        ("older than held", format!("{u}/v1/state/traffic"), Some(&g.provider), upd(json!([]), at - 5_000).into_bytes(), 422, "OUT_OF_ORDER_UPDATE"),
+        ("wrong value kind", format!("{u}/v1/state/traffic"), Some(&g.provider), upd(json!(5), at + 1).into_bytes(), 422, "VALUE_KIND_MISMATCH"),
+        ("duplicate key", format!("{u}/v1/state/traffic"), Some(&g.provider),
+            format!("{{\"value\":[],\"epoch\":1,\"epoch\":2,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}").into_bytes(), 400, "DUPLICATE_KEY"),
+        ("duplicate key in the value", format!("{u}/v1/state/traffic"), Some(&g.provider),
+            format!("{{\"value\":[{{\"north_m\":90,\"north_m\":1,\"east_m\":0,\"down_m\":-10}}],\"epoch\":1,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}").into_bytes(), 400, "DUPLICATE_KEY"),
+        ("certificate duplicate key", format!("{u}/v1/certificates"), Some(&g.provider),
+            br#"{"id":"c1","id":"c2","covers":"00","valid_for_ms":1000,"issuer":"geo"}"#.to_vec(), 400, "DUPLICATE_KEY"),
+        ("oversized update", format!("{u}/v1/state/traffic"), Some(&g.provider), mid, 413, "BODY_TOO_LARGE"),
+        ("certificate digest", format!("{u}/v1/certificates"), Some(&g.provider),
+            br#"{"id":"c1","covers":"zz","valid_for_ms":1000,"issuer":"geo"}"#.to_vec(), 422, "INVALID_UPDATE"),
+        ("wrong credential", format!("{u}/v1/state/traffic"), Some("not-a-credential-at-all"), upd(json!([]), at + 2).into_bytes(), 401, "UNAUTHENTICATED"),
+        ("agent writes state", format!("{u}/v1/state/traffic"), Some(&g.agent), upd(json!([]), at + 3).into_bytes(), 403, "FORBIDDEN_ROLE"),
+        ("agent issues a certificate", format!("{u}/v1/certificates"), Some(&g.agent),
+            br#"{"id":"c1","covers":"00","valid_for_ms":1000,"issuer":"geo"}"#.to_vec(), 403, "FORBIDDEN_ROLE"),
+        ("no such obligation", format!("{u}/v1/obligations/abc/candidates"), Some(&g.agent), b"{}".to_vec(), 404, "NO_OBLIGATION"),
+        ("no such operator action", format!("{u}/v1/operator/fly"), Some(&g.operator), b"{}".to_vec(), 404, "NOT_FOUND"),
+        ("takeoff too high", format!("{u}/v1/operator/takeoff"), Some(&g.operator), br#"{"altitude_m": 500}"#.to_vec(), 422, "INVALID_REQUEST"),
+        ("number out of range", format!("{u}/v1/state/wind"), Some(&g.provider),
+            format!("{{\"value\":1e400,\"epoch\":1,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}").into_bytes(), 400, "INVALID_UPDATE"),
+        ("NaN", format!("{u}/v1/state/wind"), Some(&g.provider),
+            format!("{{\"value\":NaN,\"epoch\":1,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}").into_bytes(), 400, "INVALID_UPDATE"),
+        ("not UTF-8", format!("{u}/v1/state/wind"), Some(&g.provider),
+            b"{\"value\":\"\xff\",\"epoch\":1,\"provenance\":\"x\",\"generated_at_unix_ms\":1}".to_vec(), 400, "INVALID_UPDATE"),
+        ("nested too deep", format!("{u}/v1/state/traffic"), Some(&g.provider),
+            format!("{{\"value\":{}{},\"epoch\":1,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}", "[".repeat(300), "]".repeat(300)).into_bytes(), 400, "INVALID_UPDATE"),
+        ("generation past 2^53", format!("{u}/v1/responses"), Some(&g.agent),
+            json!({"response_id": "r-gen", "agent_id": "a", "generation": u64::MAX, "catalog": {"id": "uav-px4", "version": 5},
+                   "components": [{"id": "e1", "type": "notice", "payload": {"text": "x"}}]}).to_string().into_bytes(), 422, "GENERATION_OUT_OF_RANGE"),
+        ("certificate for ever", format!("{u}/v1/certificates"), Some(&g.provider),
+            format!("{{\"id\":\"c1\",\"covers\":\"{}\",\"valid_for_ms\":{},\"issuer\":\"geo\"}}", "0".repeat(64), u64::MAX).into_bytes(), 422, "CERTIFICATE_TOO_LONG"),
+        ("provider writes the vehicle's link", format!("{u}/v1/state/link"), Some(&g.provider),
+            format!("{{\"value\":true,\"epoch\":1,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}").into_bytes(), 403, "SOURCE_NOT_WRITABLE"),
+        ("operator writes traffic", format!("{u}/v1/state/traffic"), Some(&g.operator), upd(json!([]), at + 4).into_bytes(), 403, "SOURCE_NOT_WRITABLE"),
+    ];
+    let mut ok = 0;
+    for (name, url, tok, body, want_status, want_code) in &cases {
+        let (st, v) = post(url, *tok, body);
+        let code = v["error"]["code"].as_str().unwrap_or("");
+        let msg = v["error"]["message"].as_str().unwrap_or("");
+        let good = st == *want_status && code == *want_code && !msg.is_empty();
+        println!("  {name:<28} {st} {code:<22} {msg}");
+        if good {
+            ok += 1;
+        }
+    }
+    let after = observe();
+    assert_eq!(before, after, "a refused input changed state");
+    println!("service-bad-input: {ok}/{} matched", cases.len());
+    assert_eq!(cases.len(), 26, "the bad-input table changed");
+    assert_eq!(ok, cases.len());
+
+    // The HTTP edges: media type, the Bearer scheme's case, the 401 challenge, a method a
+    // route does not take, and Last-Event-ID extremes; every error JSON with a request id.
+    let raw = |method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>| {
+        let mut r = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{u}{path}"));
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let a = http();
+        let mut resp = match body {
+            Some(b) => a.run(r.body(b.to_vec()).unwrap()),
+            None => a.run(r.body(()).unwrap()),
+        }
+        .unwrap();
+        let status = resp.status().as_u16();
+        let hdr = |h: &str| {
+            resp.headers()
+                .get(h)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string()
+        };
+        let (auth, rid) = (hdr("www-authenticate"), hdr("x-request-id"));
+        let v: Value = serde_json::from_str(&resp.body_mut().read_to_string().unwrap_or_default())
+            .unwrap_or(Value::Null);
+        (status, v, auth, rid)
+    };
+    let bearer = format!("Bearer {}", g.agent);
+    let lower = format!("bearer {}", g.agent);
+    let obl = "/v1/obligations";
+    let edges: Vec<(&str, bool)> = vec![
+        ("text/plain body is 415", {
+            let (st, v, _, _) = raw(
+                "POST",
+                "/v1/responses",
+                &[("Authorization", &bearer), ("Content-Type", "text/plain")],
+                Some(b"{}"),
+            );
+            st == 415 && v["error"]["code"] == "UNSUPPORTED_MEDIA_TYPE"
+        }),
+        (
+            "lower-case bearer scheme",
+            raw("GET", obl, &[("Authorization", &lower)], None).0 == 200,
+        ),
+        ("401 carries WWW-Authenticate", {
+            let (st, _, auth, _) = raw("GET", obl, &[], None);
+            st == 401 && auth.starts_with("Bearer")
+        }),
+        ("DELETE /v1/status is a JSON 405", {
+            let (st, v, _, rid) = raw("DELETE", "/v1/status", &[], None);
+            st == 405
+                && v["error"]["code"] == "METHOD_NOT_ALLOWED"
+                && !rid.is_empty()
+                && v["request_id"] == rid.as_str()
+        }),
+        ("Last-Event-ID u64::MAX is a 400", {
+            let (st, v, _, _) = raw(
+                "GET",
+                "/v1/events",
+                &[
+                    ("Authorization", &bearer),
+                    ("Last-Event-ID", "18446744073709551615"),
+                ],
+                None,
+            );
+            st == 400 && v["error"]["code"] == "INVALID_EVENT_ID"
+        }),
+        ("Last-Event-ID from the future is a 400", {
+            let (st, v, _, _) = raw(
+                "GET",
+                "/v1/events",
+                &[
+                    ("Authorization", &bearer),
+                    ("Last-Event-ID", "1.18446744073709551615"),
+                ],
+                None,
+            );
+            st == 400 && v["error"]["code"] == "INVALID_EVENT_ID"
+        }),
+        ("the hub still serves a subscriber after them", {
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let stop = Arc::new(AtomicBool::new(false));
+            let r = sse_reader(
+                u.clone(),
+                g.operator.clone(),
+                None,
+                Arc::clone(&seen),
+                Arc::clone(&stop),
+            );
+            std::thread::sleep(Duration::from_millis(200));
+            let held = post(&format!("{u}/v1/operator/hold"), Some(&g.operator), b"{}").0 == 200
+                && post(
+                    &format!("{u}/v1/operator/release"),
+                    Some(&g.operator),
+                    b"{}",
+                )
+                .0 == 200;
+            let got = (0..100).any(|_| {
+                std::thread::sleep(Duration::from_millis(50));
+                seen.lock()
+                    .unwrap()
+                    .iter()
+                    .any(|e: &(u64, String, String)| e.1 == "operator_hold")
+            });
+            stop.store(true, Ordering::Relaxed);
+            drop(r);
+            held && got
+        }),
+    ];
+    for (name, good) in &edges {
+        println!("  {name:<40} {}", if *good { "ok" } else { "MISMATCH" });
+    }
+    let n = edges.iter().filter(|(_, g)| *g).count();
+    println!("service-http-edges: {n}/{} matched", edges.len());
+    assert_eq!((n, edges.len()), (7, 7));
+    // And the gateway still takes a good update afterwards.
+    let (st, _) = post(
+        &format!("{u}/v1/state/traffic"),
+        Some(&g.provider),
+        upd(json!([]), at + 50).as_bytes(),
+    );
+    assert_eq!(st, 200);
+    assert_eq!(g.stop(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn pilot(port: u32, modes: &[&str]) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/pilot.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(port.to_string())
+        .args(modes)
+        .output()
+        .expect("python3 with pymavlink is needed (scripts/test.sh installs it)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "pilot {modes:?}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+#[test]
+fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
+    let _timing = common::shared();
+    let dir = tmp("pilot");
+    let sim = Sim::start(&dir.join("vehicle-setpoints.jsonl"));
+    let g = Gateway::start(&dir, &format!("udpout:{}", sim.addr), "");
+    let u = g.url.clone();
+    let providers = Providers::start(&u, &g.provider);
+    let status = || get(&format!("{u}/v1/status"), None).1;
+    assert_eq!(
+        status()["vehicle"]["control"],
+        "operator",
+        "not handed over yet"
+    );
+    take_off(&g, &sim);
+    assert_eq!(
+        status()["vehicle"]["control"],
+        "gateway",
+        "the takeoff hands it over"
+    );
+    let submit = |rid: &str, generation: u64, target: [f64; 4], cert: &str| {
+        let env = json!({"response_id": rid, "agent_id": "planner-1", "generation": generation,
+            "catalog": {"id": "uav-px4", "version": 5}, "components": [route("a", target, 7, cert)]});
+        certify(&g, &env, "a", cert);
+        let (st, rep) = post(
+            &format!("{u}/v1/responses"),
+            Some(&g.agent),
+            env.to_string().as_bytes(),
+        );
+        assert_eq!(st, 200, "{rep}");
+        rep["components"][0].clone()
+    };
+    let c = submit("pilot-1", 1, [8.0, 2.0, -6.0, 0.0], "cert-p1");
+    assert_eq!(c["phase"], "DISPATCHED", "{c}");
+    wait_until(15, "OFFBOARD and the first target taken", || {
+        status()["vehicle"]["mode"] == "OFFBOARD"
+            && sim.fingerprints().contains(&fp(8.0, 2.0, -6.0, 0.0))
+    });
+
+    // The pilot takes the vehicle from a ground station.
+    let port = sim.control.gcs_port.load(Ordering::Relaxed);
+    assert_ne!(port, 0, "the simulator bound its ground-station port");
+    let p = pilot(port, &["POSCTL"]);
+    wait_until(3, "the override at the gateway", || {
+        let v = status();
+        v["vehicle"]["control"] == "operator" && v["vehicle"]["override_mode"] == "POSCTL"
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let received = sim.control.view().stats.setpoints_received;
+    std::thread::sleep(Duration::from_millis(1500));
+    let v = sim.control.view();
+    assert_eq!(
+        v.stats.setpoints_received, received,
+        "the gateway sent setpoints after the override"
+    );
+    assert_eq!(
+        v.mode,
+        (3, 0),
+        "the gateway took the vehicle back from POSCTL"
+    );
+
+    // The pilot pauses (AUTO.LOITER, in the air again): the vehicle stays theirs, and the
+    // agent's next action is withheld at admission: the catalog's `control` source is false,
+    // a recoverable reason, so the agent gets an obligation for a fresh candidate.
+    let p2 = pilot(port, &["AUTO.LOITER"]);
+    wait_until(5, "airborne in AUTO.LOITER", || {
+        let v = status();
+        v["vehicle"]["mode"] == "AUTO.LOITER" && v["vehicle"]["landed_state"] == "in air"
+    });
+    let c2 = submit("pilot-2", 2, [12.0, 3.0, -6.0, 0.0], "cert-p2");
+    assert_eq!(
+        (c2["phase"].as_str(), c2["reason"].as_str()),
+        (Some("WITHHELD"), Some("CONTROL_NOT_GRANTED")),
+        "{c2}"
+    );
+    assert!(c2["obligation"].is_u64(), "{c2}");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(sim.control.view().mode, (4, 3), "still AUTO.LOITER");
+    assert_eq!(sim.control.view().stats.setpoints_received, received);
+
+    // The operator hands the vehicle back; a fresh action flies.
+    let (st, v) = post(
+        &format!("{u}/v1/operator/release"),
+        Some(&g.operator),
+        b"{}",
+    );
+    assert_eq!(st, 200, "{v}");
+    wait_until(3, "control back at the gateway", || {
+        status()["vehicle"]["control"] == "gateway"
+    });
+    let c3 = submit("pilot-3", 3, [10.0, 4.0, -6.0, 0.0], "cert-p3");
+    assert_eq!(c3["phase"], "DISPATCHED", "{c3}");
+    wait_until(15, "the fresh target taken in OFFBOARD", || {
+        sim.fingerprints().contains(&fp(10.0, 4.0, -6.0, 0.0)) && sim.control.view().mode.0 == 6
+    });
+    assert!(!sim.fingerprints().contains(&fp(12.0, 3.0, -6.0, 0.0)));
+    // The same, from PX4's own reports to a ground station (an independent observer, not the
+    // simulator's log): the vehicle holds the fresh target, never the refused one.
+    let watched = pilot(port, &["watch", "1.5"]);
+    let targets: Vec<&str> = watched["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        targets.contains(&fp(10.0, 4.0, -6.0, 0.0).as_str()),
+        "{targets:?}"
+    );
+    assert!(!targets.contains(&fp(12.0, 3.0, -6.0, 0.0).as_str()));
+    // Two overrides: POSCTL, then the pilot's own pause while the vehicle was still theirs.
+    let metrics = http()
+        .get(format!("{u}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    assert!(
+        metrics.contains("halo_operator_overrides_total 2"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("override"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    drop(providers);
+    assert_eq!(g.stop(), 0);
+    println!(
+        "service-pilot-override: 1/1 matched (POSCTL confirmed after {} ms, AUTO.LOITER after {} ms)",
+        p["switched"][0]["after_ms"], p2["switched"][0]["after_ms"]
+    );
+}
+
+/// The example Python client, an independent peer, runs the running example against the
+/// real service: submit, follow the event stream, answer the obligation with a fresh candidate.
+#[test]
+fn the_python_example_client_runs_against_the_service() {
+    let _timing = common::shared();
+    let dir = tmp("python");
+    let g = Gateway::start(&dir, "sim", "");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/agent_client.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(["--demo", "--url", &g.url, "--state-dir"])
+        .arg(&g.state)
+        .env("HALO_GATEWAY", env!("CARGO_BIN_EXE_halo-gateway"))
+        .output()
+        .expect("python3 is needed for the example-client test (scripts/test.sh installs httpx)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        !stderr.contains("No module named 'httpx'"),
+        "httpx is missing: run ./scripts/test.sh, which installs it into target/pyenv"
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let steps: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let find = |s: &str| {
+        steps
+            .iter()
+            .find(|v| v["step"] == s)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(
+        find("schema")["valid"],
+        true,
+        "the running example fits /v1/schema"
+    );
+    assert_eq!(find("schema")["rejects_extra"], true);
+    assert_eq!(find("obligation")["reason"], "EPOCH_CHANGED");
+    assert_eq!(find("candidate")["status"], 200);
+    assert_eq!(find("gate")["dispatched"], true);
+    assert_eq!(find("done")["ok"], true);
+    assert_eq!(g.stop(), 0);
+    println!("service-python-client: 1/1 matched");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The agent link as JSON lines over standard input and output: a reply per request, events
+/// in between, bad lines refused with a reason, and end of input stops the gateway cleanly.
+#[test]
+fn stdio_agent_link() {
+    let _timing = common::shared();
+    use std::io::Write;
+    let dir = tmp("stdio");
+    let state = dir.join("state");
+    let sim = Sim::start(&dir.join("vehicle.jsonl"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args([
+            "run",
+            "--vehicle",
+            &format!("udpout:{}", sim.addr),
+            "--agent",
+            "stdio",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-level",
+            "warn",
+            "--state-dir",
+        ])
+        .arg(&state)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let v: Value = serde_json::from_str(&line).expect("every stdout line is JSON");
+            if tx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    let next_reply = |want: Value| -> (Vec<Value>, Value) {
+        let mut events = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("no reply to {want}: {e}; saw {events:?}"));
+            if v.get("reply_to").is_some() && v["reply_to"] == want {
+                return (events, v);
+            }
+            events.push(v);
+        }
+    };
+    let notice = json!({"response_id": "r-stdio", "agent_id": "planner-1", "generation": 1,
+        "catalog": {"id": "uav-px4", "version": 5},
+        "components": [{"id": "n1", "type": "notice", "payload": {"text": "hello from stdio"}}]});
+    writeln!(
+        stdin,
+        "{}",
+        json!({"id": 1, "op": "submit_response", "response": notice})
+    )
+    .unwrap();
+    let (mut events, r1) = next_reply(json!(1));
+    assert_eq!(r1["ok"], true, "{r1}");
+    assert_eq!(r1["result"]["components"][0]["phase"], "EMITTED", "{r1}");
+    writeln!(
+        stdin,
+        "{}",
+        json!({"id": 2, "op": "get_response", "response_id": "r-stdio"})
+    )
+    .unwrap();
+    let (more, r2) = next_reply(json!(2));
+    events.extend(more);
+    assert_eq!(r2["result"]["response"], "r-stdio", "{r2}");
+    writeln!(
+        stdin,
+        "{}",
+        json!({"id": 3, "op": "submit_response", "response": {"response_id": "x"}})
+    )
+    .unwrap();
+    let (more, r3) = next_reply(json!(3));
+    events.extend(more);
+    assert_eq!(
+        (r3["ok"].clone(), r3["error"]["code"].clone()),
+        (json!(false), json!("MALFORMED_JSON")),
+        "{r3}"
+    );
+    writeln!(stdin, "{{\"op\": \"fly\"}}").unwrap();
+    let (more, r4) = next_reply(Value::Null);
+    events.extend(more);
+    assert_eq!(r4["error"]["code"], "INVALID_REQUEST", "{r4}");
+    writeln!(stdin, "{}", "x".repeat(600 * 1024)).unwrap();
+    let (more, r5) = next_reply(Value::Null);
+    events.extend(more);
+    assert_eq!(r5["error"]["code"], "RESPONSE_TOO_LARGE", "{r5}");
+    writeln!(stdin, "{}", json!({"id": "s", "op": "status"})).unwrap();
+    let (more, r6) = next_reply(json!("s"));
+    events.extend(more);
+    assert_eq!(r6["result"]["responses_live"], 1, "{r6}");
+    // End of input: a clean stop.
+    drop(stdin);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway did not stop at end of input"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    // Everything the gateway wrote before it exited (the reader ends at end of output).
+    while let Ok(v) = rx.recv_timeout(Duration::from_secs(10)) {
+        events.push(v);
+    }
+    // The notice's emission arrived as an event line, with its payload.
+    assert!(
+        events
+            .iter()
+            .any(|v| v["event"] == "emit" && v["data"]["payload"]["text"] == "hello from stdio"),
+        "{events:?}"
+    );
+    let log = std::fs::read_to_string(state.join("receipts/boot-1.jsonl")).unwrap();
+    assert!(log.contains("\"kind\":\"admitted\""));
+    println!("service-stdio: 1/1 matched");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The mission contract at the gate: an agent that replans to skip the review obligation is
+/// refused by the monitor, and the new plan's action is denied at the final gate before any
+/// setpoint of it reaches the vehicle; the plan the operator approved still flies.
+#[test]
+fn the_mission_contract_bounds_the_agent_at_the_gate() {
+    let _timing = common::shared();
+    let dir = tmp("contract");
+    let sim = Sim::start(&dir.join("vehicle-setpoints.jsonl"));
+    let g = Gateway::start(&dir, &format!("udpout:{}", sim.addr), "");
+    let u = g.url.clone();
+
+    // The operator registers the root contract: survey wp1 then wp2, with a review obligation.
+    let register = json!({"op": "register_root", "approved_by": "ops-lead", "contract": {
+        "closing": ["airborne == false", "zone == home"],
+        "discharge": {"review": ["review == true"]},
+        "domain": "uav-survey", "epoch": 7,
+        "forbidden": [["zone == nofly"]],
+        "initial": {"airborne": false, "battery": "high", "photos": 0, "review": false, "zone": "home"},
+        "obligations": ["review"], "policy": [],
+        "resources": ["radio", "zone:wp1", "zone:wp2"],
+        "root": "survey",
+        "traces": [["takeoff", "goto(wp1)", "goto(wp2)", "return", "land"]]}});
+    let (st, d) = post(
+        &format!("{u}/v1/contract"),
+        Some(&g.operator),
+        register.to_string().as_bytes(),
+    );
+    assert_eq!((st, d["verdict"].as_str()), (200, Some("allow")), "{d}");
+    // The agent cannot register or change the contract, nor commit effects itself.
+    let (st, _) = post(
+        &format!("{u}/v1/contract"),
+        Some(&g.agent),
+        register.to_string().as_bytes(),
+    );
+    assert_eq!(st, 403);
+    let (st, v) = post(
+        &format!("{u}/v1/goals"),
+        Some(&g.agent),
+        br#"{"op": "authorize_effect", "effect": "goto(wp3)", "goal": "survey"}"#,
+    );
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (403, Some("FORBIDDEN_ROLE"))
+    );
+
+    // The agent proposes its goal, with the witness the gateway computes at current versions.
+    let propose = |goal: &Value, op: &str, old: Option<&str>| -> Value {
+        let (st, w) = post(
+            &format!("{u}/v1/goals/witness"),
+            Some(&g.agent),
+            json!({"parent": "survey", "goal": goal})
+                .to_string()
+                .as_bytes(),
+        );
+        assert_eq!(st, 200, "{w}");
+        let mut req = json!({"op": op, "goal": goal, "witness": w});
+        if let Some(o) = old {
+            req["old"] = json!(o);
+        }
+        let (st, d) = post(
+            &format!("{u}/v1/goals"),
+            Some(&g.agent),
+            req.to_string().as_bytes(),
+        );
+        assert_eq!(st, 200, "{d}");
+        d
+    };
+    let g1 = json!({"closing": ["airborne == false", "zone == home"], "completion": [[]],
+        "discharged": [], "frames": [], "id": "g1", "obligations": ["review"], "parent": "survey",
+        "resources": ["radio", "zone:wp1", "zone:wp2"],
+        "traces": [["takeoff", "goto(wp1)", "goto(wp2)", "return", "land"]]});
+    let d = propose(&g1, "propose_goal", None);
+    assert_eq!(d["verdict"], "allow", "{d}");
+
+    // The operator's takeoff is the contract's first effect.
+    take_off(&g, &sim);
+    let providers = Providers::start(&u, &g.provider);
+
+    let send = |rid: &str, generation: u64, t: [f64; 4], cert: &str| -> Value {
+        let r = json!({"response_id": rid, "agent_id": "planner-1", "generation": generation,
+            "catalog": {"id": "uav-px4", "version": 5}, "components": [route("a", t, 7, cert)]});
+        certify(&g, &r, "a", cert);
+        let (st, rep) = post(
+            &format!("{u}/v1/responses"),
+            Some(&g.agent),
+            r.to_string().as_bytes(),
+        );
+        assert_eq!(st, 200, "{rep}");
+        rep["components"][0].clone()
+    };
+    // goto(wp1): admitted by the approved plan.
+    let c = send("c-1", 1, [12.0, 3.5, -10.0, 90.0], "cert-c1");
+    assert_eq!(c["phase"], "DISPATCHED", "{c}");
+    let wp1 = fp(12.0, 3.5, -10.0, 90.0);
+    wait_until(20, "wp1 at the vehicle", || {
+        sim.fingerprints().contains(&wp1)
+    });
+
+    // The agent replans to drop the review obligation: the monitor refuses the edit.
+    let drop_review = json!({"closing": ["airborne == false", "zone == home"], "completion": [[]],
+        "discharged": [], "frames": [], "id": "g1", "obligations": [], "parent": "survey",
+        "resources": ["radio", "zone:wp1", "zone:wp2"],
+        "traces": [["goto(wp2)", "return", "land"]]});
+    let d = propose(&drop_review, "replace_goal", Some("g1"));
+    assert_eq!(
+        (d["verdict"].as_str(), d["reason"].as_str()),
+        (Some("deny"), Some("OBLIGATION_DROPPED")),
+        "{d}"
+    );
+    // It replans to skip the review and head for wp3 instead: refused as well.
+    let skip = json!({"closing": ["airborne == false", "zone == home"], "completion": [[]],
+        "discharged": [], "frames": [], "id": "g1", "obligations": [], "parent": "survey",
+        "resources": ["radio", "zone:wp1", "zone:wp2"],
+        "traces": [["goto(wp3)", "return", "land"]]});
+    let d = propose(&skip, "replace_goal", Some("g1"));
+    assert_eq!(d["verdict"], "deny", "{d}");
+    println!(
+        "replanning without the review: {} ({})",
+        d["reason"], d["detail"]
+    );
+    // It sends the new plan's action anyway: denied at the final gate, terminally.
+    let c = send("c-2", 2, [50.0, -20.0, -10.0, 0.0], "cert-c2");
+    assert_eq!(c["phase"], "INVALIDATED", "{c}");
+    assert_eq!(c["reason"], "EFFECT_NOT_ADMITTED", "{c}");
+    // An action whose target lies in no zone names no effect: denied too.
+    let c = send("c-3", 3, [-30.0, -30.0, -10.0, 0.0], "cert-c3");
+    assert_eq!(c["reason"], "ZONE_UNRESOLVED", "{c}");
+    // A policy change suspends the root: nothing dispatches until a path is reauthorized.
+    let (st, d) = post(
+        &format!("{u}/v1/contract"),
+        Some(&g.operator),
+        br#"{"op": "change_version", "policy": [{"rule": "forbid", "when": ["zone == nofly"]}]}"#,
+    );
+    assert_eq!((st, d["verdict"].as_str()), (200, Some("allow")), "{d}");
+    let c = send("c-4s", 4, [30.0, 18.0, -10.0, 45.0], "cert-c4s");
+    assert_eq!(
+        (c["phase"].as_str(), c["reason"].as_str()),
+        (Some("INVALIDATED"), Some("ROOT_SUSPENDED")),
+        "{c}"
+    );
+    let (st, d) = post(
+        &format!("{u}/v1/contract"),
+        Some(&g.operator),
+        br#"{"op": "reauthorize", "goal": "g1"}"#,
+    );
+    assert_eq!((st, d["verdict"].as_str()), (200, Some("allow")), "{d}");
+    // The approved plan goes on: goto(wp2).
+    let c = send("c-4", 5, [30.0, 18.0, -10.0, 45.0], "cert-c4");
+    assert_eq!(c["phase"], "DISPATCHED", "{c}");
+    let wp2 = fp(30.0, 18.0, -10.0, 45.0);
+    wait_until(20, "wp2 at the vehicle", || {
+        sim.fingerprints().contains(&wp2)
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    drop(providers);
+
+    // The vehicle's own log: never a setpoint of the refused plan.
+    let taken = sim.fingerprints();
+    assert!(
+        !taken.contains(&fp(50.0, -20.0, -10.0, 0.0)),
+        "the refused plan reached the vehicle"
+    );
+    assert!(!taken.contains(&fp(-30.0, -30.0, -10.0, 0.0)));
+    let (_, cs) = get(&format!("{u}/v1/contract"), Some(&g.operator));
+    assert_eq!(
+        cs["trace"],
+        json!(["takeoff()", "goto(wp1)", "goto(wp2)"]),
+        "{cs}"
+    );
+    let state = g.state.clone();
+    assert_eq!(g.stop(), 0);
+    let log = std::fs::read_to_string(state.join("receipts/boot-1.jsonl")).unwrap();
+    assert!(log.contains("\"what\":\"contract\""));
+    assert!(log.contains("\"effect\":\"goto(wp2)\""));
+    println!("service-contract: 1/1 matched");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Receipt rotation: past `max_file_bytes` the chain continues in the next file; at
+/// `max_files`, with every file this start's own, nothing is deleted: the gateway fails closed
+/// (holds, refuses new work with `RECEIPTS_UNAVAILABLE`, exits 4), and `audit verify --key`
+/// over the files in order checks the whole chain, from the first receipt to the shutdown
+/// checkpoint.
+#[test]
+fn receipts_rotate_and_verify_across_files() {
+    let _timing = common::shared();
+    let dir = tmp("rotate");
+    let g = Gateway::start(
+        &dir,
+        "sim",
+        "[receipts]\npolicy = \"all\"\nmax_file_bytes = 8192\nmax_files = 3\n",
+    );
+    // Every telemetry update is a receipt under `all`: about 80 a second.
+    wait_until(20, "the receipt cap", || {
+        get(&format!("{}/v1/status", g.url), None).1["receipts"]["state"] == "refusing"
+    });
+    let st = get(&format!("{}/v1/status", g.url), None).1;
+    assert!(
+        st["receipts"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("max_files"),
+        "{st}"
+    );
+    let (code, body) = post(
+        &format!("{}/v1/responses", g.url),
+        Some(&g.agent),
+        json!({"response_id": "late", "agent_id": "a", "generation": 1,
+               "catalog": {"id": "uav-px4", "version": 5},
+               "components": [{"id": "n1", "type": "notice", "payload": {"text": "x"}}]})
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(
+        (code, body["error"]["code"].as_str()),
+        (503, Some("RECEIPTS_UNAVAILABLE")),
+        "{body}"
+    );
+    let state = g.state.clone();
+    assert_eq!(
+        g.stop(),
+        4,
+        "exit 4: the receipt log refused during the run"
+    );
+    let rdir = state.join("receipts");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&rdir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort_by_key(|p| {
+        let n = p.file_name().unwrap().to_string_lossy().to_string();
+        n.split('.')
+            .nth(1)
+            .and_then(|x| x.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    assert_eq!(files.len(), 3, "{files:?}");
+    let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args(["audit", "verify", "--key"])
+        .arg(state.join("audit-key.pub"))
+        .args(&files)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("receipts, chain and hashes verify") && text.contains("shutdown checkpoint"),
+        "nothing was pruned and the log ends with its shutdown checkpoint: {text}"
+    );
+    let all: String = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    assert!(all.contains("\"what\":\"receipts_unavailable\""));
+    // Out of order, the chain does not verify.
+    let mut swapped = files.clone();
+    swapped.swap(0, 1);
+    let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args(["audit", "verify"])
+        .args(&swapped)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    println!("service-receipt-rotation: 1/1 matched");
+    let _ = std::fs::remove_dir_all(&dir);
+}

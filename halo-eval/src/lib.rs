@@ -1,0 +1,38 @@
+//! halo-eval: the evaluation of halo-gateway, apart from the product it judges.
+//!
+//! The flight binary (`halo-gateway`, package `halo-gateway`) links no simulator and no oracle:
+//! what a companion computer installs decides and dispatches, nothing else. Everything that
+//! *measures* it lives here, with the simulated vehicles and the independent oracles of `sitl`:
+//!
+//! - [`embedded`]: the simulated PX4 (loopback UDP, a port pair of its own) and the simulated
+//!   Crazyflie (an in-process link for bitcraze's crazyflie-lib) that `halo-eval run` and the
+//!   demos fly the real service on;
+//! - [`demo`], [`cf_sequence`]: the running example on the simulated PX4 and the Crazyflie
+//!   sequence on the simulated Crazyflie, each through the service's own HTTP interfaces;
+//! - [`replay`]: the replay panel over recorded agent responses, through every mechanism
+//!   variant, judged by `sitl`'s independent oracle;
+//! - [`transfer`]: the Git-merge transfer study (the core outside flight);
+//! - [`fuzzing`]: the entry points the libFuzzer targets in `fuzz/` and the stable smoke run
+//!   call.
+//!
+//! The binary `halo-eval` (its [`cli`]) offers `run`, `demo`, `replay`, `check --variant` and
+//! `contract audit`; docs/run.md says which binary provides each command.
+//!
+//! # Features
+//!
+//! This crate has no optional features.
+
+#![warn(missing_docs)]
+
+// The gateway's rooms under the names the evaluation code has always used.
+use halo_core as core;
+use halo_core::contract;
+use halo_gateway::{audit, io, service};
+
+pub mod cf_sequence;
+pub mod cli;
+pub mod demo;
+pub mod embedded;
+pub mod fuzzing;
+pub mod replay;
+pub mod transfer;
