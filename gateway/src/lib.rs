@@ -38,4 +38,5 @@ pub mod audit;
 pub mod cli;
 pub mod io;
 pub mod service;
+pub mod supervisor;
 pub mod vehicle;

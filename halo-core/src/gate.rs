@@ -106,6 +106,12 @@ pub trait EffectGate {
     /// # Errors
     /// The contract's reason; the command already went to the adapter.
     fn commit(&mut self, reservation: u64, effect: &str, key: &str) -> Result<(), ReasonCode>;
+    /// An effect outside the gate (the operator's takeoff through the gateway): authorized and
+    /// committed at once under `key`. Holds vacuously without a contract.
+    ///
+    /// # Errors
+    /// The contract's reason and its message for people; nothing is committed.
+    fn commit_once(&mut self, effect: &str, key: &str) -> Result<(), (ReasonCode, String)>;
 }
 
 /// No mission contract: the conjunct holds.
@@ -120,6 +126,9 @@ impl EffectGate for NoContract {
         Ok(0)
     }
     fn commit(&mut self, _reservation: u64, _effect: &str, _key: &str) -> Result<(), ReasonCode> {
+        Ok(())
+    }
+    fn commit_once(&mut self, _effect: &str, _key: &str) -> Result<(), (ReasonCode, String)> {
         Ok(())
     }
 }

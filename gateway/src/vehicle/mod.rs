@@ -26,6 +26,7 @@ use px4_bridge::shell::BridgeHandle;
 use crate::core::gate::{Adapter, AdapterError, EnqueueRequest};
 use crate::core::ids::Id;
 use crate::core::payload::ActionCommand;
+use crate::supervisor::{Enqueued, VehicleCommand, VehicleControl};
 
 /// How many dispatched commands the adapter remembers for attributing the vehicle's echo of a
 /// target. It echoes a target within a few stream periods, long before this many newer exist.
@@ -63,37 +64,44 @@ pub enum VehicleLink {
     Crazyflie(CfHandle),
 }
 
-/// The governed adapter: exact commands through the bridge's non-blocking queue.
+/// The governed adapter: exact commands through the bridge's non-blocking queue, while the
+/// supervisor keeps it open.
 pub struct VehicleAdapter {
     link: VehicleLink,
+    /// Whether the gate's enqueues are taken: the supervisor closes it while the operator
+    /// holds and for good once the receipt log refused ([`crate::supervisor::Supervisor::dispatch_open`]).
+    open: bool,
     /// The newest commands the bridge took (at most [`RECENT`], newest last), each with the
     /// response and component it belongs to.
     recent: VecDeque<([u8; 32], Id, Id)>,
-    /// The newest position target handed to the bridge (a hold or a land ends it).
-    pub last_target: Option<[u8; 32]>,
-    /// The newest target's position, local NED m, until the vehicle was seen there (the
-    /// Crazyflie's observation: its estimate converged on the target).
-    pub pending_arrival: Option<([u8; 32], [f64; 3])>,
-    /// Targets whose stream this adapter ended (a later target, a hold or a land replaced it),
-    /// by binding: the gate's critical section only notes the binding; the ids are looked up
-    /// when drained ([`VehicleAdapter::take_ended`]).
-    ended: Vec<[u8; 32]>,
+    /// What the gate enqueued since the last [`VehicleAdapter::take_enqueued`]: the gate's
+    /// critical section only notes it; the supervisor learns it right after.
+    enqueued: Vec<([u8; 32], Enqueued)>,
     /// Inputs reserved in the bridge's queue and not yet sent, oldest first (see the module
     /// docs). Bounded by the bridge's queue: each holds one of its places.
     staged: VecDeque<Staged>,
 }
 
 impl VehicleAdapter {
-    /// Wraps a bridge.
+    /// Wraps a bridge; open.
     pub fn new(link: VehicleLink) -> VehicleAdapter {
         VehicleAdapter {
             link,
+            open: true,
             recent: VecDeque::with_capacity(RECENT),
-            last_target: None,
-            pending_arrival: None,
-            ended: Vec::new(),
+            enqueued: Vec::new(),
             staged: VecDeque::new(),
         }
+    }
+
+    /// Opens or closes the adapter to the gate (a closed one refuses with `NotReady`).
+    pub fn set_open(&mut self, open: bool) {
+        self.open = open;
+    }
+
+    /// What the gate enqueued since the last call, in order.
+    pub fn take_enqueued(&mut self) -> Vec<([u8; 32], Enqueued)> {
+        std::mem::take(&mut self.enqueued)
     }
 
     /// Sends every staged input to the bridge, in order. Cannot fail: each holds its place.
@@ -110,12 +118,7 @@ impl VehicleAdapter {
         let mut dropped = Vec::new();
         while let Some(s) = self.staged.pop_front() {
             match s.binding() {
-                Some(b) => {
-                    dropped.push(b);
-                    if self.last_target == Some(b) {
-                        self.target_ended();
-                    }
-                }
+                Some(b) => dropped.push(b),
                 None => s.release(),
             }
         }
@@ -163,31 +166,6 @@ impl VehicleAdapter {
             .rev()
             .find(|(b, _, _)| b == binding)
             .map(|(_, r, c)| (r, c))
-    }
-
-    /// The current target no longer streams (the bridge holds, lands or lost the link).
-    pub fn target_ended(&mut self) {
-        if let Some(b) = self.last_target.take() {
-            self.ended.push(b);
-        }
-        self.pending_arrival = None;
-    }
-
-    /// The bridge stopped streaming this target by itself (it expired or was dropped); a newer
-    /// target that replaced it meanwhile is unaffected.
-    pub fn target_ended_if(&mut self, binding: &[u8; 32]) {
-        if self.last_target == Some(*binding) {
-            self.target_ended();
-        }
-    }
-
-    /// The streams ended since the last call, as (response, component).
-    pub fn take_ended(&mut self) -> Vec<(Id, Id)> {
-        let ended = std::mem::take(&mut self.ended);
-        ended
-            .iter()
-            .filter_map(|b| self.attribute(b).map(|(r, c)| (r.clone(), c.clone())))
-            .collect()
     }
 
     /// Stop streaming and hold where the vehicle is: at once, or behind the staged inputs
@@ -263,6 +241,10 @@ impl Adapter for VehicleAdapter {
     /// Checks the bridge's last known state and reserves the command's place in its queue,
     /// staged until [`VehicleAdapter::release_staged`] (see the module docs).
     fn try_enqueue(&mut self, req: &EnqueueRequest<'_>) -> Result<(), AdapterError> {
+        // Closed by the supervisor (an operator hold, a receipt log that refused).
+        if !self.open {
+            return Err(AdapterError::NotReady);
+        }
         let binding: [u8; 32] = req.binding.0;
         // The gateway and the bridges share one clock origin, so instants carry over as is.
         #[allow(clippy::cast_possible_truncation, reason = "both bridges carry f32")]
@@ -310,16 +292,14 @@ impl Adapter for VehicleAdapter {
             (_, ActionCommand::Merge { .. }) => Err(AdapterError::Unsupported),
         };
         self.staged.push_back(r?);
-        if self.last_target != Some(binding) {
-            self.target_ended();
-        }
-        match &req.command {
-            ActionCommand::Route(t) => {
-                self.last_target = Some(binding);
-                self.pending_arrival = Some((binding, [t.north_m, t.east_m, t.down_m]));
-            }
-            _ => self.last_target = None,
-        }
+        self.enqueued.push((
+            binding,
+            match &req.command {
+                ActionCommand::Route(t) => Enqueued::Route([t.north_m, t.east_m, t.down_m]),
+                ActionCommand::Land => Enqueued::Land,
+                _ => Enqueued::Hold,
+            },
+        ));
         if self.recent.len() == RECENT {
             self.recent.pop_front();
         }
@@ -327,4 +307,91 @@ impl Adapter for VehicleAdapter {
             .push_back((binding, req.response.clone(), req.component.clone()));
         Ok(())
     }
+}
+
+impl VehicleControl for VehicleAdapter {
+    fn hold(&mut self) -> Result<(), String> {
+        VehicleAdapter::hold(self)
+    }
+
+    fn command(&mut self, command: &VehicleCommand) -> Result<(), String> {
+        match &self.link {
+            VehicleLink::Px4(h) => {
+                let c = match *command {
+                    VehicleCommand::Arm => px4_bridge::Command::Arm,
+                    VehicleCommand::Disarm => px4_bridge::Command::Disarm,
+                    VehicleCommand::Takeoff { amsl_m, .. } => px4_bridge::Command::Takeoff {
+                        altitude_amsl_m: amsl_m,
+                    },
+                    VehicleCommand::Land => px4_bridge::Command::Land,
+                    VehicleCommand::ReturnToLaunch => px4_bridge::Command::ReturnToLaunch,
+                    VehicleCommand::HoldMode => px4_bridge::Command::SetMode {
+                        mode: px4_bridge::Px4Mode::HOLD,
+                    },
+                };
+                h.command(c).map_err(|e| e.to_string())
+            }
+            VehicleLink::Crazyflie(h) => match *command {
+                VehicleCommand::Arm => h.arm(true),
+                VehicleCommand::Disarm => h.arm(false),
+                VehicleCommand::Takeoff { height_m, .. } => h.takeoff(height_m),
+                VehicleCommand::Land => h.land(),
+                VehicleCommand::ReturnToLaunch | VehicleCommand::HoldMode => {
+                    return Err("a Crazyflie has no flight modes".into());
+                }
+            }
+            .map_err(|e| e.to_string()),
+        }
+    }
+
+    fn permit_offboard(&mut self) -> Result<(), String> {
+        match &self.link {
+            VehicleLink::Px4(h) => h.permit_offboard().map_err(|e| e.to_string()),
+            VehicleLink::Crazyflie(_) => Ok(()),
+        }
+    }
+
+    fn link_up(&self) -> bool {
+        match &self.link {
+            VehicleLink::Px4(h) => h.link_up(),
+            VehicleLink::Crazyflie(h) => h.link_up(),
+        }
+    }
+
+    fn takes_setpoints(&self) -> bool {
+        VehicleAdapter::takes_setpoints(self)
+    }
+
+    fn flying(&self) -> bool {
+        match &self.link {
+            VehicleLink::Px4(_) => false,
+            VehicleLink::Crazyflie(h) => h.flying(),
+        }
+    }
+
+    fn armed(&self) -> bool {
+        match &self.link {
+            VehicleLink::Px4(_) => false,
+            VehicleLink::Crazyflie(h) => h.armed(),
+        }
+    }
+}
+
+/// The supervisor's command as PX4's bridge reports it ended, when it is one the supervisor
+/// sends.
+pub fn px4_command(c: &px4_bridge::Command) -> Option<VehicleCommand> {
+    Some(match c {
+        px4_bridge::Command::Arm => VehicleCommand::Arm,
+        px4_bridge::Command::Disarm => VehicleCommand::Disarm,
+        px4_bridge::Command::Takeoff { altitude_amsl_m } => VehicleCommand::Takeoff {
+            amsl_m: *altitude_amsl_m,
+            height_m: 0.0,
+        },
+        px4_bridge::Command::Land => VehicleCommand::Land,
+        px4_bridge::Command::ReturnToLaunch => VehicleCommand::ReturnToLaunch,
+        px4_bridge::Command::SetMode { mode } if *mode == px4_bridge::Px4Mode::HOLD => {
+            VehicleCommand::HoldMode
+        }
+        _ => return None,
+    })
 }

@@ -10,4 +10,5 @@ mod cli;
 mod common;
 mod faults;
 mod service;
+mod supervisor_schedules;
 mod vehicle_sources;

@@ -22,6 +22,7 @@
 
 pub mod compose;
 pub mod domain;
+pub mod gate;
 pub mod monitor;
 pub mod spec;
 pub mod workflow;

@@ -7,25 +7,22 @@
 //!   takeoff through the gateway or `operator release`, withdrawn by an operator hold.
 //! - No return-to-launch: the operator lands.
 //! - A target is observed (`OBSERVED_SUCCESS`) when the state estimate comes within
-//!   [`ARRIVAL_M`] of it: the Crazyflie does not echo targets.
-//! - Shutdown lands the vehicle and waits for it: once this process stops, the supervisor's
-//!   emergency-stop watchdog (refreshed by the bridge) cuts the motors within a second.
+//!   [`crate::supervisor::ARRIVAL_M`] of it: the Crazyflie does not echo targets (the
+//!   supervisor decides).
+//! - Shutdown lands the vehicle and waits for it (the supervisor decides): once this process
+//!   stops, the Crazyflie's emergency-stop watchdog (refreshed by the bridge) cuts the motors
+//!   within a second.
 
-use std::time::Duration;
-
-use crazyflie_bridge::shell::{BridgeEvent, CfHandle};
+use crazyflie_bridge::shell::BridgeEvent;
 use crazyflie_bridge::telemetry::sup;
 use crazyflie_bridge::{Event as PacerEvent, Telemetry};
 use serde_json::json;
 
-use super::{ApiError, Core, OperatorOp, Reply, VehicleEvents};
+use super::Core;
 use crate::core::digest::Digest;
-use crate::core::reason::ReasonCode;
 use crate::core::time::Nanos;
+use crate::supervisor::Observation;
 use crate::vehicle::crazyflie::{telemetry_updates, to_ned};
-
-/// A target counts as reached when the estimate is this close, m.
-pub const ARRIVAL_M: f64 = 0.15;
 
 impl Core {
     /// Feeds one Crazyflie bridge event.
@@ -47,11 +44,14 @@ impl Core {
             BridgeEvent::Telemetry(u) => {
                 // The radio's statistics come from the dongle, not from the vehicle.
                 if !matches!(u.data, Telemetry::LinkStats { .. }) {
-                    self.refresh_link(now, u.generated_at.0, u.uncertainty_ns);
+                    self.observe(Observation::Heard {
+                        at: Nanos(u.generated_at.0),
+                        uncertainty: Nanos(u.uncertainty_ns),
+                    });
                 }
                 self.on_cf_sample(&u.data);
             }
-            BridgeEvent::Pacer(p) => self.on_pacer_event(now, p),
+            BridgeEvent::Pacer(p) => self.on_pacer_event(p),
             BridgeEvent::Connected { .. } => {}
             BridgeEvent::ConnectFailed {
                 attempt,
@@ -87,14 +87,7 @@ impl Core {
                     self.vehicle.position_ned_m = Some(ned.map(|v| v as f32));
                 }
                 // The target is observed once the estimate reached it.
-                if let Some((b, target)) = self.adapter.vehicle.pending_arrival {
-                    let d2: f64 = ned.iter().zip(target).map(|(a, b)| (a - b) * (a - b)).sum();
-                    if d2.sqrt() <= ARRIVAL_M {
-                        self.adapter.vehicle.pending_arrival = None;
-                        let now = self.now();
-                        self.observed(now, &b);
-                    }
-                }
+                self.observe(Observation::Position { ned_m: ned });
             }
             Telemetry::Power { vbat_v, .. } => self.vehicle.battery_v = Some(*vbat_v),
             Telemetry::Range { z_range_m } => self.vehicle.z_range_m = *z_range_m,
@@ -116,7 +109,7 @@ impl Core {
         }
     }
 
-    fn on_pacer_event(&mut self, now: Nanos, p: &PacerEvent) {
+    fn on_pacer_event(&mut self, p: &PacerEvent) {
         match p {
             PacerEvent::Link { up, silent_ms } => {
                 self.vehicle.link_up = *up;
@@ -124,13 +117,17 @@ impl Core {
                 if *up {
                     tracing::info!("Crazyflie link up");
                 } else {
-                    self.adapter.vehicle.target_ended();
                     tracing::warn!(silent_ms, "Crazyflie link down: no telemetry");
                 }
+                self.observe(Observation::Link {
+                    up: *up,
+                    silent_ms: *silent_ms,
+                });
                 self.publish("vehicle_link", &json!({"up": up, "silent_ms": silent_ms}));
             }
             PacerEvent::Armed { armed } => {
                 self.vehicle.armed = *armed;
+                self.observe(Observation::Armed { armed: *armed });
                 tracing::info!(
                     armed,
                     "Crazyflie {}",
@@ -148,11 +145,10 @@ impl Core {
             }
             PacerEvent::Locked => {
                 self.vehicle.locked = true;
-                self.adapter.vehicle.target_ended();
                 tracing::error!(
                     "the Crazyflie is locked: a watchdog cut the motors; power-cycle it before flying again"
                 );
-                self.gw.record_external(now, "vehicle_locked", json!({}));
+                self.observe(Observation::Locked);
                 self.publish("vehicle_locked", &json!({}));
             }
             PacerEvent::TargetStarted {
@@ -165,7 +161,7 @@ impl Core {
                 fingerprint,
             } => self.target_expired(binding, &fingerprint.to_string()),
             PacerEvent::TargetDropped { binding, reason } => {
-                self.adapter.vehicle.target_ended_if(binding);
+                self.observe(Observation::TargetStopped { binding: *binding });
                 tracing::warn!(reason = %reason, "the Crazyflie bridge dropped a target");
                 self.publish(
                     "vehicle_target",
@@ -173,115 +169,18 @@ impl Core {
                 );
             }
             PacerEvent::Holding { reason, at_m } => {
-                self.holding(now, json!("go_to"));
+                self.observe(Observation::Holding {
+                    kind: json!("go_to"),
+                });
                 self.publish(
                     "vehicle_hold",
                     &json!({"kind": "go_to", "reason": reason.to_string(), "at_m": at_m}),
                 );
             }
             PacerEvent::Landing => {
-                self.adapter.vehicle.target_ended();
+                self.observe(Observation::Landing);
                 self.publish("vehicle_landing", &json!({}));
             }
         }
-    }
-
-    /// The operator's commands on a Crazyflie: arm, disarm, takeoff, land (hold and release
-    /// are the vehicle-independent ones).
-    pub(super) fn operator_crazyflie(&mut self, h: &CfHandle, op: OperatorOp, reply: Reply) {
-        let now = self.now();
-        let r = match op {
-            OperatorOp::Arm => h.arm(true),
-            OperatorOp::Disarm => h.arm(false),
-            OperatorOp::Land => h.land(),
-            OperatorOp::ReturnToLaunch => {
-                let _ = reply.send(Err(ApiError::new(
-                    409,
-                    ReasonCode::VEHICLE_COMMAND_FAILED,
-                    "a Crazyflie has no return-to-launch; land it (`operator land`)",
-                )));
-                return;
-            }
-            OperatorOp::Takeoff { altitude_m } => {
-                if !(altitude_m.is_finite() && (0.2..=2.0).contains(&altitude_m)) {
-                    let _ = reply.send(Err(ApiError::new(
-                        422,
-                        ReasonCode::INVALID_REQUEST,
-                        format!(
-                            "takeoff height {altitude_m} m is outside 0.2..2 m (a Crazyflie on the bench)"
-                        ),
-                    )));
-                    return;
-                }
-                if let Err(e) = self.contract_takeoff() {
-                    let _ = reply.send(Err(e));
-                    self.pump();
-                    return;
-                }
-                #[allow(clippy::cast_possible_truncation, reason = "the radio carries f32")]
-                h.takeoff(altitude_m as f32)
-            }
-            OperatorOp::Hold | OperatorOp::Release => Ok(()),
-        };
-        self.gw.record_external(
-            now,
-            "operator_command",
-            json!({"action": op.name(), "command": op.name(),
-                   "outcome": r.as_ref().map_or_else(ToString::to_string, |()| "sent".into())}),
-        );
-        match r {
-            Ok(()) => {
-                if matches!(op, OperatorOp::Takeoff { .. }) {
-                    self.grant_control(now, "takeoff");
-                }
-                let _ = reply.send(Ok(json!({"action": op.name(), "outcome": "sent"})));
-            }
-            Err(e) => {
-                let _ = reply.send(Err(ApiError::new(
-                    409,
-                    ReasonCode::VEHICLE_COMMAND_FAILED,
-                    format!("the Crazyflie bridge refused `{}`: {e}", op.name()),
-                )));
-            }
-        }
-    }
-
-    /// Lands the Crazyflie (if flying) and waits, at most `settle`, for it to reach the ground
-    /// or for the link to go; then disarms.
-    pub(super) async fn shutdown_crazyflie(
-        &mut self,
-        h: &CfHandle,
-        bridge: &mut VehicleEvents,
-        settle: Duration,
-    ) {
-        let now = self.now();
-        let flying = h.flying();
-        if flying {
-            let _ = h.land();
-        }
-        self.adapter.vehicle.target_ended();
-        self.gw
-            .record_external(now, "shutdown", json!({"land_requested": flying}));
-        tracing::info!(flying, "shutting down: landing the Crazyflie");
-        let deadline = tokio::time::Instant::now() + settle;
-        while h.link_up() && h.flying() {
-            tokio::select! {
-                Some(ev) = bridge.recv() => self.on_vehicle_event(&ev),
-                () = tokio::time::sleep_until(deadline) => {
-                    tracing::warn!("the Crazyflie is still flying; stopping (its emergency-stop watchdog cuts the motors within 1 s)");
-                    break;
-                }
-            }
-            self.pump();
-        }
-        if h.link_up() && !h.flying() {
-            let _ = h.arm(false);
-        }
-        let now = self.now();
-        self.gw.record_external(
-            now,
-            "shutdown",
-            json!({"flying": h.flying(), "armed": h.armed(), "link_up": h.link_up()}),
-        );
     }
 }

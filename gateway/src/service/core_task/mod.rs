@@ -1,0 +1,1115 @@
+//! The core task: the one owner of the protocol core, the supervisor, the vehicle adapter and
+//! the receipt log.
+//!
+//! Every interface (HTTP, stdio, the operator CLI through HTTP) sends it a [`Cmd`] over a
+//! bounded channel and awaits the answer; the bridge sends it vehicle events. After every input
+//! it follows the core's call order (DESIGN §3): drain events to the hub, pass every ready
+//! token to the final gate, append every receipt. The gate call itself is synchronous: nothing
+//! in [`Core::pump`] awaits.
+//!
+//! The safety decisions around the core (deny-hold, control and overrides, operator commands
+//! and their deadlines, arrival, the receipt log's failure, the shutdown) are the
+//! [`Supervisor`]'s, a sans-IO machine with time passed in; this task translates the bridges'
+//! events into its observations and carries out what it decides.
+//!
+//! - [`audit`]: receipts written before what they record leaves, checkpoints, signed heads.
+//! - [`px4`], [`crazyflie`]: each bridge's events as vehicle sources, observations and events.
+//! - [`requests`]: the bodies of the interfaces' requests, read strictly and answered.
+
+mod audit;
+mod crazyflie;
+mod px4;
+mod requests;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use px4_bridge::Event as BridgeEvent;
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::hub::Hub;
+use super::metrics::{Metrics, OutcomeLabel, SourceLabel};
+use crate::contract::{Monitor, Role as ContractRole};
+use crate::core::engine::{Event, Gateway};
+use crate::core::envelope::{MAX_RESPONSE_BYTES, Rejection};
+use crate::core::gate::GateOutcome;
+use crate::core::ids::Id;
+use crate::core::reason::ReasonCode;
+use crate::core::state::{SourceUpdate, Value};
+use crate::core::time::Nanos;
+use crate::supervisor::{Output, Refusal, Supervisor, Ticket};
+use crate::vehicle::px4::source_update;
+use crate::vehicle::{VehicleAdapter, VehicleLink};
+
+pub use crate::supervisor::{FullAction, OperatorOp};
+pub use audit::{PreviousHead, ReceiptSummary, Signing};
+pub use requests::{CertificateBody, StateBody, read_certificate, read_contract_op, read_update};
+
+/// The vehicle bridge's event stream.
+pub enum VehicleEvents {
+    /// From the PX4 bridge.
+    Px4(mpsc::Receiver<BridgeEvent>),
+    /// From the Crazyflie bridge.
+    Crazyflie(mpsc::Receiver<crazyflie_bridge::shell::BridgeEvent>),
+}
+
+enum VehicleEvent {
+    Px4(BridgeEvent),
+    Crazyflie(crazyflie_bridge::shell::BridgeEvent),
+}
+
+impl VehicleEvents {
+    async fn recv(&mut self) -> Option<VehicleEvent> {
+        match self {
+            VehicleEvents::Px4(r) => r.recv().await.map(VehicleEvent::Px4),
+            VehicleEvents::Crazyflie(r) => r.recv().await.map(VehicleEvent::Crazyflie),
+        }
+    }
+}
+
+/// An error answer: HTTP status, stable code, message, offending ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: u16,
+    /// Stable reason code.
+    pub code: ReasonCode,
+    /// A message for people.
+    pub message: String,
+    /// Offending ids, if any.
+    pub ids: Vec<String>,
+}
+
+impl ApiError {
+    /// An error without ids.
+    pub fn new(status: u16, code: ReasonCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            ids: Vec::new(),
+        }
+    }
+
+    /// The JSON body: `{"error": {"code", "number", "message", "ids"}}`.
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {
+            "code": self.code.name(),
+            "number": self.code.number(),
+            "message": self.message,
+            "ids": self.ids,
+        }})
+    }
+
+    /// A supervisor's refusal of an operator request, with its HTTP status.
+    fn refusal(r: Refusal) -> ApiError {
+        let status = match r.code {
+            ReasonCode::INVALID_REQUEST => 422,
+            ReasonCode::NO_VEHICLE_LINK | ReasonCode::SERVICE_BUSY => 503,
+            _ => 409,
+        };
+        ApiError::new(status, r.code, r.message)
+    }
+
+    fn rejection(r: &Rejection) -> ApiError {
+        let status = match r.code() {
+            ReasonCode::RESPONSE_TOO_LARGE => 413,
+            ReasonCode::DUPLICATE_RESPONSE => 409,
+            ReasonCode::TOO_MANY_RESPONSES => 429,
+            ReasonCode::NO_OBLIGATION | ReasonCode::RESPONSE_UNKNOWN => 404,
+            _ => 422,
+        };
+        ApiError {
+            status,
+            code: r.code(),
+            message: r.message().to_string(),
+            ids: r.ids().to_vec(),
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): {}", self.code, self.status, self.message)
+    }
+}
+
+/// An answer to an interface.
+pub type Answer = Result<serde_json::Value, ApiError>;
+/// Where the answer goes.
+pub type Reply = oneshot::Sender<Answer>;
+
+/// Sends one request to the core task and waits for its answer: the one way every interface
+/// (HTTP, stdio) reaches the core. The queue is bounded and never waited on: a full queue is
+/// `SERVICE_BUSY` at once.
+pub async fn ask(cmds: &mpsc::Sender<Cmd>, make: impl FnOnce(Reply) -> Cmd) -> Answer {
+    let shutting = || {
+        ApiError::new(
+            503,
+            ReasonCode::SHUTTING_DOWN,
+            "the gateway is shutting down",
+        )
+    };
+    let (tx, rx) = oneshot::channel();
+    match cmds.try_send(make(tx)) {
+        Ok(()) => rx.await.unwrap_or_else(|_| Err(shutting())),
+        Err(mpsc::error::TrySendError::Full(_)) => Err(ApiError::new(
+            503,
+            ReasonCode::SERVICE_BUSY,
+            "the gateway's input queue is full; retry",
+        )),
+        Err(mpsc::error::TrySendError::Closed(_)) => Err(shutting()),
+    }
+}
+
+/// One request to the core task.
+pub enum Cmd {
+    /// `POST /v1/responses`.
+    Response {
+        /// The envelope bytes.
+        bytes: Vec<u8>,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `POST /v1/obligations/{id}/candidates`.
+    Candidate {
+        /// The obligation named by the path.
+        obligation: u64,
+        /// The candidate bytes.
+        bytes: Vec<u8>,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `POST /v1/state/{source}`.
+    State {
+        /// Who writes: a provider or the operator (checked against the source's owner).
+        caller: crate::core::catalog::Owner,
+        /// Source name.
+        source: String,
+        /// The update body.
+        bytes: Vec<u8>,
+        /// When the request arrived, Unix ms (to map the provider's generation time).
+        wall_ms: u64,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `POST /v1/certificates`.
+    Certificate {
+        /// The certificate body.
+        bytes: Vec<u8>,
+        /// Arrival time, Unix ms.
+        wall_ms: u64,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `DELETE /v1/certificates/{id}`.
+    Revoke {
+        /// Certificate id.
+        id: String,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `GET /v1/responses/{id}`.
+    GetResponse {
+        /// Response id.
+        id: String,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `GET /v1/obligations`.
+    Obligations {
+        /// Answer.
+        reply: Reply,
+    },
+    /// `GET /v1/status`.
+    Status {
+        /// Answer.
+        reply: Reply,
+    },
+    /// `GET /v1/audit/head`: the audit key and the latest signed checkpoint.
+    AuditHead {
+        /// Answer.
+        reply: Reply,
+    },
+    /// `POST /v1/audit/exported`: the operator kept a signed head off the machine.
+    HeadExported {
+        /// `{"log", "count", "head"}`.
+        bytes: Vec<u8>,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `POST /v1/contract` (operator, provider) and `POST /v1/goals` (agent): one
+    /// mission-contract operation, as the monitor's JSON request body.
+    Contract {
+        /// Who calls.
+        caller: ContractRole,
+        /// The operation JSON (`{"op": "propose_goal", ...}`).
+        bytes: Vec<u8>,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `GET /v1/contract`.
+    ContractStatus {
+        /// Answer.
+        reply: Reply,
+    },
+    /// `POST /v1/goals/witness`: the witness claim for an edit at current versions.
+    Witness {
+        /// `{"parent": .., "goal": GoalSpec}`.
+        bytes: Vec<u8>,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `POST /v1/operator/{op}`.
+    Operator {
+        /// What.
+        op: OperatorOp,
+        /// Answer, once the vehicle answered (or at once for hold and release).
+        reply: Reply,
+    },
+}
+
+/// What the service knows of the vehicle, from the bridge's events.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VehicleView {
+    /// Link up.
+    pub link_up: bool,
+    /// PX4 mode name.
+    pub mode: Option<String>,
+    /// Armed.
+    pub armed: bool,
+    /// Landed state.
+    pub landed_state: Option<String>,
+    /// Local position, NED m.
+    pub position_ned_m: Option<[f32; 3]>,
+    /// Battery, percent (PX4).
+    pub battery_pct: Option<f32>,
+    /// Battery, volts (Crazyflie).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub battery_v: Option<f32>,
+    /// Downward range, m (Crazyflie).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub z_range_m: Option<f32>,
+    /// The newest ping round trip to the Crazyflie, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_latency_ms: Option<f64>,
+    /// The Crazyradio's average retries per acknowledged packet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_retries: Option<f32>,
+    /// The Crazyflie's supervisor latched Locked (a watchdog cut the motors; power-cycle it).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub locked: bool,
+    /// Home altitude AMSL, m (from GLOBAL_POSITION_INT).
+    pub home_amsl_m: Option<f64>,
+    /// Setpoints sent since start.
+    pub setpoints_sent: u64,
+    /// Who flies: `gateway` (the operator handed it the vehicle), `operator_hold` (held by
+    /// the operator), `operator` (not handed over yet, or taken back by an override).
+    pub control: &'static str,
+    /// The mode of the last override (a mode change the gateway did not command), until the
+    /// operator releases.
+    pub override_mode: Option<String>,
+}
+
+/// The core task's state.
+pub struct Core {
+    /// The protocol core.
+    pub gw: Gateway,
+    /// The gate's adapter: the vehicle's bridge, open while the supervisor says so.
+    pub adapter: VehicleAdapter,
+    /// The safety decisions around the core.
+    sup: Supervisor,
+    /// The mission-contract monitor (its conjunct is active once a root is registered).
+    pub monitor: Monitor,
+    /// The shared monotonic origin.
+    pub origin: Instant,
+    /// The vehicle URL, for people.
+    vehicle_url: String,
+    /// Wall-clock Unix ms at `origin`.
+    pub origin_wall_ms: u64,
+    /// The receipt log (`None`: receipts are sealed and counted, not kept).
+    pub receipts: Option<super::receipts::ReceiptLog>,
+    /// Its path.
+    pub receipts_path: Option<std::path::PathBuf>,
+    /// Receipts sealed without a log.
+    receipts_unlogged: u64,
+    /// The previous start's last signed checkpoint.
+    previous_head: Option<PreviousHead>,
+    /// The event hub.
+    pub hub: Hub,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// The vehicle, for people (`GET /v1/status`).
+    pub vehicle: VehicleView,
+    /// Boot epoch.
+    pub boot_epoch: u64,
+    /// Operator requests the supervisor has not answered yet, by ticket.
+    replies: BTreeMap<Ticket, Reply>,
+    next_ticket: u64,
+    /// Streams the supervisor ended, for the core at the end of the pump.
+    ended: Vec<[u8; 32]>,
+    last_housekeeping: Instant,
+    audit: Option<Signing>,
+    /// The last receipts could not be written at shutdown (the log had not refused before).
+    late_failure: Option<String>,
+    /// The epoch of the vehicle's own sources: 1 for PX4; a Crazyflie's connection count.
+    vehicle_epoch: u64,
+}
+
+/// Unix ms now.
+pub fn wall_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn gate_label(o: &GateOutcome) -> &'static str {
+    match o {
+        GateOutcome::Dispatched { .. } => "dispatched",
+        GateOutcome::Denied { .. } => "denied",
+        GateOutcome::Refused { .. } => "refused",
+        GateOutcome::EnqueueFailed { .. } => "enqueue_failed",
+    }
+}
+
+impl Core {
+    /// A core task over `gw`, driving `handle`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one constructor wires the task once"
+    )]
+    pub fn new(
+        gw: Gateway,
+        monitor: Monitor,
+        link: VehicleLink,
+        origin: Instant,
+        origin_wall_ms: u64,
+        receipts: Option<super::receipts::ReceiptLog>,
+        hub: Hub,
+        metrics: Arc<Metrics>,
+        boot_epoch: u64,
+    ) -> Core {
+        let receipts_path = receipts.as_ref().map(|r| r.current().to_path_buf());
+        // PX4: the bridge's permission (`vehicle.control_at_start`); a Crazyflie: granted by an
+        // operator takeoff or release.
+        let (kind, granted) = match &link {
+            VehicleLink::Px4(h) => (crate::supervisor::VehicleKind::Px4, h.offboard_permitted()),
+            VehicleLink::Crazyflie(_) => (crate::supervisor::VehicleKind::Crazyflie, false),
+        };
+        Core {
+            gw,
+            adapter: VehicleAdapter::new(link),
+            sup: Supervisor::new(kind, "", boot_epoch, Nanos::ZERO, granted),
+            monitor,
+            origin,
+            origin_wall_ms,
+            receipts,
+            receipts_path,
+            receipts_unlogged: 0,
+            previous_head: None,
+            vehicle_url: String::new(),
+            hub,
+            metrics,
+            vehicle: VehicleView::default(),
+            boot_epoch,
+            replies: BTreeMap::new(),
+            next_ticket: 0,
+            ended: Vec::new(),
+            last_housekeeping: origin,
+            audit: None,
+            late_failure: None,
+            vehicle_epoch: 1,
+        }
+    }
+
+    /// The vehicle URL, named in warnings and refusals.
+    #[must_use]
+    pub fn with_vehicle_url(mut self, url: &str) -> Core {
+        self.vehicle_url = url.to_string();
+        self.sup = self.sup.with_vehicle_url(url);
+        self
+    }
+
+    /// The previous start's last signed checkpoint, offered at `GET /v1/audit/head`.
+    #[must_use]
+    pub fn with_previous_head(mut self, head: Option<PreviousHead>) -> Core {
+        self.previous_head = head;
+        self
+    }
+
+    /// What to do with the vehicle when the receipt log refuses.
+    #[must_use]
+    pub fn with_full_action(mut self, action: FullAction) -> Core {
+        self.sup = self.sup.with_full_action(action);
+        self
+    }
+
+    /// Signs checkpoints into the receipt chain.
+    #[must_use]
+    pub fn with_signing(mut self, signing: Signing) -> Core {
+        self.audit = Some(signing);
+        self
+    }
+
+    /// Now on the shared monotonic clock.
+    pub fn now(&self) -> Nanos {
+        Nanos(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Maps a remote wall-clock time onto the monotonic clock, given the wall time `wall_now`
+    /// that corresponds to `now`. Times before the origin map to 0 (they are stale anyway).
+    fn map_wall(now: Nanos, wall_now_ms: u64, remote_ms: u64) -> Nanos {
+        let delta_ns = (i128::from(remote_ms) - i128::from(wall_now_ms)) * 1_000_000;
+        let t = i128::from(now.0) + delta_ns;
+        Nanos(u64::try_from(t.clamp(0, i128::from(u64::MAX))).unwrap_or(0))
+    }
+
+    fn publish(&self, name: &'static str, data: &impl Serialize) {
+        if let Ok(s) = serde_json::to_string(data) {
+            self.hub.publish(name, s);
+            self.metrics.events.inc();
+        }
+    }
+
+    /// The core's output side, in the documented order: events, the final gate for every
+    /// ready token, receipts. Synchronous.
+    pub fn pump(&mut self) {
+        let now = self.now();
+        self.gw.handle_timeout(now);
+        loop {
+            let mut progressed = false;
+            while let Some(e) = self.gw.poll_event() {
+                self.on_core_event(&e);
+                progressed = true;
+            }
+            while let Some(tok) = self.gw.poll_dispatch() {
+                let t0 = Instant::now();
+                let out =
+                    self.gw
+                        .final_gate_with(self.now(), tok, &mut self.adapter, &mut self.monitor);
+                self.metrics
+                    .gate_seconds
+                    .observe(t0.elapsed().as_secs_f64());
+                for (binding, what) in self.adapter.take_enqueued() {
+                    self.sup.handle_enqueued(binding, what);
+                }
+                self.supervised();
+                self.contract_receipts();
+                self.on_gate(&out);
+                progressed = true;
+            }
+            if !progressed {
+                break;
+            }
+        }
+        // Streams the supervisor ended (replaced, held, expired) no longer watch their support.
+        for b in std::mem::take(&mut self.ended) {
+            if let Some((r, c)) = self.adapter.attribute(&b) {
+                let (r, c) = (r.clone(), c.clone());
+                self.gw.stream_ended(&r, &c);
+            }
+        }
+        // INVARIANT (receipt before setpoint): what the gate staged reaches the bridge only
+        // after the receipts of this pump, its own among them, were appended whole.
+        if self.write_receipts() {
+            self.adapter.release_staged();
+        } else {
+            let dropped = self.adapter.discard_staged_targets();
+            self.fail_closed(&dropped);
+        }
+    }
+
+    /// Carries out what the supervisor decided, in order, and opens or closes the gate's
+    /// adapter as it says.
+    fn supervised(&mut self) {
+        while let Some(o) = self.sup.poll_output() {
+            let now = self.now();
+            match o {
+                Output::StreamEnded(b) => self.ended.push(b),
+                Output::Observed(b) => {
+                    if let Some((r, c)) = self.adapter.attribute(&b) {
+                        let (r, c) = (r.clone(), c.clone());
+                        let _ = self.gw.handle_observation(now, &r, &c, true);
+                    }
+                }
+                Output::Control(granted) => {
+                    self.push_vehicle_source("control", now, Value::Flag(granted));
+                }
+                Output::LinkHeard(at) => self.push_vehicle_source("link", at, Value::Flag(true)),
+                Output::Answer(ticket, a) => {
+                    if let Some(reply) = self.replies.remove(&ticket) {
+                        let _ = reply.send(a.map_err(ApiError::refusal));
+                    }
+                }
+                Output::Record(what, detail) => self.gw.record_external(now, what, detail),
+                Output::Notice(name, data) => {
+                    if name == "vehicle_override" {
+                        self.metrics.overrides.inc();
+                    }
+                    self.publish(name, &data);
+                }
+                Output::DenyHoldLatency(latency) => {
+                    #[allow(clippy::cast_precision_loss, reason = "seconds for a histogram")]
+                    self.metrics
+                        .deny_hold_seconds
+                        .observe(latency.0 as f64 / 1e9);
+                }
+                Output::Silent(silent) => {
+                    let secs = silent.0 / 1_000_000_000;
+                    tracing::warn!(
+                        vehicle = %self.vehicle_url,
+                        silent_s = secs,
+                        "no heartbeat from the vehicle for {secs} s: {}",
+                        crate::supervisor::link_hint(&self.vehicle_url)
+                    );
+                }
+            }
+        }
+        self.adapter.set_open(self.sup.dispatch_open());
+    }
+
+    fn on_core_event(&mut self, e: &Event) {
+        match e {
+            Event::Phase {
+                response,
+                component,
+                phase,
+                reason,
+            } => {
+                self.metrics.decision(reason.map(|r| r.name()));
+                if let Some(r) = reason {
+                    tracing::info!(%response, %component, %phase, reason = %r, "phase");
+                } else {
+                    tracing::debug!(%response, %component, %phase, "phase");
+                }
+                self.publish("phase", e);
+            }
+            Event::Emit {
+                response,
+                component,
+                path,
+                payload,
+            } => {
+                tracing::info!(%response, %component, path = %path, "emitted");
+                // The payload as the agent wrote it, without the kind's enum tag.
+                let body = match serde_json::to_value(payload.as_ref()) {
+                    Ok(serde_json::Value::Object(m)) if m.len() == 1 => m
+                        .into_iter()
+                        .next()
+                        .map_or(serde_json::Value::Null, |(_, v)| v),
+                    Ok(v) => v,
+                    Err(_) => serde_json::Value::Null,
+                };
+                self.publish(
+                    "emit",
+                    &json!({"event": "emit", "response": response, "component": component,
+                            "path": path, "payload": body}),
+                );
+            }
+            Event::ObligationCreated { obligation } => {
+                tracing::info!(
+                    obligation = obligation.id.0,
+                    response = %obligation.response,
+                    component = %obligation.component,
+                    reason = %obligation.reason,
+                    "obligation created: refresh requested"
+                );
+                self.publish("obligation_created", e);
+            }
+            Event::ObligationChanged { .. } => self.publish("obligation_changed", e),
+            Event::SupportLost {
+                response,
+                component,
+                binding,
+                code,
+            } => {
+                let now = self.now();
+                self.sup.handle_support_lost(
+                    now,
+                    response,
+                    component,
+                    binding.0,
+                    *code,
+                    &mut self.adapter,
+                );
+                self.supervised();
+            }
+        }
+    }
+
+    fn on_gate(&mut self, out: &GateOutcome) {
+        self.metrics
+            .gate_outcomes
+            .get_or_create(&OutcomeLabel {
+                outcome: gate_label(out).into(),
+            })
+            .inc();
+        match out {
+            GateOutcome::Dispatched {
+                response,
+                component,
+                binding,
+                ..
+            } => {
+                tracing::info!(%response, %component, binding = %binding.short(), "final gate: dispatched");
+            }
+            GateOutcome::Denied {
+                response,
+                component,
+                code,
+                ..
+            } => tracing::warn!(%response, %component, reason = %code, "final gate: denied"),
+            GateOutcome::Refused { code } => {
+                tracing::warn!(reason = %code, "final gate: token refused");
+            }
+            GateOutcome::EnqueueFailed {
+                response,
+                component,
+                error,
+                ..
+            } => {
+                tracing::warn!(%response, %component, error = %error, "final gate: the vehicle adapter refused the enqueue");
+            }
+        }
+        self.publish("gate", out);
+    }
+
+    /// An update of one of the vehicle's own sources (provenance and epoch the vehicle's).
+    fn push_vehicle_source(&mut self, name: &str, at: Nanos, value: Value) {
+        let now = self.now();
+        let (provenance, epoch) = (self.adapter.provenance(), self.vehicle_epoch);
+        if let Some(u) = source_update(self.gw.catalog(), name, at, value, provenance, epoch) {
+            self.vehicle_update(now, u);
+        }
+    }
+
+    /// One update of a source the gateway owns (the vehicle's), monotonic by construction: a
+    /// sample's conservative stamp (generation time minus its mapping uncertainty) can fall
+    /// behind the previous sample's when the TIMESYNC fit or its uncertainty moves; it is then
+    /// the previous stamp, which is still no later than this sample's true generation time
+    /// (it was generated after the previous one). So the core never refuses the gateway's own
+    /// updates as out of order.
+    fn vehicle_update(&mut self, now: Nanos, u: SourceUpdate) {
+        let u = crate::vehicle::px4::monotonic(self.gw.snapshot(), u);
+        if let Err(e) = self.gw.handle_source_update(now, u) {
+            // Receipted by the core; a future stamp is clock trouble worth a line.
+            tracing::debug!(code = %e.code(), "a vehicle source update was refused: {}", e.message());
+        }
+    }
+
+    /// Feeds one observation of the vehicle to the supervisor and carries out what it decides.
+    fn observe(&mut self, o: crate::supervisor::Observation) {
+        let now = self.now();
+        self.sup.handle_observation(now, o, &mut self.adapter);
+        self.supervised();
+    }
+
+    /// Handles one interface request.
+    pub fn handle(&mut self, cmd: Cmd) {
+        // Once receipts cannot be written, no new work is taken: it could not be recorded.
+        let cmd = match (self.receipts_refusal(), cmd) {
+            (
+                Some(e),
+                Cmd::Response { reply, .. }
+                | Cmd::Candidate { reply, .. }
+                | Cmd::Certificate { reply, .. }
+                | Cmd::Contract { reply, .. },
+            ) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+            (_, cmd) => cmd,
+        };
+        match cmd {
+            Cmd::Response { bytes, reply } => {
+                let t0 = Instant::now();
+                let now = self.now();
+                let r = self.gw.handle_response(now, &bytes);
+                self.pump();
+                self.metrics
+                    .admission_seconds
+                    .observe(t0.elapsed().as_secs_f64());
+                // The receipts of this very response could not be written: what it would have
+                // dispatched was dropped, so the report would not be true.
+                if let Some(e) = self.receipts_refusal() {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+                let answer = match r {
+                    Ok(rep) => {
+                        let current = self.gw.response_report(&rep.response).unwrap_or(rep);
+                        for c in &current.components {
+                            self.metrics.decision(c.reason.map(|r| r.name()));
+                        }
+                        let withheld = current
+                            .components
+                            .iter()
+                            .filter(|c| c.reason.is_some())
+                            .count();
+                        tracing::debug!(
+                            response = %current.response,
+                            components = current.components.len(),
+                            withheld,
+                            us = t0.elapsed().as_micros() as u64,
+                            "admission"
+                        );
+                        serde_json::to_value(&current).map_err(internal)
+                    }
+                    Err(rej) => {
+                        self.metrics.decision(Some(rej.code().name()));
+                        tracing::debug!(reason = %rej.code(), "admission: response rejected whole");
+                        Err(ApiError::rejection(&rej))
+                    }
+                };
+                let _ = reply.send(answer);
+            }
+            Cmd::Candidate {
+                obligation,
+                bytes,
+                reply,
+            } => {
+                let answer = self.candidate(obligation, &bytes);
+                let _ = reply.send(answer);
+            }
+            Cmd::State {
+                caller,
+                source,
+                bytes,
+                wall_ms,
+                reply,
+            } => {
+                let answer = self.state_update(caller, &source, &bytes, wall_ms);
+                self.pump();
+                let _ = reply.send(answer);
+            }
+            Cmd::Certificate {
+                bytes,
+                wall_ms,
+                reply,
+            } => {
+                let answer = self.certificate(&bytes, wall_ms);
+                self.pump();
+                let _ = reply.send(answer);
+            }
+            Cmd::Revoke { id, reply } => {
+                let answer = match Id::new(&id) {
+                    Ok(cid) => {
+                        let held = self.gw.snapshot().certificate(&cid).is_some();
+                        if held {
+                            let now = self.now();
+                            self.gw.handle_certificate_revoked(now, &cid);
+                            self.pump();
+                            Ok(json!({"revoked": id}))
+                        } else {
+                            Err(ApiError::new(
+                                404,
+                                ReasonCode::CERTIFICATE_UNKNOWN,
+                                format!("no certificate `{id}` is held"),
+                            ))
+                        }
+                    }
+                    Err(e) => Err(ApiError::new(400, ReasonCode::INVALID_ID, e.to_string())),
+                };
+                let _ = reply.send(answer);
+            }
+            Cmd::GetResponse { id, reply } => {
+                let answer = Id::new(&id)
+                    .ok()
+                    .and_then(|rid| self.gw.response_report(&rid))
+                    .ok_or_else(|| {
+                        ApiError::new(
+                            404,
+                            ReasonCode::RESPONSE_UNKNOWN,
+                            format!("no live response `{id}`"),
+                        )
+                    })
+                    .and_then(|r| serde_json::to_value(&r).map_err(internal));
+                let _ = reply.send(answer);
+            }
+            Cmd::Obligations { reply } => {
+                let all: Vec<_> = self.gw.obligations().collect();
+                let _ = reply.send(serde_json::to_value(&all).map_err(internal));
+            }
+            Cmd::Status { reply } => {
+                let _ = reply.send(Ok(self.status()));
+            }
+            Cmd::AuditHead { reply } => {
+                let _ = reply.send(Ok(self.audit_head()));
+            }
+            Cmd::HeadExported { bytes, reply } => {
+                let _ = reply.send(self.head_exported(&bytes));
+            }
+            Cmd::Operator { op, reply } => self.operator(op, reply),
+            Cmd::Contract {
+                caller,
+                bytes,
+                reply,
+            } => {
+                let answer = self.contract_op(caller, &bytes);
+                self.contract_receipts();
+                self.pump();
+                let _ = reply.send(answer);
+            }
+            Cmd::ContractStatus { reply } => {
+                let _ = reply.send(Ok(self.contract_status()));
+            }
+            Cmd::Witness { bytes, reply } => {
+                let _ = reply.send(self.witness(&bytes));
+            }
+        }
+    }
+
+    /// An operator request: the supervisor decides, now or when the vehicle answers.
+    fn operator(&mut self, op: OperatorOp, reply: Reply) {
+        let now = self.now();
+        self.next_ticket += 1;
+        let ticket = Ticket(self.next_ticket);
+        self.replies.insert(ticket, reply);
+        self.sup
+            .handle_operator(now, ticket, op, &mut self.adapter, &mut self.monitor);
+        // A takeoff's contract effect leaves the monitor's receipts.
+        self.contract_receipts();
+        self.supervised();
+        self.pump();
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let now = self.now();
+        let cat = self.gw.catalog();
+        let sources: Vec<_> = cat
+            .sources()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let ix = crate::core::catalog::SourceIx(u8::try_from(i).unwrap_or(u8::MAX));
+                let st = self.gw.snapshot().source(ix);
+                json!({
+                    "source": s.name,
+                    "age_ms": self.gw.snapshot().age(ix, now).map(Nanos::as_ms),
+                    "epoch": st.map(|x| x.epoch),
+                    "provenance": st.map(|x| x.provenance.clone()),
+                })
+            })
+            .collect();
+        let live_obligations = self.gw.obligations().filter(|o| o.state.is_live()).count();
+        json!({
+            "service": "halo-gateway",
+            "version": env!("CARGO_PKG_VERSION"),
+            "boot_epoch": self.boot_epoch,
+            "uptime_s": self.origin.elapsed().as_secs(),
+            "catalog": {"id": cat.id(), "version": cat.version()},
+            "vehicle": VehicleView {
+                setpoints_sent: self.adapter.setpoints_sent(),
+                control: self.sup.control_name(),
+                override_mode: self.sup.vehicle().override_mode.clone(),
+                ..self.vehicle.clone()
+            },
+            "operator_hold": self.sup.held(),
+            "audit": {
+                "public_key": self.audit.as_ref().map(Signing::public_hex),
+                "last_checkpoint": self.audit.as_ref().and_then(Signing::latest_count),
+            },
+            "contract": self.contract_status(),
+            "responses_live": self.gw.response_ids().count(),
+            "obligations_live": live_obligations,
+            "sources": sources,
+            "receipts": {"first": self.receipts_path,
+                         "current": self.receipts.as_ref().map(|r| r.current().to_path_buf()),
+                         "written": self.receipt_summary().written,
+                         "lost": self.receipt_summary().lost,
+                         "state": if self.sup.failed().is_some() { "refusing" } else { "ok" },
+                         "reason": self.sup.failed()},
+            "events_next_id": self.hub.next_id(),
+        })
+    }
+
+    /// Periodic work: the supervisor's deadlines, checkpoints that are due, metrics.
+    fn housekeeping(&mut self) {
+        let t = Instant::now();
+        let now = self.now();
+        if self.sup.poll_timeout().is_some_and(|d| d <= now) {
+            self.sup.handle_timeout(now, &mut self.adapter);
+            self.supervised();
+        }
+        if t.duration_since(self.last_housekeeping) < Duration::from_millis(500) {
+            return;
+        }
+        self.last_housekeeping = t;
+        if self.audit.as_ref().is_some_and(|a| a.due(t)) {
+            let ok = self.checkpoint(false);
+            if !ok && self.sup.failed().is_none() {
+                let dropped = self.adapter.discard_staged_targets();
+                self.fail_closed(&dropped);
+            }
+        }
+        let now = self.now();
+        let cat = self.gw.catalog();
+        for (i, s) in cat.sources().iter().enumerate() {
+            let ix = crate::core::catalog::SourceIx(u8::try_from(i).unwrap_or(u8::MAX));
+            if let Some(age) = self.gw.snapshot().age(ix, now) {
+                #[allow(clippy::cast_precision_loss, reason = "seconds for a gauge")]
+                let secs = age.0 as f64 / 1e9;
+                self.metrics
+                    .aoi_seconds
+                    .get_or_create(&SourceLabel {
+                        source: s.name.to_string(),
+                    })
+                    .set(secs);
+            }
+        }
+        let v = &self.adapter;
+        self.metrics
+            .setpoints_streamed
+            .set(i64::try_from(v.setpoints_sent()).unwrap_or(i64::MAX));
+        self.metrics
+            .bridge_events_dropped
+            .set(i64::try_from(v.dropped_events()).unwrap_or(i64::MAX));
+        if let Some(px4) = v.px4() {
+            self.metrics
+                .foreign_datagrams
+                .set(i64::try_from(px4.foreign_datagrams()).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Runs until `shutdown` turns true, then holds the vehicle and waits (at most
+    /// `settle`) for it to leave OFFBOARD or for the link to go, flushing receipts.
+    pub async fn run(
+        mut self,
+        mut cmds: mpsc::Receiver<Cmd>,
+        mut bridge: VehicleEvents,
+        mut shutdown: watch::Receiver<bool>,
+        settle: Duration,
+    ) -> Core {
+        loop {
+            let now = self.now();
+            let next = [self.gw.poll_timeout(), self.sup.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            let wake = next
+                .map_or(Duration::from_millis(100), |t| {
+                    Duration::from_nanos(t.0.saturating_sub(now.0))
+                })
+                .min(Duration::from_millis(100));
+            self.metrics
+                .input_queue_depth
+                .set(i64::try_from(cmds.len()).unwrap_or(i64::MAX));
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => {
+                    if *shutdown.borrow() { break; }
+                }
+                Some(ev) = bridge.recv() => self.on_vehicle_event(&ev),
+                Some(cmd) = cmds.recv() => self.handle(cmd),
+                () = tokio::time::sleep(wake) => {}
+            }
+            self.pump();
+            self.housekeeping();
+        }
+        self.shutdown(&mut bridge, settle).await;
+        // Refuse what is still queued.
+        cmds.close();
+        while let Ok(cmd) = cmds.try_recv() {
+            refuse(cmd);
+        }
+        self
+    }
+
+    fn on_vehicle_event(&mut self, ev: &VehicleEvent) {
+        match ev {
+            VehicleEvent::Px4(e) => self.on_bridge_event(e),
+            VehicleEvent::Crazyflie(e) => self.on_cf_event(e),
+        }
+    }
+
+    /// Holds the vehicle (the supervisor makes it safe), waits at most `settle` for it to
+    /// settle or for the link to go, then writes the last receipts and the final checkpoint.
+    async fn shutdown(&mut self, bridge: &mut VehicleEvents, settle: Duration) {
+        self.publish("shutdown", &json!({"reason": "signal"}));
+        self.sup.begin_shutdown(&mut self.adapter);
+        self.supervised();
+        let deadline = tokio::time::Instant::now() + settle;
+        let mut settled = self.sup.shutdown_settled(&self.adapter);
+        while !settled {
+            tokio::select! {
+                Some(ev) = bridge.recv() => self.on_vehicle_event(&ev),
+                () = tokio::time::sleep_until(deadline) => break,
+            }
+            self.pump();
+            settled = self.sup.shutdown_settled(&self.adapter);
+        }
+        self.sup.finish_shutdown(settled, &mut self.adapter);
+        self.supervised();
+        let now = self.now();
+        self.gw.flush_summaries(now);
+        self.pump();
+        if !self.checkpoint(true) && self.sup.failed().is_none() {
+            self.record_shutdown_failure();
+        }
+    }
+}
+
+fn verdict_name(v: crate::contract::Verdict) -> &'static str {
+    match v {
+        crate::contract::Verdict::Allow => "allow",
+        crate::contract::Verdict::Deny => "deny",
+        crate::contract::Verdict::Indeterminate => "indeterminate",
+        crate::contract::Verdict::Reauthorize => "reauthorize",
+    }
+}
+
+fn internal(e: serde_json::Error) -> ApiError {
+    ApiError::new(500, ReasonCode::INVALID_REQUEST, format!("internal: {e}"))
+}
+
+fn refuse(cmd: Cmd) {
+    let err = || {
+        Err(ApiError::new(
+            503,
+            ReasonCode::SHUTTING_DOWN,
+            "the gateway is shutting down",
+        ))
+    };
+    let reply = match cmd {
+        Cmd::Response { reply, .. }
+        | Cmd::Candidate { reply, .. }
+        | Cmd::State { reply, .. }
+        | Cmd::Certificate { reply, .. }
+        | Cmd::Revoke { reply, .. }
+        | Cmd::GetResponse { reply, .. }
+        | Cmd::Obligations { reply }
+        | Cmd::Status { reply }
+        | Cmd::AuditHead { reply }
+        | Cmd::HeadExported { reply, .. }
+        | Cmd::Operator { reply, .. }
+        | Cmd::Contract { reply, .. }
+        | Cmd::ContractStatus { reply }
+        | Cmd::Witness { reply, .. } => reply,
+    };
+    let _ = reply.send(err());
+}
+
+/// Largest body for a response or candidate.
+pub const RESPONSE_LIMIT: usize = MAX_RESPONSE_BYTES;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wall_times_map_onto_the_monotonic_clock() {
+        let now = Nanos::from_ms(10_000);
+        assert_eq!(
+            Core::map_wall(now, 1_000_000, 999_800),
+            Nanos::from_ms(9_800)
+        );
+        assert_eq!(
+            Core::map_wall(now, 1_000_000, 1_000_030),
+            Nanos::from_ms(10_030)
+        );
+        assert_eq!(Core::map_wall(now, 1_000_000, 0), Nanos::ZERO);
+    }
+}

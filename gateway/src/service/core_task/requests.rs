@@ -1,0 +1,327 @@
+//! The interfaces' requests to the core task: their bodies read strictly (pure readers the fuzz
+//! target `service_bodies` drives), handed to the core or the monitor, and answered.
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Answer, ApiError, Core, internal, verdict_name};
+use crate::contract::{Op, Request as ContractRequest, Role as ContractRole};
+use crate::core::digest::Digest;
+use crate::core::ids::Id;
+use crate::core::reason::ReasonCode;
+use crate::core::state::{Certificate, SourceState, SourceUpdate, Value};
+use crate::core::time::Nanos;
+
+/// A provider's update as sent to `POST /v1/state/{source}`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateBody {
+    /// Typed value, per the catalog's kind for the source (`null` for epoch-only sources).
+    #[serde(default)]
+    pub value: serde_json::Value,
+    /// Epoch or version.
+    pub epoch: u64,
+    /// Who produced it.
+    pub provenance: Id,
+    /// When the data was generated, Unix ms on the provider's clock.
+    pub generated_at_unix_ms: u64,
+}
+
+/// A certificate as sent to `POST /v1/certificates`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateBody {
+    /// Certificate id, as components reference it.
+    pub id: Id,
+    /// The exact component digest it covers (64 hex digits; `halo-gateway digest` prints it).
+    pub covers: String,
+    /// End of the certified interval, Unix ms.
+    #[serde(default)]
+    pub valid_until_unix_ms: Option<u64>,
+    /// Or: length of the certified interval from now, ms.
+    #[serde(default)]
+    pub valid_for_ms: Option<u64>,
+    /// Who issued it.
+    pub issuer: Id,
+}
+
+impl Core {
+    pub(super) fn contract_op(&mut self, caller: ContractRole, bytes: &[u8]) -> Answer {
+        let op = read_contract_op(bytes)?;
+        let name = op.name();
+        let d = self.monitor.handle(ContractRequest { caller, op });
+        tracing::info!(
+            op = name,
+            verdict = verdict_name(d.verdict),
+            reason = d.reason.map(|r| r.name()).unwrap_or("none"),
+            "mission contract"
+        );
+        let mut v = serde_json::to_value(&d).map_err(internal)?;
+        if let Some(m) = v.as_object_mut() {
+            m.insert("op".into(), name.into());
+        }
+        self.publish("contract", &v);
+        Ok(v)
+    }
+
+    pub(super) fn contract_status(&self) -> serde_json::Value {
+        let m = &self.monitor;
+        json!({
+            "registered": m.root_state().is_some(),
+            "root_state": m.root_state(),
+            "versions": m.versions(),
+            "witness_path": m.witness_path(),
+            "trace": m.trace(),
+            "trace_digest": m.trace_digest(),
+            "goal_revisions": m.goal_revisions(),
+            "domain": m.domain().id,
+        })
+    }
+
+    pub(super) fn witness(&self, bytes: &[u8]) -> Answer {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Req {
+            parent: String,
+            goal: crate::contract::GoalSpec,
+        }
+        let r: Req = serde_json::from_slice(bytes).map_err(|err| {
+            let e = crate::core::strict::explain(bytes, &err);
+            ApiError::new(
+                400,
+                ReasonCode::SCHEMA_INVALID,
+                format!("expected {{\"parent\", \"goal\"}}: {e}"),
+            )
+        })?;
+        let digest = crate::contract::monitor::edit_digest(&r.goal);
+        serde_json::to_value(self.monitor.witness_for(&r.parent, &digest)).map_err(internal)
+    }
+
+    pub(super) fn candidate(&mut self, obligation: u64, bytes: &[u8]) -> Answer {
+        let named = crate::core::envelope::parse_candidate(bytes).map(|c| c.obligation);
+        if let Ok(n) = named {
+            if n != obligation {
+                return Err(ApiError::new(
+                    400,
+                    ReasonCode::OBLIGATION_MISMATCH,
+                    format!("the URL names obligation {obligation}, the candidate names {n}"),
+                ));
+            }
+        }
+        let now = self.now();
+        let r = self.gw.handle_candidate(now, bytes);
+        self.pump();
+        if let Some(e) = self.receipts_refusal() {
+            return Err(e);
+        }
+        match r {
+            Ok(rep) => {
+                let current = self.gw.response_report(&rep.response);
+                Ok(
+                    json!({"response": rep.response, "obligation": rep.obligation,
+                          "readmitted": rep.components, "current": current}),
+                )
+            }
+            Err(rej) => Err(ApiError::rejection(&rej)),
+        }
+    }
+
+    pub(super) fn state_update(
+        &mut self,
+        caller: crate::core::catalog::Owner,
+        source: &str,
+        bytes: &[u8],
+        wall_ms: u64,
+    ) -> Answer {
+        use crate::core::catalog::Owner;
+        let cat = self.gw.catalog();
+        let Some(ix) = cat.source_ix(source) else {
+            return Err(ApiError::new(
+                404,
+                ReasonCode::UNKNOWN_SOURCE,
+                format!("the catalog defines no source `{source}`"),
+            ));
+        };
+        // Only the source's owner writes it: the vehicle's own sources come from the vehicle
+        // link alone, so no credential can forge a landed state, a link or the control grant.
+        let owner = cat.source(ix).map_or(Owner::Provider, |s| s.owner);
+        if owner != caller {
+            let who = match owner {
+                Owner::Vehicle => "the gateway itself, from the vehicle link".to_string(),
+                o => format!("the {} credential", o.name()),
+            };
+            return Err(ApiError::new(
+                403,
+                ReasonCode::SOURCE_NOT_WRITABLE,
+                format!(
+                    "source `{source}` is written by {who}, not the {} credential",
+                    caller.name()
+                ),
+            ));
+        }
+        let (body, value) = read_update(cat, ix, source, bytes)?;
+        let now = self.now();
+        let generated_at = Core::map_wall(now, wall_ms, body.generated_at_unix_ms);
+        let u = SourceUpdate {
+            source: ix,
+            state: SourceState {
+                generated_at,
+                epoch: body.epoch,
+                provenance: body.provenance,
+                value,
+            },
+        };
+        match self.gw.handle_source_update(now, u) {
+            Ok(()) => {
+                let age_ms = now.saturating_sub(generated_at).as_ms();
+                Ok(json!({"source": source, "epoch": body.epoch, "age_ms": age_ms}))
+            }
+            Err(e) => {
+                self.metrics
+                    .updates_refused
+                    .get_or_create(&crate::service::metrics::CodeLabel {
+                        code: e.code().name().into(),
+                    })
+                    .inc();
+                Err(ApiError::new(422, e.code(), e.message().to_string()))
+            }
+        }
+    }
+
+    pub(super) fn certificate(&mut self, bytes: &[u8], wall_ms: u64) -> Answer {
+        let (body, covers) = read_certificate(bytes)?;
+        let now = self.now();
+        let valid_until = match (body.valid_until_unix_ms, body.valid_for_ms) {
+            (Some(u), None) => Core::map_wall(now, wall_ms, u),
+            (None, Some(ms)) => now.saturating_add(Nanos::from_ms(ms)),
+            _ => {
+                return Err(ApiError::new(
+                    422,
+                    ReasonCode::INVALID_UPDATE,
+                    "give exactly one of `valid_until_unix_ms` and `valid_for_ms`",
+                ));
+            }
+        };
+        if valid_until <= now {
+            return Err(ApiError::new(
+                422,
+                ReasonCode::CERTIFICATE_EXPIRED,
+                "the certificate's interval has already ended",
+            ));
+        }
+        let cert = Certificate {
+            id: body.id.clone(),
+            covers,
+            valid_until,
+            issuer: body.issuer,
+        };
+        self.gw
+            .handle_certificate(now, cert)
+            .map_err(|e| ApiError::new(422, e.code(), e.message().to_string()))?;
+        Ok(json!({"certificate": body.id, "covers": covers,
+                  "valid_for_ms": valid_until.saturating_sub(now).as_ms()}))
+    }
+}
+
+/// A provider update's body for `source` (index `ix`), read strictly and typed against the
+/// source's kind. Pure: the fuzz target `service_bodies` drives it.
+///
+/// # Errors
+/// `DUPLICATE_KEY`, `INVALID_UPDATE` (not JSON, or not the update's shape),
+/// `UNKNOWN_SOURCE`, `VALUE_KIND_MISMATCH`.
+pub fn read_update(
+    cat: &crate::core::catalog::Catalog,
+    ix: crate::core::catalog::SourceIx,
+    source: &str,
+    bytes: &[u8],
+) -> Result<(StateBody, Value), ApiError> {
+    // Duplicate keys anywhere (the value is untyped JSON) are refused, as in envelopes; text
+    // that is not JSON at all is a malformed update, named as such.
+    crate::core::strict::check_keys(bytes).map_err(|e| {
+        ApiError::new(
+            400,
+            if e.duplicate {
+                ReasonCode::DUPLICATE_KEY
+            } else {
+                ReasonCode::INVALID_UPDATE
+            },
+            format!("source `{source}`: {}", e.message),
+        )
+    })?;
+    let body: StateBody = serde_json::from_slice(bytes).map_err(|err| {
+        let e = crate::core::strict::explain(bytes, &err);
+        ApiError::new(
+            400,
+            ReasonCode::INVALID_UPDATE,
+            format!("source `{source}`: {e}"),
+        )
+    })?;
+    let Some(kind) = cat.source(ix).map(|s| s.value) else {
+        return Err(ApiError::new(
+            404,
+            ReasonCode::UNKNOWN_SOURCE,
+            format!("the catalog defines no source `{source}`"),
+        ));
+    };
+    let value = Value::parse(kind, &body.value).map_err(|e| {
+        ApiError::new(
+            422,
+            ReasonCode::VALUE_KIND_MISMATCH,
+            format!("source `{source}`: {e}"),
+        )
+    })?;
+    Ok((body, value))
+}
+
+/// A certificate's body and the digest it covers, read strictly. Pure.
+///
+/// # Errors
+/// `DUPLICATE_KEY`, `INVALID_UPDATE`.
+pub fn read_certificate(bytes: &[u8]) -> Result<(CertificateBody, Digest), ApiError> {
+    crate::core::strict::check_keys(bytes).map_err(|e| {
+        ApiError::new(
+            400,
+            if e.duplicate {
+                ReasonCode::DUPLICATE_KEY
+            } else {
+                ReasonCode::INVALID_UPDATE
+            },
+            format!("certificate: {}", e.message),
+        )
+    })?;
+    let body: CertificateBody = serde_json::from_slice(bytes).map_err(|err| {
+        let e = crate::core::strict::explain(bytes, &err);
+        ApiError::new(400, ReasonCode::INVALID_UPDATE, format!("certificate: {e}"))
+    })?;
+    let covers = Digest::from_hex(&body.covers).map_err(|e| {
+        ApiError::new(
+            422,
+            ReasonCode::INVALID_UPDATE,
+            format!("certificate `covers`: {e}"),
+        )
+    })?;
+    Ok((body, covers))
+}
+
+/// A mission-contract operation's body, read; effects are the gate's alone. Pure.
+///
+/// # Errors
+/// `SCHEMA_INVALID`, `FORBIDDEN_ROLE`.
+pub fn read_contract_op(bytes: &[u8]) -> Result<Op, ApiError> {
+    let op: Op = serde_json::from_slice(bytes).map_err(|err| {
+        let e = crate::core::strict::explain(bytes, &err);
+        ApiError::new(
+            400,
+            ReasonCode::SCHEMA_INVALID,
+            format!("not a contract operation: {e}"),
+        )
+    })?;
+    if matches!(op, Op::AuthorizeEffect { .. } | Op::CommitEffect { .. }) {
+        return Err(ApiError::new(
+            403,
+            ReasonCode::FORBIDDEN_ROLE,
+            "effects are authorized and committed only at the final gate",
+        ));
+    }
+    Ok(op)
+}
