@@ -22,7 +22,7 @@ use crazyflie_bridge::telemetry::sup;
 use crazyflie_bridge::{Mono, Setpoint, Telemetry};
 use crazyflie_lib::{Crazyflie, NoTocCache};
 use crazyflie_link::Connection;
-use sitl::crazyflie::{CfSimConfig, SimCrazyflie};
+use sitl::sim::crazyflie::{CfSimConfig, SimCrazyflie};
 
 /// The commands a pacer emits over a short flight: arm, takeoff, watchdog, a streamed setpoint,
 /// the hold at its end (notify-stop + go_to), a land.

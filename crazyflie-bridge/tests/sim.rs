@@ -19,7 +19,7 @@ use crazyflie_bridge::shell::{
 };
 use crazyflie_bridge::{Event, Mono, Setpoint, Telemetry};
 use crazyflie_link::Connection;
-use sitl::crazyflie::{CfEvent, CfSimConfig, SetpointSource, SimCrazyflie};
+use sitl::sim::crazyflie::{CfEvent, CfSimConfig, SetpointSource, SimCrazyflie};
 use tokio::sync::mpsc;
 
 struct SimOpener(SimCrazyflie);

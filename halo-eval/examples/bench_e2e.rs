@@ -55,7 +55,7 @@ fn get(a: &ureq::Agent, url: &str) -> Value {
 }
 
 struct Sim {
-    control: sitl::udp::SimControl,
+    control: sitl::sim::udp::SimControl,
     origin: Instant,
     addr: std::net::SocketAddr,
     _stop: tokio::sync::broadcast::Sender<()>,
@@ -63,25 +63,25 @@ struct Sim {
 
 fn start_sim(rt: &tokio::runtime::Runtime, drain_flying: f64) -> Sim {
     let (stop, _) = tokio::sync::broadcast::channel(1);
-    let control = sitl::udp::SimControl::default();
+    let control = sitl::sim::udp::SimControl::default();
     let sock = rt
-        .block_on(sitl::udp::bind("127.0.0.1:0".parse().unwrap()))
+        .block_on(sitl::sim::udp::bind("127.0.0.1:0".parse().unwrap()))
         .unwrap();
     let addr = sock.local_addr().unwrap();
     let origin = Instant::now();
-    let opts = sitl::udp::UdpOptions {
+    let opts = sitl::sim::udp::UdpOptions {
         bind: addr,
         remote: None,
-        config: sitl::px4::SimConfig {
+        config: sitl::sim::px4::SimConfig {
             drain_flying,
             record_arrivals: true,
-            ..sitl::px4::SimConfig::default()
+            ..sitl::sim::px4::SimConfig::default()
         },
         setpoint_log: None,
         seed: 5,
         gcs: None,
     };
-    rt.spawn(sitl::udp::run_with_origin(
+    rt.spawn(sitl::sim::udp::run_with_origin(
         sock,
         opts,
         control.clone(),
@@ -101,7 +101,7 @@ fn providers(url: String, token: String, stop: Arc<AtomicBool>) -> std::thread::
         let a = http();
         while !stop.load(Ordering::Relaxed) {
             let at = halo_gateway::service::core_task::wall_now_ms();
-            for (source, body) in sitl::world::provider_updates(7, at) {
+            for (source, body) in sitl::sim::world::provider_updates(7, at) {
                 post(&a, &format!("{url}/v1/state/{source}"), &token, &body);
             }
             std::thread::sleep(Duration::from_millis(200));
@@ -159,7 +159,7 @@ fn latency(n: usize) {
         .enable_all()
         .build()
         .unwrap();
-    let sim = start_sim(&rt, sitl::px4::SimConfig::default().drain_flying);
+    let sim = start_sim(&rt, sitl::sim::px4::SimConfig::default().drain_flying);
     let dir = std::env::temp_dir().join(format!("halo-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut cfg = halo_gateway::service::Config::default();
@@ -225,7 +225,8 @@ fn latency(n: usize) {
         }
         if i >= warm {
             #[allow(clippy::cast_possible_truncation, reason = "as the bridge sends f32")]
-            let fp = sitl::px4::fingerprint(t[0] as f32, t[1] as f32, t[2] as f32, t[3] as f32);
+            let fp =
+                sitl::sim::px4::fingerprint(t[0] as f32, t[1] as f32, t[2] as f32, t[3] as f32);
             sent.push((fp, t0));
             answered.push(t0.elapsed().as_secs_f64() * 1e3);
         }

@@ -97,7 +97,7 @@ fn bundle(rid: &str, generation: u64) -> String {
 }
 
 struct Sim {
-    control: sitl::udp::SimControl,
+    control: sitl::sim::udp::SimControl,
     origin: Instant,
     addr: std::net::SocketAddr,
     _stop: tokio::sync::broadcast::Sender<()>,
@@ -105,25 +105,25 @@ struct Sim {
 
 fn start_sim(rt: &tokio::runtime::Runtime) -> Sim {
     let (stop, _) = tokio::sync::broadcast::channel(1);
-    let control = sitl::udp::SimControl::default();
+    let control = sitl::sim::udp::SimControl::default();
     let sock = rt
-        .block_on(sitl::udp::bind("127.0.0.1:0".parse().unwrap()))
+        .block_on(sitl::sim::udp::bind("127.0.0.1:0".parse().unwrap()))
         .unwrap();
     let addr = sock.local_addr().unwrap();
     let origin = Instant::now();
-    let opts = sitl::udp::UdpOptions {
+    let opts = sitl::sim::udp::UdpOptions {
         bind: addr,
         remote: None,
-        config: sitl::px4::SimConfig {
+        config: sitl::sim::px4::SimConfig {
             drain_flying: 0.05,
             record_arrivals: true,
-            ..sitl::px4::SimConfig::default()
+            ..sitl::sim::px4::SimConfig::default()
         },
         setpoint_log: None,
         seed: 9,
         gcs: None,
     };
-    rt.spawn(sitl::udp::run_with_origin(
+    rt.spawn(sitl::sim::udp::run_with_origin(
         sock,
         opts,
         control.clone(),
@@ -262,7 +262,7 @@ fn run(seconds: u64, binary: &str, retention_ms: Option<u64>) {
             while !stop.load(Ordering::Relaxed) {
                 let t0 = Instant::now();
                 let at = halo_gateway::service::core_task::wall_now_ms();
-                for (source, body) in sitl::world::provider_updates(7, at) {
+                for (source, body) in sitl::sim::world::provider_updates(7, at) {
                     let _ = post_raw(
                         &a,
                         &format!("{url}/v1/state/{source}"),

@@ -63,7 +63,7 @@ const F2: [f64; 4] = [1.6, 0.0, -0.5, 0.0];
 #[allow(clippy::cast_possible_truncation, reason = "the radio carries f32")]
 pub fn fingerprint(t: [f64; 4]) -> String {
     // NED to the Crazyflie's frame: x = north, y = −east, z = −down, yaw = −yaw.
-    sitl::crazyflie::fingerprint(t[0] as f32, -t[1] as f32, -t[2] as f32, -t[3] as f32)
+    sitl::sim::crazyflie::fingerprint(t[0] as f32, -t[1] as f32, -t[2] as f32, -t[3] as f32)
 }
 
 fn forward(kind: &str, id: &str, t: [f64; 4], frame_epoch: u64, cert: &str) -> Value {

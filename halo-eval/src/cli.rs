@@ -242,7 +242,7 @@ fn contract_audit(domain: Option<&Path>, receipts: &Path, key: Option<&str>) -> 
         }
     };
     let d = match domain_text(domain).and_then(|(t, name)| {
-        sitl::contract_audit::AuditDomain::from_toml(&t).map_err(|e| format!("{name}: {e}"))
+        sitl::oracle::contract_audit::AuditDomain::from_toml(&t).map_err(|e| format!("{name}: {e}"))
     }) {
         Ok(d) => d,
         Err(e) => {
@@ -284,7 +284,7 @@ fn contract_audit(domain: Option<&Path>, receipts: &Path, key: Option<&str>) -> 
             )
         })
     };
-    match sitl::contract_audit::audit_lines(&d, &refs, key.as_ref()) {
+    match sitl::oracle::contract_audit::audit_lines(&d, &refs, key.as_ref()) {
         Ok(r) => {
             println!(
                 "{name}: {} receipts verify independently: {} allowed, {} goals created, {} effects committed against their reservations, {} exact replays, root {}",

@@ -292,7 +292,7 @@ impl Client {
     }
 }
 
-use sitl::world::provider_updates;
+use sitl::sim::world::provider_updates;
 
 /// Providers publishing every source every 200 ms, as feeds do.
 fn providers(
@@ -492,7 +492,7 @@ fn route(id: &str, target: [f64; 4], dur: f64, map_epoch: u64, cert: &str) -> Va
     reason = "as the bridge sends them (f32)"
 )]
 fn fingerprint(t: [f64; 4]) -> String {
-    sitl::px4::fingerprint(t[0] as f32, t[1] as f32, t[2] as f32, t[3] as f32)
+    sitl::sim::px4::fingerprint(t[0] as f32, t[1] as f32, t[2] as f32, t[3] as f32)
 }
 
 /// What the script saw: withheld and readmitted counts, the targets that should have reached
@@ -507,7 +507,7 @@ struct Story {
 /// The scripted parties, on a blocking thread.
 fn script(
     c: &mut Client,
-    sim: &sitl::udp::SimControl,
+    sim: &sitl::sim::udp::SimControl,
     map_epoch: &Arc<AtomicU64>,
 ) -> Result<Story, DemoError> {
     let alt = || -sim.view().position[2];
@@ -653,7 +653,7 @@ pub(crate) fn phases(rep: &Value) -> String {
         .unwrap_or_default()
 }
 
-fn position_text(sim: &sitl::udp::SimControl) -> String {
+fn position_text(sim: &sitl::sim::udp::SimControl) -> String {
     let p = sim.view().position;
     format!(
         "vehicle at north {:.1} m, east {:.1} m, altitude {:.1} m",

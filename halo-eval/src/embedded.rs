@@ -12,7 +12,7 @@ use halo_gateway::service::config::VehicleKind;
 use halo_gateway::service::{Config, Embedded};
 
 /// Opens links to an embedded simulated Crazyflie.
-pub struct SimOpener(pub sitl::crazyflie::SimCrazyflie);
+pub struct SimOpener(pub sitl::sim::crazyflie::SimCrazyflie);
 
 impl LinkOpener for SimOpener {
     fn open(&self) -> LinkFuture {
@@ -32,19 +32,19 @@ pub enum Sim {
     /// The simulated PX4 on loopback UDP.
     Px4 {
         /// Its controls and view.
-        control: sitl::udp::SimControl,
+        control: sitl::sim::udp::SimControl,
         /// Its socket.
         addr: SocketAddr,
         /// Stops it.
         stop: tokio::sync::broadcast::Sender<()>,
     },
     /// The simulated Crazyflie.
-    Crazyflie(sitl::crazyflie::SimCrazyflie),
+    Crazyflie(sitl::sim::crazyflie::SimCrazyflie),
 }
 
 impl Sim {
     /// The simulated PX4's controls, when that is the vehicle.
-    pub fn px4(&self) -> Option<&sitl::udp::SimControl> {
+    pub fn px4(&self) -> Option<&sitl::sim::udp::SimControl> {
         match self {
             Sim::Px4 { control, .. } => Some(control),
             Sim::Crazyflie(_) => None,
@@ -64,24 +64,24 @@ pub async fn start(
 ) -> Result<(Config, Embedded, Sim), String> {
     match cfg.vehicle.effective_kind() {
         VehicleKind::Px4 => {
-            let sock = sitl::udp::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            let sock = sitl::sim::udp::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
                 .await
                 .map_err(|e| format!("embedded simulator socket: {e}"))?;
             let addr = sock
                 .local_addr()
                 .map_err(|e| format!("embedded simulator socket: {e}"))?;
-            let control = sitl::udp::SimControl::default();
+            let control = sitl::sim::udp::SimControl::default();
             let (stop, _) = tokio::sync::broadcast::channel(1);
-            let opts = sitl::udp::UdpOptions {
+            let opts = sitl::sim::udp::UdpOptions {
                 bind: addr,
                 // Never a well-known port: it speaks only to the bridge that speaks to it.
                 remote: None,
-                config: sitl::px4::SimConfig::default(),
+                config: sitl::sim::px4::SimConfig::default(),
                 setpoint_log: setpoint_log.map(Path::to_path_buf),
                 seed: 11,
                 gcs: None,
             };
-            tokio::spawn(sitl::udp::run(
+            tokio::spawn(sitl::sim::udp::run(
                 sock,
                 opts,
                 control.clone(),
@@ -102,8 +102,8 @@ pub async fn start(
             ))
         }
         VehicleKind::Crazyflie => {
-            let v = sitl::crazyflie::SimCrazyflie::start(
-                sitl::crazyflie::CfSimConfig::default(),
+            let v = sitl::sim::crazyflie::SimCrazyflie::start(
+                sitl::sim::crazyflie::CfSimConfig::default(),
                 setpoint_log,
             )
             .map_err(|e| format!("embedded simulated Crazyflie: {e}"))?;

@@ -19,7 +19,7 @@ struct Fixtures {
     /// The running example's decisions on a fresh gateway.
     fresh: Option<serde_json::Value>,
     domain: crate::contract::Domain,
-    checker: sitl::contract_audit::AuditDomain,
+    checker: sitl::oracle::contract_audit::AuditDomain,
 }
 
 fn fixtures() -> Option<&'static Fixtures> {
@@ -33,9 +33,10 @@ fn fixtures() -> Option<&'static Fixtures> {
             "embedded contract-uav.toml",
         )
         .ok()?;
-        let checker =
-            sitl::contract_audit::AuditDomain::from_toml(crate::service::EMBEDDED_CONTRACT_DOMAIN)
-                .ok()?;
+        let checker = sitl::oracle::contract_audit::AuditDomain::from_toml(
+            crate::service::EMBEDDED_CONTRACT_DOMAIN,
+        )
+        .ok()?;
         let mut f = Fixtures {
             catalog,
             state,
@@ -199,7 +200,7 @@ pub fn catalog_text(data: &[u8]) {
 pub fn contract_domain(data: &[u8]) {
     if let Ok(s) = std::str::from_utf8(data) {
         let monitor = crate::contract::Domain::parse(s, "fuzz.toml");
-        let checker = sitl::contract_audit::AuditDomain::from_toml(s);
+        let checker = sitl::oracle::contract_audit::AuditDomain::from_toml(s);
         match (monitor, checker) {
             (Ok(_), Err(e)) => panic!("the monitor accepts, the checker refuses ({e}):\n{s}"),
             (Err(e), Ok(_)) => panic!("the checker accepts, the monitor refuses ({e}):\n{s}"),
@@ -223,7 +224,7 @@ pub fn receipt_lines(data: &[u8]) {
     for line in data.split(|b| *b == b'\n') {
         if let Ok(r) = crate::audit::parse_line(line) {
             let text = std::str::from_utf8(line).unwrap_or_default();
-            if !sitl::contract_audit::is_canonical_line(text) {
+            if !sitl::oracle::contract_audit::is_canonical_line(text) {
                 panic!("canonical for the gateway, not for the checker: {text}");
             }
             rs.push(r);
@@ -234,7 +235,7 @@ pub fn receipt_lines(data: &[u8]) {
     }
     let _ = crate::audit::verify(&rs, None);
     if let Some(f) = fixtures() {
-        let _ = sitl::contract_audit::audit_lines(&f.checker, &lines, None);
+        let _ = sitl::oracle::contract_audit::audit_lines(&f.checker, &lines, None);
     }
 }
 
@@ -383,7 +384,7 @@ pub fn offboard(data: &[u8]) -> usize {
                     .flatten()
                     .copied()
                     .collect();
-                for (h, m) in sitl::wire::decode(&take).0 {
+                for (h, m) in sitl::sim::wire::decode(&take).0 {
                     ob.handle_message(now, &h, &m);
                 }
             }
@@ -415,12 +416,12 @@ pub fn offboard(data: &[u8]) -> usize {
                 if arg & 1 == 0 {
                     ob.permit_offboard();
                 }
-                let raw = sitl::wire::encode(
+                let raw = sitl::sim::wire::encode(
                     px4,
                     &MavMessage::HEARTBEAT(HEARTBEAT_DATA::DEFAULT),
                     &mut seq,
                 );
-                for (h, m) in sitl::wire::decode(&raw).0 {
+                for (h, m) in sitl::sim::wire::decode(&raw).0 {
                     ob.handle_message(now, &h, &m);
                 }
             }
@@ -459,7 +460,7 @@ pub fn contract_workflow(data: &[u8]) {
     while let Some(r) = runner.monitor_mut().poll_receipt() {
         values.push(serde_json::to_value(&r).unwrap_or_default());
     }
-    if let Err(e) = sitl::contract_audit::audit(checker, &values) {
+    if let Err(e) = sitl::oracle::contract_audit::audit(checker, &values) {
         panic!("the independent checker rejects the monitor's own log: {e}");
     }
 }

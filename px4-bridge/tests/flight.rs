@@ -14,9 +14,10 @@ use px4_bridge::{
     Command, CommandOutcome, Config, Event, Mono, Offboard, Px4Mode, Setpoint, Telemetry,
     TimeSource,
 };
-use sitl::pair::{Endpoint, Pair};
-use sitl::px4::{Px4Sim, SimConfig};
-use sitl::{SimEndpoint, wire};
+use sitl::SimEndpoint;
+use sitl::sim::pair::{Endpoint, Pair};
+use sitl::sim::px4::{Px4Sim, SimConfig};
+use sitl::sim::wire;
 
 const S: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
@@ -809,7 +810,7 @@ fn the_hold_replaces_a_target_before_its_interval_ends() {
             "the hold came at {} ms, not at valid_until - {margin_ms} ms",
             (expired_at as i64 - valid_until as i64) / MS as i64
         );
-        let fp = sitl::px4::fingerprint(sp.north_m, sp.east_m, sp.down_m, sp.yaw_deg);
+        let fp = sitl::sim::px4::fingerprint(sp.north_m, sp.east_m, sp.down_m, sp.yaw_deg);
         let taken: Vec<u64> = p.b.setpoints[taken_from..]
             .iter()
             .filter(|r| r.fingerprint == fp)

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use px4_bridge::shell::{BridgeOptions, start};
 use px4_bridge::{Command, CommandOutcome, Event, Mono, Px4Mode, Setpoint};
 use sitl::peer::PythonPeer;
-use sitl::px4::{Px4Sim, SimConfig};
-use sitl::udp::{SimControl, UdpOptions};
+use sitl::sim::px4::{Px4Sim, SimConfig};
+use sitl::sim::udp::{SimControl, UdpOptions};
 use tokio::sync::{broadcast, mpsc};
 
 /// How much longer than on an idle machine a wall-clock wait may take before it is a failure.
@@ -108,7 +108,7 @@ async fn command(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_bridge_flies_the_simulator_and_survives_a_link_loss() {
     let (tx, _) = broadcast::channel(1);
-    let sock = sitl::udp::bind("127.0.0.1:0".parse().unwrap())
+    let sock = sitl::sim::udp::bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let sim_addr: SocketAddr = sock.local_addr().unwrap();
@@ -124,7 +124,12 @@ async fn udp_bridge_flies_the_simulator_and_survives_a_link_loss() {
         seed: 3,
         gcs: Some("127.0.0.1:0".parse().unwrap()),
     };
-    let sim_task = tokio::spawn(sitl::udp::run(sock, opts, control.clone(), tx.subscribe()));
+    let sim_task = tokio::spawn(sitl::sim::udp::run(
+        sock,
+        opts,
+        control.clone(),
+        tx.subscribe(),
+    ));
     // An independent observer: a pymavlink ground station on the simulator's GCS port, which
     // records what the vehicle reports as its target.
     let mut gcs_port = 0;
@@ -366,7 +371,7 @@ fn serial_transport_through_a_pseudo_terminal() {
                     break;
                 }
                 let frame: Vec<u8> = pending.drain(..len).collect();
-                let (msgs, _) = sitl::wire::decode(&frame);
+                let (msgs, _) = sitl::sim::wire::decode(&frame);
                 if msgs.is_empty() {
                     continue;
                 }
@@ -376,7 +381,7 @@ fn serial_transport_through_a_pseudo_terminal() {
             }
             sim.handle_timeout(now());
             while let Some(m) = sim.poll_transmit() {
-                let bytes = sitl::wire::encode(sim.header(), &m, &mut seq);
+                let bytes = sitl::sim::wire::encode(sim.header(), &m, &mut seq);
                 let _ = master.write_all(&bytes);
             }
             while sim.poll_setpoint().is_some() {

@@ -9,8 +9,8 @@
 )]
 
 use sitl::peer::PythonPeer;
-use sitl::px4::SimConfig;
-use sitl::udp::{SimControl, UdpOptions};
+use sitl::sim::px4::SimConfig;
+use sitl::sim::udp::{SimControl, UdpOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pymavlink_flies_the_simulator_like_px4() {
@@ -28,7 +28,7 @@ async fn pymavlink_flies_the_simulator_like_px4() {
             .unwrap_or_else(|e| panic!("{e}"));
 
     let (tx, rx) = tokio::sync::broadcast::channel(1);
-    let sock = sitl::udp::bind("127.0.0.1:0".parse().unwrap())
+    let sock = sitl::sim::udp::bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let opts = UdpOptions {
@@ -39,7 +39,7 @@ async fn pymavlink_flies_the_simulator_like_px4() {
         seed: 1,
         gcs: None,
     };
-    let sim = tokio::spawn(sitl::udp::run(sock, opts, SimControl::default(), rx));
+    let sim = tokio::spawn(sitl::sim::udp::run(sock, opts, SimControl::default(), rx));
     let out = tokio::task::spawn_blocking(move || peer.finish())
         .await
         .unwrap()

@@ -745,9 +745,9 @@ fn vehicle_frozen() -> Outcome {
     let sim = Sim::start_with(
         &dir.join("vehicle.jsonl"),
         None,
-        sitl::px4::SimConfig {
-            loss_action: sitl::px4::LossAction::Hold,
-            ..sitl::px4::SimConfig::default()
+        sitl::sim::px4::SimConfig {
+            loss_action: sitl::sim::px4::LossAction::Hold,
+            ..sitl::sim::px4::SimConfig::default()
         },
     );
     let g = Gateway::start(&dir, &format!("udpout:{}", sim.addr), "");
@@ -977,7 +977,7 @@ fn spoof_heartbeat(seq: &mut u8) -> Vec<u8> {
         HEARTBEAT_DATA, MavAutopilot, MavMessage, MavModeFlag, MavState, MavType,
     };
     let hold = (4u32 << 16) | (3u32 << 24);
-    sitl::wire::encode(
+    sitl::sim::wire::encode(
         px4_bridge::mavlink::MavHeader {
             system_id: 1,
             component_id: 1,
@@ -1024,7 +1024,7 @@ fn second_gateway_and_spoofer() -> (Outcome, Outcome) {
     let sim = Sim::start_with(
         &dir.join("vehicle.jsonl"),
         Some(px4_port),
-        sitl::px4::SimConfig::default(),
+        sitl::sim::px4::SimConfig::default(),
     );
     let a = Gateway::start(
         &dir.join("a").tap_mkdir(),

@@ -20,9 +20,10 @@ use halo_gateway::core::Nanos;
 use halo_gateway::core::reason::ReasonCode;
 use halo_gateway::vehicle::px4::{link_stamp, monotonic, source_update, telemetry_updates};
 use px4_bridge::{Config, Event, Mono, Offboard};
-use sitl::pair::{Endpoint, Pair};
-use sitl::px4::{Px4Sim, SimConfig};
-use sitl::{SimEndpoint, wire};
+use sitl::SimEndpoint;
+use sitl::sim::pair::{Endpoint, Pair};
+use sitl::sim::px4::{Px4Sim, SimConfig};
+use sitl::sim::wire;
 
 const S: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;

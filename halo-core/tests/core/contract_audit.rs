@@ -1,4 +1,4 @@
-//! `contract-audit` and `contract-mutants`: the independent checker (`sitl::contract_audit`,
+//! `contract-audit` and `contract-mutants`: the independent checker (`sitl::oracle::contract_audit`,
 //! which imports nothing from this crate) replays every receipt stream the monitor writes for
 //! the 96 workflow cases and a protocol scenario, and must accept each one; then a semantic
 //! mutation suite changes fields inside receipts, recomputes every outer hash so the chain is
@@ -27,7 +27,7 @@ use halo_core::digest::{Digest, tag};
 use halo_core::receipt::Receipt;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sitl::contract_audit::{AuditDomain, audit};
+use sitl::oracle::contract_audit::{AuditDomain, audit};
 
 #[derive(Deserialize)]
 struct Pair {

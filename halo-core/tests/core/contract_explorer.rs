@@ -1,4 +1,4 @@
-//! `contract-explorer`: the bounded explorer (`sitl::contract_explorer`) over the small UAV
+//! `contract-explorer`: the bounded explorer (`sitl::oracle::contract_explorer`) over the small UAV
 //! abstraction. With the intact checker it must reach no invariant violation, and the gateway's
 //! monitor must take the same decision as the independent checker on every attempted transition
 //! of the exploration. Each of the 13 single-defect variants of the checker must be killed by a
@@ -14,8 +14,8 @@
 use crate::common;
 
 use halo_core::contract::{Domain, Monitor, Request};
-use sitl::contract_audit::{AuditDomain, Defect};
-use sitl::contract_explorer::{INVARIANTS, explore, explore_until};
+use sitl::oracle::contract_audit::{AuditDomain, Defect};
+use sitl::oracle::contract_explorer::{INVARIANTS, explore, explore_until};
 
 /// Depth bound: deep enough to fly, join, close and reach every counterexample.
 const DEPTH: usize = 9;
@@ -52,7 +52,7 @@ fn contract_explorer() {
     let mut root = Monitor::new(d);
     let register: Request = serde_json::from_value(serde_json::json!({
         "caller": "operator",
-        "op": {"op": "register_root", "approved_by": "ops-lead", "contract": sitl::contract_explorer::contract()}
+        "op": {"op": "register_root", "approved_by": "ops-lead", "contract": sitl::oracle::contract_explorer::contract()}
     }))
     .unwrap();
     assert!(root.handle(register).allowed());
@@ -410,7 +410,7 @@ fn the_static_oracle_agrees_on_the_initial_proposals() {
     .collect();
     assert_eq!(proposals.len(), 13);
 
-    let contract = sitl::contract_explorer::contract();
+    let contract = sitl::oracle::contract_explorer::contract();
     let d = Domain::parse(&text(), "contract-uav.toml").unwrap();
     let mut agree = 0;
     let mut admissible = 0;

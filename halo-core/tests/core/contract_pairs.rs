@@ -17,7 +17,7 @@
 //! blocks it at or before its last drift-labelled step, *post-detected* when it is blocked only
 //! after, and *committed* when nothing blocks it. *Forbidden* counts cases whose executed effects
 //! reached a registered forbidden state (contract or current policy), judged by the domain's
-//! transition semantics as the independent checker reads them (`sitl::contract_audit`'s
+//! transition semantics as the independent checker reads them (`sitl::oracle::contract_audit`'s
 //! `AuditDomain`, which shares no code with the monitor), not by any control.
 #![allow(
     clippy::unwrap_used,
@@ -37,7 +37,7 @@ use halo_core::contract::{ContractSpec, Domain, GoalSpec, Monitor, PolicyRule, V
 use halo_core::receipt::verify_chain;
 use serde::Deserialize;
 use serde_json::Value;
-use sitl::contract_audit::{AuditDomain, World};
+use sitl::oracle::contract_audit::{AuditDomain, World};
 
 #[derive(Deserialize)]
 struct Pair {

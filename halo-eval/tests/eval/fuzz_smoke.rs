@@ -178,7 +178,7 @@ fn every_fuzz_target_survives_its_smoke_run() {
     ];
     // The service's bodies: every provider update the demo's feeds send, certificates, and
     // contract operations as `POST /v1/contract` takes them (the root of the example workflow).
-    let mut bodies: Vec<Vec<u8>> = sitl::world::provider_updates(7, 1_000)
+    let mut bodies: Vec<Vec<u8>> = sitl::sim::world::provider_updates(7, 1_000)
         .into_iter()
         .map(|(_, b)| b.to_string().into_bytes())
         .collect();

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use clap::{Parser, Subcommand};
-use sitl::px4::{LossAction, SimConfig};
-use sitl::udp::{SimControl, UdpOptions};
+use sitl::sim::px4::{LossAction, SimConfig};
+use sitl::sim::udp::{SimControl, UdpOptions};
 
 #[derive(Parser)]
 #[command(
@@ -104,14 +104,14 @@ fn crazyflie(port: u16, log: Option<PathBuf>, duration_s: Option<u64>) -> std::p
         return std::process::ExitCode::FAILURE;
     };
     let result = rt.block_on(async move {
-        let v = sitl::crazyflie::SimCrazyflie::start(
-            sitl::crazyflie::CfSimConfig::default(),
+        let v = sitl::sim::crazyflie::SimCrazyflie::start(
+            sitl::sim::crazyflie::CfSimConfig::default(),
             log.as_deref(),
         )?;
         let bind = SocketAddr::from(([127, 0, 0, 1], port));
         let sock = tokio::net::UdpSocket::bind(bind).await?;
         println!("halo-sitl crazyflie: CRTP over udp {bind} (one datagram per packet)");
-        sitl::crazyflie::serve_udp(sock, v, async move {
+        sitl::sim::crazyflie::serve_udp(sock, v, async move {
             match duration_s {
                 Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
                 None => {
@@ -180,7 +180,7 @@ fn main() -> std::process::ExitCode {
         let gcs = (gcs_port != 0).then(|| {
             SocketAddr::new([0, 0, 0, 0].into(), gcs_port.saturating_add(instance))
         });
-        let socket = sitl::udp::bind(bind).await?;
+        let socket = sitl::sim::udp::bind(bind).await?;
         let control = SimControl::default();
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "checked range")]
         control.drop_ppm.store((drop * 1e6) as u32, Ordering::Relaxed);
@@ -199,7 +199,7 @@ fn main() -> std::process::ExitCode {
         let (tx, rx) = tokio::sync::broadcast::channel(1);
         let opts = UdpOptions { bind, remote: Some(remote), config, setpoint_log: log, seed: 1, gcs };
         let c2 = control.clone();
-        let sim = tokio::spawn(async move { sitl::udp::run(socket, opts, c2, rx).await });
+        let sim = tokio::spawn(async move { sitl::sim::udp::run(socket, opts, c2, rx).await });
         let status = control.clone();
         let reporter = tokio::spawn(async move {
             loop {

@@ -173,7 +173,7 @@ pub fn delete(url: &str, token: Option<&str>) -> (u16, Value) {
 /// The simulated PX4 on its own loopback UDP socket, in this process.
 pub struct Sim {
     pub rt: tokio::runtime::Runtime,
-    pub control: sitl::udp::SimControl,
+    pub control: sitl::sim::udp::SimControl,
     pub stop: tokio::sync::broadcast::Sender<()>,
     pub addr: std::net::SocketAddr,
     /// The simulator's clock origin.
@@ -182,14 +182,14 @@ pub struct Sim {
 
 impl Sim {
     pub fn start(log: &Path) -> Sim {
-        Sim::start_with(log, None, sitl::px4::SimConfig::default())
+        Sim::start_with(log, None, sitl::sim::px4::SimConfig::default())
     }
 
     /// A simulator that, like PX4 SITL, sends to `remote` until someone sends to it.
     pub fn start_with(
         log: &Path,
         remote: Option<std::net::SocketAddr>,
-        config: sitl::px4::SimConfig,
+        config: sitl::sim::px4::SimConfig,
     ) -> Sim {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -197,12 +197,12 @@ impl Sim {
             .build()
             .unwrap();
         let (stop, _) = tokio::sync::broadcast::channel(1);
-        let control = sitl::udp::SimControl::default();
+        let control = sitl::sim::udp::SimControl::default();
         let sock = rt
-            .block_on(sitl::udp::bind("127.0.0.1:0".parse().unwrap()))
+            .block_on(sitl::sim::udp::bind("127.0.0.1:0".parse().unwrap()))
             .unwrap();
         let addr = sock.local_addr().unwrap();
-        let opts = sitl::udp::UdpOptions {
+        let opts = sitl::sim::udp::UdpOptions {
             bind: addr,
             remote,
             config,
@@ -211,7 +211,7 @@ impl Sim {
             gcs: "127.0.0.1:0".parse().ok(),
         };
         let origin = Instant::now();
-        rt.spawn(sitl::udp::run_with_origin(
+        rt.spawn(sitl::sim::udp::run_with_origin(
             sock,
             opts,
             control.clone(),
@@ -294,7 +294,7 @@ impl Providers {
         if strict {
             Providers::publish_once(url, token, 7);
         } else {
-            for (source, body) in sitl::world::provider_updates(7, unix_ms()) {
+            for (source, body) in sitl::sim::world::provider_updates(7, unix_ms()) {
                 let _ = post(
                     &format!("{url}/v1/state/{source}"),
                     Some(token),
@@ -318,7 +318,7 @@ impl Providers {
                     Providers::publish_once(&url, &token, m.load(Ordering::Relaxed));
                 } else {
                     for (source, body) in
-                        sitl::world::provider_updates(m.load(Ordering::Relaxed), unix_ms())
+                        sitl::sim::world::provider_updates(m.load(Ordering::Relaxed), unix_ms())
                     {
                         let (st, _) = post(
                             &format!("{url}/v1/state/{source}"),
@@ -347,7 +347,7 @@ impl Providers {
     }
 
     pub fn publish_once(url: &str, token: &str, map_epoch: u64) {
-        for (source, body) in sitl::world::provider_updates(map_epoch, unix_ms()) {
+        for (source, body) in sitl::sim::world::provider_updates(map_epoch, unix_ms()) {
             let (st, v) = post(
                 &format!("{url}/v1/state/{source}"),
                 Some(token),
@@ -450,7 +450,7 @@ pub fn phases(report: &Value) -> Vec<(String, String)> {
 }
 
 pub fn fp(n: f32, e: f32, d: f32, yaw: f32) -> String {
-    sitl::px4::fingerprint(n, e, d, yaw)
+    sitl::sim::px4::fingerprint(n, e, d, yaw)
 }
 
 /// Reads the SSE stream into `(id, event, data)` triples until `stop`.

@@ -179,7 +179,7 @@ pub struct CfSetpointRecord {
 /// The Crazyflie fingerprint rule, written here independently of the bridge: centimetres and
 /// tenths of a degree, yaw normalised to (-180, 180] (the PX4 simulator's rounding).
 pub fn fingerprint(x: f32, y: f32, z: f32, yaw_deg: f32) -> String {
-    let [a, b, c, w] = crate::px4::rounded(x, y, z, yaw_deg);
+    let [a, b, c, w] = crate::sim::px4::rounded(x, y, z, yaw_deg);
     format!("x{a}_y{b}_z{c}_w{w}")
 }
 

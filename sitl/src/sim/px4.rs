@@ -39,7 +39,7 @@ use mavlink::dialects::common::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::dynamics::{Body, Demand, Limits};
+use crate::sim::dynamics::{Body, Demand, Limits};
 
 /// PX4 main modes.
 pub const MAIN_POSCTL: u8 = 3;

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use tokio::net::UdpSocket;
 use tokio::sync::broadcast;
 
-use crate::px4::{Px4Sim, SetpointRecord, SimConfig, SimStats};
-use crate::wire;
+use crate::sim::px4::{Px4Sim, SetpointRecord, SimConfig, SimStats};
+use crate::sim::wire;
 
 /// Live controls and a view of the vehicle.
 #[derive(Clone, Default)]

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde_json::{Value, json};
 
-use crate::contract_audit::{AuditDomain, Defect, Replay, Status, edit_hash_of};
+use crate::oracle::contract_audit::{AuditDomain, Defect, Replay, Status, edit_hash_of};
 
 /// The invariants, by name.
 pub const INVARIANTS: [&str; 11] = [
@@ -189,7 +189,7 @@ fn join(r: &Replay, traces: Value, precedence: Value) -> Vec<Value> {
 
 fn delegate(r: &Replay, root: &str) -> Vec<Value> {
     let resources = json!(["camera"]);
-    let edit = crate::contract_audit::delegation_hash_of("g1", &resources, "w1");
+    let edit = crate::oracle::contract_audit::delegation_hash_of("g1", &resources, "w1");
     let w = witness(r, "survey", &edit);
     vec![agent(
         json!({"op": "delegate_goal", "goal": "g1", "resources": resources, "root": root, "witness": w, "worker": "w1"}),
