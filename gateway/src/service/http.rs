@@ -1,25 +1,14 @@
 //! The HTTP interface (axum on tokio): agent link, providers, operator, status and metrics.
 //!
-//! Every route checks its role first: no credential is 401 `UNAUTHENTICATED`, a credential of a
-//! role the route does not admit is 403 `FORBIDDEN_ROLE`. Credentials are compared in constant
-//! time. Bodies are read through a size cap; a body over it is 413 and changes nothing. Every
-//! error is JSON: `{"error": {"code", "number", "message", "ids"}}`.
-//!
-//! | route | roles |
-//! | --- | --- |
-//! | `POST /v1/responses` | agent |
-//! | `GET /v1/responses/{id}` | agent, operator |
-//! | `POST /v1/obligations/{id}/candidates` | agent |
-//! | `GET /v1/obligations` | agent, operator |
-//! | `GET /v1/events` (SSE, `Last-Event-ID`) | agent, operator |
-//! | `POST /v1/state/{source}` | the source's owner (catalog `owner`): provider or operator; never a vehicle source |
-//! | `POST /v1/certificates`, `DELETE /v1/certificates/{id}` | provider, operator |
-//! | `POST /v1/operator/{arm,disarm,takeoff,land,rtl,hold,release}` | operator |
-//! | `POST /v1/contract` (register, change version, reauthorize ...) | operator, provider |
-//! | `GET /v1/contract` | agent, operator |
-//! | `POST /v1/goals`, `POST /v1/goals/witness` | agent |
-//! | `POST /v1/audit/exported` (a signed head kept off the machine) | operator |
-//! | `GET /v1/status`, `GET /v1/audit/head`, `GET /v1/schema`, `GET /metrics` | anyone (a setting can require a credential) |
+//! Authorization lives in one place: the [`Caller`] extractor checks every request against
+//! [`ROUTES`], the one table of routes and the roles each admits, before the handler runs and
+//! before any body is read. No credential is 401 `UNAUTHENTICATED`, a credential of a role the
+//! route does not admit is 403 `FORBIDDEN_ROLE`, a write to a source the caller does not own is
+//! 403 `SOURCE_NOT_WRITABLE`. Credentials are compared in constant time. Bodies are read by the
+//! [`JsonBody`] extractor: JSON only (415), through the route's size cap (413), within the body
+//! timeout (408); an error changes nothing. Every error is JSON:
+//! `{"error": {"code", "number", "message", "ids"}, "request_id"}`. docs/run.md's role table is
+//! [`role_table`]'s output (a test holds them equal).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -28,11 +17,12 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{FromRequest, FromRequestParts, MatchedPath, Path, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{MethodRouter, delete, get, post};
 use futures_util::stream::Stream;
 use subtle::ConstantTimeEq;
 use tokio::sync::{mpsc, watch};
@@ -222,25 +212,46 @@ pub fn router(state: AppState, layers: &Layers) -> Router {
         .layer(SetRequestIdLayer::x_request_id(RequestIds::new(layers.boot)))
 }
 
+/// The handler of a route in [`ROUTES`].
+fn handler(r: &Route) -> Option<MethodRouter<AppState>> {
+    Some(match (r.method, r.path) {
+        ("POST", "/v1/responses") => post(post_response),
+        ("GET", "/v1/responses/{id}") => get(get_response),
+        ("POST", "/v1/obligations/{id}/candidates") => post(post_candidate),
+        ("GET", "/v1/obligations") => get(get_obligations),
+        ("GET", "/v1/events") => get(get_events),
+        ("POST", "/v1/state/{source}") => post(post_state),
+        ("POST", "/v1/certificates") => post(post_certificate),
+        ("DELETE", "/v1/certificates/{id}") => delete(delete_certificate),
+        ("POST", "/v1/operator/{action}") => post(post_operator),
+        ("POST", "/v1/contract") => post(post_contract),
+        ("GET", "/v1/contract") => get(get_contract),
+        ("POST", "/v1/goals") => post(post_goal),
+        ("POST", "/v1/goals/witness") => post(post_witness),
+        ("GET", "/v1/status") => get(get_status),
+        ("GET", "/v1/audit/head") => get(get_audit_head),
+        ("POST", "/v1/audit/exported") => post(post_head_exported),
+        ("GET", "/metrics") => get(get_metrics),
+        ("GET", "/v1/schema") => get(get_schema),
+        _ => return None,
+    })
+}
+
+/// The router: exactly the routes of [`ROUTES`], each with its handler.
 fn routes(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/responses", post(post_response))
-        .route("/v1/responses/{id}", get(get_response))
-        .route("/v1/obligations", get(get_obligations))
-        .route("/v1/obligations/{id}/candidates", post(post_candidate))
-        .route("/v1/events", get(get_events))
-        .route("/v1/state/{source}", post(post_state))
-        .route("/v1/certificates", post(post_certificate))
-        .route("/v1/certificates/{id}", delete(delete_certificate))
-        .route("/v1/operator/{action}", post(post_operator))
-        .route("/v1/contract", post(post_contract).get(get_contract))
-        .route("/v1/goals", post(post_goal))
-        .route("/v1/goals/witness", post(post_witness))
-        .route("/v1/status", get(get_status))
-        .route("/v1/audit/head", get(get_audit_head))
-        .route("/v1/audit/exported", post(post_head_exported))
-        .route("/metrics", get(get_metrics))
-        .route("/v1/schema", get(get_schema))
+    let mut router = Router::new();
+    let mut paths: Vec<&str> = ROUTES.iter().map(|r| r.path).collect();
+    paths.sort_unstable();
+    paths.dedup();
+    for path in paths {
+        let methods = ROUTES
+            .iter()
+            .filter(|r| r.path == path)
+            .filter_map(handler)
+            .fold(MethodRouter::new(), MethodRouter::merge);
+        router = router.route(path, methods);
+    }
+    router
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -399,19 +410,268 @@ fn warn_unauthenticated(headers: &HeaderMap) {
     }
 }
 
-fn answer_response(st: &AppState, endpoint: &str, a: Answer) -> Response {
-    let (status, resp) = match a {
-        Ok(v) => (200, (StatusCode::OK, axum::Json(v)).into_response()),
-        Err(e) => (e.status, error_response(&e)),
-    };
-    st.metrics
-        .requests
-        .get_or_create(&RequestLabel {
-            endpoint: endpoint.into(),
-            status,
-        })
-        .inc();
-    resp
+/// Who may use a route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// These roles.
+    Roles(&'static [Role]),
+    /// The owner of the source the path names (catalog `owner`): provider or operator; never a
+    /// vehicle source.
+    SourceOwner,
+    /// Anyone; any role's credential with `auth.require_for_read`.
+    Read,
+}
+
+/// How large a route's body may be, and the code for one that is larger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyCap {
+    /// Bytes.
+    pub bytes: usize,
+    /// The reason code of a 413.
+    pub too_large: ReasonCode,
+}
+
+const SMALL: Option<BodyCap> = Some(BodyCap {
+    bytes: SMALL_LIMIT,
+    too_large: ReasonCode::BODY_TOO_LARGE,
+});
+
+/// One route: what the role table says of it.
+#[derive(Clone, Copy, Debug)]
+pub struct Route {
+    /// Method.
+    pub method: &'static str,
+    /// Path, as the router matches it.
+    pub path: &'static str,
+    /// Who may use it.
+    pub access: Access,
+    /// What it does, in "the agent credential may not …".
+    pub what: &'static str,
+    /// Its label in `halo_http_requests_total` (none: not counted).
+    pub endpoint: Option<&'static str>,
+    /// Its body cap (none: it takes no body).
+    pub body: Option<BodyCap>,
+    /// A note for the role table (a provider's limited use of a route).
+    pub note: &'static str,
+}
+
+use Role::{Agent, Operator, Provider};
+
+/// Every route the listeners serve, with the roles each admits: the one place authorization is
+/// decided ([`Caller`]), rendered as docs/run.md's role table ([`role_table`]).
+pub const ROUTES: &[Route] = &[
+    Route {
+        method: "POST",
+        path: "/v1/responses",
+        access: Access::Roles(&[Agent]),
+        what: "submit responses",
+        endpoint: Some("responses"),
+        body: Some(BodyCap {
+            bytes: RESPONSE_LIMIT,
+            too_large: ReasonCode::RESPONSE_TOO_LARGE,
+        }),
+        note: "",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/responses/{id}",
+        access: Access::Roles(&[Agent, Operator]),
+        what: "read responses",
+        endpoint: Some("response"),
+        body: None,
+        note: "",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/obligations/{id}/candidates",
+        access: Access::Roles(&[Agent]),
+        what: "submit candidates",
+        endpoint: Some("candidates"),
+        body: Some(BodyCap {
+            bytes: RESPONSE_LIMIT,
+            too_large: ReasonCode::BODY_TOO_LARGE,
+        }),
+        note: "",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/obligations",
+        access: Access::Roles(&[Agent, Operator]),
+        what: "read obligations",
+        endpoint: Some("obligations"),
+        body: None,
+        note: "",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/events",
+        access: Access::Roles(&[Agent, Operator]),
+        what: "read the event stream",
+        endpoint: None,
+        body: None,
+        note: "SSE, `Last-Event-ID`",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/state/{source}",
+        access: Access::SourceOwner,
+        what: "write source state",
+        endpoint: Some("state"),
+        body: SMALL,
+        note: "",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/certificates",
+        access: Access::Roles(&[Provider, Operator]),
+        what: "issue certificates",
+        endpoint: Some("certificates"),
+        body: SMALL,
+        note: "",
+    },
+    Route {
+        method: "DELETE",
+        path: "/v1/certificates/{id}",
+        access: Access::Roles(&[Provider, Operator]),
+        what: "revoke certificates",
+        endpoint: Some("revoke"),
+        body: None,
+        note: "",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/operator/{action}",
+        access: Access::Roles(&[Operator]),
+        what: "command the vehicle",
+        endpoint: Some("operator"),
+        body: SMALL,
+        note: "`arm`, `disarm`, `takeoff`, `land`, `rtl`, `hold`, `release`",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/contract",
+        access: Access::Roles(&[Operator, Provider]),
+        what: "change the mission contract",
+        endpoint: Some("contract"),
+        body: SMALL,
+        note: "the provider: `change_version` with `observe`",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/contract",
+        access: Access::Roles(&[Agent, Operator]),
+        what: "read the mission contract",
+        endpoint: Some("contract"),
+        body: None,
+        note: "",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/goals",
+        access: Access::Roles(&[Agent]),
+        what: "propose goals",
+        endpoint: Some("goals"),
+        body: SMALL,
+        note: "",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/goals/witness",
+        access: Access::Roles(&[Agent]),
+        what: "ask for a witness",
+        endpoint: Some("witness"),
+        body: SMALL,
+        note: "",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/audit/exported",
+        access: Access::Roles(&[Operator]),
+        what: "confirm a kept signed head",
+        endpoint: Some("audit_exported"),
+        body: SMALL,
+        note: "",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/status",
+        access: Access::Read,
+        what: "read status",
+        endpoint: Some("status"),
+        body: None,
+        note: "",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/audit/head",
+        access: Access::Read,
+        what: "read the audit head",
+        endpoint: Some("audit_head"),
+        body: None,
+        note: "",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/schema",
+        access: Access::Read,
+        what: "read the schema",
+        endpoint: None,
+        body: None,
+        note: "",
+    },
+    Route {
+        method: "GET",
+        path: "/metrics",
+        access: Access::Read,
+        what: "read metrics",
+        endpoint: None,
+        body: None,
+        note: "",
+    },
+];
+
+/// The route a request matched.
+fn route_of(method: &Method, path: Option<&MatchedPath>) -> Option<&'static Route> {
+    let path = path?.as_str();
+    ROUTES
+        .iter()
+        .find(|r| r.path == path && r.method == method.as_str())
+}
+
+/// docs/run.md's role table, from [`ROUTES`].
+pub fn role_table() -> String {
+    let mut out =
+        String::from("| route | agent | provider | operator |\n| --- | --- | --- | --- |\n");
+    for r in ROUTES {
+        let cell = |role: Role| -> String {
+            match r.access {
+                Access::Roles(rs) if rs.contains(&role) => "yes".into(),
+                Access::Roles(_) => String::new(),
+                Access::SourceOwner if role == Agent => String::new(),
+                Access::SourceOwner => "the sources it owns".into(),
+                Access::Read => "anyone".into(),
+            }
+        };
+        let note = if r.note.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", r.note)
+        };
+        let read = if r.access == Access::Read {
+            " (open; any credential with `auth.require_for_read`)"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "| `{} {}`{note}{read} | {} | {} | {} |\n",
+            r.method,
+            r.path,
+            cell(Agent),
+            cell(Provider),
+            cell(Operator)
+        ));
+    }
+    out
 }
 
 /// The caller's role from `Authorization: Bearer …`, compared in constant time against every
@@ -469,12 +729,138 @@ fn authorize(
     }
 }
 
-async fn read_body(req: Request, limit: usize) -> Result<Vec<u8>, ApiError> {
+/// A refusal before the handler ran, counted under its route's endpoint.
+pub struct Refused(Response);
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        self.0
+    }
+}
+
+fn refused(st: &AppState, route: Option<&Route>, e: &ApiError) -> Refused {
+    if let Some(endpoint) = route.and_then(|r| r.endpoint) {
+        count(st, endpoint, e.status);
+    }
+    Refused(error_response(e))
+}
+
+fn count(st: &AppState, endpoint: &str, status: u16) {
+    st.metrics
+        .requests
+        .get_or_create(&RequestLabel {
+            endpoint: endpoint.into(),
+            status,
+        })
+        .inc();
+}
+
+/// The authorized caller of a route: its role (none on an open route) and, on
+/// `/v1/state/{source}`, the owner it writes as. Extracting it is the one authorization check:
+/// 401 without a valid credential, 403 for a role the route does not admit or a source the
+/// caller does not own.
+pub struct Caller {
+    /// The caller's role, when it sent a valid credential.
+    pub role: Option<Role>,
+    /// The route it called.
+    pub route: &'static Route,
+}
+
+impl Caller {
+    /// The catalog owner a provider or operator writes as.
+    fn owner(&self) -> crate::core::catalog::Owner {
+        match self.role {
+            Some(Role::Operator) => crate::core::catalog::Owner::Operator,
+            _ => crate::core::catalog::Owner::Provider,
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = Refused;
+
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Caller, Refused> {
+        let Some(route) = route_of(&parts.method, parts.extensions.get::<MatchedPath>()) else {
+            let e = ApiError::new(
+                500,
+                ReasonCode::INVALID_REQUEST,
+                "a route without an entry in the role table",
+            );
+            return Err(refused(st, None, &e));
+        };
+        let check = |allowed: &[Role]| authorize(st, &parts.headers, allowed, route.what);
+        let role = match route.access {
+            Access::Read if !st.require_for_read => role_of(st, &parts.headers),
+            Access::Read => Some(
+                check(&[Agent, Provider, Operator]).map_err(|e| refused(st, Some(route), &e))?,
+            ),
+            Access::Roles(allowed) => {
+                Some(check(allowed).map_err(|e| refused(st, Some(route), &e))?)
+            }
+            Access::SourceOwner => {
+                let role =
+                    check(&[Provider, Operator]).map_err(|e| refused(st, Some(route), &e))?;
+                let caller = Caller {
+                    role: Some(role),
+                    route,
+                };
+                // Only the source's owner writes it, and the check comes before the body is
+                // read: the vehicle's own sources come from the vehicle link alone.
+                let source = Path::<String>::from_request_parts(parts, st)
+                    .await
+                    .map(|Path(s)| s)
+                    .unwrap_or_default();
+                if let Some(owner) = st.owners.get(&source).filter(|o| **o != caller.owner()) {
+                    let who = match owner {
+                        crate::core::catalog::Owner::Vehicle => {
+                            "the gateway itself, from the vehicle link".to_string()
+                        }
+                        o => format!("the {} credential", o.name()),
+                    };
+                    let e = ApiError::new(
+                        403,
+                        ReasonCode::SOURCE_NOT_WRITABLE,
+                        format!(
+                            "source `{source}` is written by {who}, not the {} credential",
+                            caller.owner().name()
+                        ),
+                    );
+                    return Err(refused(st, Some(route), &e));
+                }
+                return Ok(caller);
+            }
+        };
+        Ok(Caller { role, route })
+    }
+}
+
+/// A request body, read as its route allows: JSON only (`application/json` or
+/// `application/…+json`; 415 otherwise), through the route's cap (413 with the route's code;
+/// never more than the cap held), within the body timeout (408).
+pub struct JsonBody(pub Vec<u8>);
+
+impl FromRequest<AppState> for JsonBody {
+    type Rejection = Refused;
+
+    async fn from_request(req: Request, st: &AppState) -> Result<JsonBody, Refused> {
+        let route = route_of(req.method(), req.extensions().get::<MatchedPath>());
+        let cap = route.and_then(|r| r.body).unwrap_or(BodyCap {
+            bytes: SMALL_LIMIT,
+            too_large: ReasonCode::BODY_TOO_LARGE,
+        });
+        read_body(req, cap)
+            .await
+            .map(JsonBody)
+            .map_err(|e| refused(st, route, &e))
+    }
+}
+
+async fn read_body(req: Request, cap: BodyCap) -> Result<Vec<u8>, ApiError> {
     check_json(req.headers())?;
-    // Read through the cap (never more than `limit` bytes held). A declared length over it
-    // is refused the same way once the cap is reached, rather than at once: closing with the
+    // Read through the cap (never more than the cap held). A declared length over it is
+    // refused the same way once the cap is reached, rather than at once: closing with the
     // body unread resets the connection under a client that is still sending it.
-    match axum::body::to_bytes(req.into_body(), limit).await {
+    match axum::body::to_bytes(req.into_body(), cap.bytes).await {
         Ok(b) => Ok(b.to_vec()),
         Err(e) => {
             // The length limit, or the body stopped arriving (the body timeout) or broke.
@@ -488,8 +874,8 @@ async fn read_body(req: Request, limit: usize) -> Result<Vec<u8>, ApiError> {
             if too_large {
                 Err(ApiError::new(
                     413,
-                    ReasonCode::BODY_TOO_LARGE,
-                    format!("the body exceeds {limit} bytes"),
+                    cap.too_large,
+                    format!("the body exceeds {} bytes", cap.bytes),
                 ))
             } else {
                 Err(ApiError::new(
@@ -504,237 +890,127 @@ async fn read_body(req: Request, limit: usize) -> Result<Vec<u8>, ApiError> {
     }
 }
 
-/// Sends a command to the core and waits for its answer.
-async fn call(st: &AppState, make: impl FnOnce(Reply) -> Cmd) -> Answer {
-    ask(&st.cmds, make).await
+/// The core task's answer to a caller, counted under its route.
+async fn ask_core(st: &AppState, caller: &Caller, make: impl FnOnce(Reply) -> Cmd) -> Response {
+    answer(st, caller, ask(&st.cmds, make).await)
 }
 
-async fn post_response(State(st): State<AppState>, headers: HeaderMap, req: Request) -> Response {
-    let r = async {
-        authorize(&st, &headers, &[Role::Agent], "submit responses")?;
-        let bytes = read_body(req, RESPONSE_LIMIT).await.map_err(|mut e| {
-            if e.status == 413 {
-                e.code = ReasonCode::RESPONSE_TOO_LARGE;
-            }
-            e
-        })?;
-        call(&st, |reply| Cmd::Response { bytes, reply }).await
+fn answer(st: &AppState, caller: &Caller, a: Answer) -> Response {
+    let (status, resp) = match a {
+        Ok(v) => (200, (StatusCode::OK, axum::Json(v)).into_response()),
+        Err(e) => (e.status, error_response(&e)),
+    };
+    if let Some(endpoint) = caller.route.endpoint {
+        count(st, endpoint, status);
     }
-    .await;
-    answer_response(&st, "responses", r)
+    resp
 }
 
-async fn get_response(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let r = async {
-        authorize(
-            &st,
-            &headers,
-            &[Role::Agent, Role::Operator],
-            "read responses",
-        )?;
-        call(&st, |reply| Cmd::GetResponse { id, reply }).await
-    }
-    .await;
-    answer_response(&st, "response", r)
+async fn post_response(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
+    ask_core(&st, &c, |reply| Cmd::Response {
+        bytes: body.0,
+        reply,
+    })
+    .await
 }
 
-async fn get_obligations(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    let r = async {
-        authorize(
-            &st,
-            &headers,
-            &[Role::Agent, Role::Operator],
-            "read obligations",
-        )?;
-        call(&st, |reply| Cmd::Obligations { reply }).await
-    }
-    .await;
-    answer_response(&st, "obligations", r)
+async fn get_response(State(st): State<AppState>, c: Caller, Path(id): Path<String>) -> Response {
+    ask_core(&st, &c, |reply| Cmd::GetResponse { id, reply }).await
+}
+
+async fn get_obligations(State(st): State<AppState>, c: Caller) -> Response {
+    ask_core(&st, &c, |reply| Cmd::Obligations { reply }).await
 }
 
 async fn post_candidate(
     State(st): State<AppState>,
+    c: Caller,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    req: Request,
+    body: JsonBody,
 ) -> Response {
-    let r = async {
-        authorize(&st, &headers, &[Role::Agent], "submit candidates")?;
-        let obligation: u64 = id.parse().map_err(|_| {
-            ApiError::new(
-                404,
-                ReasonCode::NO_OBLIGATION,
-                format!("`{id}` is not an obligation id"),
-            )
-        })?;
-        let bytes = read_body(req, RESPONSE_LIMIT).await?;
-        call(&st, |reply| Cmd::Candidate {
-            obligation,
-            bytes,
-            reply,
-        })
-        .await
-    }
-    .await;
-    answer_response(&st, "candidates", r)
+    let Ok(obligation) = id.parse::<u64>() else {
+        let e = ApiError::new(
+            404,
+            ReasonCode::NO_OBLIGATION,
+            format!("`{id}` is not an obligation id"),
+        );
+        return answer(&st, &c, Err(e));
+    };
+    ask_core(&st, &c, |reply| Cmd::Candidate {
+        obligation,
+        bytes: body.0,
+        reply,
+    })
+    .await
 }
 
 async fn post_state(
     State(st): State<AppState>,
+    c: Caller,
     Path(source): Path<String>,
-    headers: HeaderMap,
-    req: Request,
+    body: JsonBody,
 ) -> Response {
-    let r = async {
-        let role = authorize(
-            &st,
-            &headers,
-            &[Role::Provider, Role::Operator],
-            "write source state",
-        )?;
-        let caller = match role {
-            Role::Operator => crate::core::catalog::Owner::Operator,
-            _ => crate::core::catalog::Owner::Provider,
-        };
-        if let Some(owner) = st.owners.get(&source).filter(|o| **o != caller) {
-            let who = match owner {
-                crate::core::catalog::Owner::Vehicle => {
-                    "the gateway itself, from the vehicle link".to_string()
-                }
-                o => format!("the {} credential", o.name()),
-            };
-            return Err(ApiError::new(
-                403,
-                ReasonCode::SOURCE_NOT_WRITABLE,
-                format!(
-                    "source `{source}` is written by {who}, not the {} credential",
-                    caller.name()
-                ),
-            ));
-        }
-        let bytes = read_body(req, SMALL_LIMIT).await?;
-        let wall_ms = wall_now_ms();
-        call(&st, |reply| Cmd::State {
-            caller,
-            source,
-            bytes,
-            wall_ms,
-            reply,
-        })
-        .await
-    }
-    .await;
-    answer_response(&st, "state", r)
+    let (caller, wall_ms) = (c.owner(), wall_now_ms());
+    ask_core(&st, &c, |reply| Cmd::State {
+        caller,
+        source,
+        bytes: body.0,
+        wall_ms,
+        reply,
+    })
+    .await
 }
 
-async fn post_certificate(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    req: Request,
-) -> Response {
-    let r = async {
-        authorize(
-            &st,
-            &headers,
-            &[Role::Provider, Role::Operator],
-            "issue certificates",
-        )?;
-        let bytes = read_body(req, SMALL_LIMIT).await?;
-        let wall_ms = wall_now_ms();
-        call(&st, |reply| Cmd::Certificate {
-            bytes,
-            wall_ms,
-            reply,
-        })
-        .await
-    }
-    .await;
-    answer_response(&st, "certificates", r)
+async fn post_certificate(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
+    let wall_ms = wall_now_ms();
+    ask_core(&st, &c, |reply| Cmd::Certificate {
+        bytes: body.0,
+        wall_ms,
+        reply,
+    })
+    .await
 }
 
 async fn delete_certificate(
     State(st): State<AppState>,
+    c: Caller,
     Path(id): Path<String>,
-    headers: HeaderMap,
 ) -> Response {
-    let r = async {
-        authorize(
-            &st,
-            &headers,
-            &[Role::Provider, Role::Operator],
-            "revoke certificates",
-        )?;
-        call(&st, |reply| Cmd::Revoke { id, reply }).await
-    }
-    .await;
-    answer_response(&st, "revoke", r)
+    ask_core(&st, &c, |reply| Cmd::Revoke { id, reply }).await
 }
 
-async fn post_contract(State(st): State<AppState>, headers: HeaderMap, req: Request) -> Response {
-    let r = async {
-        let role = authorize(
-            &st,
-            &headers,
-            &[Role::Operator, Role::Provider],
-            "change the mission contract",
-        )?;
-        let caller = match role {
-            Role::Operator => crate::contract::Role::Operator,
-            _ => crate::contract::Role::Provider,
-        };
-        let bytes = read_body(req, SMALL_LIMIT).await?;
-        call(&st, |reply| Cmd::Contract {
-            caller,
-            bytes,
-            reply,
-        })
-        .await
-    }
-    .await;
-    answer_response(&st, "contract", r)
+async fn post_contract(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
+    let caller = match c.role {
+        Some(Role::Operator) => crate::contract::Role::Operator,
+        _ => crate::contract::Role::Provider,
+    };
+    ask_core(&st, &c, |reply| Cmd::Contract {
+        caller,
+        bytes: body.0,
+        reply,
+    })
+    .await
 }
 
-async fn get_contract(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    let r = async {
-        authorize(
-            &st,
-            &headers,
-            &[Role::Agent, Role::Operator],
-            "read the mission contract",
-        )?;
-        call(&st, |reply| Cmd::ContractStatus { reply }).await
-    }
-    .await;
-    answer_response(&st, "contract", r)
+async fn get_contract(State(st): State<AppState>, c: Caller) -> Response {
+    ask_core(&st, &c, |reply| Cmd::ContractStatus { reply }).await
 }
 
-async fn post_goal(State(st): State<AppState>, headers: HeaderMap, req: Request) -> Response {
-    let r = async {
-        authorize(&st, &headers, &[Role::Agent], "propose goals")?;
-        let bytes = read_body(req, SMALL_LIMIT).await?;
-        call(&st, |reply| Cmd::Contract {
-            caller: crate::contract::Role::Agent,
-            bytes,
-            reply,
-        })
-        .await
-    }
-    .await;
-    answer_response(&st, "goals", r)
+async fn post_goal(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
+    ask_core(&st, &c, |reply| Cmd::Contract {
+        caller: crate::contract::Role::Agent,
+        bytes: body.0,
+        reply,
+    })
+    .await
 }
 
-async fn post_witness(State(st): State<AppState>, headers: HeaderMap, req: Request) -> Response {
-    let r = async {
-        authorize(&st, &headers, &[Role::Agent], "ask for a witness")?;
-        let bytes = read_body(req, SMALL_LIMIT).await?;
-        call(&st, |reply| Cmd::Witness { bytes, reply }).await
-    }
-    .await;
-    answer_response(&st, "witness", r)
+async fn post_witness(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
+    ask_core(&st, &c, |reply| Cmd::Witness {
+        bytes: body.0,
+        reply,
+    })
+    .await
 }
 
 #[derive(serde::Deserialize)]
@@ -743,122 +1019,68 @@ struct TakeoffBody {
     altitude_m: f64,
 }
 
+/// The operator action a path names, with its body (a takeoff's altitude).
+fn operator_op(action: &str, body: &[u8]) -> Result<OperatorOp, ApiError> {
+    Ok(match action {
+        "arm" => OperatorOp::Arm,
+        "disarm" => OperatorOp::Disarm,
+        "land" => OperatorOp::Land,
+        "rtl" => OperatorOp::ReturnToLaunch,
+        "hold" => OperatorOp::Hold,
+        "release" => OperatorOp::Release,
+        "takeoff" => {
+            let b: TakeoffBody = serde_json::from_slice(body).map_err(|e| {
+                ApiError::new(
+                    400,
+                    ReasonCode::INVALID_REQUEST,
+                    format!("takeoff needs {{\"altitude_m\": <height above home>}}: {e}"),
+                )
+            })?;
+            OperatorOp::Takeoff {
+                altitude_m: b.altitude_m,
+            }
+        }
+        other => {
+            return Err(ApiError::new(
+                404,
+                ReasonCode::NOT_FOUND,
+                format!(
+                    "no operator action `{other}`; use arm, disarm, takeoff, land, rtl, hold or release"
+                ),
+            ));
+        }
+    })
+}
+
 async fn post_operator(
     State(st): State<AppState>,
+    c: Caller,
     Path(action): Path<String>,
-    headers: HeaderMap,
-    req: Request,
+    body: JsonBody,
 ) -> Response {
-    let r = async {
-        authorize(&st, &headers, &[Role::Operator], "command the vehicle")?;
-        let bytes = read_body(req, SMALL_LIMIT).await?;
-        let op = match action.as_str() {
-            "arm" => OperatorOp::Arm,
-            "disarm" => OperatorOp::Disarm,
-            "land" => OperatorOp::Land,
-            "rtl" => OperatorOp::ReturnToLaunch,
-            "hold" => OperatorOp::Hold,
-            "release" => OperatorOp::Release,
-            "takeoff" => {
-                let b: TakeoffBody = serde_json::from_slice(&bytes).map_err(|e| {
-                    ApiError::new(
-                        400,
-                        ReasonCode::INVALID_REQUEST,
-                        format!("takeoff needs {{\"altitude_m\": <height above home>}}: {e}"),
-                    )
-                })?;
-                OperatorOp::Takeoff {
-                    altitude_m: b.altitude_m,
-                }
-            }
-            other => {
-                return Err(ApiError::new(
-                    404,
-                    ReasonCode::NOT_FOUND,
-                    format!(
-                        "no operator action `{other}`; use arm, disarm, takeoff, land, rtl, hold or release"
-                    ),
-                ));
-            }
-        };
-        call(&st, |reply| Cmd::Operator { op, reply }).await
+    match operator_op(&action, &body.0) {
+        Ok(op) => ask_core(&st, &c, |reply| Cmd::Operator { op, reply }).await,
+        Err(e) => answer(&st, &c, Err(e)),
     }
-    .await;
-    answer_response(&st, "operator", r)
 }
 
-/// A read-only query of the core: open to anyone, or to any role's credential with
-/// `auth.require_for_read`.
-async fn read_query(
-    st: &AppState,
-    headers: &HeaderMap,
-    what: &str,
-    endpoint: &'static str,
-    cmd: impl FnOnce(Reply) -> Cmd,
-) -> Response {
-    let r = async {
-        if st.require_for_read {
-            authorize(
-                st,
-                headers,
-                &[Role::Agent, Role::Provider, Role::Operator],
-                what,
-            )?;
-        }
-        call(st, cmd).await
-    }
-    .await;
-    answer_response(st, endpoint, r)
+async fn get_status(State(st): State<AppState>, c: Caller) -> Response {
+    ask_core(&st, &c, |reply| Cmd::Status { reply }).await
 }
 
-async fn get_status(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    read_query(&st, &headers, "read status", "status", |reply| {
-        Cmd::Status { reply }
+async fn get_audit_head(State(st): State<AppState>, c: Caller) -> Response {
+    ask_core(&st, &c, |reply| Cmd::AuditHead { reply }).await
+}
+
+async fn post_head_exported(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
+    ask_core(&st, &c, |reply| Cmd::HeadExported {
+        bytes: body.0,
+        reply,
     })
     .await
 }
 
-async fn get_audit_head(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    read_query(
-        &st,
-        &headers,
-        "read the audit head",
-        "audit_head",
-        |reply| Cmd::AuditHead { reply },
-    )
-    .await
-}
-
-async fn post_head_exported(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    req: Request,
-) -> Response {
-    let r = async {
-        authorize(
-            &st,
-            &headers,
-            &[Role::Operator],
-            "confirm a kept signed head",
-        )?;
-        let bytes = read_body(req, SMALL_LIMIT).await?;
-        call(&st, |reply| Cmd::HeadExported { bytes, reply }).await
-    }
-    .await;
-    answer_response(&st, "audit_exported", r)
-}
-
-async fn get_metrics(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    if st.require_for_read {
-        if let Err(e) = authorize(
-            &st,
-            &headers,
-            &[Role::Agent, Role::Provider, Role::Operator],
-            "read metrics",
-        ) {
-            return error_response(&e);
-        }
-    }
+async fn get_metrics(State(st): State<AppState>, _: Caller) -> Response {
     (
         [(
             header::CONTENT_TYPE,
@@ -869,17 +1091,7 @@ async fn get_metrics(State(st): State<AppState>, headers: HeaderMap) -> Response
         .into_response()
 }
 
-async fn get_schema(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    if st.require_for_read {
-        if let Err(e) = authorize(
-            &st,
-            &headers,
-            &[Role::Agent, Role::Provider, Role::Operator],
-            "read the schema",
-        ) {
-            return error_response(&e);
-        }
-    }
+async fn get_schema(State(st): State<AppState>, _: Caller) -> Response {
     (
         [(header::CONTENT_TYPE, "application/schema+json")],
         st.schema.as_str().to_string(),
@@ -946,15 +1158,13 @@ fn event_stream(
     })
 }
 
-async fn get_events(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    let role = match authorize(
-        &st,
-        &headers,
-        &[Role::Agent, Role::Operator],
-        "read the event stream",
-    ) {
-        Ok(r) => r,
-        Err(e) => return error_response(&e),
+async fn get_events(State(st): State<AppState>, c: Caller, headers: HeaderMap) -> Response {
+    let Some(role) = c.role else {
+        return error_response(&ApiError::new(
+            401,
+            ReasonCode::UNAUTHENTICATED,
+            "send `Authorization: Bearer <credential>`",
+        ));
     };
     let raw = headers
         .get("last-event-id")
@@ -984,4 +1194,27 @@ async fn get_events(State(st): State<AppState>, headers: HeaderMap) -> Response 
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_has_its_handler_and_the_docs_table_is_the_route_table() {
+        for r in ROUTES {
+            assert!(
+                handler(r).is_some(),
+                "{} {} has no handler",
+                r.method,
+                r.path
+            );
+        }
+        let docs = include_str!("../../../docs/run.md");
+        assert!(
+            docs.contains(&role_table()),
+            "docs/run.md's role table is not the route table; it should read:\n{}",
+            role_table()
+        );
+    }
 }
