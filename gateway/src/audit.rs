@@ -102,7 +102,8 @@ impl Signer {
             }
         }
         crate::service::statedir::check_private(path, "audit key")?;
-        let text = crate::io::read_text_capped(path, MAX_KEY_FILE, "audit key")?;
+        let text = crate::io::read_text_capped(path, MAX_KEY_FILE, "audit key")
+            .map_err(|e| e.to_string())?;
         let seed = unhex::<32>(text.trim()).ok_or_else(|| {
             format!("{name}: not an audit key (one line of {KEY_HEX} lower-case hex digits)")
         })?;
@@ -202,7 +203,8 @@ pub fn public_key(arg: &str) -> Result<VerifyingKey, String> {
     let text = if unhex::<32>(arg.trim()).is_some() {
         arg.to_string()
     } else {
-        crate::io::read_text_capped(Path::new(arg), MAX_KEY_FILE, "public key")?
+        crate::io::read_text_capped(Path::new(arg), MAX_KEY_FILE, "public key")
+            .map_err(|e| e.to_string())?
     };
     let bytes = unhex::<32>(text.trim()).ok_or_else(|| {
         format!("{arg}: not a public key (one line of {KEY_HEX} lower-case hex digits)")

@@ -5,6 +5,7 @@
 use std::io::{BufRead, Read};
 use std::path::Path;
 
+use crate::contract::{Domain, DomainError};
 use crate::core::catalog::{Catalog, CatalogError};
 
 /// The largest catalog, contract domain or state file read, bytes.
@@ -14,32 +15,97 @@ pub const MAX_WORKFLOW_BYTES: u64 = 8 * 1024 * 1024;
 /// The largest single record (line) of a receipt log, bytes.
 pub const MAX_RECORD_BYTES: u64 = 1024 * 1024;
 
+/// Why a file could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReadErrorKind {
+    /// There is no such file.
+    Missing,
+    /// It could not be opened (permissions, a directory): the system's words.
+    Open(String),
+    /// Reading it failed: the system's words.
+    Read(String),
+    /// It is larger than the cap, bytes; nothing was read past it.
+    TooLarge(u64),
+    /// It is not UTF-8.
+    NotUtf8(String),
+}
+
+/// A file that could not be read: which, as what, and why. Its message names the file first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadError {
+    file: String,
+    what: String,
+    kind: ReadErrorKind,
+}
+
+impl ReadError {
+    fn new(file: &str, what: &str, kind: ReadErrorKind) -> ReadError {
+        ReadError {
+            file: file.to_string(),
+            what: what.to_string(),
+            kind,
+        }
+    }
+
+    /// The file, as people name it (`standard input` for `-`).
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// Why.
+    pub fn kind(&self) -> &ReadErrorKind {
+        &self.kind
+    }
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (file, what) = (&self.file, &self.what);
+        match &self.kind {
+            ReadErrorKind::Missing => write!(f, "{file}: no such file"),
+            ReadErrorKind::Open(e) => write!(f, "{file}: cannot open: {e}"),
+            ReadErrorKind::Read(e) => write!(f, "{file}: cannot read: {e}"),
+            ReadErrorKind::TooLarge(cap) => write!(
+                f,
+                "{file}: the {what} is larger than the {cap}-byte limit; nothing was read past it"
+            ),
+            ReadErrorKind::NotUtf8(e) => write!(f, "{file}: the {what} is not UTF-8: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
 /// Reads a whole file, refusing it past `cap` bytes without reading further; `what` names the
-/// kind of file in the message (`state file`, `response`, ...). `-` reads standard input.
+/// kind of file in the message (`state file`, `response`, ...). `-` reads standard input. The
+/// one way the binaries read a file whole.
 ///
 /// # Errors
-/// A one-line message naming the file: cannot open or read it, or it exceeds the cap.
-pub fn read_capped(path: &Path, cap: u64, what: &str) -> Result<Vec<u8>, String> {
-    let name = if path == Path::new("-") {
+/// [`ReadError`]: no such file, cannot open or read it, or it exceeds the cap.
+pub fn read_capped(path: &Path, cap: u64, what: &str) -> Result<Vec<u8>, ReadError> {
+    let stdin = path == Path::new("-");
+    let name = if stdin {
         "standard input".to_string()
     } else {
         path.display().to_string()
     };
     let mut buf = Vec::new();
-    let read = if path == Path::new("-") {
+    let read = if stdin {
         std::io::stdin().take(cap + 1).read_to_end(&mut buf)
     } else {
-        let f = std::fs::File::open(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => format!("{name}: no such file"),
-            _ => format!("{name}: cannot open: {e}"),
+        let f = std::fs::File::open(path).map_err(|e| {
+            let kind = match e.kind() {
+                std::io::ErrorKind::NotFound => ReadErrorKind::Missing,
+                _ => ReadErrorKind::Open(e.to_string()),
+            };
+            ReadError::new(&name, what, kind)
         })?;
         f.take(cap + 1).read_to_end(&mut buf)
     };
-    read.map_err(|e| format!("{name}: cannot read: {e}"))?;
+    read.map_err(|e| ReadError::new(&name, what, ReadErrorKind::Read(e.to_string())))?;
     if buf.len() as u64 > cap {
-        return Err(format!(
-            "{name}: the {what} is larger than the {cap}-byte limit; nothing was read past it"
-        ));
+        return Err(ReadError::new(&name, what, ReadErrorKind::TooLarge(cap)));
     }
     Ok(buf)
 }
@@ -48,9 +114,15 @@ pub fn read_capped(path: &Path, cap: u64, what: &str) -> Result<Vec<u8>, String>
 ///
 /// # Errors
 /// As [`read_capped`], or the file is not UTF-8.
-pub fn read_text_capped(path: &Path, cap: u64, what: &str) -> Result<String, String> {
+pub fn read_text_capped(path: &Path, cap: u64, what: &str) -> Result<String, ReadError> {
     let b = read_capped(path, cap, what)?;
-    String::from_utf8(b).map_err(|e| format!("{}: the {what} is not UTF-8: {e}", path.display()))
+    String::from_utf8(b).map_err(|e| {
+        ReadError::new(
+            &path.display().to_string(),
+            what,
+            ReadErrorKind::NotUtf8(e.to_string()),
+        )
+    })
 }
 
 /// One line of a line-oriented log, as [`for_each_line`] reads it.
@@ -141,23 +213,72 @@ pub fn for_each_record(
     for_each_line(path, cap, |l| each(l.no, l.text(&name)?))
 }
 
-/// Reads and validates a catalog file (at most [`MAX_CONFIG_BYTES`]).
+/// The catalog compiled into the binary (`catalogs/uav-px4.toml`).
+pub const EMBEDDED_CATALOG: &str = include_str!("../../catalogs/uav-px4.toml");
+/// The Crazyflie catalog compiled into the binary (`vehicle.kind = "crazyflie"`).
+pub const EMBEDDED_CRAZYFLIE_CATALOG: &str = include_str!("../../catalogs/crazyflie.toml");
+/// The mission-contract domain compiled into the binary (`catalogs/contract-uav.toml`).
+pub const EMBEDDED_CONTRACT_DOMAIN: &str = include_str!("../../catalogs/contract-uav.toml");
+
+/// Which compiled-in catalog stands in when no file is named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmbeddedCatalog {
+    /// `uav-px4`.
+    UavPx4,
+    /// `crazyflie`.
+    Crazyflie,
+}
+
+/// The one catalog loader: the file at `path` (at most [`MAX_CONFIG_BYTES`], validated), or the
+/// compiled-in catalog `embedded` when none is named.
 ///
 /// # Errors
 /// [`CatalogError`] when the file cannot be read, is too large or is invalid; the message names
 /// the file, the line and the field.
-pub fn load_catalog(path: &Path) -> Result<Catalog, CatalogError> {
+pub fn load_catalog(
+    path: Option<&Path>,
+    embedded: EmbeddedCatalog,
+) -> Result<Catalog, CatalogError> {
+    let Some(path) = path else {
+        return match embedded {
+            EmbeddedCatalog::UavPx4 => Catalog::parse(EMBEDDED_CATALOG, "embedded uav-px4.toml"),
+            EmbeddedCatalog::Crazyflie => {
+                Catalog::parse(EMBEDDED_CRAZYFLIE_CATALOG, "embedded crazyflie.toml")
+            }
+        };
+    };
     let name = path.display().to_string();
-    match read_capped(path, MAX_CONFIG_BYTES, "catalog") {
-        Ok(b) => match String::from_utf8(b) {
-            Ok(src) => Catalog::parse(&src, &name),
-            Err(e) => Err(CatalogError::io(&name, &format!("not UTF-8: {e}"))),
-        },
+    match read_text_capped(path, MAX_CONFIG_BYTES, "catalog") {
+        Ok(src) => Catalog::parse(&src, &name),
         Err(e) => Err(CatalogError::io(
             &name,
-            e.trim_start_matches(&format!("{name}: ")),
+            e.to_string().trim_start_matches(&format!("{name}: ")),
         )),
     }
+}
+
+/// A contract domain's text and a name for it: the file at `path`, or the compiled-in one.
+///
+/// # Errors
+/// [`ReadError`].
+pub fn domain_text(path: Option<&Path>) -> Result<(String, String), ReadError> {
+    match path {
+        Some(p) => read_text_capped(p, MAX_CONFIG_BYTES, "contract domain")
+            .map(|t| (t, p.display().to_string())),
+        None => Ok((
+            EMBEDDED_CONTRACT_DOMAIN.to_string(),
+            "embedded contract-uav.toml".to_string(),
+        )),
+    }
+}
+
+/// The one contract-domain loader: the file at `path` or the compiled-in domain, validated.
+///
+/// # Errors
+/// [`DomainError`] naming the file (one that cannot be read too).
+pub fn load_domain(path: Option<&Path>) -> Result<Domain, DomainError> {
+    let (text, name) = domain_text(path).map_err(|e| DomainError(e.to_string()))?;
+    Domain::parse(&text, &name)
 }
 
 #[cfg(test)]
@@ -167,7 +288,9 @@ mod tests {
 
     #[test]
     fn an_endless_file_is_refused_at_the_cap() {
-        let e = read_capped(Path::new("/dev/zero"), 4096, "state file").unwrap_err();
+        let e = read_capped(Path::new("/dev/zero"), 4096, "state file")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("/dev/zero") && e.contains("4096-byte limit"),
             "{e}"

@@ -56,6 +56,7 @@ pub mod statefile;
 pub mod strict;
 pub mod support;
 pub mod time;
+pub mod update;
 pub mod variant;
 
 pub use binding::{DispatchToken, Ledger, Seq, TokenState, Witness};

@@ -45,22 +45,29 @@ impl Gateway {
         now: Nanos,
         bytes: &[u8],
     ) -> Result<ReadmissionReport, Rejection> {
-        let result = parse_candidate(bytes).and_then(|raw| self.readmit(now, &raw));
-        if let Err(rej) = &result {
-            let (rid, obl) = parse_candidate(bytes)
-                .map(|r| (r.response_id, r.obligation))
-                .unwrap_or_default();
-            self.sh.receipts.push(
-                now,
-                Record::CandidateRejected {
-                    response: (rid).clone(),
-                    obligation: obl,
-                    code: rej.code(),
-                    ids: rej.ids().to_vec(),
-                },
-            );
+        // The rejection's receipt names the response and obligation when the candidate parsed:
+        // the parse's own result carries them.
+        let result = match parse_candidate(bytes) {
+            Ok(raw) => self
+                .readmit(now, &raw)
+                .map_err(|rej| (rej, (raw.response_id, raw.obligation))),
+            Err(rej) => Err((rej, Default::default())),
+        };
+        match result {
+            Ok(report) => Ok(report),
+            Err((rej, (rid, obl))) => {
+                self.sh.receipts.push(
+                    now,
+                    Record::CandidateRejected {
+                        response: rid,
+                        obligation: obl,
+                        code: rej.code(),
+                        ids: rej.ids().to_vec(),
+                    },
+                );
+                Err(rej)
+            }
         }
-        result
     }
 
     fn readmit(

@@ -12,9 +12,8 @@
 use serde::Deserialize;
 
 use super::catalog::Catalog;
-use super::digest::Digest;
 use super::ids::Id;
-use super::state::{Certificate, SourceState, SourceUpdate, Value};
+use super::state::{Certificate, SourceUpdate};
 use super::time::Nanos;
 
 #[derive(Deserialize)]
@@ -57,7 +56,9 @@ pub struct StateFile {
     pub certificates: Vec<Certificate>,
 }
 
-/// A provider's update as JSON: `{"source", "value", "epoch", "provenance", "generated_at_ms"}`.
+/// One source of a state file with its name, `{"source", "value", "epoch", "provenance",
+/// "generated_at_ms"}` (monotonic ms), for tests and tools; typed by the one constructor,
+/// [`SourceUpdate::from_json`]. A provider's update over HTTP is [`crate::update::UpdateBody`].
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderUpdate {
@@ -82,23 +83,15 @@ fn to_update(
     provenance: &Id,
     at_ms: u64,
 ) -> Result<SourceUpdate, String> {
-    let ix = cat
-        .source_ix(name)
-        .ok_or_else(|| format!("unknown source `{name}`"))?;
-    let kind = cat
-        .source(ix)
-        .map(|s| s.value)
-        .ok_or_else(|| format!("unknown source `{name}`"))?;
-    let value = Value::parse(kind, value).map_err(|e| format!("source `{name}`: {e}"))?;
-    Ok(SourceUpdate {
-        source: ix,
-        state: SourceState {
-            generated_at: Nanos::from_ms(at_ms),
-            epoch,
-            provenance: provenance.clone(),
-            value,
-        },
-    })
+    SourceUpdate::from_json(
+        cat,
+        name,
+        value,
+        epoch,
+        provenance.clone(),
+        Nanos::from_ms(at_ms),
+    )
+    .map_err(|e| e.message().to_string())
 }
 
 impl ProviderUpdate {
@@ -152,7 +145,7 @@ pub fn parse_state(cat: &Catalog, bytes: &[u8]) -> Result<StateFile, String> {
         }
         certificates.push(Certificate {
             id: c.id,
-            covers: Digest::from_hex(&c.covers).map_err(|e| format!("certificate covers: {e}"))?,
+            covers: crate::update::parse_covers(&c.covers).map_err(|e| e.message().to_string())?,
             valid_until: Nanos::from_ms(c.valid_until_ms),
             issuer: c.issuer,
         });

@@ -171,7 +171,7 @@ fn latency(n: usize) {
     // as the default limit allows at most, and every provider update re-evaluates that many.
     cfg.limits.done_retention_ms = 100;
     cfg.log.level = "error".into();
-    let cat = halo_gateway::service::load_catalog(&cfg).unwrap();
+    let cat = cfg.catalog().unwrap();
     let svc = rt
         .block_on(halo_gateway::service::Service::start(cfg, cat.clone()))
         .unwrap();
@@ -365,9 +365,7 @@ fn memory(seconds: u64, binary: &str) {
             let t = [10.0 + (k % 5) as f64, 3.0, -10.0, 90.0];
             let env = json!({"response_id": format!("m-{k}"), "agent_id": "bench", "generation": k + 1,
                 "catalog": {"id": "uav-px4", "version": 5}, "components": [route(t, 59.0, &cert)]});
-            let cat =
-                halo_gateway::service::load_catalog(&halo_gateway::service::Config::default())
-                    .unwrap();
+            let cat = halo_gateway::service::Config::default().catalog().unwrap();
             let c = json!({"id": cert, "covers": digest(&cat, &env), "valid_for_ms": 120000, "issuer": "tube-verifier"});
             post(
                 &a,

@@ -276,8 +276,7 @@ fn run(seconds: u64, binary: &str, retention_ms: Option<u64>) {
     };
     std::thread::sleep(Duration::from_millis(500));
     // One target streaming for the whole run.
-    let cat =
-        halo_gateway::service::load_catalog(&halo_gateway::service::Config::default()).unwrap();
+    let cat = halo_gateway::service::Config::default().catalog().unwrap();
     let target = json!({"response_id": "stream", "agent_id": "load", "generation": 1,
         "catalog": {"id": "uav-px4", "version": 5},
         "components": [{"id": "t", "type": "route_action",

@@ -257,11 +257,11 @@ pub fn play(
 /// # Errors
 /// [`DemoError`] when a step cannot run.
 pub async fn demo(out: &Path, quiet: bool) -> Result<(Outcome, bool), DemoError> {
+    use crate::service::Service;
     use crate::service::config::VehicleKind;
-    use crate::service::{Service, load_catalog};
     let mut cfg = super::demo::demo_config(out)?;
     cfg.vehicle.kind = VehicleKind::Crazyflie;
-    let catalog = load_catalog(&cfg).map_err(DemoError)?;
+    let catalog = cfg.catalog().map_err(|e| DemoError(e.to_string()))?;
     let (cfg, embedded, vehicle) =
         crate::embedded::start(cfg, Some(&out.join("vehicle-setpoints.jsonl")))
             .await

@@ -343,7 +343,7 @@ fn replay(cohort: &Path, catalog: Option<&Path>, state: Option<&Path>) -> i32 {
     let cat = match catalog {
         Some(p) => text(p, "catalog").map(|t| (t, p.display().to_string())),
         None => Ok((
-            crate::service::EMBEDDED_CATALOG.to_string(),
+            crate::io::EMBEDDED_CATALOG.to_string(),
             "embedded uav-px4.toml".to_string(),
         )),
     };

@@ -25,16 +25,15 @@ struct Fixtures {
 fn fixtures() -> Option<&'static Fixtures> {
     static F: std::sync::OnceLock<Option<Fixtures>> = std::sync::OnceLock::new();
     F.get_or_init(|| {
-        let catalog =
-            Catalog::parse(crate::service::EMBEDDED_CATALOG, "embedded uav-px4.toml").ok()?;
+        let catalog = Catalog::parse(crate::io::EMBEDDED_CATALOG, "embedded uav-px4.toml").ok()?;
         let state = parse_state(&catalog, STATE.as_bytes()).ok()?;
         let domain = crate::contract::Domain::parse(
-            crate::service::EMBEDDED_CONTRACT_DOMAIN,
+            crate::io::EMBEDDED_CONTRACT_DOMAIN,
             "embedded contract-uav.toml",
         )
         .ok()?;
         let checker = sitl::oracle::contract_audit::AuditDomain::from_toml(
-            crate::service::EMBEDDED_CONTRACT_DOMAIN,
+            crate::io::EMBEDDED_CONTRACT_DOMAIN,
         )
         .ok()?;
         let mut f = Fixtures {
@@ -486,19 +485,9 @@ pub fn service_bodies(data: &[u8]) {
     let Some((mut gw, now)) = gateway_from(f) else {
         return;
     };
-    for (i, s) in f.catalog.sources().iter().enumerate() {
-        let ix = crate::core::catalog::SourceIx(u8::try_from(i).unwrap_or(u8::MAX));
-        match read_update(&f.catalog, ix, s.name.as_str(), data) {
-            Ok((body, value)) => {
-                let u = crate::core::state::SourceUpdate {
-                    source: ix,
-                    state: crate::core::state::SourceState {
-                        generated_at: now,
-                        epoch: body.epoch,
-                        provenance: body.provenance,
-                        value,
-                    },
-                };
+    for s in f.catalog.sources() {
+        match read_update(&f.catalog, s.name.as_str(), data, |_| now) {
+            Ok(u) => {
                 let _ = gw.handle_source_update(now, u);
             }
             Err(e) => check(

@@ -84,7 +84,8 @@ pub fn read_cohort(path: &Path) -> Result<Vec<Recorded>, String> {
     };
     let mut out = Vec::new();
     for f in files {
-        let bytes = crate::io::read_capped(&f, MAX_COHORT_BYTES, "replay cohort")?;
+        let bytes = crate::io::read_capped(&f, MAX_COHORT_BYTES, "replay cohort")
+            .map_err(|e| e.to_string())?;
         let text =
             std::str::from_utf8(&bytes).map_err(|e| format!("{}: not UTF-8 ({e})", f.display()))?;
         for (k, line) in text.lines().enumerate() {

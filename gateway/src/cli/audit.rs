@@ -263,6 +263,7 @@ pub(crate) fn audit_verify(paths: &[PathBuf], key: Option<&str>, head: Option<&P
     };
     let kept = match head {
         Some(p) => match crate::io::read_capped(p, crate::io::MAX_CONFIG_BYTES, "signed head")
+            .map_err(|e| e.to_string())
             .and_then(|b| kept_heads(&b).map_err(|e| format!("{}: {e}", p.display())))
         {
             Ok(h) => Some(h),

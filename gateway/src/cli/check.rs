@@ -110,17 +110,14 @@ pub fn check(
     }
 }
 
-/// The named catalog, or the one compiled into the binary.
+/// The named catalog, or the one compiled into the binary (`uav-px4`).
+///
+/// # Errors
+/// [`crate::core::catalog::CatalogError`] naming the file, the line and the field.
 pub fn catalog_or_embedded(
     catalog: Option<&Path>,
 ) -> Result<crate::core::catalog::Catalog, crate::core::catalog::CatalogError> {
-    match catalog {
-        Some(p) => crate::io::load_catalog(p),
-        None => crate::core::catalog::Catalog::parse(
-            crate::service::EMBEDDED_CATALOG,
-            "embedded uav-px4.toml",
-        ),
-    }
+    crate::io::load_catalog(catalog, crate::io::EmbeddedCatalog::UavPx4)
 }
 
 /// `halo-gateway digest`: the exit code.
@@ -244,7 +241,7 @@ fn print_report(
 
 /// `halo-gateway catalog FILE`: the catalog checked, and a line per type.
 pub fn catalog(path: &Path) -> i32 {
-    match crate::io::load_catalog(path) {
+    match crate::io::load_catalog(Some(path), crate::io::EmbeddedCatalog::UavPx4) {
         Ok(cat) => {
             println!(
                 "catalog `{}` v{}: {} sources, {} component types",

@@ -40,16 +40,11 @@ pub(crate) enum ContractCmd {
 }
 
 /// The contract domain's text and a name for it: the file, or the one compiled in.
+///
+/// # Errors
+/// The file cannot be read, for people.
 pub fn domain_text(domain: Option<&Path>) -> Result<(String, String), String> {
-    match domain {
-        Some(p) => read(p, crate::io::MAX_CONFIG_BYTES, "contract domain")
-            .and_then(|b| String::from_utf8(b).map_err(|e| format!("{}: {e}", p.display())))
-            .map(|t| (t, p.display().to_string())),
-        None => Ok((
-            crate::service::EMBEDDED_CONTRACT_DOMAIN.to_string(),
-            "embedded contract-uav.toml".to_string(),
-        )),
-    }
+    crate::io::domain_text(domain).map_err(|e| e.to_string())
 }
 
 /// A value's snake_case wire name (`allow`, `closed`), for people.

@@ -17,8 +17,12 @@
 //! - 1: the response was admitted but some components were withheld or invalidated (an
 //!   operator command was refused);
 //! - 2: the response was rejected whole (a log did not verify);
-//! - 3: usage, file, catalog or start error;
-//! - 4: `run`: the receipt log failed during the run.
+//! - 3: usage, file, configuration or catalog error;
+//! - 4: `run`: the receipt log failed during the run;
+//! - 5: `run`: a listener cannot bind its address;
+//! - 6: `run`: the vehicle link cannot open;
+//! - 7: `run`: the state directory cannot be used;
+//! - 8: `run`: a task of the running service failed.
 
 use std::path::{Path, PathBuf};
 
@@ -41,6 +45,28 @@ pub const EXIT_ERROR: i32 = 3;
 /// Exit code of `run`: the receipt log failed during the run (a write failed, or the file cap
 /// was reached): the gateway held the vehicle and refused new work; receipts may be lost.
 pub const EXIT_RECEIPTS: i32 = 4;
+/// Exit code of `run`: a listener cannot bind its address (taken, or not allowed).
+pub const EXIT_LISTEN: i32 = 5;
+/// Exit code of `run`: the vehicle link cannot open (no such device or radio, an address that
+/// cannot be bound, a Crazyflie that does not answer).
+pub const EXIT_VEHICLE: i32 = 6;
+/// Exit code of `run`: the state directory cannot be used (permissions, a full disk, a
+/// credential or key file others can read, a receipt log that exists).
+pub const EXIT_STATE: i32 = 7;
+/// Exit code of `run`: a task of the running service failed.
+pub const EXIT_TASK: i32 = 8;
+
+/// The exit code of a service that could not start (or stop cleanly).
+pub fn start_exit_code(e: &crate::service::StartError) -> i32 {
+    use crate::service::StartError as E;
+    match e {
+        E::Config(_) => EXIT_ERROR,
+        E::Listen(_) => EXIT_LISTEN,
+        E::Vehicle(_) => EXIT_VEHICLE,
+        E::State(_) => EXIT_STATE,
+        E::Task(_) => EXIT_TASK,
+    }
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -244,5 +270,5 @@ fn moved_to_eval(cmd: &str, sub: &str) -> Option<String> {
 /// # Errors
 /// A one-line message naming the file.
 pub fn read(path: &Path, cap: u64, what: &str) -> Result<Vec<u8>, String> {
-    crate::io::read_capped(path, cap, what)
+    crate::io::read_capped(path, cap, what).map_err(|e| e.to_string())
 }

@@ -43,7 +43,7 @@ pub(crate) fn operator(
         c.state.dir = state_dir;
         c.state_dir().join("credentials").join("operator.token")
     });
-    let token = match crate::service::read_capped(&token_path, 4096) {
+    let token = match crate::io::read_text_capped(&token_path, 4096, "operator credential") {
         Ok(t) => t.trim().to_string(),
         Err(e) => {
             eprintln!(

@@ -115,9 +115,9 @@ where
             Output = Result<(crate::service::Config, crate::service::Embedded), String>,
         >,
 {
-    use crate::service::{Service, banner, init_tracing, load_catalog};
+    use crate::service::{Service, banner, init_tracing};
     init_tracing(cfg.log.format, &cfg.log.level);
-    let cat = match load_catalog(&cfg) {
+    let cat = match cfg.catalog() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -140,7 +140,7 @@ where
             Ok(s) => s,
             Err(e) => {
                 eprintln!("error: {e}");
-                return EXIT_ERROR;
+                return super::start_exit_code(&e);
             }
         };
         // Stdout may be a closed pipe (a supervisor that stopped reading): never panic on it.
@@ -199,7 +199,7 @@ where
             },
             Err(e) => {
                 eprintln!("error: {e}");
-                EXIT_ERROR
+                super::start_exit_code(&e)
             }
         }
     })

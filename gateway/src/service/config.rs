@@ -141,8 +141,8 @@ impl VehicleConfig {
     /// Checks the URL against the vehicle kind.
     ///
     /// # Errors
-    /// A message for people.
-    pub fn check_url(&self) -> Result<(), String> {
+    /// [`VehicleUrlError`]: not a URL the kind's bridge opens.
+    pub fn check_url(&self) -> Result<(), VehicleUrlError> {
         let Some(url) = self.url.as_deref() else {
             return Ok(());
         };
@@ -150,30 +150,28 @@ impl VehicleConfig {
             return Ok(());
         }
         match self.effective_kind() {
-            VehicleKind::Crazyflie => crazyflie_bridge::uri::check(url).map_err(|e| {
-                if self.kind == VehicleKind::Crazyflie
-                    && !url.starts_with("radio://")
-                    && !url.starts_with("usb://")
-                {
-                    format!("{e} (a Crazyflie is reached by radio://DONGLE/CHANNEL/RATE/ADDRESS or usb://N)")
-                } else {
-                    e.to_string()
-                }
-            }),
+            VehicleKind::Crazyflie => {
+                crazyflie_bridge::uri::check(url).map_err(|error| VehicleUrlError::Crazyflie {
+                    error,
+                    not_a_uri: self.kind == VehicleKind::Crazyflie
+                        && !url.starts_with("radio://")
+                        && !url.starts_with("usb://"),
+                })
+            }
             VehicleKind::Px4 => px4_bridge::url::TransportUrl::parse(url)
                 .map(|_| ())
-                .map_err(|e| e.to_string()),
+                .map_err(VehicleUrlError::Mavlink),
         }
     }
 
     /// The URL a real link opens: refuses none and [`SIM_URL`].
     ///
     /// # Errors
-    /// A message for people saying what to set.
-    pub fn url_or_refuse(&self) -> Result<String, String> {
+    /// [`VehicleUrlError::Missing`], [`VehicleUrlError::Simulator`]: what to set, for people.
+    pub fn url_or_refuse(&self) -> Result<String, VehicleUrlError> {
         match self.url.as_deref() {
-            None => Err(NO_VEHICLE.into()),
-            Some(SIM_URL) => Err(SIM_IS_EVAL.into()),
+            None => Err(VehicleUrlError::Missing),
+            Some(SIM_URL) => Err(VehicleUrlError::Simulator),
             Some(u) => Ok(u.to_string()),
         }
     }
@@ -182,14 +180,48 @@ impl VehicleConfig {
 /// The URL that names the evaluation binary's embedded simulator.
 pub const SIM_URL: &str = "sim";
 
-/// Why `run` does not start without a vehicle.
-pub const NO_VEHICLE: &str = "no vehicle: set vehicle.url in the configuration or pass --vehicle (a MAVLink URL \
-     such as udpin:127.0.0.1:14540 for PX4 SITL or serial:/dev/ttyAMA0:921600 for a Pixhawk on TELEM2, or a \
-     Crazyflie radio:// URI); to try the gateway on a simulated vehicle, run scripts/run_sim.sh (`halo-eval run`)";
+/// Why `vehicle.url` cannot be flown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum VehicleUrlError {
+    /// None is set: the flight binary flies only the vehicle it is told.
+    Missing,
+    /// `sim`: the evaluation binary's embedded simulator, which the flight binary does not link.
+    Simulator,
+    /// Not a MAVLink URL PX4's bridge opens.
+    Mavlink(px4_bridge::url::UrlError),
+    /// Not a Crazyflie URI (`not_a_uri`: it does not even start like one).
+    Crazyflie {
+        /// The bridge's reason.
+        error: crazyflie_bridge::uri::UriError,
+        /// It starts neither `radio://` nor `usb://`.
+        not_a_uri: bool,
+    },
+}
 
-/// Why the flight binary refuses `vehicle.url = "sim"`.
-pub const SIM_IS_EVAL: &str = "vehicle.url = \"sim\" is the evaluation binary's embedded simulator: \
-     scripts/run_sim.sh (`halo-eval run`) runs this service on it; the flight binary links no simulator";
+impl std::fmt::Display for VehicleUrlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VehicleUrlError::Missing => f.write_str(
+                "no vehicle: set vehicle.url in the configuration or pass --vehicle (a MAVLink URL such as udpin:127.0.0.1:14540 for PX4 SITL or serial:/dev/ttyAMA0:921600 for a Pixhawk on TELEM2, or a Crazyflie radio:// URI); to try the gateway on a simulated vehicle, run scripts/run_sim.sh (`halo-eval run`)",
+            ),
+            VehicleUrlError::Simulator => f.write_str(
+                "vehicle.url = \"sim\" is the evaluation binary's embedded simulator: scripts/run_sim.sh (`halo-eval run`) runs this service on it; the flight binary links no simulator",
+            ),
+            VehicleUrlError::Mavlink(e) => e.fmt(f),
+            VehicleUrlError::Crazyflie {
+                error,
+                not_a_uri: true,
+            } => write!(
+                f,
+                "{error} (a Crazyflie is reached by radio://DONGLE/CHANNEL/RATE/ADDRESS or usb://N)"
+            ),
+            VehicleUrlError::Crazyflie { error, .. } => error.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for VehicleUrlError {}
 
 /// `[catalog]`.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -395,7 +427,7 @@ pub enum LogFormat {
 
 /// Why a configuration could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError(pub String);
+pub struct ConfigError(String);
 
 impl std::fmt::Display for ConfigError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -427,14 +459,38 @@ impl Config {
         Ok(cfg)
     }
 
+    /// The catalog this configuration names (`catalog.path`), or the one compiled in for its
+    /// vehicle kind.
+    ///
+    /// # Errors
+    /// [`crate::core::catalog::CatalogError`] naming the file, the line and the field.
+    pub fn catalog(
+        &self,
+    ) -> Result<crate::core::catalog::Catalog, crate::core::catalog::CatalogError> {
+        let embedded = match self.vehicle.effective_kind() {
+            VehicleKind::Px4 => crate::io::EmbeddedCatalog::UavPx4,
+            VehicleKind::Crazyflie => crate::io::EmbeddedCatalog::Crazyflie,
+        };
+        crate::io::load_catalog(self.catalog.path.as_deref(), embedded)
+    }
+
+    /// The mission-contract domain this configuration names (`contract.domain`), or the one
+    /// compiled in.
+    ///
+    /// # Errors
+    /// [`crate::contract::DomainError`] naming the file.
+    pub fn domain(&self) -> Result<crate::contract::Domain, crate::contract::DomainError> {
+        crate::io::load_domain(self.contract.domain.as_deref())
+    }
+
     /// Reads and parses a configuration file.
     ///
     /// # Errors
     /// [`ConfigError`] when the file is missing, too large or invalid.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let name = path.display().to_string();
-        let text = crate::service::read_capped(path, MAX_CONFIG_BYTES)
-            .map_err(|e| ConfigError(format!("{name}: {e}")))?;
+        let text = crate::io::read_text_capped(path, MAX_CONFIG_BYTES, "configuration")
+            .map_err(|e| ConfigError(e.to_string()))?;
         Config::parse(&text, &name)
     }
 

@@ -23,7 +23,6 @@ pub mod schema;
 pub mod statedir;
 pub mod stdio;
 
-use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -40,87 +39,89 @@ pub use config::Config;
 use core_task::Core;
 use statedir::{CredentialFiles, Credentials};
 
-/// The catalog compiled into the binary (`catalogs/uav-px4.toml`).
-pub const EMBEDDED_CATALOG: &str = include_str!("../../../catalogs/uav-px4.toml");
-/// The Crazyflie catalog compiled into the binary (`vehicle.kind = "crazyflie"`).
-pub const EMBEDDED_CRAZYFLIE_CATALOG: &str = include_str!("../../../catalogs/crazyflie.toml");
-/// The mission-contract domain compiled into the binary (`catalogs/contract-uav.toml`).
-pub const EMBEDDED_CONTRACT_DOMAIN: &str = include_str!("../../../catalogs/contract-uav.toml");
-
-/// Loads the configured contract domain or the embedded one.
-///
-/// # Errors
-/// A message naming the file.
-pub fn load_domain(cfg: &Config) -> Result<crate::contract::Domain, String> {
-    match &cfg.contract.domain {
-        Some(p) => {
-            let name = p.display().to_string();
-            let text = read_capped(p, 1024 * 1024).map_err(|e| format!("{name}: {e}"))?;
-            crate::contract::Domain::parse(&text, &name).map_err(|e| e.0)
-        }
-        None => {
-            crate::contract::Domain::parse(EMBEDDED_CONTRACT_DOMAIN, "embedded contract-uav.toml")
-                .map_err(|e| e.0)
-        }
-    }
+/// What went wrong, for people: its message names the thing (the file, the address, the device).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    message: String,
 }
 
-/// Reads a file through a size cap: a larger file is an error, never truncated.
-///
-/// # Errors
-/// A message for people.
-pub fn read_capped(path: &Path, cap: u64) -> Result<String, String> {
-    let f = std::fs::File::open(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file".to_string(),
-        _ => e.to_string(),
-    })?;
-    let mut buf = Vec::new();
-    f.take(cap + 1)
-        .read_to_end(&mut buf)
-        .map_err(|e| e.to_string())?;
-    if buf.len() as u64 > cap {
-        return Err(format!("larger than the {cap}-byte limit"));
-    }
-    String::from_utf8(buf).map_err(|e| format!("not UTF-8: {e}"))
-}
-
-/// Loads the configured catalog or the embedded one.
-///
-/// # Errors
-/// A message naming the file, line and field.
-pub fn load_catalog(cfg: &Config) -> Result<Catalog, String> {
-    match &cfg.catalog.path {
-        Some(p) => {
-            let name = p.display().to_string();
-            let text = read_capped(p, 1024 * 1024).map_err(|e| format!("{name}: {e}"))?;
-            Catalog::parse(&text, &name).map_err(|e| e.to_string())
-        }
-        None => match cfg.vehicle.effective_kind() {
-            config::VehicleKind::Px4 => {
-                Catalog::parse(EMBEDDED_CATALOG, "embedded uav-px4.toml").map_err(|e| e.to_string())
-            }
-            config::VehicleKind::Crazyflie => {
-                Catalog::parse(EMBEDDED_CRAZYFLIE_CATALOG, "embedded crazyflie.toml")
-                    .map_err(|e| e.to_string())
-            }
-        },
-    }
-}
-
-/// Why the service could not start.
-#[derive(Debug)]
-pub struct ServiceError(pub String);
-
-impl std::fmt::Display for ServiceError {
+impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
-impl std::error::Error for ServiceError {}
+/// Why the service could not start, or did not stop cleanly. Each kind has its own exit code
+/// (`halo-gateway run`, docs/run.md): a script can tell a wrong configuration from a vehicle it
+/// cannot reach.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StartError {
+    /// The configuration, the catalog, the contract domain, the vehicle URL or a key named in
+    /// the configuration is wrong (exit 3).
+    Config(Problem),
+    /// A listener cannot bind its address: taken, or not allowed (exit 5).
+    Listen(Problem),
+    /// The vehicle link cannot open: no such serial device or radio, an address that cannot be
+    /// bound, a Crazyflie that does not answer (exit 6).
+    Vehicle(Problem),
+    /// The state directory cannot be used: permissions, a full disk, a credential or key file
+    /// others can read, a receipt log that exists (exit 7).
+    State(Problem),
+    /// A task of the running service failed (exit 8).
+    Task(Problem),
+}
 
-fn serr<E: std::fmt::Display>(ctx: &str) -> impl FnOnce(E) -> ServiceError + '_ {
-    move |e| ServiceError(format!("{ctx}: {e}"))
+impl StartError {
+    fn config(message: impl std::fmt::Display) -> StartError {
+        StartError::Config(Problem {
+            message: message.to_string(),
+        })
+    }
+
+    fn listen(message: impl std::fmt::Display) -> StartError {
+        StartError::Listen(Problem {
+            message: message.to_string(),
+        })
+    }
+
+    fn vehicle(message: impl std::fmt::Display) -> StartError {
+        StartError::Vehicle(Problem {
+            message: message.to_string(),
+        })
+    }
+
+    fn state(message: impl std::fmt::Display) -> StartError {
+        StartError::State(Problem {
+            message: message.to_string(),
+        })
+    }
+
+    /// The problem, whatever its kind.
+    pub fn problem(&self) -> &Problem {
+        match self {
+            StartError::Config(p)
+            | StartError::Listen(p)
+            | StartError::Vehicle(p)
+            | StartError::State(p)
+            | StartError::Task(p) => p,
+        }
+    }
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.problem().fmt(f)
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// `ctx: error` as a [`StartError`] of kind `kind`.
+fn within<E: std::fmt::Display>(
+    kind: fn(String) -> StartError,
+    ctx: &str,
+) -> impl FnOnce(E) -> StartError + '_ {
+    move |e| kind(format!("{ctx}: {e}"))
 }
 
 /// A running service.
@@ -197,19 +198,19 @@ fn touch_state(
     cfg: &Config,
     state_dir: &Path,
     configured_key: Option<crate::audit::Signer>,
-) -> Result<TouchedState, ServiceError> {
-    std::fs::create_dir_all(state_dir).map_err(serr(&format!(
-        "cannot create the state directory {}",
-        state_dir.display()
-    )))?;
-    let boot_epoch = statedir::bump_boot_epoch(state_dir).map_err(ServiceError)?;
+) -> Result<TouchedState, StartError> {
+    std::fs::create_dir_all(state_dir).map_err(within(
+        StartError::state,
+        &format!("cannot create the state directory {}", state_dir.display()),
+    ))?;
+    let boot_epoch = statedir::bump_boot_epoch(state_dir).map_err(StartError::state)?;
     let (credentials, credential_files) = statedir::credentials(
         state_dir,
         cfg.auth.agent_file.as_deref(),
         cfg.auth.provider_file.as_deref(),
         cfg.auth.operator_file.as_deref(),
     )
-    .map_err(ServiceError)?;
+    .map_err(StartError::state)?;
     let key_path = cfg
         .receipts
         .signing_key
@@ -219,7 +220,7 @@ fn touch_state(
         Some(s) => s,
         None => {
             let (s, created) =
-                crate::audit::Signer::load_or_create(&key_path).map_err(ServiceError)?;
+                crate::audit::Signer::load_or_create(&key_path).map_err(StartError::state)?;
             if created {
                 tracing::info!(key = %key_path.display(), "created the audit key");
             }
@@ -230,7 +231,7 @@ fn touch_state(
     if !audit_public_key.exists() {
         signer
             .write_public(&audit_public_key)
-            .map_err(ServiceError)?;
+            .map_err(StartError::state)?;
     }
     let receipts_path = cfg.receipts.path.clone().unwrap_or_else(|| {
         state_dir
@@ -241,7 +242,7 @@ fn touch_state(
         .parent()
         .unwrap_or(Path::new("."))
         .to_path_buf();
-    let exported = receipts::Exported::load(&dir).map_err(ServiceError)?;
+    let exported = receipts::Exported::load(&dir).map_err(StartError::state)?;
     let previous_head = core_task::PreviousHead::find(&dir, &receipts_path);
     let log = receipts::ReceiptLog::open(
         &receipts_path,
@@ -253,9 +254,9 @@ fn touch_state(
         exported,
     )
     .map_err(|e| {
-        ServiceError(if e.kind() == std::io::ErrorKind::AlreadyExists {
+        StartError::state(if e.kind() == std::io::ErrorKind::AlreadyExists {
             format!(
-                "the receipt log {} already exists; receipts.path names one start's log: move                  it away, or leave receipts.path unset for one log per start",
+                "the receipt log {} already exists; receipts.path names one start's log: move it away, or leave receipts.path unset for one log per start",
                 receipts_path.display()
             )
         } else {
@@ -289,8 +290,8 @@ async fn start_px4(
     cfg: &Config,
     origin: Instant,
     stop_bridge: &broadcast::Sender<()>,
-) -> Result<StartedVehicle, ServiceError> {
-    let vehicle_url = cfg.vehicle.url_or_refuse().map_err(ServiceError)?;
+) -> Result<StartedVehicle, StartError> {
+    let vehicle_url = cfg.vehicle.url_or_refuse().map_err(StartError::config)?;
     let mut bopts = BridgeOptions::new(&vehicle_url);
     bopts.origin = origin;
     bopts.setpoint_log = cfg.vehicle.setpoint_log.clone();
@@ -299,7 +300,7 @@ async fn start_px4(
     bopts.config.offboard_permitted_at_start = cfg.vehicle.control_at_start;
     let (handle, bridge_rx, bridge) = start_bridge(bopts, stop_bridge.subscribe())
         .await
-        .map_err(serr("vehicle link"))?;
+        .map_err(within(StartError::vehicle, "vehicle link"))?;
     Ok(StartedVehicle {
         url: vehicle_url,
         link: crate::vehicle::VehicleLink::Px4(handle),
@@ -315,7 +316,7 @@ async fn start_crazyflie(
     origin: Instant,
     state_dir: &std::path::Path,
     embedded: Option<Arc<dyn crazyflie_bridge::shell::LinkOpener>>,
-) -> Result<StartedVehicle, ServiceError> {
+) -> Result<StartedVehicle, StartError> {
     use crazyflie_bridge::shell::{BridgeOptions as CfOptions, LinkOpener, UriOpener};
     let (opener, url): (Arc<dyn LinkOpener>, String) = match embedded {
         Some(o) => (
@@ -323,8 +324,8 @@ async fn start_crazyflie(
             cfg.vehicle.url.clone().unwrap_or_else(|| "embedded".into()),
         ),
         None => {
-            let url = cfg.vehicle.url_or_refuse().map_err(ServiceError)?;
-            let o = UriOpener::new(&url).map_err(serr("vehicle.url"))?;
+            let url = cfg.vehicle.url_or_refuse().map_err(StartError::config)?;
+            let o = UriOpener::new(&url).map_err(within(StartError::config, "vehicle.url"))?;
             (Arc::new(o), url)
         }
     };
@@ -342,7 +343,7 @@ async fn start_crazyflie(
     );
     let (handle, events) = crazyflie_bridge::shell::start(o)
         .await
-        .map_err(serr("Crazyflie"))?;
+        .map_err(within(StartError::vehicle, "Crazyflie"))?;
     Ok(StartedVehicle {
         url,
         link: crate::vehicle::VehicleLink::Crazyflie(handle),
@@ -356,42 +357,52 @@ impl Service {
     /// HTTP listeners.
     ///
     /// # Errors
-    /// [`ServiceError`] naming what could not start.
-    pub async fn start(cfg: Config, catalog: Catalog) -> Result<Service, ServiceError> {
+    /// [`StartError`] naming what could not start.
+    pub async fn start(cfg: Config, catalog: Catalog) -> Result<Service, StartError> {
         Service::start_with(cfg, catalog, Embedded::default()).await
     }
 
     /// As [`Service::start`], on a vehicle the caller brings ([`Embedded`]).
     ///
     /// # Errors
-    /// [`ServiceError`] naming what could not start.
+    /// [`StartError`] naming what could not start.
     pub async fn start_with(
         cfg: Config,
         catalog: Catalog,
         embedded: Embedded,
-    ) -> Result<Service, ServiceError> {
+    ) -> Result<Service, StartError> {
         // Validate and bind everything first: a start that fails touches no state (no boot
         // epoch bumped, no file created, no receipt log rotated).
         let state_dir = cfg.state_dir();
         let configured_key = match &cfg.receipts.signing_key {
             Some(p) => Some(
                 crate::audit::Signer::load(p)
-                    .map_err(|e| ServiceError(format!("receipts.signing_key: {e}")))?,
+                    .map_err(within(StartError::config, "receipts.signing_key"))?,
             ),
             None => None,
         };
-        let domain = load_domain(&cfg).map_err(ServiceError)?;
+        let domain = cfg.domain().map_err(StartError::config)?;
         let listener = tokio::net::TcpListener::bind(cfg.listen.http)
             .await
-            .map_err(serr(&format!("cannot listen on {}", cfg.listen.http)))?;
-        let http_addr = listener.local_addr().map_err(serr("listener"))?;
+            .map_err(within(
+                StartError::listen,
+                &format!("cannot listen on {}", cfg.listen.http),
+            ))?;
+        let http_addr = listener
+            .local_addr()
+            .map_err(within(StartError::listen, "listener"))?;
         let op_want = cfg.listen.operator_addr();
         let op_listener = tokio::net::TcpListener::bind(op_want)
             .await
-            .map_err(serr(&format!(
-                "cannot listen on {op_want} (listen.operator, the operator's own listener)"
-            )))?;
-        let operator_addr = op_listener.local_addr().map_err(serr("listener"))?;
+            .map_err(within(
+                StartError::listen,
+                &format!(
+                    "cannot listen on {op_want} (listen.operator, the operator's own listener)"
+                ),
+            ))?;
+        let operator_addr = op_listener
+            .local_addr()
+            .map_err(within(StartError::listen, "listener"))?;
 
         let origin = Instant::now();
         let origin_wall_ms = core_task::wall_now_ms();
@@ -415,7 +426,7 @@ impl Service {
             task: bridge,
         } = vehicle;
         // From here on state is touched; a failure stops the vehicle link it started.
-        let stop_vehicle = |e: ServiceError| {
+        let stop_vehicle = |e: StartError| {
             let _ = stop_bridge.send(());
             e
         };
@@ -593,9 +604,13 @@ impl Service {
     /// flushed its receipts, the listener closed, the bridge stopped.
     ///
     /// # Errors
-    /// [`ServiceError`] when a task failed.
-    pub async fn wait(self) -> Result<core_task::ReceiptSummary, ServiceError> {
-        let core = self.core.await.map_err(serr("core task"))?;
+    /// [`StartError::Task`] when a task failed.
+    pub async fn wait(self) -> Result<core_task::ReceiptSummary, StartError> {
+        let core = self.core.await.map_err(|e| {
+            StartError::Task(Problem {
+                message: format!("core task: {e}"),
+            })
+        })?;
         let summary = core.receipt_summary();
         let _ = self.stop_bridge.send(());
         let _ = tokio::time::timeout(Duration::from_secs(6), self.http).await;

@@ -156,7 +156,7 @@ impl Exported {
                 .map(Exported)
                 .map_err(|e| format!("{}: {e}", p.display())),
             Err(_) if !p.exists() => Ok(Exported::default()),
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         }
     }
 

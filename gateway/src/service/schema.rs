@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn every_object_is_closed_and_every_type_is_an_alternative() {
-        let cat = Catalog::parse(crate::service::EMBEDDED_CATALOG, "uav-px4.toml").unwrap();
+        let cat = Catalog::parse(crate::io::EMBEDDED_CATALOG, "uav-px4.toml").unwrap();
         let s = envelope_schema(&cat);
         let mut bad = Vec::new();
         closed(&s, "", &mut bad);

@@ -163,24 +163,47 @@ impl VehicleCommand {
     }
 }
 
+/// Why the vehicle link refused a call: the bridge's own reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VehicleError {
+    /// PX4's bridge refused (its queue is full, the link is down, ...).
+    Px4(px4_bridge::EnqueueError),
+    /// The Crazyflie's bridge refused.
+    Crazyflie(crazyflie_bridge::EnqueueError),
+    /// The vehicle has no such command (a Crazyflie has no flight modes).
+    Unsupported,
+}
+
+impl std::fmt::Display for VehicleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VehicleError::Px4(e) => e.fmt(f),
+            VehicleError::Crazyflie(e) => e.fmt(f),
+            VehicleError::Unsupported => f.write_str("a Crazyflie has no flight modes"),
+        }
+    }
+}
+
+impl std::error::Error for VehicleError {}
+
 /// What the service's vehicle link offers the supervisor. Every call returns at once: the
 /// bridges' bounded queues, never a blocking write or an `.await`.
 pub trait VehicleControl {
     /// Stops the current target and holds where the vehicle is.
     ///
     /// # Errors
-    /// The bridge's refusal, for people.
-    fn hold(&mut self) -> Result<(), String>;
+    /// The bridge's refusal.
+    fn hold(&mut self) -> Result<(), VehicleError>;
     /// Sends a command.
     ///
     /// # Errors
-    /// The bridge's refusal, for people (a full queue; a Crazyflie bridge's refusal).
-    fn command(&mut self, command: &VehicleCommand) -> Result<(), String>;
+    /// The bridge's refusal (a full queue; a Crazyflie bridge's refusal).
+    fn command(&mut self, command: &VehicleCommand) -> Result<(), VehicleError>;
     /// The operator handed the vehicle to the gateway: PX4's bridge may enter OFFBOARD.
     ///
     /// # Errors
-    /// The bridge's refusal, for people.
-    fn permit_offboard(&mut self) -> Result<(), String>;
+    /// The bridge's refusal.
+    fn permit_offboard(&mut self) -> Result<(), VehicleError>;
     /// Whether the bridge hears the vehicle now.
     fn link_up(&self) -> bool;
     /// Whether a setpoint would be taken now: PX4 offboard-capable (no pilot, failsafe or
@@ -699,7 +722,7 @@ impl Supervisor {
         let bridge = match self.kind {
             VehicleKind::Px4 => vehicle
                 .permit_offboard()
-                .map_or_else(|e| e, |()| "permitted".into()),
+                .map_or_else(|e| e.to_string(), |()| "permitted".into()),
             VehicleKind::Crazyflie => {
                 // No modes to hand over: the gateway's own flag is the permission.
                 self.granted = true;
@@ -893,7 +916,7 @@ impl Supervisor {
         self.record(
             "operator_command",
             json!({"action": op.name(), "command": op.name(),
-                   "outcome": r.as_ref().map_or_else(Clone::clone, |()| "sent".into())}),
+                   "outcome": r.as_ref().map_or_else(ToString::to_string, |()| "sent".into())}),
         );
         match r {
             Ok(()) => {
@@ -918,7 +941,7 @@ impl Supervisor {
         self.end_stream();
         self.record(
             "operator_hold",
-            json!({"held": true, "bridge": r.map_or_else(|e| e, |()| "holding".into())}),
+            json!({"held": true, "bridge": r.map_or_else(|e| e.to_string(), |()| "holding".into())}),
         );
         self.notice("operator_hold", json!({"held": true}));
         self.publish_control();

@@ -26,7 +26,7 @@ use px4_bridge::shell::BridgeHandle;
 use crate::core::gate::{Adapter, AdapterError, EnqueueRequest};
 use crate::core::ids::Id;
 use crate::core::payload::ActionCommand;
-use crate::supervisor::{Enqueued, VehicleCommand, VehicleControl};
+use crate::supervisor::{Enqueued, VehicleCommand, VehicleControl, VehicleError};
 
 /// How many dispatched commands the adapter remembers for attributing the vehicle's echo of a
 /// target. It echoes a target within a few stream periods, long before this many newer exist.
@@ -172,14 +172,14 @@ impl VehicleAdapter {
     /// (released with them, sent even when they are discarded).
     ///
     /// # Errors
-    /// The bridge's refusal, for people.
-    pub fn hold(&mut self) -> Result<(), String> {
+    /// The bridge's refusal.
+    pub fn hold(&mut self) -> Result<(), VehicleError> {
         let r = match &self.link {
-            VehicleLink::Px4(h) => h.reserve_hold().map(Staged::Px4).map_err(|e| e.to_string()),
+            VehicleLink::Px4(h) => h.reserve_hold().map(Staged::Px4).map_err(VehicleError::Px4),
             VehicleLink::Crazyflie(h) => h
                 .reserve_hold()
                 .map(Staged::Crazyflie)
-                .map_err(|e| e.to_string()),
+                .map_err(VehicleError::Crazyflie),
         }?;
         if self.staged.is_empty() {
             r.release();
@@ -310,11 +310,11 @@ impl Adapter for VehicleAdapter {
 }
 
 impl VehicleControl for VehicleAdapter {
-    fn hold(&mut self) -> Result<(), String> {
+    fn hold(&mut self) -> Result<(), VehicleError> {
         VehicleAdapter::hold(self)
     }
 
-    fn command(&mut self, command: &VehicleCommand) -> Result<(), String> {
+    fn command(&mut self, command: &VehicleCommand) -> Result<(), VehicleError> {
         match &self.link {
             VehicleLink::Px4(h) => {
                 let c = match *command {
@@ -329,7 +329,7 @@ impl VehicleControl for VehicleAdapter {
                         mode: px4_bridge::Px4Mode::HOLD,
                     },
                 };
-                h.command(c).map_err(|e| e.to_string())
+                h.command(c).map_err(VehicleError::Px4)
             }
             VehicleLink::Crazyflie(h) => match *command {
                 VehicleCommand::Arm => h.arm(true),
@@ -337,16 +337,16 @@ impl VehicleControl for VehicleAdapter {
                 VehicleCommand::Takeoff { height_m, .. } => h.takeoff(height_m),
                 VehicleCommand::Land => h.land(),
                 VehicleCommand::ReturnToLaunch | VehicleCommand::HoldMode => {
-                    return Err("a Crazyflie has no flight modes".into());
+                    return Err(VehicleError::Unsupported);
                 }
             }
-            .map_err(|e| e.to_string()),
+            .map_err(VehicleError::Crazyflie),
         }
     }
 
-    fn permit_offboard(&mut self) -> Result<(), String> {
+    fn permit_offboard(&mut self) -> Result<(), VehicleError> {
         match &self.link {
-            VehicleLink::Px4(h) => h.permit_offboard().map_err(|e| e.to_string()),
+            VehicleLink::Px4(h) => h.permit_offboard().map_err(VehicleError::Px4),
             VehicleLink::Crazyflie(_) => Ok(()),
         }
     }

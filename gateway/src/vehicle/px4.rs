@@ -7,7 +7,7 @@ use crate::core::catalog::Catalog;
 use crate::core::digest::Digest;
 use crate::core::ids::Id;
 use crate::core::state::Snapshot;
-use crate::core::state::{SourceState, SourceUpdate, Value};
+use crate::core::state::{SourceUpdate, Value};
 use crate::core::time::Nanos;
 
 /// A vehicle source update from PX4 (provenance `px4`, epoch 1), or `None` when the catalog has
@@ -16,8 +16,9 @@ pub fn vehicle_update(cat: &Catalog, name: &str, at: Nanos, value: Value) -> Opt
     source_update(cat, name, at, value, "px4", 1)
 }
 
-/// A provider update for the catalog's source `name` from `provenance` at `epoch`, or `None`
-/// when the catalog has no such source or gives it another kind of value.
+/// An update of the catalog's vehicle source `name` from `provenance` at `epoch`, built by the
+/// core's one constructor, or `None` when the catalog has no such source or gives it another
+/// kind of value (a catalog need not define every source a vehicle reports).
 pub fn source_update(
     cat: &Catalog,
     name: &str,
@@ -26,19 +27,8 @@ pub fn source_update(
     provenance: &str,
     epoch: u64,
 ) -> Option<SourceUpdate> {
-    let ix = cat.source_ix(name)?;
-    if cat.source(ix).map(|s| s.value) != Some(value.kind()) {
-        return None;
-    }
-    Some(SourceUpdate {
-        source: ix,
-        state: SourceState {
-            generated_at: at,
-            epoch,
-            provenance: Id::new(provenance).ok()?,
-            value,
-        },
-    })
+    let provenance = Id::new(provenance).ok()?;
+    SourceUpdate::typed(cat, name, value, epoch, provenance, at).ok()
 }
 
 /// Turns bridge telemetry into provider updates for the catalog's vehicle sources:

@@ -273,13 +273,19 @@ fn the_running_example_flies_over_http() {
 /// `halo-gateway run --config FILE` that must refuse to start: exit 3 and one line on stderr,
 /// which is returned.
 fn refused_config(file: &Path) -> String {
+    refused_start(file, 3)
+}
+
+/// `halo-gateway run --config FILE` that must refuse to start with exit `code` and one line on
+/// stderr, which is returned.
+fn refused_start(file: &Path, code: i32) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
         .args(["run", "--config"])
         .arg(file)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(out.status.code(), Some(code), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     err
 }
@@ -318,6 +324,32 @@ fn configuration_errors_are_one_line_and_exit_3() {
         err.contains("embedded simulator") && err.contains("halo-eval run"),
         "{err}"
     );
+    // A vehicle link that cannot open (6) and a state directory that cannot be used (7) each
+    // have their own exit code.
+    std::fs::write(
+        dir.join("serial.toml"),
+        format!(
+            "[vehicle]\nurl = \"serial:{}:921600\"\n[listen]\nhttp = \"127.0.0.1:0\"\n",
+            dir.join("no-such-tty").display()
+        ),
+    )
+    .unwrap();
+    let err = refused_start(&dir.join("serial.toml"), 6);
+    assert!(
+        err.contains("vehicle link") && err.contains("no-such-tty"),
+        "{err}"
+    );
+    std::fs::write(dir.join("a-file"), "not a directory").unwrap();
+    std::fs::write(
+        dir.join("state.toml"),
+        format!(
+            "[vehicle]\nurl = \"udpout:127.0.0.1:9\"\n[listen]\nhttp = \"127.0.0.1:0\"\n[state]\ndir = \"{}\"\n",
+            dir.join("a-file").join("state").display()
+        ),
+    )
+    .unwrap();
+    let err = refused_start(&dir.join("state.toml"), 7);
+    assert!(err.contains("state directory"), "{err}");
     // An operator-supplied audit key that others can read is refused, not used.
     let key = dir.join("audit-key");
     std::fs::write(&key, format!("{}\n", "11".repeat(32))).unwrap();
@@ -376,7 +408,8 @@ fn a_failed_start_touches_no_state() {
         v
     };
     for _ in 0..3 {
-        let err = refused_config(&cfg);
+        // A listener that cannot bind is its own exit code (5), not a configuration error.
+        let err = refused_start(&cfg, 5);
         assert!(err.contains("cannot listen"), "{err}");
     }
     drop(taken);

@@ -37,7 +37,7 @@ use halo_gateway::core::reason::ReasonCode;
 use halo_gateway::core::time::Nanos;
 use halo_gateway::supervisor::{
     Binding, Enqueued, Observation, OperatorOp, Output, Supervisor, Ticket, VehicleCommand,
-    VehicleControl, VehicleKind,
+    VehicleControl, VehicleError, VehicleKind,
 };
 
 use crate::common::{self, Rng};
@@ -69,20 +69,20 @@ enum Call {
 }
 
 impl VehicleControl for FakeVehicle {
-    fn hold(&mut self) -> Result<(), String> {
+    fn hold(&mut self) -> Result<(), VehicleError> {
         if !self.swallow_holds {
             self.calls.push(Call::Hold);
         }
         Ok(())
     }
-    fn command(&mut self, command: &VehicleCommand) -> Result<(), String> {
+    fn command(&mut self, command: &VehicleCommand) -> Result<(), VehicleError> {
         if self.queue_full {
-            return Err("bridge queue is full".into());
+            return Err(VehicleError::Px4(px4_bridge::EnqueueError::QueueFull));
         }
         self.calls.push(Call::Command(*command));
         Ok(())
     }
-    fn permit_offboard(&mut self) -> Result<(), String> {
+    fn permit_offboard(&mut self) -> Result<(), VehicleError> {
         self.calls.push(Call::Permit);
         Ok(())
     }

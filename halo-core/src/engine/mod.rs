@@ -519,17 +519,19 @@ impl Gateway {
         now: Nanos,
         bytes: &[u8],
     ) -> Result<AdmissionReport, Rejection> {
-        let checked = parse_envelope(bytes).and_then(|raw| validate(&self.sh.cat, &raw));
+        // The rejection's receipt names the response when the envelope parsed: the parse's
+        // own result carries the id (an envelope that does not parse has none).
+        let checked = match parse_envelope(bytes) {
+            Ok(raw) => validate(&self.sh.cat, &raw).map_err(|rej| (rej, raw.response_id)),
+            Err(rej) => Err((rej, Default::default())),
+        };
         match checked {
             Ok(v) => self.handle_validated(now, v),
-            Err(rej) => {
-                let rid = parse_envelope(bytes)
-                    .map(|r| r.response_id)
-                    .unwrap_or_default();
+            Err((rej, rid)) => {
                 self.sh.receipts.push(
                     now,
                     Record::Rejected {
-                        response: (rid).clone(),
+                        response: rid,
                         code: rej.code(),
                         ids: rej.ids().to_vec(),
                     },

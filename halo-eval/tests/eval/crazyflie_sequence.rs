@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use halo_eval::cf_sequence::{Outcome, play, providers};
 use halo_eval::demo::Client;
-use halo_gateway::service::{Config, load_catalog};
+use halo_gateway::service::Config;
 
 use crate::common;
 
@@ -51,7 +51,7 @@ fn one(dir: &Path, rep: u32) -> (Outcome, bool) {
     );
     let mut cfg = Config::default();
     cfg.vehicle.kind = halo_gateway::service::config::VehicleKind::Crazyflie;
-    let cat = load_catalog(&cfg).unwrap();
+    let cat = cfg.catalog().unwrap();
     let frame = Arc::new(AtomicU64::new(1));
     let halt = Arc::new(AtomicBool::new(false));
     let feeds = providers(

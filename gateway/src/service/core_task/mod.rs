@@ -46,7 +46,7 @@ use crate::vehicle::{VehicleAdapter, VehicleLink};
 
 pub use crate::supervisor::{FullAction, OperatorOp};
 pub use audit::{PreviousHead, ReceiptSummary, Signing};
-pub use requests::{CertificateBody, StateBody, read_certificate, read_contract_op, read_update};
+pub use requests::{CertificateBody, UpdateBody, read_certificate, read_contract_op, read_update};
 
 /// The vehicle bridge's event stream.
 pub enum VehicleEvents {

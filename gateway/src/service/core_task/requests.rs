@@ -4,46 +4,15 @@
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::core::update::UpdateError;
+pub use crate::core::update::{CertificateBody, UpdateBody};
+
 use super::{Answer, ApiError, Core, internal, verdict_name};
 use crate::contract::{Op, Request as ContractRequest, Role as ContractRole};
 use crate::core::digest::Digest;
-use crate::core::ids::Id;
 use crate::core::reason::ReasonCode;
-use crate::core::state::{Certificate, SourceState, SourceUpdate, Value};
+use crate::core::state::{Certificate, SourceUpdate};
 use crate::core::time::Nanos;
-
-/// A provider's update as sent to `POST /v1/state/{source}`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StateBody {
-    /// Typed value, per the catalog's kind for the source (`null` for epoch-only sources).
-    #[serde(default)]
-    pub value: serde_json::Value,
-    /// Epoch or version.
-    pub epoch: u64,
-    /// Who produced it.
-    pub provenance: Id,
-    /// When the data was generated, Unix ms on the provider's clock.
-    pub generated_at_unix_ms: u64,
-}
-
-/// A certificate as sent to `POST /v1/certificates`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CertificateBody {
-    /// Certificate id, as components reference it.
-    pub id: Id,
-    /// The exact component digest it covers (64 hex digits; `halo-gateway digest` prints it).
-    pub covers: String,
-    /// End of the certified interval, Unix ms.
-    #[serde(default)]
-    pub valid_until_unix_ms: Option<u64>,
-    /// Or: length of the certified interval from now, ms.
-    #[serde(default)]
-    pub valid_for_ms: Option<u64>,
-    /// Who issued it.
-    pub issuer: Id,
-}
 
 impl Core {
     pub(super) fn contract_op(&mut self, caller: ContractRole, bytes: &[u8]) -> Answer {
@@ -159,22 +128,13 @@ impl Core {
                 ),
             ));
         }
-        let (body, value) = read_update(cat, ix, source, bytes)?;
         let now = self.now();
-        let generated_at = Core::map_wall(now, wall_ms, body.generated_at_unix_ms);
-        let u = SourceUpdate {
-            source: ix,
-            state: SourceState {
-                generated_at,
-                epoch: body.epoch,
-                provenance: body.provenance,
-                value,
-            },
-        };
+        let u = read_update(cat, source, bytes, |ms| Core::map_wall(now, wall_ms, ms))?;
+        let (epoch, generated_at) = (u.state.epoch, u.state.generated_at);
         match self.gw.handle_source_update(now, u) {
             Ok(()) => {
                 let age_ms = now.saturating_sub(generated_at).as_ms();
-                Ok(json!({"source": source, "epoch": body.epoch, "age_ms": age_ms}))
+                Ok(json!({"source": source, "epoch": epoch, "age_ms": age_ms}))
             }
             Err(e) => {
                 self.metrics
@@ -223,54 +183,33 @@ impl Core {
     }
 }
 
-/// A provider update's body for `source` (index `ix`), read strictly and typed against the
-/// source's kind. Pure: the fuzz target `service_bodies` drives it.
+/// The HTTP answer to an update or certificate that cannot be taken.
+fn refused(e: UpdateError) -> ApiError {
+    let status = match e.code() {
+        ReasonCode::UNKNOWN_SOURCE => 404,
+        ReasonCode::VALUE_KIND_MISMATCH => 422,
+        _ => 400,
+    };
+    ApiError::new(status, e.code(), e.message())
+}
+
+/// A provider update of `source`, read strictly and typed against the source's kind by the
+/// core's one constructor; `generated_at` maps the provider's Unix ms onto the gateway's
+/// clock. Pure: the fuzz target `service_bodies` drives it.
 ///
 /// # Errors
-/// `DUPLICATE_KEY`, `INVALID_UPDATE` (not JSON, or not the update's shape),
-/// `UNKNOWN_SOURCE`, `VALUE_KIND_MISMATCH`.
+/// `DUPLICATE_KEY`, `INVALID_UPDATE` (not JSON, or not the update's shape), `UNKNOWN_SOURCE`,
+/// `VALUE_KIND_MISMATCH`.
 pub fn read_update(
     cat: &crate::core::catalog::Catalog,
-    ix: crate::core::catalog::SourceIx,
     source: &str,
     bytes: &[u8],
-) -> Result<(StateBody, Value), ApiError> {
-    // Duplicate keys anywhere (the value is untyped JSON) are refused, as in envelopes; text
-    // that is not JSON at all is a malformed update, named as such.
-    crate::core::strict::check_keys(bytes).map_err(|e| {
-        ApiError::new(
-            400,
-            if e.duplicate {
-                ReasonCode::DUPLICATE_KEY
-            } else {
-                ReasonCode::INVALID_UPDATE
-            },
-            format!("source `{source}`: {}", e.message),
-        )
-    })?;
-    let body: StateBody = serde_json::from_slice(bytes).map_err(|err| {
-        let e = crate::core::strict::explain(bytes, &err);
-        ApiError::new(
-            400,
-            ReasonCode::INVALID_UPDATE,
-            format!("source `{source}`: {e}"),
-        )
-    })?;
-    let Some(kind) = cat.source(ix).map(|s| s.value) else {
-        return Err(ApiError::new(
-            404,
-            ReasonCode::UNKNOWN_SOURCE,
-            format!("the catalog defines no source `{source}`"),
-        ));
-    };
-    let value = Value::parse(kind, &body.value).map_err(|e| {
-        ApiError::new(
-            422,
-            ReasonCode::VALUE_KIND_MISMATCH,
-            format!("source `{source}`: {e}"),
-        )
-    })?;
-    Ok((body, value))
+    generated_at: impl FnOnce(u64) -> Nanos,
+) -> Result<SourceUpdate, ApiError> {
+    let body = UpdateBody::parse(source, bytes).map_err(refused)?;
+    let at = generated_at(body.generated_at_unix_ms);
+    SourceUpdate::from_json(cat, source, &body.value, body.epoch, body.provenance, at)
+        .map_err(refused)
 }
 
 /// A certificate's body and the digest it covers, read strictly. Pure.
@@ -278,28 +217,11 @@ pub fn read_update(
 /// # Errors
 /// `DUPLICATE_KEY`, `INVALID_UPDATE`.
 pub fn read_certificate(bytes: &[u8]) -> Result<(CertificateBody, Digest), ApiError> {
-    crate::core::strict::check_keys(bytes).map_err(|e| {
-        ApiError::new(
-            400,
-            if e.duplicate {
-                ReasonCode::DUPLICATE_KEY
-            } else {
-                ReasonCode::INVALID_UPDATE
-            },
-            format!("certificate: {}", e.message),
-        )
-    })?;
-    let body: CertificateBody = serde_json::from_slice(bytes).map_err(|err| {
-        let e = crate::core::strict::explain(bytes, &err);
-        ApiError::new(400, ReasonCode::INVALID_UPDATE, format!("certificate: {e}"))
-    })?;
-    let covers = Digest::from_hex(&body.covers).map_err(|e| {
-        ApiError::new(
-            422,
-            ReasonCode::INVALID_UPDATE,
-            format!("certificate `covers`: {e}"),
-        )
-    })?;
+    let body = CertificateBody::parse(bytes).map_err(refused)?;
+    // A `covers` that is not a digest is well-formed JSON with a bad value: 422.
+    let covers = body
+        .covers()
+        .map_err(|e| ApiError::new(422, e.code(), e.message()))?;
     Ok((body, covers))
 }
 

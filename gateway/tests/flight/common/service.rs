@@ -402,7 +402,7 @@ pub fn route(id: &str, t: [f64; 4], map_epoch: u64, cert: &str) -> Value {
 /// The digest a certificate must cover, as `halo-gateway digest` prints it.
 /// The embedded catalog with one change: a route action may wait for another's observed success.
 pub fn seq_catalog_text() -> String {
-    let cat = halo_gateway::service::EMBEDDED_CATALOG
+    let cat = halo_gateway::io::EMBEDDED_CATALOG
         .replace("id = \"uav-px4\"\nversion = 5", "id = \"uav-px4-seq\"\nversion = 1")
         .replace(
             "temporal = \"interval\"\nrules",
@@ -416,7 +416,7 @@ pub fn digest_of(envelope: &Value, component: &str) -> String {
     let cat = if envelope["catalog"]["id"] == "uav-px4-seq" {
         halo_gateway::core::catalog::Catalog::parse(&seq_catalog_text(), "seq.toml").unwrap()
     } else {
-        halo_gateway::service::load_catalog(&halo_gateway::service::Config::default()).unwrap()
+        halo_gateway::service::Config::default().catalog().unwrap()
     };
     let bytes = envelope.to_string();
     let raw = halo_gateway::core::envelope::parse_envelope(bytes.as_bytes()).unwrap();
