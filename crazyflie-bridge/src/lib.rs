@@ -28,6 +28,7 @@
 
 #![warn(missing_docs)]
 
+pub mod linelog;
 pub mod pacer;
 pub mod setpoint;
 pub mod shell;

@@ -592,7 +592,8 @@ struct Runner {
     pacer: Pacer,
     events: mpsc::Sender<BridgeEvent>,
     shared: Arc<Shared>,
-    setpoint_log: Option<std::fs::File>,
+    /// Written by its own thread: the streaming task never waits on the disk.
+    setpoint_log: Option<crate::linelog::LineLog>,
     last_rtt_ns: u64,
 }
 
@@ -619,8 +620,7 @@ impl Runner {
     }
 
     fn log_setpoint(&mut self, now: Mono, sp: &Setpoint, binding: &[u8; 32], valid_until: Mono) {
-        use std::io::Write;
-        let Some(f) = self.setpoint_log.as_mut() else {
+        let Some(f) = self.setpoint_log.as_ref() else {
             return;
         };
         let mut b = String::with_capacity(64);
@@ -632,9 +632,7 @@ impl Runner {
             "yaw_deg": sp.yaw_deg, "fingerprint": sp.fingerprint().to_string(),
             "valid_until_ns": valid_until.0,
         });
-        if writeln!(f, "{line}").is_err() {
-            tracing::warn!("could not write the bridge's setpoint log");
-        }
+        f.write(line.to_string());
     }
 
     fn apply(&mut self, i: Input) {
@@ -956,10 +954,7 @@ async fn run(
     shared: Arc<Shared>,
 ) {
     let setpoint_log = opts.setpoint_log.as_ref().and_then(|p| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(p)
+        crate::linelog::LineLog::open(p)
             .map_err(|e| tracing::warn!(path = %p.display(), "setpoint log: {e}"))
             .ok()
     });

@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod command;
+pub mod linelog;
 pub mod mode;
 pub mod offboard;
 pub mod setpoint;

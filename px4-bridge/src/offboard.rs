@@ -122,6 +122,10 @@ pub struct Config {
     pub message_rates: Vec<(u32, f64)>,
     /// TIMESYNC request period while unsynced and after, ms.
     pub timesync_ms: u64,
+    /// After this many sends in a row fail, the vehicle cannot be reached whatever it says:
+    /// the link is down until a send gets through ([`Offboard::handle_send_result`]).
+    #[serde(default = "default_send_failures")]
+    pub send_failures_link_down: u32,
     /// Unanswered TIMESYNC requests before falling back to arrival time.
     pub timesync_give_up: u32,
 }
@@ -160,8 +164,13 @@ impl Default for Config {
             ],
             timesync_ms: 1000,
             timesync_give_up: 5,
+            send_failures_link_down: default_send_failures(),
         }
     }
+}
+
+fn default_send_failures() -> u32 {
+    10
 }
 
 /// Why an enqueue was refused.
@@ -364,6 +373,8 @@ pub struct Stats {
     pub heartbeat_gaps: u64,
     /// The longest gap between autopilot heartbeats, ms.
     pub max_heartbeat_gap_ms: u64,
+    /// Sends the transport refused, counted by the shell.
+    pub send_errors: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -408,6 +419,9 @@ pub struct Offboard {
     timesync_given_up: bool,
     rates_requested: bool,
     commands: CommandTracker,
+    /// Sends that failed in a row, and whether that made the vehicle unreachable.
+    send_failures: u32,
+    unreachable: bool,
     outbox: VecDeque<MavMessage>,
     events: VecDeque<Event>,
     stats: Stats,
@@ -458,6 +472,8 @@ impl Offboard {
             timesync_given_up: false,
             rates_requested: false,
             commands,
+            send_failures: 0,
+            unreachable: false,
             outbox: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -482,6 +498,40 @@ impl Offboard {
     /// Counts a frame the link layer could not parse.
     pub fn note_parse_error(&mut self) {
         self.stats.parse_errors += 1;
+    }
+
+    /// The shell tried to send a message: `ok` when the transport took it. After
+    /// [`Config::send_failures_link_down`] failures in a row the link is down (the vehicle gets
+    /// nothing we send, whatever it says: no setpoint is streamed, commands end `LinkLost`), and
+    /// stays down until a send gets through and the vehicle is heard again.
+    pub fn handle_send_result(&mut self, now: Mono, ok: bool) {
+        if ok {
+            self.send_failures = 0;
+            self.unreachable = false;
+            return;
+        }
+        self.stats.send_errors += 1;
+        self.send_failures = self.send_failures.saturating_add(1);
+        if self.send_failures >= self.cfg.send_failures_link_down.max(1) && !self.unreachable {
+            self.unreachable = true;
+            if self.link_up {
+                let silent = self.last_heartbeat.map_or(0, |h| now.since(h));
+                self.link_down(silent);
+            }
+        }
+    }
+
+    /// The link went down: say so, end the commands in flight, stop streaming.
+    fn link_down(&mut self, silent_ns: u64) {
+        self.link_up = false;
+        self.events.push_back(Event::Link {
+            up: false,
+            silent_ms: silent_ns / 1_000_000,
+        });
+        self.commands.handle_link_lost();
+        // Nothing is streamed without a link; a target that is still valid resumes when the
+        // link returns, an expired one never does.
+        self.stream_since = None;
     }
 
     /// Whether the link is up.
@@ -770,7 +820,8 @@ impl Offboard {
                     }
                 }
                 self.last_heartbeat = Some(now);
-                if !self.link_up {
+                // A vehicle we cannot send to is not linked, however well we hear it.
+                if !self.link_up && !self.unreachable {
                     self.link_up = true;
                     self.events.push_back(Event::Link {
                         up: true,
@@ -1060,15 +1111,7 @@ impl Offboard {
         if self.link_up {
             let silent = self.last_heartbeat.map_or(u64::MAX, |h| now.since(h));
             if silent > self.cfg.link_timeout_ms * 1_000_000 {
-                self.link_up = false;
-                self.events.push_back(Event::Link {
-                    up: false,
-                    silent_ms: silent / 1_000_000,
-                });
-                self.commands.handle_link_lost();
-                // Nothing is streamed without a link; a target that is still valid resumes
-                // when the link returns, an expired one never does.
-                self.stream_since = None;
+                self.link_down(silent);
             }
         }
         // Our heartbeat.

@@ -7,7 +7,6 @@
 //! [`BridgeHandle::try_enqueue`] checks the last known link state and does a bounded
 //! `try_send`: it returns at once, never blocks and never awaits.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -383,17 +382,14 @@ pub async fn start(
     mut shutdown: broadcast::Receiver<()>,
 ) -> Result<(BridgeHandle, mpsc::Receiver<Event>, JoinHandle<()>), BridgeError> {
     let url = TransportUrl::parse(&opts.url).map_err(BridgeError::Url)?;
-    let mut log = match &opts.setpoint_log {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .map_err(|source| BridgeError::Log {
-                    path: p.clone(),
-                    source,
-                })?,
-        )),
+    // Written by its own thread: the streaming task never waits on the disk.
+    let log = match &opts.setpoint_log {
+        Some(p) => Some(
+            crate::linelog::LineLog::open(p).map_err(|source| BridgeError::Log {
+                path: p.clone(),
+                source,
+            })?,
+        ),
         None => None,
     };
     let connect_err = |source| BridgeError::Connect {
@@ -603,6 +599,9 @@ pub async fn start(
                             })
                     }
                 };
+                // Persistent send failures bring the link down (the state machine counts them);
+                // nothing is retried in a loop: the stream's next tick is the next attempt.
+                sm.handle_send_result(now(), sent.is_ok());
                 if let Err(e) = sent {
                     sh.transport_errors.fetch_add(1, Ordering::Relaxed);
                     send_log.note("send", &e);
@@ -623,14 +622,13 @@ pub async fn start(
                 } = &ev
                 {
                     tracing::info!(binding = %hex(binding), %fingerprint, valid_until = %valid_until, "setpoint enqueued");
-                    if let (Some(w), Some((sp, _, _))) = (log.as_mut(), sm.active_target()) {
+                    if let (Some(w), Some((sp, _, _))) = (log.as_ref(), sm.active_target()) {
                         let line = serde_json::json!({
                             "t_ns": now().0, "binding": hex(binding), "fingerprint": fingerprint.to_string(),
                             "north_m": sp.north_m, "east_m": sp.east_m, "down_m": sp.down_m, "yaw_deg": sp.yaw_deg,
                             "valid_until_ns": valid_until.0,
                         });
-                        let _ = writeln!(w, "{line}");
-                        let _ = w.flush();
+                        w.write(line.to_string());
                     }
                 }
                 if tx_ev.try_send(ev).is_err() {

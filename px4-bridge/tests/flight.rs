@@ -30,6 +30,9 @@ struct Bridge {
     /// Every message received: (time, message id, for POSITION_TARGET_LOCAL_NED whether it
     /// carried a finite position).
     received: Vec<(u64, u32, bool)>,
+    /// The transport refuses every send (a one-way failure: the vehicle is still heard).
+    send_fails: bool,
+    now: u64,
 }
 
 impl Bridge {
@@ -42,6 +45,7 @@ impl Bridge {
 
 impl Endpoint for Bridge {
     fn handle_datagram(&mut self, now_ns: u64, bytes: &[u8]) {
+        self.now = now_ns;
         let (msgs, errors) = wire::decode(bytes);
         for _ in 0..errors {
             self.ob.note_parse_error();
@@ -55,11 +59,17 @@ impl Endpoint for Bridge {
         self.drain(now_ns);
     }
     fn handle_timeout(&mut self, now_ns: u64) {
+        self.now = now_ns;
         self.ob.handle_timeout(Mono(now_ns));
         self.drain(now_ns);
     }
     fn poll_datagram(&mut self) -> Option<Vec<u8>> {
         let m = self.ob.poll_transmit()?;
+        self.ob.handle_send_result(Mono(self.now), !self.send_fails);
+        self.drain(self.now);
+        if self.send_fails {
+            return None;
+        }
         self.sent.push((0, m.clone()));
         Some(wire::encode(self.ob.header(), &m, &mut self.seq))
     }
@@ -83,6 +93,8 @@ fn pair_with(sim_cfg: SimConfig, cfg: Config) -> Pair<Bridge, SimEndpoint> {
         events: Vec::new(),
         sent: Vec::new(),
         received: Vec::new(),
+        send_fails: false,
+        now: t0,
     };
     let sim = SimEndpoint::new(Px4Sim::new(sim_cfg, t0));
     Pair::new(bridge, sim, t0, 7)
@@ -254,6 +266,56 @@ fn arm_offboard_takeoff_fly_hold_land() {
             })
             .collect();
     assert!(p.b.setpoints.iter().all(|r| known.contains(&r.fingerprint)));
+}
+
+/// A transport that stops taking our sends while the vehicle is still heard: after
+/// `send_failures_link_down` failures in a row the link is down (no target is taken, the
+/// vehicle's offboard-loss failsafe takes over), heartbeats do not bring it back, and it is up
+/// again once sends get through and the vehicle is heard.
+#[test]
+fn persistent_send_failures_bring_the_link_down_until_sends_get_through() {
+    let mut p = pair_with(SimConfig::default(), Config::default());
+    take_off(&mut p);
+    let failing_at = p.now;
+    p.a.send_fails = true;
+    assert!(
+        p.run_until_cond(2 * S, |p| !p.a.ob.link_up()),
+        "the link stayed up"
+    );
+    let down =
+        p.a.events
+            .iter()
+            .find(|(t, e)| *t >= failing_at && matches!(e, Event::Link { up: false, .. }))
+            .map(|(t, _)| *t)
+            .unwrap();
+    // Ten failed sends at the 20 Hz stream, not the 1.5 s heartbeat timeout.
+    assert!(
+        down - failing_at < 1200 * MS,
+        "down after {} ms",
+        (down - failing_at) / MS
+    );
+    p.run_for(3 * S);
+    assert!(
+        !p.a.ob.link_up(),
+        "the vehicle's heartbeats brought back a link we cannot send on"
+    );
+    assert!(p.a.ob.stats().send_errors >= 10);
+    let sp = Setpoint {
+        north_m: 1.0,
+        east_m: 0.0,
+        down_m: -5.0,
+        yaw_deg: 0.0,
+    };
+    assert_eq!(
+        p.a.ob
+            .try_enqueue(Mono(p.now), sp, binding(9), Mono(p.now + 5 * S)),
+        Err(px4_bridge::EnqueueError::LinkDown)
+    );
+    p.a.send_fails = false;
+    assert!(
+        p.run_until_cond(3 * S, |p| p.a.ob.link_up()),
+        "no link after sends got through"
+    );
 }
 
 #[test]

@@ -31,7 +31,11 @@
 //!
 //! A record is *appended* once `write(2)` took all of its bytes: it survives a crash of the
 //! process. The file is fsynced at every signed checkpoint, at rotation and at shutdown, so a
-//! power loss can cost at most the records after the last checkpoint.
+//! power loss can cost at most the records after the last checkpoint. A checkpoint's fsync
+//! runs on the [`SyncWorker`]'s thread, off the core task (an SD card's fsync takes tens of
+//! milliseconds): the core task appends, hands the worker a sync of the same file, and offers
+//! the signed head to anyone only once the worker reports it durable; a failed sync fails the
+//! log closed as a failed write does.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -63,7 +67,15 @@ pub trait LogFile: Send {
     /// # Errors
     /// The I/O error.
     fn sync(&mut self) -> std::io::Result<()>;
+    /// A sync of this file that another thread can run (the same file, another handle), or
+    /// `None` when only this handle can sync it (then the log syncs in place).
+    fn detached_sync(&self) -> Option<DetachedSync> {
+        None
+    }
 }
+
+/// A sync of the log's file to run on another thread.
+pub type DetachedSync = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
 
 impl LogFile for std::fs::File {
     fn write_some(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -75,6 +87,56 @@ impl LogFile for std::fs::File {
     }
     fn sync(&mut self) -> std::io::Result<()> {
         self.sync_data()
+    }
+    fn detached_sync(&self) -> Option<DetachedSync> {
+        let f = self.try_clone().ok()?;
+        Some(Box::new(move || f.sync_data()))
+    }
+}
+
+/// Runs the receipt log's syncs on a thread of its own, in order, so the core task never waits
+/// for the disk. Bounded: at most [`SyncWorker::QUEUE`] syncs wait; the results come back, in
+/// order, on the channel [`SyncWorker::start`] returns.
+#[derive(Debug)]
+pub struct SyncWorker {
+    jobs: std::sync::mpsc::SyncSender<(u64, DetachedSync)>,
+}
+
+/// A finished sync: its id and how it went.
+pub type Synced = (u64, std::io::Result<()>);
+
+impl SyncWorker {
+    /// Syncs that may wait.
+    pub const QUEUE: usize = 4;
+
+    /// Starts the thread; it ends when the worker is dropped.
+    ///
+    /// # Errors
+    /// The thread cannot start.
+    pub fn start() -> std::io::Result<(SyncWorker, tokio::sync::mpsc::Receiver<Synced>)> {
+        let (jobs, rx) = std::sync::mpsc::sync_channel::<(u64, DetachedSync)>(Self::QUEUE);
+        let (done, results) = tokio::sync::mpsc::channel(Self::QUEUE + 1);
+        std::thread::Builder::new()
+            .name("receipt-sync".into())
+            .spawn(move || {
+                while let Ok((id, sync)) = rx.recv() {
+                    if done.blocking_send((id, sync())).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok((SyncWorker { jobs }, results))
+    }
+
+    /// Hands a sync to the thread, at once; gives it back when the queue is full.
+    ///
+    /// # Errors
+    /// The sync, when it could not be queued (run it in place).
+    pub fn submit(&self, id: u64, sync: DetachedSync) -> Result<(), DetachedSync> {
+        self.jobs.try_send((id, sync)).map_err(|e| match e {
+            std::sync::mpsc::TrySendError::Full((_, s))
+            | std::sync::mpsc::TrySendError::Disconnected((_, s)) => s,
+        })
     }
 }
 
@@ -568,6 +630,22 @@ impl ReceiptLog {
         }
     }
 
+    /// A sync of every record written so far, to run on the [`SyncWorker`]: `None` when the
+    /// log writes nothing more, or its file cannot be synced from another thread (then call
+    /// [`ReceiptLog::sync`]).
+    pub fn detached_sync(&self) -> Option<DetachedSync> {
+        if self.sealed_off {
+            return None;
+        }
+        self.file.detached_sync()
+    }
+
+    /// A detached sync failed: the log refuses from now on, as after a failed write.
+    pub fn sync_failed(&mut self, error: &std::io::Error) {
+        self.fail(error);
+        tracing::error!(error = %error, "cannot sync the receipt log: failing closed");
+    }
+
     /// Makes every record written so far durable (an fsync).
     ///
     /// # Errors
@@ -962,5 +1040,61 @@ mod tests {
         std::fs::write(d.join(EXPORTED_NAME), "{").unwrap();
         assert!(Exported::load(&d).is_err());
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn the_sync_worker_runs_syncs_in_order_off_the_caller_and_reports_each() {
+        let (w, mut results) = SyncWorker::start().unwrap();
+        let gate = Arc::new(Mutex::new(()));
+        let held = gate.lock().unwrap();
+        // The first sync blocks until the test lets it go: the caller is not held up.
+        let g = Arc::clone(&gate);
+        assert!(
+            w.submit(
+                1,
+                Box::new(move || {
+                    let _open = g.lock();
+                    Ok(())
+                })
+            )
+            .is_ok()
+        );
+        assert!(
+            w.submit(2, Box::new(|| Err(std::io::Error::other("disk gone"))))
+                .is_ok()
+        );
+        // The queue is bounded: beyond it a sync is handed back to run in place.
+        let mut refused = 0;
+        for id in 3..(3 + SyncWorker::QUEUE as u64 + 2) {
+            refused += usize::from(w.submit(id, Box::new(|| Ok(()))).is_err());
+        }
+        assert!(refused >= 1, "the queue took every sync");
+        drop(held);
+        let (id, r) = results.blocking_recv().unwrap();
+        assert_eq!(id, 1);
+        assert!(r.is_ok());
+        let (id, r) = results.blocking_recv().unwrap();
+        assert_eq!(id, 2);
+        assert_eq!(r.unwrap_err().to_string(), "disk gone");
+    }
+
+    #[test]
+    fn a_real_file_syncs_from_another_thread() {
+        let dir = tmp("detached");
+        let log = ReceiptLog::open(
+            &dir.join("boot-1.jsonl"),
+            opts(1 << 20, 4),
+            Exported::default(),
+        )
+        .unwrap();
+        let mut log = log;
+        assert_eq!(log.append(&["{\"index\":0}"]).written, 1);
+        let job = log
+            .detached_sync()
+            .expect("a file syncs from another thread");
+        let r = std::thread::spawn(job).join().unwrap();
+        assert!(r.is_ok());
+        log.sync_failed(&std::io::Error::other("an I/O error"));
+        assert_ne!(log.health(), &Health::Ok);
     }
 }

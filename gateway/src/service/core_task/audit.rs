@@ -66,6 +66,9 @@ pub struct Signing {
     /// The newest checkpoints written this start, `(count, head)`, for the operator's
     /// confirmation that one was kept ([`ISSUED_KEPT`] at most).
     issued: VecDeque<(u64, Digest)>,
+    /// Checkpoints written and waiting for their sync (by sync id), oldest first; bounded by
+    /// the sync worker's queue.
+    pending: VecDeque<(u64, crate::core::receipt::Checkpoint)>,
 }
 
 /// Checkpoints remembered for `POST /v1/audit/exported`.
@@ -83,6 +86,7 @@ impl Signing {
             since_at: None,
             latest: None,
             issued: VecDeque::new(),
+            pending: VecDeque::new(),
         }
     }
 
@@ -296,21 +300,101 @@ impl Core {
             }
         };
         let ok = self.append(&lines);
-        let synced = match self.receipts.as_mut() {
-            Some(w) => w.sync().is_ok(),
-            None => true,
-        };
-        if let (Some(cp), true) = (signed, ok && synced) {
-            tracing::debug!(count = cp.count, head = %cp.head.short(), last, "signed checkpoint");
-            if let Some(a) = self.audit.as_mut() {
-                if a.issued.len() == ISSUED_KEPT {
-                    a.issued.pop_front();
+        if !ok {
+            return false;
+        }
+        // The fsync that makes the checkpoint durable runs on the sync worker (not at
+        // shutdown: the exit code waits for it); the head is offered only once it is durable.
+        if !last {
+            let job = self
+                .receipts
+                .as_ref()
+                .and_then(crate::service::receipts::ReceiptLog::detached_sync);
+            if let (Some(job), Some(worker)) = (job, self.syncer.as_ref()) {
+                self.next_sync += 1;
+                let id = self.next_sync;
+                match worker.submit(id, job) {
+                    Ok(()) => {
+                        if let (Some(cp), Some(a)) = (signed, self.audit.as_mut()) {
+                            a.pending.push_back((id, cp));
+                        }
+                        return true;
+                    }
+                    // The worker is behind: sync in place this once.
+                    Err(job) => {
+                        let r = job();
+                        return self.synced_in_place(r, signed, last);
+                    }
                 }
-                a.issued.push_back((cp.count, cp.head));
-                a.latest = Some(cp);
             }
         }
-        ok && synced
+        let r = match self.receipts.as_mut() {
+            Some(w) => w.sync(),
+            None => Ok(()),
+        };
+        self.synced_in_place(r, signed, last)
+    }
+
+    /// A sync of the log done here (in place): the head is offered when it held.
+    fn synced_in_place(
+        &mut self,
+        r: std::io::Result<()>,
+        signed: Option<crate::core::receipt::Checkpoint>,
+        last: bool,
+    ) -> bool {
+        if let Err(e) = &r {
+            if let Some(log) = self.receipts.as_mut() {
+                if log.health() == &crate::service::receipts::Health::Ok {
+                    log.sync_failed(e);
+                }
+            }
+            return false;
+        }
+        if let Some(cp) = signed {
+            self.publish_head(cp, last);
+        }
+        true
+    }
+
+    /// A signed head is durable: offered at `GET /v1/audit/head` and for the operator's
+    /// confirmation that it was kept.
+    fn publish_head(&mut self, cp: crate::core::receipt::Checkpoint, last: bool) {
+        tracing::debug!(count = cp.count, head = %cp.head.short(), last, "signed checkpoint");
+        if let Some(a) = self.audit.as_mut() {
+            if a.issued.len() == ISSUED_KEPT {
+                a.issued.pop_front();
+            }
+            a.issued.push_back((cp.count, cp.head));
+            a.latest = Some(cp);
+        }
+    }
+
+    /// The sync worker finished sync `id`: the heads it made durable are offered; a failed
+    /// sync fails the log closed as a failed write does.
+    pub(super) fn on_synced(&mut self, id: u64, r: std::io::Result<()>) {
+        match r {
+            Ok(()) => {
+                while let Some(cp) = self.audit.as_mut().and_then(|a| {
+                    a.pending
+                        .front()
+                        .is_some_and(|(i, _)| *i <= id)
+                        .then(|| a.pending.pop_front())
+                        .flatten()
+                }) {
+                    self.publish_head(cp.1, false);
+                }
+            }
+            Err(e) => {
+                if let Some(a) = self.audit.as_mut() {
+                    a.pending.clear();
+                }
+                if let Some(log) = self.receipts.as_mut() {
+                    log.sync_failed(&e);
+                }
+                let dropped = self.adapter.discard_staged_targets();
+                self.fail_closed(&dropped);
+            }
+        }
     }
 
     /// `GET /v1/audit/head`: the audit key, this start's newest signed checkpoint (only one

@@ -355,6 +355,11 @@ pub struct Core {
     audit: Option<Signing>,
     /// The last receipts could not be written at shutdown (the log had not refused before).
     late_failure: Option<String>,
+    /// Runs the receipt log's checkpoint syncs off this task.
+    syncer: Option<super::receipts::SyncWorker>,
+    /// What the sync worker finished.
+    synced: Option<mpsc::Receiver<super::receipts::Synced>>,
+    next_sync: u64,
     /// The epoch of the vehicle's own sources: 1 for PX4; a Crazyflie's connection count.
     vehicle_epoch: u64,
 }
@@ -393,6 +398,18 @@ impl Core {
         boot_epoch: u64,
     ) -> Core {
         let receipts_path = receipts.as_ref().map(|r| r.current().to_path_buf());
+        // Without a thread for it, checkpoint syncs run in place (as before the worker).
+        let (syncer, synced) = match receipts
+            .as_ref()
+            .map(|_| super::receipts::SyncWorker::start())
+        {
+            Some(Ok((w, r))) => (Some(w), Some(r)),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "no thread for receipt syncs: they run on the core task");
+                (None, None)
+            }
+            None => (None, None),
+        };
         // PX4: the bridge's permission (`vehicle.control_at_start`); a Crazyflie: granted by an
         // operator takeoff or release.
         let (kind, granted) = match &link {
@@ -421,6 +438,9 @@ impl Core {
             last_housekeeping: origin,
             audit: None,
             late_failure: None,
+            syncer,
+            synced,
+            next_sync: 0,
             vehicle_epoch: 1,
         }
     }
@@ -1003,6 +1023,7 @@ impl Core {
                     if *shutdown.borrow() { break; }
                 }
                 Some(ev) = bridge.recv() => self.on_vehicle_event(&ev),
+                Some((id, r)) = next_synced(&mut self.synced) => self.on_synced(id, r),
                 Some(cmd) = cmds.recv() => self.handle(cmd),
                 () = tokio::time::sleep(wake) => {}
             }
@@ -1049,6 +1070,16 @@ impl Core {
         if !self.checkpoint(true) && self.sup.failed().is_none() {
             self.record_shutdown_failure();
         }
+    }
+}
+
+/// The next finished receipt sync; never, without a sync worker.
+async fn next_synced(
+    synced: &mut Option<mpsc::Receiver<super::receipts::Synced>>,
+) -> Option<super::receipts::Synced> {
+    match synced {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
     }
 }
 
