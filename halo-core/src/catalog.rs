@@ -635,6 +635,609 @@ fn field_at(src: &str, offset: usize) -> String {
     }
 }
 
+/// `[catalog]`: the id, the version and the limits a catalog may set.
+fn parse_header(
+    cx: &Ctx<'_>,
+    head: &RawHeader,
+    head_span: &std::ops::Range<usize>,
+) -> Result<Id, CatalogError> {
+    let id = cx.id(head.id.span(), "catalog.id", head.id.get_ref())?;
+    if head.version == 0 {
+        return Err(cx.err(
+            head_span.clone(),
+            "catalog.version",
+            "version must be at least 1",
+        ));
+    }
+    // Values that cannot be meant: every response would expire at once, or a tolerance or
+    // guard longer than any freshness limit a catalog would set.
+    if head.response_ttl_ms == 0 {
+        return Err(cx.err(
+            head_span.clone(),
+            "catalog.response_ttl_ms",
+            "must be at least 1 ms (0 would end every response at admission)",
+        ));
+    }
+    for (key, v) in [
+        ("catalog.adapter_guard_ms", head.adapter_guard_ms),
+        ("catalog.future_tolerance_ms", head.future_tolerance_ms),
+    ] {
+        if v > 3_600_000 {
+            return Err(cx.err(
+                head_span.clone(),
+                key,
+                format!("{v} ms is over one hour (3600000)"),
+            ));
+        }
+    }
+
+    if !(1000..=86_400_000).contains(&head.max_certificate_ms) {
+        return Err(cx.err(
+            head_span.clone(),
+            "catalog.max_certificate_ms",
+            format!(
+                "{} ms is outside 1000..86400000 (one second to one day)",
+                head.max_certificate_ms
+            ),
+        ));
+    }
+    Ok(id)
+}
+
+/// `[sources]`: each source's name, value kind, bounds flag and owner, indexed in name order.
+fn parse_sources(
+    cx: &Ctx<'_>,
+    raw: &BTreeMap<String, Spanned<RawSource>>,
+    head_span: &std::ops::Range<usize>,
+) -> Result<(Vec<SourceSpec>, BTreeMap<String, SourceIx>), CatalogError> {
+    if raw.is_empty() {
+        return Err(cx.err(
+            head_span.clone(),
+            "sources",
+            "a catalog needs at least one source",
+        ));
+    }
+    if raw.len() > MAX_SOURCES {
+        return Err(cx.err(
+            head_span.clone(),
+            "sources",
+            format!("at most {MAX_SOURCES} sources"),
+        ));
+    }
+    let mut sources = Vec::new();
+    let mut source_ix = BTreeMap::new();
+    for (i, (name, spec)) in raw.iter().enumerate() {
+        let field = format!("sources.{name}");
+        let sid = cx.id(spec.span(), &field, name)?;
+        let s = spec.get_ref();
+        if s.bounds && s.value != ValueKind::Bounds {
+            return Err(cx.err(
+                spec.span(),
+                field,
+                "`bounds = true` needs `value = \"bounds\"`",
+            ));
+        }
+        let ix = SourceIx(
+            u8::try_from(i).map_err(|_| cx.err(spec.span(), "sources", "too many sources"))?,
+        );
+        source_ix.insert(name.clone(), ix);
+        sources.push(SourceSpec {
+            name: sid,
+            value: s.value,
+            bounds: s.bounds,
+            owner: s.owner,
+        });
+    }
+
+    Ok((sources, source_ix))
+}
+
+/// `[zones]`: named local-NED boxes that resolve a route target to a contract waypoint; no two
+/// overlap.
+fn parse_zones(
+    cx: &Ctx<'_>,
+    raw: &BTreeMap<String, Spanned<BoxNed>>,
+) -> Result<Vec<(Id, BoxNed)>, CatalogError> {
+    let mut zones: Vec<(Id, BoxNed)> = Vec::new();
+    for (name, z) in raw {
+        let field = format!("zones.{name}");
+        let zid = cx.id(z.span(), &field, name)?;
+        let b = *z.get_ref();
+        if let Err(e) = b.check() {
+            return Err(cx.err(z.span(), field, format!("zone bounds: {e}")));
+        }
+        let overlaps = |a: &BoxNed, c: &BoxNed| {
+            a.north_min < c.north_max
+                && c.north_min < a.north_max
+                && a.east_min < c.east_max
+                && c.east_min < a.east_max
+                && a.down_min < c.down_max
+                && c.down_min < a.down_max
+        };
+        if let Some((other, _)) = zones.iter().find(|(_, o)| overlaps(o, &b)) {
+            return Err(cx.err(
+                z.span(),
+                field,
+                format!("overlaps zone `{other}`: a target must name one zone"),
+            ));
+        }
+        zones.push((zid, b));
+    }
+
+    Ok(zones)
+}
+
+/// `[types]`: every component type, each read by [`parse_type`].
+fn parse_types(
+    cx: &Ctx<'_>,
+    raw: &BTreeMap<String, Spanned<RawType>>,
+    head: &RawHeader,
+    head_span: &std::ops::Range<usize>,
+    sources: &[SourceSpec],
+    source_ix: &BTreeMap<String, SourceIx>,
+    zones: &[(Id, BoxNed)],
+) -> Result<Vec<TypeSpec>, CatalogError> {
+    if raw.is_empty() {
+        return Err(cx.err(
+            head_span.clone(),
+            "types",
+            "a catalog needs at least one component type",
+        ));
+    }
+    if raw.len() > MAX_TYPES {
+        return Err(cx.err(
+            head_span.clone(),
+            "types",
+            format!("at most {MAX_TYPES} types"),
+        ));
+    }
+    let type_ix: BTreeMap<&str, TypeIx> = raw
+        .keys()
+        .enumerate()
+        .map(|(i, k)| (k.as_str(), TypeIx(u8::try_from(i).unwrap_or(u8::MAX))))
+        .collect();
+    let classes: BTreeMap<&str, PayloadKind> = raw
+        .iter()
+        .map(|(k, t)| (k.as_str(), t.get_ref().payload))
+        .collect();
+
+    let mut types = Vec::new();
+    for (name, spanned) in raw {
+        types.push(parse_type(
+            cx, name, spanned, head, sources, source_ix, zones, &type_ix, &classes,
+        )?);
+    }
+    Ok(types)
+}
+
+/// One component type: its class and output, footprint and claims, temporal mode, rules,
+/// allowed prerequisites, recovery route and contract effect.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the catalog's sections one type reads"
+)]
+fn parse_type(
+    cx: &Ctx<'_>,
+    name: &str,
+    spanned: &Spanned<RawType>,
+    head: &RawHeader,
+    sources: &[SourceSpec],
+    source_ix: &BTreeMap<String, SourceIx>,
+    zones: &[(Id, BoxNed)],
+    type_ix: &BTreeMap<&str, TypeIx>,
+    classes: &BTreeMap<&str, PayloadKind>,
+) -> Result<TypeSpec, CatalogError> {
+    let base = format!("types.{name}");
+    let span = spanned.span();
+    let t = spanned.get_ref();
+    let tname = cx.id(span.clone(), &base, name)?;
+    let class = match t.class {
+        RawClass::Action => Class::Action,
+        RawClass::NonAction => Class::NonAction,
+    };
+    if (class == Class::Action) != t.payload.is_action() {
+        return Err(cx.err(
+            span,
+            format!("{base}.class"),
+            format!(
+                "payload `{}` is {} but the class says {}",
+                t.payload.name(),
+                if t.payload.is_action() {
+                    "an action"
+                } else {
+                    "a non-action"
+                },
+                if class == Class::Action {
+                    "action"
+                } else {
+                    "non_action"
+                }
+            ),
+        ));
+    }
+    let output = type_output(cx, &base, &span, t, class)?;
+    let (footprint, mask, claims_required) = type_footprint(cx, &base, &span, t, source_ix)?;
+    let temporal = type_temporal(cx, &base, &span, t, class)?;
+    // Rules.
+    if t.rules.len() > MAX_RULES {
+        return Err(cx.err(
+            span,
+            format!("{base}.rules"),
+            format!("at most {MAX_RULES} rules"),
+        ));
+    }
+    let mut rules = Vec::new();
+    for (ri, r) in t.rules.iter().enumerate() {
+        let f = format!("{base}.rules[{ri}]");
+        rules.push(build_rule(cx, &f, r, source_ix, sources, mask, t.payload)?);
+    }
+
+    let prerequisites = type_prerequisites(cx, &base, t, type_ix, classes)?;
+    let recovery = type_recovery(cx, &base, &span, t, class)?;
+    let effect = type_effect(cx, &base, t, class, zones)?;
+
+    Ok(TypeSpec {
+        name: tname,
+        class,
+        payload: t.payload,
+        footprint,
+        footprint_mask: mask,
+        claims_required,
+        requires_certificate: t.requires_certificate,
+        rules,
+        prerequisites,
+        temporal,
+        guard: Nanos::from_ms(t.adapter_guard_ms.unwrap_or(head.adapter_guard_ms)),
+        output,
+        recovery,
+        effect,
+    })
+}
+
+/// Where a type's instances go: an action's adapter, a non-action's output path.
+fn type_output(
+    cx: &Ctx<'_>,
+    base: &str,
+    span: &std::ops::Range<usize>,
+    t: &RawType,
+    class: Class,
+) -> Result<Output, CatalogError> {
+    let output = match (class, &t.output, &t.adapter) {
+        (Class::Action, None, Some(a)) => {
+            Output::Adapter(cx.id(a.span(), &format!("{base}.adapter"), a.get_ref())?)
+        }
+        (Class::NonAction, Some(o), None) => {
+            Output::Path(cx.id(o.span(), &format!("{base}.output"), o.get_ref())?)
+        }
+        (Class::Action, _, _) => {
+            return Err(cx.err(
+                span.clone(),
+                format!("{base}.adapter"),
+                "an action names an `adapter` and no `output`",
+            ));
+        }
+        (Class::NonAction, _, _) => {
+            return Err(cx.err(
+                span.clone(),
+                format!("{base}.output"),
+                "a non-action names an `output` path and no `adapter`",
+            ));
+        }
+    };
+    Ok(output)
+}
+
+/// A type's footprint (source, age limit), the mask of its sources, and the mask of the claims
+/// it requires.
+type Footprint = (Vec<(SourceIx, Nanos)>, u64, u64);
+
+/// A type's footprint with its age limits (and the mask of its sources), and the claims it
+/// requires (each in the footprint).
+fn type_footprint(
+    cx: &Ctx<'_>,
+    base: &str,
+    span: &std::ops::Range<usize>,
+    t: &RawType,
+    source_ix: &BTreeMap<String, SourceIx>,
+) -> Result<Footprint, CatalogError> {
+    if t.footprint.len() > MAX_FOOTPRINT {
+        return Err(cx.err(
+            span.clone(),
+            format!("{base}.footprint"),
+            format!("at most {MAX_FOOTPRINT} sources"),
+        ));
+    }
+    let mut footprint = Vec::new();
+    let mut mask = 0u64;
+    for (sname, age) in &t.footprint {
+        let f = format!("{base}.footprint.{sname}");
+        let ix = *source_ix
+            .get(sname)
+            .ok_or_else(|| cx.err(age.span(), &f, format!("unknown source `{sname}`")))?;
+        footprint.push((ix, Nanos::from_ms(*age.get_ref())));
+        mask |= 1u64 << ix.0;
+    }
+    footprint.sort_by_key(|(s, _)| *s);
+
+    let mut claims_required = 0u64;
+    for c in &t.claims_required {
+        let f = format!("{base}.claims_required");
+        let ix = *source_ix
+            .get(c.get_ref())
+            .ok_or_else(|| cx.err(c.span(), &f, format!("unknown source `{}`", c.get_ref())))?;
+        if mask & (1u64 << ix.0) == 0 {
+            return Err(cx.err(
+                c.span(),
+                f,
+                format!("`{}` is not in the footprint", c.get_ref()),
+            ));
+        }
+        claims_required |= 1u64 << ix.0;
+    }
+    Ok((footprint, mask, claims_required))
+}
+
+/// A type's temporal mode: point, interval (certified, with a duration) or rolling (an action,
+/// with its window).
+fn type_temporal(
+    cx: &Ctx<'_>,
+    base: &str,
+    span: &std::ops::Range<usize>,
+    t: &RawType,
+    class: Class,
+) -> Result<Temporal, CatalogError> {
+    let temporal = match t.temporal.get_ref() {
+        RawTemporal::Point => Temporal::Point,
+        RawTemporal::Interval => Temporal::Interval,
+        RawTemporal::Rolling => {
+            let w = t.rolling_window_ms.ok_or_else(|| {
+                cx.err(
+                    t.temporal.span(),
+                    format!("{base}.rolling_window_ms"),
+                    "rolling types need `rolling_window_ms`",
+                )
+            })?;
+            if w == 0 {
+                return Err(cx.err(
+                    t.temporal.span(),
+                    format!("{base}.rolling_window_ms"),
+                    "must be positive",
+                ));
+            }
+            Temporal::Rolling {
+                window: Nanos::from_ms(w),
+            }
+        }
+    };
+    if temporal == Temporal::Interval
+        && !matches!(t.payload, PayloadKind::RouteAction | PayloadKind::Hold)
+    {
+        return Err(cx.err(
+            t.temporal.span(),
+            format!("{base}.temporal"),
+            "interval needs a payload with `duration_s` (route_action or hold)",
+        ));
+    }
+    if temporal == Temporal::Interval && !t.requires_certificate {
+        return Err(cx.err(
+            t.temporal.span(),
+            format!("{base}.requires_certificate"),
+            "interval coverage is certified: set `requires_certificate = true`",
+        ));
+    }
+    if !matches!(temporal, Temporal::Rolling { .. }) && t.rolling_window_ms.is_some() {
+        return Err(cx.err(
+            span.clone(),
+            format!("{base}.rolling_window_ms"),
+            "only rolling types take a window",
+        ));
+    }
+    if matches!(temporal, Temporal::Rolling { .. }) && class != Class::Action {
+        return Err(cx.err(
+            t.temporal.span(),
+            format!("{base}.temporal"),
+            "rolling applies to actions",
+        ));
+    }
+    Ok(temporal)
+}
+
+/// The prerequisites a type allows: parent types and the phases required of them (non-actions
+/// reach `emitted`, actions `dispatched` and `observed_success`).
+fn type_prerequisites(
+    cx: &Ctx<'_>,
+    base: &str,
+    t: &RawType,
+    type_ix: &BTreeMap<&str, TypeIx>,
+    classes: &BTreeMap<&str, PayloadKind>,
+) -> Result<Vec<AllowedPrerequisite>, CatalogError> {
+    let mut prerequisites = Vec::new();
+    for (pi, p) in t.prerequisites.iter().enumerate() {
+        let f = format!("{base}.prerequisites[{pi}]");
+        let pr = p.get_ref();
+        let parent = *type_ix
+            .get(pr.parent.as_str())
+            .ok_or_else(|| cx.err(p.span(), &f, format!("unknown type `{}`", pr.parent)))?;
+        let parent_is_action = classes
+            .get(pr.parent.as_str())
+            .is_some_and(|k| k.is_action());
+        if pr.phases.is_empty() {
+            return Err(cx.err(p.span(), format!("{f}.phases"), "name at least one phase"));
+        }
+        let mut phases = Vec::new();
+        for ph in &pr.phases {
+            let phase = Phase::from_prerequisite_name(ph).ok_or_else(|| {
+                cx.err(
+                    p.span(),
+                    format!("{f}.phases"),
+                    format!(
+                        "`{ph}` is not a prerequisite phase (emitted, dispatched, observed_success)"
+                    ),
+                )
+            })?;
+            let fits = match phase {
+                Phase::Emitted => !parent_is_action,
+                _ => parent_is_action,
+            };
+            if !fits {
+                return Err(cx.err(
+                    p.span(),
+                    format!("{f}.phases"),
+                    format!(
+                        "`{ph}` cannot be required of `{}`: non-actions reach `emitted`, actions `dispatched` and `observed_success`",
+                        pr.parent
+                    ),
+                ));
+            }
+            phases.push(phase);
+        }
+        prerequisites.push(AllowedPrerequisite { parent, phases });
+    }
+    Ok(prerequisites)
+}
+
+/// A type's recovery route: which denials leave an obligation, its scope, expiry, retries and
+/// routes (actions only).
+fn type_recovery(
+    cx: &Ctx<'_>,
+    base: &str,
+    span: &std::ops::Range<usize>,
+    t: &RawType,
+    class: Class,
+) -> Result<Recovery, CatalogError> {
+    if class == Class::NonAction {
+        if let Some(r) = &t.recovery {
+            return Err(cx.err(
+                r.span(),
+                format!("{base}.recovery"),
+                "recovery routes apply to actions; a withheld non-action returns when its support does",
+            ));
+        }
+    }
+    let recovery = match &t.recovery {
+        None => Recovery {
+            recoverable: Vec::new(),
+            scope: Scope::SelfOnly,
+            expiry: Nanos::ZERO,
+            retry_limit: 0,
+            assignee: Id::new("agent").map_err(|e| cx.err(span.clone(), base, e.to_string()))?,
+            route: Id::new("none").map_err(|e| cx.err(span.clone(), base, e.to_string()))?,
+            routes: Vec::new(),
+        },
+        Some(r) => {
+            let f = format!("{base}.recovery");
+            let rr = r.get_ref();
+            let mut recoverable = Vec::new();
+            for name in &rr.recoverable {
+                let code = ReasonCode::from_name(name).ok_or_else(|| {
+                    cx.err(
+                        r.span(),
+                        format!("{f}.recoverable"),
+                        format!("unknown reason code `{name}`"),
+                    )
+                })?;
+                let n = code.number();
+                let denial = (200..300).contains(&n)
+                    || matches!(
+                        code,
+                        ReasonCode::ADAPTER_REJECTED
+                            | ReasonCode::PARENT_WITHHELD
+                            | ReasonCode::DEPS_NOT_READY
+                    );
+                if !denial {
+                    return Err(cx.err(
+                        r.span(),
+                        format!("{f}.recoverable"),
+                        format!(
+                            "`{name}` is not a denial the gate can make (local support, PARENT_WITHHELD, DEPS_NOT_READY, ADAPTER_REJECTED)"
+                        ),
+                    ));
+                }
+                recoverable.push(code);
+            }
+            if rr.expiry_ms == 0 {
+                return Err(cx.err(r.span(), format!("{f}.expiry_ms"), "must be positive"));
+            }
+            let mut routes = Vec::new();
+            for (name, route) in &rr.routes {
+                let at = format!("{f}.routes.{name}");
+                let code = ReasonCode::from_name(name).ok_or_else(|| {
+                    cx.err(r.span(), &at, format!("unknown reason code `{name}`"))
+                })?;
+                if !recoverable.contains(&code) {
+                    return Err(cx.err(
+                        r.span(),
+                        &at,
+                        format!(
+                            "`{name}` is not in `recoverable`, so no obligation takes this route"
+                        ),
+                    ));
+                }
+                routes.push((code, cx.id(r.span(), &at, route)?));
+            }
+            Recovery {
+                recoverable,
+                scope: match rr.scope {
+                    RawScope::SelfOnly => Scope::SelfOnly,
+                    RawScope::SelfAndDependents => Scope::SelfAndDependents,
+                },
+                expiry: Nanos::from_ms(rr.expiry_ms),
+                retry_limit: rr.retry_limit,
+                assignee: cx.id(r.span(), &format!("{f}.assignee"), &rr.assignee)?,
+                route: cx.id(r.span(), &format!("{f}.route"), &rr.route)?,
+                routes,
+            }
+        }
+    };
+    Ok(recovery)
+}
+
+/// The mission-contract effect a type normalizes to (actions only; a `zone` argument needs a
+/// route target and `[zones]`).
+fn type_effect(
+    cx: &Ctx<'_>,
+    base: &str,
+    t: &RawType,
+    class: Class,
+    zones: &[(Id, BoxNed)],
+) -> Result<Option<EffectMap>, CatalogError> {
+    let effect = match &t.effect {
+        None => None,
+        Some(e) => {
+            let f = format!("{base}.effect");
+            if class != Class::Action {
+                return Err(cx.err(e.span(), f, "only actions commit contract effects"));
+            }
+            let re = e.get_ref();
+            let arg = match re.arg {
+                None => EffectArg::None,
+                Some(RawEffectArg::Zone) => {
+                    if t.payload != PayloadKind::RouteAction {
+                        return Err(cx.err(
+                            e.span(),
+                            format!("{f}.arg"),
+                            "`zone` resolves a route target: only route_action payloads have one",
+                        ));
+                    }
+                    if zones.is_empty() {
+                        return Err(cx.err(
+                            e.span(),
+                            format!("{f}.arg"),
+                            "`zone` needs a `[zones]` table",
+                        ));
+                    }
+                    EffectArg::Zone
+                }
+            };
+            Some(EffectMap {
+                name: cx.id(e.span(), &format!("{f}.name"), &re.name)?,
+                arg,
+            })
+        }
+    };
+    Ok(effect)
+}
+
 impl Catalog {
     /// Parses and validates a catalog. `file` is only used in error messages.
     ///
@@ -651,466 +1254,14 @@ impl Catalog {
             }
             cx.err(span, field, msg)
         })?;
-
         let head_span = raw.catalog.span();
         let head = raw.catalog.into_inner();
-        let id = cx.id(head.id.span(), "catalog.id", head.id.get_ref())?;
-        if head.version == 0 {
-            return Err(cx.err(head_span, "catalog.version", "version must be at least 1"));
-        }
-        // Values that cannot be meant: every response would expire at once, or a tolerance or
-        // guard longer than any freshness limit a catalog would set.
-        if head.response_ttl_ms == 0 {
-            return Err(cx.err(
-                head_span,
-                "catalog.response_ttl_ms",
-                "must be at least 1 ms (0 would end every response at admission)",
-            ));
-        }
-        for (key, v) in [
-            ("catalog.adapter_guard_ms", head.adapter_guard_ms),
-            ("catalog.future_tolerance_ms", head.future_tolerance_ms),
-        ] {
-            if v > 3_600_000 {
-                return Err(cx.err(
-                    head_span.clone(),
-                    key,
-                    format!("{v} ms is over one hour (3600000)"),
-                ));
-            }
-        }
-
-        if !(1000..=86_400_000).contains(&head.max_certificate_ms) {
-            return Err(cx.err(
-                head_span,
-                "catalog.max_certificate_ms",
-                format!(
-                    "{} ms is outside 1000..86400000 (one second to one day)",
-                    head.max_certificate_ms
-                ),
-            ));
-        }
-        if raw.sources.is_empty() {
-            return Err(cx.err(head_span, "sources", "a catalog needs at least one source"));
-        }
-        if raw.sources.len() > MAX_SOURCES {
-            return Err(cx.err(
-                head_span,
-                "sources",
-                format!("at most {MAX_SOURCES} sources"),
-            ));
-        }
-        let mut sources = Vec::new();
-        let mut source_ix = BTreeMap::new();
-        for (i, (name, spec)) in raw.sources.iter().enumerate() {
-            let field = format!("sources.{name}");
-            let sid = cx.id(spec.span(), &field, name)?;
-            let s = spec.get_ref();
-            if s.bounds && s.value != ValueKind::Bounds {
-                return Err(cx.err(
-                    spec.span(),
-                    field,
-                    "`bounds = true` needs `value = \"bounds\"`",
-                ));
-            }
-            let ix = SourceIx(
-                u8::try_from(i).map_err(|_| cx.err(spec.span(), "sources", "too many sources"))?,
-            );
-            source_ix.insert(name.clone(), ix);
-            sources.push(SourceSpec {
-                name: sid,
-                value: s.value,
-                bounds: s.bounds,
-                owner: s.owner,
-            });
-        }
-
-        // Zones: named local-NED boxes that resolve a route target to a contract waypoint.
-        let mut zones: Vec<(Id, BoxNed)> = Vec::new();
-        for (name, z) in &raw.zones {
-            let field = format!("zones.{name}");
-            let zid = cx.id(z.span(), &field, name)?;
-            let b = *z.get_ref();
-            if let Err(e) = b.check() {
-                return Err(cx.err(z.span(), field, format!("zone bounds: {e}")));
-            }
-            let overlaps = |a: &BoxNed, c: &BoxNed| {
-                a.north_min < c.north_max
-                    && c.north_min < a.north_max
-                    && a.east_min < c.east_max
-                    && c.east_min < a.east_max
-                    && a.down_min < c.down_max
-                    && c.down_min < a.down_max
-            };
-            if let Some((other, _)) = zones.iter().find(|(_, o)| overlaps(o, &b)) {
-                return Err(cx.err(
-                    z.span(),
-                    field,
-                    format!("overlaps zone `{other}`: a target must name one zone"),
-                ));
-            }
-            zones.push((zid, b));
-        }
-
-        if raw.types.is_empty() {
-            return Err(cx.err(
-                head_span,
-                "types",
-                "a catalog needs at least one component type",
-            ));
-        }
-        if raw.types.len() > MAX_TYPES {
-            return Err(cx.err(head_span, "types", format!("at most {MAX_TYPES} types")));
-        }
-        let type_ix: BTreeMap<&str, TypeIx> = raw
-            .types
-            .keys()
-            .enumerate()
-            .map(|(i, k)| (k.as_str(), TypeIx(u8::try_from(i).unwrap_or(u8::MAX))))
-            .collect();
-        let classes: BTreeMap<&str, PayloadKind> = raw
-            .types
-            .iter()
-            .map(|(k, t)| (k.as_str(), t.get_ref().payload))
-            .collect();
-
-        let mut types = Vec::new();
-        for (name, spanned) in &raw.types {
-            let base = format!("types.{name}");
-            let span = spanned.span();
-            let t = spanned.get_ref();
-            let tname = cx.id(span.clone(), &base, name)?;
-            let class = match t.class {
-                RawClass::Action => Class::Action,
-                RawClass::NonAction => Class::NonAction,
-            };
-            if (class == Class::Action) != t.payload.is_action() {
-                return Err(cx.err(
-                    span,
-                    format!("{base}.class"),
-                    format!(
-                        "payload `{}` is {} but the class says {}",
-                        t.payload.name(),
-                        if t.payload.is_action() {
-                            "an action"
-                        } else {
-                            "a non-action"
-                        },
-                        if class == Class::Action {
-                            "action"
-                        } else {
-                            "non_action"
-                        }
-                    ),
-                ));
-            }
-            let output = match (class, &t.output, &t.adapter) {
-                (Class::Action, None, Some(a)) => {
-                    Output::Adapter(cx.id(a.span(), &format!("{base}.adapter"), a.get_ref())?)
-                }
-                (Class::NonAction, Some(o), None) => {
-                    Output::Path(cx.id(o.span(), &format!("{base}.output"), o.get_ref())?)
-                }
-                (Class::Action, _, _) => {
-                    return Err(cx.err(
-                        span,
-                        format!("{base}.adapter"),
-                        "an action names an `adapter` and no `output`",
-                    ));
-                }
-                (Class::NonAction, _, _) => {
-                    return Err(cx.err(
-                        span,
-                        format!("{base}.output"),
-                        "a non-action names an `output` path and no `adapter`",
-                    ));
-                }
-            };
-
-            // Footprint with age limits.
-            if t.footprint.len() > MAX_FOOTPRINT {
-                return Err(cx.err(
-                    span,
-                    format!("{base}.footprint"),
-                    format!("at most {MAX_FOOTPRINT} sources"),
-                ));
-            }
-            let mut footprint = Vec::new();
-            let mut mask = 0u64;
-            for (sname, age) in &t.footprint {
-                let f = format!("{base}.footprint.{sname}");
-                let ix = *source_ix
-                    .get(sname)
-                    .ok_or_else(|| cx.err(age.span(), &f, format!("unknown source `{sname}`")))?;
-                footprint.push((ix, Nanos::from_ms(*age.get_ref())));
-                mask |= 1u64 << ix.0;
-            }
-            footprint.sort_by_key(|(s, _)| *s);
-
-            let mut claims_required = 0u64;
-            for c in &t.claims_required {
-                let f = format!("{base}.claims_required");
-                let ix = *source_ix.get(c.get_ref()).ok_or_else(|| {
-                    cx.err(c.span(), &f, format!("unknown source `{}`", c.get_ref()))
-                })?;
-                if mask & (1u64 << ix.0) == 0 {
-                    return Err(cx.err(
-                        c.span(),
-                        f,
-                        format!("`{}` is not in the footprint", c.get_ref()),
-                    ));
-                }
-                claims_required |= 1u64 << ix.0;
-            }
-
-            let temporal = match t.temporal.get_ref() {
-                RawTemporal::Point => Temporal::Point,
-                RawTemporal::Interval => Temporal::Interval,
-                RawTemporal::Rolling => {
-                    let w = t.rolling_window_ms.ok_or_else(|| {
-                        cx.err(
-                            t.temporal.span(),
-                            format!("{base}.rolling_window_ms"),
-                            "rolling types need `rolling_window_ms`",
-                        )
-                    })?;
-                    if w == 0 {
-                        return Err(cx.err(
-                            t.temporal.span(),
-                            format!("{base}.rolling_window_ms"),
-                            "must be positive",
-                        ));
-                    }
-                    Temporal::Rolling {
-                        window: Nanos::from_ms(w),
-                    }
-                }
-            };
-            if temporal == Temporal::Interval
-                && !matches!(t.payload, PayloadKind::RouteAction | PayloadKind::Hold)
-            {
-                return Err(cx.err(
-                    t.temporal.span(),
-                    format!("{base}.temporal"),
-                    "interval needs a payload with `duration_s` (route_action or hold)",
-                ));
-            }
-            if temporal == Temporal::Interval && !t.requires_certificate {
-                return Err(cx.err(
-                    t.temporal.span(),
-                    format!("{base}.requires_certificate"),
-                    "interval coverage is certified: set `requires_certificate = true`",
-                ));
-            }
-            if !matches!(temporal, Temporal::Rolling { .. }) && t.rolling_window_ms.is_some() {
-                return Err(cx.err(
-                    span,
-                    format!("{base}.rolling_window_ms"),
-                    "only rolling types take a window",
-                ));
-            }
-            if matches!(temporal, Temporal::Rolling { .. }) && class != Class::Action {
-                return Err(cx.err(
-                    t.temporal.span(),
-                    format!("{base}.temporal"),
-                    "rolling applies to actions",
-                ));
-            }
-
-            // Rules.
-            if t.rules.len() > MAX_RULES {
-                return Err(cx.err(
-                    span,
-                    format!("{base}.rules"),
-                    format!("at most {MAX_RULES} rules"),
-                ));
-            }
-            let mut rules = Vec::new();
-            for (ri, r) in t.rules.iter().enumerate() {
-                let f = format!("{base}.rules[{ri}]");
-                rules.push(build_rule(
-                    &cx, &f, r, &source_ix, &sources, mask, t.payload,
-                )?);
-            }
-
-            // Allowed prerequisites.
-            let mut prerequisites = Vec::new();
-            for (pi, p) in t.prerequisites.iter().enumerate() {
-                let f = format!("{base}.prerequisites[{pi}]");
-                let pr = p.get_ref();
-                let parent = *type_ix
-                    .get(pr.parent.as_str())
-                    .ok_or_else(|| cx.err(p.span(), &f, format!("unknown type `{}`", pr.parent)))?;
-                let parent_is_action = classes
-                    .get(pr.parent.as_str())
-                    .is_some_and(|k| k.is_action());
-                if pr.phases.is_empty() {
-                    return Err(cx.err(p.span(), format!("{f}.phases"), "name at least one phase"));
-                }
-                let mut phases = Vec::new();
-                for ph in &pr.phases {
-                    let phase = Phase::from_prerequisite_name(ph).ok_or_else(|| {
-                        cx.err(p.span(), format!("{f}.phases"), format!("`{ph}` is not a prerequisite phase (emitted, dispatched, observed_success)"))
-                    })?;
-                    let fits = match phase {
-                        Phase::Emitted => !parent_is_action,
-                        _ => parent_is_action,
-                    };
-                    if !fits {
-                        return Err(cx.err(
-                            p.span(),
-                            format!("{f}.phases"),
-                            format!(
-                                "`{ph}` cannot be required of `{}`: non-actions reach `emitted`, actions `dispatched` and `observed_success`",
-                                pr.parent
-                            ),
-                        ));
-                    }
-                    phases.push(phase);
-                }
-                prerequisites.push(AllowedPrerequisite { parent, phases });
-            }
-
-            // Recovery.
-            if class == Class::NonAction {
-                if let Some(r) = &t.recovery {
-                    return Err(cx.err(
-                        r.span(),
-                        format!("{base}.recovery"),
-                        "recovery routes apply to actions; a withheld non-action returns when its support does",
-                    ));
-                }
-            }
-            let recovery = match &t.recovery {
-                None => Recovery {
-                    recoverable: Vec::new(),
-                    scope: Scope::SelfOnly,
-                    expiry: Nanos::ZERO,
-                    retry_limit: 0,
-                    assignee: Id::new("agent")
-                        .map_err(|e| cx.err(span.clone(), &base, e.to_string()))?,
-                    route: Id::new("none")
-                        .map_err(|e| cx.err(span.clone(), &base, e.to_string()))?,
-                    routes: Vec::new(),
-                },
-                Some(r) => {
-                    let f = format!("{base}.recovery");
-                    let rr = r.get_ref();
-                    let mut recoverable = Vec::new();
-                    for name in &rr.recoverable {
-                        let code = ReasonCode::from_name(name).ok_or_else(|| {
-                            cx.err(
-                                r.span(),
-                                format!("{f}.recoverable"),
-                                format!("unknown reason code `{name}`"),
-                            )
-                        })?;
-                        let n = code.number();
-                        let denial = (200..300).contains(&n)
-                            || matches!(
-                                code,
-                                ReasonCode::ADAPTER_REJECTED
-                                    | ReasonCode::PARENT_WITHHELD
-                                    | ReasonCode::DEPS_NOT_READY
-                            );
-                        if !denial {
-                            return Err(cx.err(
-                                r.span(),
-                                format!("{f}.recoverable"),
-                                format!(
-                                    "`{name}` is not a denial the gate can make (local support, PARENT_WITHHELD, DEPS_NOT_READY, ADAPTER_REJECTED)"
-                                ),
-                            ));
-                        }
-                        recoverable.push(code);
-                    }
-                    if rr.expiry_ms == 0 {
-                        return Err(cx.err(r.span(), format!("{f}.expiry_ms"), "must be positive"));
-                    }
-                    let mut routes = Vec::new();
-                    for (name, route) in &rr.routes {
-                        let at = format!("{f}.routes.{name}");
-                        let code = ReasonCode::from_name(name).ok_or_else(|| {
-                            cx.err(r.span(), &at, format!("unknown reason code `{name}`"))
-                        })?;
-                        if !recoverable.contains(&code) {
-                            return Err(cx.err(
-                                r.span(),
-                                &at,
-                                format!("`{name}` is not in `recoverable`, so no obligation takes this route"),
-                            ));
-                        }
-                        routes.push((code, cx.id(r.span(), &at, route)?));
-                    }
-                    Recovery {
-                        recoverable,
-                        scope: match rr.scope {
-                            RawScope::SelfOnly => Scope::SelfOnly,
-                            RawScope::SelfAndDependents => Scope::SelfAndDependents,
-                        },
-                        expiry: Nanos::from_ms(rr.expiry_ms),
-                        retry_limit: rr.retry_limit,
-                        assignee: cx.id(r.span(), &format!("{f}.assignee"), &rr.assignee)?,
-                        route: cx.id(r.span(), &format!("{f}.route"), &rr.route)?,
-                        routes,
-                    }
-                }
-            };
-
-            // The mission-contract effect this type normalizes to.
-            let effect = match &t.effect {
-                None => None,
-                Some(e) => {
-                    let f = format!("{base}.effect");
-                    if class != Class::Action {
-                        return Err(cx.err(e.span(), f, "only actions commit contract effects"));
-                    }
-                    let re = e.get_ref();
-                    let arg = match re.arg {
-                        None => EffectArg::None,
-                        Some(RawEffectArg::Zone) => {
-                            if t.payload != PayloadKind::RouteAction {
-                                return Err(cx.err(
-                                    e.span(),
-                                    format!("{f}.arg"),
-                                    "`zone` resolves a route target: only route_action payloads have one",
-                                ));
-                            }
-                            if zones.is_empty() {
-                                return Err(cx.err(
-                                    e.span(),
-                                    format!("{f}.arg"),
-                                    "`zone` needs a `[zones]` table",
-                                ));
-                            }
-                            EffectArg::Zone
-                        }
-                    };
-                    Some(EffectMap {
-                        name: cx.id(e.span(), &format!("{f}.name"), &re.name)?,
-                        arg,
-                    })
-                }
-            };
-
-            types.push(TypeSpec {
-                name: tname,
-                class,
-                payload: t.payload,
-                footprint,
-                footprint_mask: mask,
-                claims_required,
-                requires_certificate: t.requires_certificate,
-                rules,
-                prerequisites,
-                temporal,
-                guard: Nanos::from_ms(t.adapter_guard_ms.unwrap_or(head.adapter_guard_ms)),
-                output,
-                recovery,
-                effect,
-            });
-        }
-
+        let id = parse_header(&cx, &head, &head_span)?;
+        let (sources, source_ix) = parse_sources(&cx, &raw.sources, &head_span)?;
+        let zones = parse_zones(&cx, &raw.zones)?;
+        let types = parse_types(
+            &cx, &raw.types, &head, &head_span, &sources, &source_ix, &zones,
+        )?;
         Ok(Catalog {
             id,
             version: head.version,

@@ -20,7 +20,7 @@ use super::binding::{DispatchToken, Seq};
 use super::catalog::Temporal;
 use super::defect::Defect;
 use super::digest::Digest;
-use super::engine::{Gateway, Record};
+use super::engine::{Gateway, Record, Resp, Shared};
 use super::ids::Id;
 use super::obligation::ObligationId;
 use super::payload::ActionCommand;
@@ -388,161 +388,22 @@ impl Gateway {
         let Some(i) = r.graph.index_of(&cid) else {
             return self.refuse(now, &token, ReasonCode::TOKEN_MISMATCH);
         };
-        let seq = token.seq();
-        let binding = *token.binding();
+        let at = GateAt {
+            i,
+            response: rid,
+            component: cid,
+            seq: token.seq(),
+            binding: *token.binding(),
+            now,
+        };
         // The token is spent by this call whatever happens next.
         drop(token);
-
         match decision {
             Decision::Refuse(_) => GateOutcome::Refused {
                 code: ReasonCode::TOKEN_MISMATCH,
             },
-            Decision::Deny(code, failing) => {
-                if let Some(x) = r.inst_mut(i) {
-                    x.local.failing = failing;
-                }
-                self.sh.deny(r, i, code, now);
-                self.sh.recompute(r, 1u64 << i, now);
-                self.sh.check_done(r, now);
-                let obligation = r.inst(i).and_then(|x| x.obligation);
-                self.sh.receipts.push(
-                    now,
-                    Record::Gate {
-                        response: rid.clone(),
-                        component: cid.clone(),
-                        seq,
-                        binding,
-                        outcome: "denied",
-                        code: Some(code),
-                        effect: None,
-                    },
-                );
-                GateOutcome::Denied {
-                    response: rid,
-                    component: cid,
-                    code,
-                    obligation,
-                }
-            }
-            Decision::Allow => {
-                let (Some(c), Some(spec)) = (
-                    r.graph.component(i),
-                    r.graph
-                        .component(i)
-                        .and_then(|c| self.sh.cat.type_spec(c.ty)),
-                ) else {
-                    return GateOutcome::Refused {
-                        code: ReasonCode::TOKEN_MISMATCH,
-                    };
-                };
-                let Some(command) = c.payload.command() else {
-                    return GateOutcome::Refused {
-                        code: ReasonCode::NOT_AN_ACTION,
-                    };
-                };
-                let span = match spec.temporal {
-                    Temporal::Rolling { window } => window,
-                    Temporal::Point | Temporal::Interval => {
-                        Nanos::from_secs_f64(c.payload.duration_s().unwrap_or(0.0))
-                    }
-                };
-                let valid_until = now.saturating_add(span);
-                let recoverable = spec.recovery.is_recoverable(ReasonCode::ADAPTER_REJECTED);
-                // INVARIANT (one dispatch): the token is consumed before the adapter is called,
-                // so a failed or repeated call can never reuse it. (The AgentSpec comparison
-                // variants have no dispatch process and never spend one.)
-                if self.sh.cfg.variant.gates() && !self.sh.cfg.seeded(Defect::TokenNotSpent) {
-                    self.sh.ledger.consume(seq);
-                }
-                let req = EnqueueRequest {
-                    now,
-                    response: &rid,
-                    component: &cid,
-                    command,
-                    binding: &binding,
-                    seq,
-                    valid_until,
-                };
-                match adapter.try_enqueue(&req) {
-                    Ok(()) => {
-                        // INVARIANT (contract commit): the effect the contract reserved is
-                        // committed in the same call that handed the command to the adapter.
-                        let effect = reserved.map(|(res, effect)| {
-                            let key = format!("halo-{}-{}", self.sh.ledger.boot(), seq.n);
-                            if let Err(code) = contract.commit(res, &effect, &key) {
-                                self.sh.receipts.push(
-                                    now,
-                                    Record::External {
-                                        what: "contract_commit_failed",
-                                        detail: serde_json::json!({"effect": effect, "code": code}),
-                                    },
-                                );
-                            }
-                            effect
-                        });
-                        if let Some(x) = r.inst_mut(i) {
-                            x.streaming_until = Some(valid_until);
-                        }
-                        self.sh.set_phase(r, i, Phase::Dispatched, None, now);
-                        let kids = r.graph.descendants(1u64 << i);
-                        self.sh.readiness(r, kids, now);
-                        self.sh.check_done(r, now);
-                        self.sh.receipts.push(
-                            now,
-                            Record::Gate {
-                                response: rid.clone(),
-                                component: cid.clone(),
-                                seq,
-                                binding,
-                                outcome: "dispatched",
-                                code: None,
-                                effect,
-                            },
-                        );
-                        GateOutcome::Dispatched {
-                            response: rid,
-                            component: cid,
-                            seq,
-                            binding,
-                            valid_until,
-                        }
-                    }
-                    Err(error) => {
-                        let code = ReasonCode::ADAPTER_REJECTED;
-                        if let Some(x) = r.inst_mut(i) {
-                            x.member = false;
-                            x.token = None;
-                        }
-                        self.sh.set_phase(r, i, Phase::Failed, Some(code), now);
-                        if recoverable {
-                            self.sh.create_obligation(r, i, code, now);
-                            self.sh.recompute(r, 1u64 << i, now);
-                        } else {
-                            self.sh.cascade_terminal(r, i, now);
-                        }
-                        self.sh.check_done(r, now);
-                        let obligation = r.inst(i).and_then(|x| x.obligation);
-                        self.sh.receipts.push(
-                            now,
-                            Record::Gate {
-                                response: rid.clone(),
-                                component: cid.clone(),
-                                seq,
-                                binding,
-                                outcome: "enqueue_failed",
-                                code: Some(code),
-                                effect: None,
-                            },
-                        );
-                        GateOutcome::EnqueueFailed {
-                            response: rid,
-                            component: cid,
-                            error,
-                            obligation,
-                        }
-                    }
-                }
-            }
+            Decision::Deny(code, failing) => self.sh.gate_denied(r, at, code, failing),
+            Decision::Allow => self.sh.gate_dispatch(r, at, adapter, contract, reserved),
         }
     }
 
@@ -621,5 +482,228 @@ impl Adapter for RecordingAdapter {
             valid_until: req.valid_until,
         });
         Ok(())
+    }
+}
+
+/// Where a gate call acts: the instance, its ids, its token's sequence and binding, the
+/// decision instant.
+struct GateAt {
+    i: u16,
+    response: Id,
+    component: Id,
+    seq: Seq,
+    binding: Digest,
+    now: Nanos,
+}
+
+impl Shared {
+    /// A denied instance: withheld with an obligation (recoverable) or invalidated, its
+    /// dependents recomputed, the denial receipted.
+    fn gate_denied(
+        &mut self,
+        r: &mut Resp,
+        at: GateAt,
+        code: ReasonCode,
+        failing: u64,
+    ) -> GateOutcome {
+        let GateAt {
+            i,
+            response,
+            component,
+            seq,
+            binding,
+            now,
+        } = at;
+        if let Some(x) = r.inst_mut(i) {
+            x.local.failing = failing;
+        }
+        self.deny(r, i, code, now);
+        self.recompute(r, 1u64 << i, now);
+        self.check_done(r, now);
+        let obligation = r.inst(i).and_then(|x| x.obligation);
+        self.receipts.push(
+            now,
+            Record::Gate {
+                response: response.clone(),
+                component: component.clone(),
+                seq,
+                binding,
+                outcome: "denied",
+                code: Some(code),
+                effect: None,
+            },
+        );
+        GateOutcome::Denied {
+            response,
+            component,
+            code,
+            obligation,
+        }
+    }
+
+    /// An allowed instance: the token is consumed, then the adapter's one enqueue, then the
+    /// contract's commit of the reserved effect (all in this call).
+    fn gate_dispatch(
+        &mut self,
+        r: &mut Resp,
+        at: GateAt,
+        adapter: &mut dyn Adapter,
+        contract: &mut dyn EffectGate,
+        reserved: Option<(u64, String)>,
+    ) -> GateOutcome {
+        let (Some(c), Some(spec)) = (
+            r.graph.component(at.i),
+            r.graph
+                .component(at.i)
+                .and_then(|c| self.cat.type_spec(c.ty)),
+        ) else {
+            return GateOutcome::Refused {
+                code: ReasonCode::TOKEN_MISMATCH,
+            };
+        };
+        let Some(command) = c.payload.command() else {
+            return GateOutcome::Refused {
+                code: ReasonCode::NOT_AN_ACTION,
+            };
+        };
+        let span = match spec.temporal {
+            Temporal::Rolling { window } => window,
+            Temporal::Point | Temporal::Interval => {
+                Nanos::from_secs_f64(c.payload.duration_s().unwrap_or(0.0))
+            }
+        };
+        let valid_until = at.now.saturating_add(span);
+        let recoverable = spec.recovery.is_recoverable(ReasonCode::ADAPTER_REJECTED);
+        // INVARIANT (one dispatch): the token is consumed before the adapter is called, so a
+        // failed or repeated call can never reuse it. (The AgentSpec comparison variants have
+        // no dispatch process and never spend one.)
+        if self.cfg.variant.gates() && !self.cfg.seeded(Defect::TokenNotSpent) {
+            self.ledger.consume(at.seq);
+        }
+        let req = EnqueueRequest {
+            now: at.now,
+            response: &at.response,
+            component: &at.component,
+            command,
+            binding: &at.binding,
+            seq: at.seq,
+            valid_until,
+        };
+        match adapter.try_enqueue(&req) {
+            Ok(()) => self.gate_dispatched(r, at, contract, reserved, valid_until),
+            Err(error) => self.gate_enqueue_failed(r, at, error, recoverable),
+        }
+    }
+
+    /// The adapter took the command: the reserved effect committed, the instance dispatched,
+    /// its dependents' readiness recomputed, the dispatch receipted.
+    fn gate_dispatched(
+        &mut self,
+        r: &mut Resp,
+        at: GateAt,
+        contract: &mut dyn EffectGate,
+        reserved: Option<(u64, String)>,
+        valid_until: Nanos,
+    ) -> GateOutcome {
+        let GateAt {
+            i,
+            response,
+            component,
+            seq,
+            binding,
+            now,
+        } = at;
+        // INVARIANT (contract commit): the effect the contract reserved is committed in the
+        // same call that handed the command to the adapter.
+        let effect = reserved.map(|(res, effect)| {
+            let key = format!("halo-{}-{}", self.ledger.boot(), seq.n);
+            if let Err(code) = contract.commit(res, &effect, &key) {
+                self.receipts.push(
+                    now,
+                    Record::External {
+                        what: "contract_commit_failed",
+                        detail: serde_json::json!({"effect": effect, "code": code}),
+                    },
+                );
+            }
+            effect
+        });
+        if let Some(x) = r.inst_mut(i) {
+            x.streaming_until = Some(valid_until);
+        }
+        self.set_phase(r, i, Phase::Dispatched, None, now);
+        let kids = r.graph.descendants(1u64 << i);
+        self.readiness(r, kids, now);
+        self.check_done(r, now);
+        self.receipts.push(
+            now,
+            Record::Gate {
+                response: response.clone(),
+                component: component.clone(),
+                seq,
+                binding,
+                outcome: "dispatched",
+                code: None,
+                effect,
+            },
+        );
+        GateOutcome::Dispatched {
+            response,
+            component,
+            seq,
+            binding,
+            valid_until,
+        }
+    }
+
+    /// The adapter refused (the token is spent): the instance failed, with an obligation when
+    /// its recovery route allows one, else its dependents end too.
+    fn gate_enqueue_failed(
+        &mut self,
+        r: &mut Resp,
+        at: GateAt,
+        error: AdapterError,
+        recoverable: bool,
+    ) -> GateOutcome {
+        let GateAt {
+            i,
+            response,
+            component,
+            seq,
+            binding,
+            now,
+        } = at;
+        let code = ReasonCode::ADAPTER_REJECTED;
+        if let Some(x) = r.inst_mut(i) {
+            x.member = false;
+            x.token = None;
+        }
+        self.set_phase(r, i, Phase::Failed, Some(code), now);
+        if recoverable {
+            self.create_obligation(r, i, code, now);
+            self.recompute(r, 1u64 << i, now);
+        } else {
+            self.cascade_terminal(r, i, now);
+        }
+        self.check_done(r, now);
+        let obligation = r.inst(i).and_then(|x| x.obligation);
+        self.receipts.push(
+            now,
+            Record::Gate {
+                response: response.clone(),
+                component: component.clone(),
+                seq,
+                binding,
+                outcome: "enqueue_failed",
+                code: Some(code),
+                effect: None,
+            },
+        );
+        GateOutcome::EnqueueFailed {
+            response,
+            component,
+            error,
+            obligation,
+        }
     }
 }

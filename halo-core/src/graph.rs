@@ -464,7 +464,9 @@ impl Graph {
         Graph::assemble(cat, comps, index)
     }
 
-    /// [`Graph::build`] with the index over the components' ids already made.
+    /// [`Graph::build`] with the index over the components' ids already made, by stage: ids
+    /// unique, every prerequisite resolved and allowed (the edges), the children, then a
+    /// topological order (or the cycle named).
     fn assemble(cat: &Catalog, comps: Vec<Component>, index: IdIndex) -> Result<Graph, Rejection> {
         let n = comps.len();
         if n == 0 {
@@ -478,215 +480,18 @@ impl Graph {
             return Err(too_many_components(n));
         }
         if index.duplicated {
-            // Named in fingerprint order, each once.
-            let mut by_fp: Vec<(u64, u16)> =
-                index.fingerprints.iter().copied().zip(0u16..).collect();
-            by_fp.sort_unstable();
-            let id_at = |ix: u16| comps.get(usize::from(ix)).map(|c| &c.id);
-            let mut dups: Vec<String> = Vec::new();
-            for (k, &(h, a)) in by_fp.iter().enumerate() {
-                for &(h2, b) in by_fp.get(k + 1..).unwrap_or(&[]) {
-                    if h2 != h {
-                        break;
-                    }
-                    if let (Some(x), Some(y)) = (id_at(a), id_at(b)) {
-                        if x == y && !dups.contains(&x.to_string()) {
-                            dups.push(x.to_string());
-                        }
-                    }
-                }
-            }
-            return Err(Rejection::new(
-                ReasonCode::DUPLICATE_ID,
-                dups,
-                "component ids must be unique",
-            ));
+            return Err(duplicate_ids(&comps, &index));
         }
-
-        // References, in envelope order, each component's by parent id.
-        let mut parent_off = Vec::with_capacity(n + 1);
-        let mut parents = Vec::new();
-        // Degrees, at most MAX_COMPONENTS of each (refused above otherwise).
-        let mut indeg = [0u32; MAX_COMPONENTS];
-        let mut outdeg = [0u32; MAX_COMPONENTS];
-        let mut problems: [Vec<String>; 4] = Default::default();
-        for (i, c) in comps.iter().enumerate() {
-            parent_off.push(u32::try_from(parents.len()).unwrap_or(u32::MAX));
-            let spec = cat.type_spec(c.ty);
-            let mut prev: Option<u16> = None;
-            for &(p, phase) in &c.requires {
-                if usize::from(p) == i {
-                    problems[0].push(c.id.to_string());
-                    continue;
-                }
-                let Some(parent) = comps.get(usize::from(p)) else {
-                    // Resolved against other components than these: a caller's mistake.
-                    problems[1].push(format!("{}->#{p}", c.id));
-                    continue;
-                };
-                if prev == Some(p) {
-                    problems[2].push(format!("{}->{}", c.id, parent.id));
-                    continue;
-                }
-                prev = Some(p);
-                let allowed = spec.is_some_and(|s| s.allows(parent.ty, phase));
-                if !allowed {
-                    problems[3].push(format!(
-                        "{}->{}@{}",
-                        c.id,
-                        parent.id,
-                        phase.prerequisite_name()
-                    ));
-                    continue;
-                }
-                parents.push((p, phase));
-                if let Some(d) = indeg.get_mut(i) {
-                    *d += 1;
-                }
-                if let Some(d) = outdeg.get_mut(usize::from(p)) {
-                    *d += 1;
-                }
-            }
-            let mut prev: Option<&Id> = None;
-            for (pid, _) in &c.unresolved {
-                if prev == Some(pid) {
-                    problems[2].push(format!("{}->{}", c.id, pid));
-                    continue;
-                }
-                prev = Some(pid);
-                problems[1].push(format!("{}->{}", c.id, pid));
-            }
-        }
-        parent_off.push(u32::try_from(parents.len()).unwrap_or(u32::MAX));
-        let [selfs, missing, dupes, phases] = problems;
-        if !selfs.is_empty() {
-            return Err(Rejection::new(
-                ReasonCode::SELF_REFERENCE,
-                selfs,
-                "a component cannot require itself",
-            ));
-        }
-        if !missing.is_empty() {
-            return Err(Rejection::new(
-                ReasonCode::MISSING_REFERENCE,
-                missing,
-                "prerequisites must name components of the same response",
-            ));
-        }
-        if !dupes.is_empty() {
-            return Err(Rejection::new(
-                ReasonCode::DUPLICATE_PREREQUISITE,
-                dupes,
-                "a prerequisite is named twice",
-            ));
-        }
-        if !phases.is_empty() {
-            return Err(Rejection::new(
-                ReasonCode::PHASE_NOT_ALLOWED,
-                phases,
-                "the catalog does not allow these prerequisite types and phases",
-            ));
-        }
-
-        // Children (reverse adjacency), compressed.
-        let mut child_off = Vec::with_capacity(n + 1);
-        let mut acc = 0u32;
-        for d in outdeg.iter().take(n) {
-            child_off.push(acc);
-            acc += d;
-        }
-        child_off.push(acc);
-        let mut fill = [0u32; MAX_COMPONENTS];
-        for (f, &o) in fill.iter_mut().zip(&child_off) {
-            *f = o;
-        }
-        let mut children = vec![0u16; parents.len()];
-        for c in 0..n {
-            let (a, b) = (
-                parent_off.get(c).copied().unwrap_or(0),
-                parent_off.get(c + 1).copied().unwrap_or(0),
-            );
-            for &(p, _) in parents.get(a as usize..b as usize).unwrap_or(&[]) {
-                if let Some(slot) = fill.get_mut(usize::from(p)) {
-                    if let Some(ch) = children.get_mut(*slot as usize) {
-                        *ch = u16::try_from(c).unwrap_or(u16::MAX);
-                    }
-                    *slot += 1;
-                }
-            }
-        }
-
-        // Kahn's algorithm: parents before children; leftovers lie on or below a cycle.
-        let mut topo = Vec::with_capacity(n);
-        let mut remaining = indeg;
-        for (i, d) in remaining.iter().enumerate().take(n) {
-            if *d == 0 {
-                topo.push(u16::try_from(i).unwrap_or(u16::MAX));
-            }
-        }
-        let mut head = 0;
-        while let Some(&u) = topo.get(head) {
-            head += 1;
-            let (a, b) = (
-                child_off.get(usize::from(u)).copied().unwrap_or(0),
-                child_off.get(usize::from(u) + 1).copied().unwrap_or(0),
-            );
-            for &ch in children.get(a as usize..b as usize).unwrap_or(&[]) {
-                if let Some(d) = remaining.get_mut(usize::from(ch)) {
-                    *d -= 1;
-                    if *d == 0 {
-                        topo.push(ch);
-                    }
-                }
-            }
-        }
-        if topo.len() != n {
-            // Left over: nodes on a cycle and nodes below one. Peel the ones below (they have no
-            // left-over child) so the message names the cycle.
-            let mut left: Vec<bool> = remaining.iter().take(n).map(|d| *d > 0).collect();
-            loop {
-                let mut peeled = false;
-                for u in 0..n {
-                    if !left.get(u).copied().unwrap_or(false) {
-                        continue;
-                    }
-                    let (a, b) = (
-                        child_off.get(u).copied().unwrap_or(0),
-                        child_off.get(u + 1).copied().unwrap_or(0),
-                    );
-                    let has_left_child = children
-                        .get(a as usize..b as usize)
-                        .unwrap_or(&[])
-                        .iter()
-                        .any(|&c| left.get(usize::from(c)).copied().unwrap_or(false));
-                    if !has_left_child {
-                        if let Some(l) = left.get_mut(u) {
-                            *l = false;
-                        }
-                        peeled = true;
-                    }
-                }
-                if !peeled {
-                    break;
-                }
-            }
-            let stuck: Vec<String> = left
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| **l)
-                .filter_map(|(i, _)| comps.get(i).map(|c| c.id.to_string()))
-                .collect();
-            return Err(Rejection::new(
-                ReasonCode::CYCLE,
-                stuck,
-                "the prerequisites form a cycle",
-            ));
-        }
-
+        let e = edges(cat, &comps)?;
+        let (child_off, children) = children_of(n, &e);
+        let mut remaining = e.indeg;
+        let Some(topo) = topological(n, &mut remaining, &child_off, &children) else {
+            return Err(cycle(&comps, &remaining, &child_off, &children));
+        };
         Ok(Graph {
             comps,
-            parent_off,
-            parents,
+            parent_off: e.parent_off,
+            parents: e.parents,
             child_off,
             children,
             topo,
@@ -820,6 +625,244 @@ pub fn validate(cat: &Catalog, raw: &RawResponse<'_>) -> Result<ValidatedRespons
         generation: raw.generation,
         graph,
     })
+}
+
+/// A response's prerequisite edges: each component's parents (compressed), and the degrees.
+struct Edges {
+    parent_off: Vec<u32>,
+    parents: Vec<(u16, Phase)>,
+    /// In- and out-degrees, at most [`MAX_COMPONENTS`] of each (refused before otherwise).
+    indeg: [u32; MAX_COMPONENTS],
+    outdeg: [u32; MAX_COMPONENTS],
+}
+
+/// The ids that appear twice, named in fingerprint order, each once.
+fn duplicate_ids(comps: &[Component], index: &IdIndex) -> Rejection {
+    let mut by_fp: Vec<(u64, u16)> = index.fingerprints.iter().copied().zip(0u16..).collect();
+    by_fp.sort_unstable();
+    let id_at = |ix: u16| comps.get(usize::from(ix)).map(|c| &c.id);
+    let mut dups: Vec<String> = Vec::new();
+    for (k, &(h, a)) in by_fp.iter().enumerate() {
+        for &(h2, b) in by_fp.get(k + 1..).unwrap_or(&[]) {
+            if h2 != h {
+                break;
+            }
+            if let (Some(x), Some(y)) = (id_at(a), id_at(b)) {
+                if x == y && !dups.contains(&x.to_string()) {
+                    dups.push(x.to_string());
+                }
+            }
+        }
+    }
+    Rejection::new(
+        ReasonCode::DUPLICATE_ID,
+        dups,
+        "component ids must be unique",
+    )
+}
+
+/// The references, in envelope order, each component's by parent: every prerequisite must name
+/// another component of the response, once, of a type and phase the catalog allows. The
+/// problems are reported in this precedence: self references, missing, repeated, phases.
+fn edges(cat: &Catalog, comps: &[Component]) -> Result<Edges, Rejection> {
+    let n = comps.len();
+    let mut parent_off = Vec::with_capacity(n + 1);
+    let mut parents = Vec::new();
+    let mut indeg = [0u32; MAX_COMPONENTS];
+    let mut outdeg = [0u32; MAX_COMPONENTS];
+    let mut problems: [Vec<String>; 4] = Default::default();
+    for (i, c) in comps.iter().enumerate() {
+        parent_off.push(u32::try_from(parents.len()).unwrap_or(u32::MAX));
+        let spec = cat.type_spec(c.ty);
+        let mut prev: Option<u16> = None;
+        for &(p, phase) in &c.requires {
+            if usize::from(p) == i {
+                problems[0].push(c.id.to_string());
+                continue;
+            }
+            let Some(parent) = comps.get(usize::from(p)) else {
+                // Resolved against other components than these: a caller's mistake.
+                problems[1].push(format!("{}->#{p}", c.id));
+                continue;
+            };
+            if prev == Some(p) {
+                problems[2].push(format!("{}->{}", c.id, parent.id));
+                continue;
+            }
+            prev = Some(p);
+            let allowed = spec.is_some_and(|s| s.allows(parent.ty, phase));
+            if !allowed {
+                problems[3].push(format!(
+                    "{}->{}@{}",
+                    c.id,
+                    parent.id,
+                    phase.prerequisite_name()
+                ));
+                continue;
+            }
+            parents.push((p, phase));
+            if let Some(d) = indeg.get_mut(i) {
+                *d += 1;
+            }
+            if let Some(d) = outdeg.get_mut(usize::from(p)) {
+                *d += 1;
+            }
+        }
+        let mut prev: Option<&Id> = None;
+        for (pid, _) in &c.unresolved {
+            if prev == Some(pid) {
+                problems[2].push(format!("{}->{}", c.id, pid));
+                continue;
+            }
+            prev = Some(pid);
+            problems[1].push(format!("{}->{}", c.id, pid));
+        }
+    }
+    parent_off.push(u32::try_from(parents.len()).unwrap_or(u32::MAX));
+    let [selfs, missing, dupes, phases] = problems;
+    let refused = [
+        (
+            ReasonCode::SELF_REFERENCE,
+            selfs,
+            "a component cannot require itself",
+        ),
+        (
+            ReasonCode::MISSING_REFERENCE,
+            missing,
+            "prerequisites must name components of the same response",
+        ),
+        (
+            ReasonCode::DUPLICATE_PREREQUISITE,
+            dupes,
+            "a prerequisite is named twice",
+        ),
+        (
+            ReasonCode::PHASE_NOT_ALLOWED,
+            phases,
+            "the catalog does not allow these prerequisite types and phases",
+        ),
+    ];
+    for (code, ids, message) in refused {
+        if !ids.is_empty() {
+            return Err(Rejection::new(code, ids, message));
+        }
+    }
+    Ok(Edges {
+        parent_off,
+        parents,
+        indeg,
+        outdeg,
+    })
+}
+
+/// The children of every component (the reverse adjacency), compressed.
+fn children_of(n: usize, e: &Edges) -> (Vec<u32>, Vec<u16>) {
+    let mut child_off = Vec::with_capacity(n + 1);
+    let mut acc = 0u32;
+    for d in e.outdeg.iter().take(n) {
+        child_off.push(acc);
+        acc += d;
+    }
+    child_off.push(acc);
+    let mut fill = [0u32; MAX_COMPONENTS];
+    for (f, &o) in fill.iter_mut().zip(&child_off) {
+        *f = o;
+    }
+    let mut children = vec![0u16; e.parents.len()];
+    for c in 0..n {
+        let (a, b) = (
+            e.parent_off.get(c).copied().unwrap_or(0),
+            e.parent_off.get(c + 1).copied().unwrap_or(0),
+        );
+        for &(p, _) in e.parents.get(a as usize..b as usize).unwrap_or(&[]) {
+            if let Some(slot) = fill.get_mut(usize::from(p)) {
+                if let Some(ch) = children.get_mut(*slot as usize) {
+                    *ch = u16::try_from(c).unwrap_or(u16::MAX);
+                }
+                *slot += 1;
+            }
+        }
+    }
+    (child_off, children)
+}
+
+/// Kahn's algorithm over the in-degrees `remaining`: parents before children. `None` on a
+/// cycle, with the in-degrees left over in `remaining` (nodes on a cycle and nodes below one
+/// keep theirs).
+fn topological(
+    n: usize,
+    remaining: &mut [u32; MAX_COMPONENTS],
+    child_off: &[u32],
+    children: &[u16],
+) -> Option<Vec<u16>> {
+    let mut topo = Vec::with_capacity(n);
+    for (i, d) in remaining.iter().enumerate().take(n) {
+        if *d == 0 {
+            topo.push(u16::try_from(i).unwrap_or(u16::MAX));
+        }
+    }
+    let mut head = 0;
+    while let Some(&u) = topo.get(head) {
+        head += 1;
+        let (a, b) = (
+            child_off.get(usize::from(u)).copied().unwrap_or(0),
+            child_off.get(usize::from(u) + 1).copied().unwrap_or(0),
+        );
+        for &ch in children.get(a as usize..b as usize).unwrap_or(&[]) {
+            if let Some(d) = remaining.get_mut(usize::from(ch)) {
+                *d -= 1;
+                if *d == 0 {
+                    topo.push(ch);
+                }
+            }
+        }
+    }
+    (topo.len() == n).then_some(topo)
+}
+
+/// The cycle, named: of the nodes Kahn's algorithm left over, those below the cycle (no
+/// left-over child) are peeled off until only the cycle's remain.
+fn cycle(
+    comps: &[Component],
+    remaining: &[u32; MAX_COMPONENTS],
+    child_off: &[u32],
+    children: &[u16],
+) -> Rejection {
+    let n = comps.len();
+    let mut left: Vec<bool> = remaining.iter().take(n).map(|d| *d > 0).collect();
+    loop {
+        let mut peeled = false;
+        for u in 0..n {
+            if !left.get(u).copied().unwrap_or(false) {
+                continue;
+            }
+            let (a, b) = (
+                child_off.get(u).copied().unwrap_or(0),
+                child_off.get(u + 1).copied().unwrap_or(0),
+            );
+            let has_left_child = children
+                .get(a as usize..b as usize)
+                .unwrap_or(&[])
+                .iter()
+                .any(|&c| left.get(usize::from(c)).copied().unwrap_or(false));
+            if !has_left_child {
+                if let Some(l) = left.get_mut(u) {
+                    *l = false;
+                }
+                peeled = true;
+            }
+        }
+        if !peeled {
+            break;
+        }
+    }
+    let stuck: Vec<String> = left
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| **l)
+        .filter_map(|(i, _)| comps.get(i).map(|c| c.id.to_string()))
+        .collect();
+    Rejection::new(ReasonCode::CYCLE, stuck, "the prerequisites form a cycle")
 }
 
 #[cfg(test)]

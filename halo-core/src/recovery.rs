@@ -11,11 +11,11 @@
 use serde::Serialize;
 
 use super::catalog::Temporal;
-use super::engine::{ComponentReport, Gateway, Inst, Record, component_report};
+use super::engine::{ComponentReport, Gateway, Inst, Record, Resp, Shared, component_report};
 use super::envelope::{RawCandidate, Rejection, parse_candidate};
-use super::graph::{Graph, build_component, check_catalog_ref};
+use super::graph::{Component, Graph, build_component, check_catalog_ref};
 use super::ids::Id;
-use super::obligation::{ObligationId, ObligationState};
+use super::obligation::{Obligation, ObligationId, ObligationState};
 use super::phase::Phase;
 use super::reason::ReasonCode;
 use super::support::{Timing, local_ok_with};
@@ -70,6 +70,9 @@ impl Gateway {
         }
     }
 
+    /// Readmission, by phase: the request's preconditions, the fresh components, the merged
+    /// graph, a trial admission over the current state, then the commit. Nothing changes before
+    /// the commit but a failed trial's retry count.
     fn readmit(
         &mut self,
         now: Nanos,
@@ -77,6 +80,38 @@ impl Gateway {
     ) -> Result<ReadmissionReport, Rejection> {
         // Expiries due by now are applied first, so a late candidate meets an expired obligation.
         self.handle_timeout(now);
+        let (rid, oid) = self.check_candidate(now, raw)?;
+        let (Some(r), Some(o)) = (self.responses.get(&rid), self.sh.obligations.get(&oid)) else {
+            return Err(Rejection::new(
+                ReasonCode::RESPONSE_UNKNOWN,
+                Vec::new(),
+                "response vanished",
+            ));
+        };
+        let fresh = fresh_components(&self.sh.cat, r, o, oid, raw)?;
+        // The merged graph must validate whole: references, phases, cycles.
+        let mut merged: Vec<_> = r.graph.components().to_vec();
+        for (i, c) in &fresh {
+            if let Some(slot) = merged.get_mut(usize::from(*i)) {
+                *slot = c.clone();
+            }
+        }
+        let graph = Graph::build(&self.sh.cat, merged)?;
+        let fresh_mask = fresh.iter().fold(0u64, |m, (i, _)| m | (1u64 << i));
+        let failures = self.sh.trial_admission(r, &graph, fresh_mask, now);
+        if !failures.is_empty() {
+            return Err(self.refuse_trial(oid, &fresh, &failures, now));
+        }
+        self.commit_readmission(rid, oid, graph, &fresh, raw.generation, now)
+    }
+
+    /// The candidate's request: its catalog, a live response of the same agent, a live
+    /// obligation of that response, and a size its scope can hold.
+    fn check_candidate(
+        &self,
+        now: Nanos,
+        raw: &RawCandidate<'_>,
+    ) -> Result<(Id, ObligationId), Rejection> {
         check_catalog_ref(&self.sh.cat, &raw.catalog)?;
         let rid = Id::new(&raw.response_id).map_err(|e| {
             Rejection::new(
@@ -138,146 +173,51 @@ impl Gateway {
                 "more components than the scope holds",
             ));
         }
+        Ok((rid, oid))
+    }
 
-        let mut buf = Vec::with_capacity(256);
-        let mut fresh = Vec::with_capacity(raw.components.len());
-        for rc in &raw.components {
-            let c = build_component(&self.sh.cat, rc, &r.graph, &mut buf)?;
-            if !o.in_scope(&c.id) {
-                return Err(Rejection::new(
-                    ReasonCode::OUT_OF_SCOPE,
-                    vec![c.id.to_string()],
-                    format!(
-                        "{oid} may only replace {:?}",
-                        o.scope.iter().map(Id::as_str).collect::<Vec<_>>()
-                    ),
-                ));
+    /// A trial admission that failed: one retry of the obligation used up (the obligation fails
+    /// at its limit), and the rejection naming what was not supported.
+    fn refuse_trial(
+        &mut self,
+        oid: ObligationId,
+        fresh: &[(u16, Component)],
+        failures: &[String],
+        now: Nanos,
+    ) -> Rejection {
+        let (attempts, limit) = match self.sh.obligations.get_mut(&oid) {
+            Some(o) => {
+                o.attempts = o.attempts.saturating_add(1);
+                (o.attempts, o.retry_limit)
             }
-            if fresh
-                .iter()
-                .any(|(_, f): &(u16, super::graph::Component)| f.id == c.id)
-            {
-                return Err(Rejection::new(
-                    ReasonCode::DUPLICATE_ID,
-                    vec![c.id.to_string()],
-                    "the candidate repeats an id",
-                ));
-            }
-            let i = r.graph.index_of(&c.id).ok_or_else(|| {
-                Rejection::new(
-                    ReasonCode::OUT_OF_SCOPE,
-                    vec![c.id.to_string()],
-                    "not a component of this response",
-                )
-            })?;
-            let old = r.inst(i).ok_or_else(|| {
-                Rejection::new(
-                    ReasonCode::OUT_OF_SCOPE,
-                    vec![c.id.to_string()],
-                    "index out of range",
-                )
-            })?;
-            if !matches!(
-                old.phase,
-                Phase::Withheld | Phase::Invalidated | Phase::Failed
-            ) {
-                return Err(Rejection::new(
-                    ReasonCode::NOT_REPLACEABLE,
-                    vec![c.id.to_string()],
-                    format!(
-                        "`{}` is {}; only withheld, invalidated or failed instances are replaced",
-                        c.id, old.phase
-                    ),
-                ));
-            }
-            if raw.generation <= old.agent_generation {
-                return Err(Rejection::new(
-                    ReasonCode::GENERATION_STALE,
-                    vec![c.id.to_string()],
-                    format!(
-                        "generation {} is not later than {}",
-                        raw.generation, old.agent_generation
-                    ),
-                ));
-            }
-            fresh.push((i, c));
+            None => (0, 0),
+        };
+        if attempts >= limit {
+            self.end_obligation(oid, ObligationState::Failed, ReasonCode::RETRY_LIMIT, now);
         }
+        Rejection::new(
+            ReasonCode::CANDIDATE_NOT_SUPPORTED,
+            fresh.iter().map(|(_, c)| c.id.to_string()).collect(),
+            format!(
+                "fresh admission failed ({}); attempt {attempts} of {limit}",
+                failures.join(", ")
+            ),
+        )
+    }
 
-        // The merged graph must validate whole: references, phases, cycles.
-        let mut merged: Vec<_> = r.graph.components().to_vec();
-        for (i, c) in &fresh {
-            if let Some(slot) = merged.get_mut(usize::from(*i)) {
-                *slot = c.clone();
-            }
-        }
-        let graph = Graph::build(&self.sh.cat, merged)?;
-
-        // Trial admission of the candidates over the current state; nothing changes yet.
-        let mut fresh_mask = 0u64;
-        for (i, _) in &fresh {
-            fresh_mask |= 1u64 << i;
-        }
-        let mut trial: Vec<bool> = r.inst.iter().map(|x| x.member).collect();
-        let mut failures = Vec::new();
-        for &i in graph.topo() {
-            if fresh_mask & (1u64 << i) == 0 {
-                continue;
-            }
-            let Some(c) = graph.component(i) else {
-                continue;
-            };
-            let Some(spec) = self.sh.cat.type_spec(c.ty) else {
-                continue;
-            };
-            let v = local_ok_with(
-                &self.sh.cat,
-                spec,
-                c,
-                &self.sh.snap,
-                now,
-                Timing::BeforeEffect,
-                self.sh.claims(),
-            );
-            let parents_in = !self.sh.cfg.variant.uses_dependencies()
-                || graph
-                    .parents(i)
-                    .iter()
-                    .all(|&(p, _)| trial.get(usize::from(p)).copied().unwrap_or(false));
-            let ok = v.ok && parents_in;
-            if let Some(t) = trial.get_mut(usize::from(i)) {
-                *t = ok;
-            }
-            if !ok {
-                let code = if v.ok {
-                    ReasonCode::PARENT_WITHHELD
-                } else {
-                    v.code.unwrap_or(ReasonCode::RULE_FAILED)
-                };
-                failures.push(format!("{}: {}", c.id, code));
-            }
-        }
-        if !failures.is_empty() {
-            let (attempts, limit) = match self.sh.obligations.get_mut(&oid) {
-                Some(o) => {
-                    o.attempts = o.attempts.saturating_add(1);
-                    (o.attempts, o.retry_limit)
-                }
-                None => (0, 0),
-            };
-            if attempts >= limit {
-                self.end_obligation(oid, ObligationState::Failed, ReasonCode::RETRY_LIMIT, now);
-            }
-            return Err(Rejection::new(
-                ReasonCode::CANDIDATE_NOT_SUPPORTED,
-                fresh.iter().map(|(_, c)| c.id.to_string()).collect(),
-                format!(
-                    "fresh admission failed ({}); attempt {attempts} of {limit}",
-                    failures.join(", ")
-                ),
-            ));
-        }
-
-        // Commit: new instances, later generations, old authority revoked.
+    /// The commit: the merged graph in place, new instances at later generations, the old
+    /// authority revoked, the obligation (and any the fresh instances superseded) discharged,
+    /// then the ordinary evaluation of the fresh instances and their dependents.
+    fn commit_readmission(
+        &mut self,
+        rid: Id,
+        oid: ObligationId,
+        graph: Graph,
+        fresh: &[(u16, Component)],
+        generation: u64,
+        now: Nanos,
+    ) -> Result<ReadmissionReport, Rejection> {
+        let fresh_mask = fresh.iter().fold(0u64, |m, (i, _)| m | (1u64 << i));
         let Some(r) = self.responses.get_mut(&rid) else {
             return Err(Rejection::new(
                 ReasonCode::RESPONSE_UNKNOWN,
@@ -291,7 +231,7 @@ impl Gateway {
         // against the current snapshot.
         r.snapshot = self.sh.global_snapshot();
         let mut superseded = Vec::new();
-        for (i, _) in &fresh {
+        for (i, _) in fresh {
             let Some(old) = r.inst_mut(*i) else { continue };
             if let Some(seq) = old.seq {
                 self.sh.ledger.revoke(seq);
@@ -301,7 +241,7 @@ impl Gateway {
                     superseded.push(o);
                 }
             }
-            let mut x = Inst::new(old.class, raw.generation, now);
+            let mut x = Inst::new(old.class, generation, now);
             x.generation = old.generation.saturating_add(1);
             *old = x;
         }
@@ -445,5 +385,126 @@ impl Gateway {
         self.sh.readiness(r, 1u64 << i, now);
         component_report(&self.sh.cat, r, i)
             .ok_or_else(|| bad(ReasonCode::MISSING_REFERENCE, "index out of range"))
+    }
+}
+
+/// The candidate's components, built against the response and checked one by one: in the
+/// obligation's scope, not repeated, replacing a withheld, invalidated or failed instance, at a
+/// later agent generation.
+fn fresh_components(
+    cat: &crate::catalog::Catalog,
+    r: &Resp,
+    o: &Obligation,
+    oid: ObligationId,
+    raw: &RawCandidate<'_>,
+) -> Result<Vec<(u16, Component)>, Rejection> {
+    let mut buf = Vec::with_capacity(256);
+    let mut fresh: Vec<(u16, Component)> = Vec::with_capacity(raw.components.len());
+    for rc in &raw.components {
+        let c = build_component(cat, rc, &r.graph, &mut buf)?;
+        if !o.in_scope(&c.id) {
+            return Err(Rejection::new(
+                ReasonCode::OUT_OF_SCOPE,
+                vec![c.id.to_string()],
+                format!(
+                    "{oid} may only replace {:?}",
+                    o.scope.iter().map(Id::as_str).collect::<Vec<_>>()
+                ),
+            ));
+        }
+        if fresh.iter().any(|(_, f)| f.id == c.id) {
+            return Err(Rejection::new(
+                ReasonCode::DUPLICATE_ID,
+                vec![c.id.to_string()],
+                "the candidate repeats an id",
+            ));
+        }
+        let i = r.graph.index_of(&c.id).ok_or_else(|| {
+            Rejection::new(
+                ReasonCode::OUT_OF_SCOPE,
+                vec![c.id.to_string()],
+                "not a component of this response",
+            )
+        })?;
+        let old = r.inst(i).ok_or_else(|| {
+            Rejection::new(
+                ReasonCode::OUT_OF_SCOPE,
+                vec![c.id.to_string()],
+                "index out of range",
+            )
+        })?;
+        if !matches!(
+            old.phase,
+            Phase::Withheld | Phase::Invalidated | Phase::Failed
+        ) {
+            return Err(Rejection::new(
+                ReasonCode::NOT_REPLACEABLE,
+                vec![c.id.to_string()],
+                format!(
+                    "`{}` is {}; only withheld, invalidated or failed instances are replaced",
+                    c.id, old.phase
+                ),
+            ));
+        }
+        if raw.generation <= old.agent_generation {
+            return Err(Rejection::new(
+                ReasonCode::GENERATION_STALE,
+                vec![c.id.to_string()],
+                format!(
+                    "generation {} is not later than {}",
+                    raw.generation, old.agent_generation
+                ),
+            ));
+        }
+        fresh.push((i, c));
+    }
+    Ok(fresh)
+}
+
+impl Shared {
+    /// A trial admission of the fresh instances (`fresh_mask`) of the merged `graph` over the
+    /// current state, in topological order: LocalOK and, where the variant uses dependencies,
+    /// every parent in. Nothing changes; the failures come back, one text each.
+    fn trial_admission(&self, r: &Resp, graph: &Graph, fresh_mask: u64, now: Nanos) -> Vec<String> {
+        let mut trial: Vec<bool> = r.inst.iter().map(|x| x.member).collect();
+        let mut failures = Vec::new();
+        for &i in graph.topo() {
+            if fresh_mask & (1u64 << i) == 0 {
+                continue;
+            }
+            let Some(c) = graph.component(i) else {
+                continue;
+            };
+            let Some(spec) = self.cat.type_spec(c.ty) else {
+                continue;
+            };
+            let v = local_ok_with(
+                &self.cat,
+                spec,
+                c,
+                &self.snap,
+                now,
+                Timing::BeforeEffect,
+                self.claims(),
+            );
+            let parents_in = !self.cfg.variant.uses_dependencies()
+                || graph
+                    .parents(i)
+                    .iter()
+                    .all(|&(p, _)| trial.get(usize::from(p)).copied().unwrap_or(false));
+            let ok = v.ok && parents_in;
+            if let Some(t) = trial.get_mut(usize::from(i)) {
+                *t = ok;
+            }
+            if !ok {
+                let code = if v.ok {
+                    ReasonCode::PARENT_WITHHELD
+                } else {
+                    v.code.unwrap_or(ReasonCode::RULE_FAILED)
+                };
+                failures.push(format!("{}: {}", c.id, code));
+            }
+        }
+        failures
     }
 }
