@@ -33,7 +33,8 @@ use std::collections::{BTreeSet, VecDeque};
 use mavlink::MavHeader;
 use mavlink::dialects::common::{
     HEARTBEAT_DATA, MavAutopilot, MavFrame, MavLandedState, MavMessage, MavModeFlag, MavState,
-    MavType, PositionTargetTypemask, SET_POSITION_TARGET_LOCAL_NED_DATA, TIMESYNC_DATA,
+    MavType, POSITION_TARGET_LOCAL_NED_DATA, PositionTargetTypemask,
+    SET_POSITION_TARGET_LOCAL_NED_DATA, TIMESYNC_DATA,
 };
 use serde::{Deserialize, Serialize};
 
@@ -807,90 +808,49 @@ impl Offboard {
         self.stats.from_autopilot += 1;
         let target = (ap_sys, ap_comp);
         match msg {
-            MavMessage::HEARTBEAT(hb) => {
-                if header.component_id != ap_comp {
-                    return;
-                }
-                if let Some(prev) = self.last_heartbeat {
-                    let gap_ms = now.since(prev) / 1_000_000;
-                    self.stats.max_heartbeat_gap_ms = self.stats.max_heartbeat_gap_ms.max(gap_ms);
-                    if gap_ms > self.cfg.heartbeat_gap_ms {
-                        self.stats.heartbeat_gaps += 1;
-                        self.events.push_back(Event::HeartbeatGap { gap_ms });
-                    }
-                }
-                self.last_heartbeat = Some(now);
-                // A vehicle we cannot send to is not linked, however well we hear it.
-                if !self.link_up && !self.unreachable {
-                    self.link_up = true;
-                    self.events.push_back(Event::Link {
-                        up: true,
-                        silent_ms: 0,
-                    });
-                }
-                let armed = hb
-                    .base_mode
-                    .contains(MavModeFlag::MAV_MODE_FLAG_SAFETY_ARMED);
-                let mode = Px4Mode::from_custom_mode(hb.custom_mode);
-                if armed != self.armed {
-                    self.armed = armed;
-                    self.events.push_back(Event::ArmedChanged { armed });
-                }
-                let from = self.mode;
-                if from != Some(mode) {
-                    self.events.push_back(Event::ModeChanged { from, to: mode });
-                    self.mode = Some(mode);
-                }
-                self.commands.handle_mode(mode);
-                // INVARIANT (the pilot wins): a mode change the bridge did not command while
-                // armed takes the vehicle from the gateway until the operator hands it back.
-                if from.is_some_and(|f| f != mode) && armed && !self.expected_modes.contains(&mode)
-                {
-                    self.operator_override(now, from, mode);
-                }
-                self.telemetry(
-                    now,
-                    now,
-                    TimeSource::Arrival,
-                    Telemetry::Heartbeat {
-                        armed,
-                        mode,
-                        system_status: hb.system_status as u8,
-                    },
-                );
-                if !self.rates_requested {
-                    self.rates_requested = true;
-                    for (id, hz) in self.cfg.message_rates.clone() {
-                        #[allow(
-                            clippy::cast_possible_truncation,
-                            reason = "interval in µs of a positive rate"
-                        )]
-                        let interval_us = if hz > 0.0 { (1e6 / hz) as i32 } else { -1 };
-                        self.commands.submit(
-                            now,
-                            Command::SetMessageInterval {
-                                message_id: id,
-                                interval_us,
-                            },
-                            target,
-                        );
-                    }
-                }
-                // If the vehicle left OFFBOARD while a target streams (pilot, failsafe), stop.
-                if self.armed
-                    && mode.owned_by_autopilot_or_pilot()
-                    && (self.target.is_some() || self.hold.is_some())
-                {
-                    self.target = None;
-                    self.hold = None;
-                    self.stream_since = None;
-                    self.next_stream = Mono::NEVER;
-                    self.events.push_back(Event::StatusText {
-                        severity: 4,
-                        text: format!("{mode} owns the vehicle: stopped streaming"),
-                    });
+            MavMessage::HEARTBEAT(hb) if header.component_id == ap_comp => {
+                self.on_heartbeat(now, hb, target);
+            }
+            MavMessage::HEARTBEAT(_) => {}
+            MavMessage::LOCAL_POSITION_NED(_)
+            | MavMessage::ATTITUDE(_)
+            | MavMessage::GLOBAL_POSITION_INT(_)
+            | MavMessage::BATTERY_STATUS(_)
+            | MavMessage::SYS_STATUS(_)
+            | MavMessage::HOME_POSITION(_)
+            | MavMessage::GPS_GLOBAL_ORIGIN(_)
+            | MavMessage::EXTENDED_SYS_STATE(_) => self.on_telemetry_message(now, msg),
+            MavMessage::POSITION_TARGET_LOCAL_NED(p) => self.on_position_target(now, p),
+            MavMessage::COMMAND_ACK(ack) => {
+                let ours = ack.target_system == 0 || ack.target_system == self.cfg.system_id;
+                if ours {
+                    self.commands
+                        .handle_ack(now, ack.command, ack.result, target);
+                    self.flush_commands();
                 }
             }
+            MavMessage::TIMESYNC(ts) => self.on_timesync(now, ts, target),
+            MavMessage::STATUSTEXT(st) => {
+                let text = st
+                    .text
+                    .to_str()
+                    .unwrap_or("")
+                    .trim_end_matches('\0')
+                    .to_string();
+                self.events.push_back(Event::StatusText {
+                    severity: st.severity as u8,
+                    text,
+                });
+            }
+            _ => {}
+        }
+        self.flush_commands();
+    }
+
+    /// A telemetry message: position, attitude, global position, battery, home, origin, landed
+    /// state, each stamped with its generation time where it carries one.
+    fn on_telemetry_message(&mut self, now: Mono, msg: &MavMessage) {
+        match msg {
             MavMessage::LOCAL_POSITION_NED(p) => {
                 let (t, src) = self.map_time(now, p.time_boot_ms);
                 let yaw = self.last_position.map_or(0.0, |(s, _)| s.yaw_deg);
@@ -1014,95 +974,164 @@ impl Offboard {
                 self.landed = state;
                 self.telemetry(now, now, TimeSource::Arrival, Telemetry::Landed { state });
             }
-            MavMessage::POSITION_TARGET_LOCAL_NED(p) => {
-                let (t, src) = self.map_time(now, p.time_boot_ms);
-                let set = p.x.is_finite() && p.y.is_finite() && p.z.is_finite();
-                let yaw_deg = if p.yaw.is_finite() {
-                    p.yaw.to_degrees()
-                } else {
-                    f32::NAN
-                };
-                let fingerprint = set.then(|| {
-                    Fingerprint::of(
-                        p.x,
-                        p.y,
-                        p.z,
-                        if yaw_deg.is_finite() { yaw_deg } else { 0.0 },
-                    )
-                });
-                if let (Some(fp), Some(active)) = (fingerprint, self.target.as_mut()) {
-                    if !active.observed
-                        && self.mode == Some(Px4Mode::OFFBOARD)
-                        && fp == active.sp.fingerprint()
-                    {
-                        active.observed = true;
-                        self.events.push_back(Event::TargetObserved {
-                            binding: active.binding,
-                            fingerprint: fp,
-                        });
-                    }
-                }
-                self.telemetry(
-                    t,
-                    now,
-                    src,
-                    Telemetry::PositionTarget {
-                        north_m: p.x,
-                        east_m: p.y,
-                        down_m: p.z,
-                        yaw_deg,
-                        type_mask: p.type_mask.bits(),
-                        frame: p.coordinate_frame as u8,
-                        fingerprint,
-                    },
-                );
-            }
-            MavMessage::COMMAND_ACK(ack) => {
-                let ours = ack.target_system == 0 || ack.target_system == self.cfg.system_id;
-                if ours {
-                    self.commands
-                        .handle_ack(now, ack.command, ack.result, target);
-                    self.flush_commands();
-                }
-            }
-            MavMessage::TIMESYNC(ts) => {
-                if ts.tc1 == 0 {
-                    // A request from the autopilot: answer with our clock.
-                    self.outbox.push_back(MavMessage::TIMESYNC(TIMESYNC_DATA {
-                        tc1: i64::try_from(now.0).unwrap_or(i64::MAX),
-                        ts1: ts.ts1,
-                        target_system: ap_sys,
-                        target_component: ap_comp,
-                    }));
-                } else if self.timesync_outstanding.remove(&ts.ts1) {
-                    self.timesync_unanswered = 0;
-                    if self.timesync.handle_reply(now, ts.tc1, ts.ts1) {
-                        self.timesync_given_up = false;
-                        self.events.push_back(Event::TimeSync {
-                            synced: true,
-                            offset_ns: self.timesync.offset_ns(),
-                            rtt_ns: self.timesync.last_rtt_ns(),
-                            skew_ppm: self.timesync.skew_ppm(),
-                            uncertainty_ns: self.timesync.uncertainty_ns(),
-                        });
-                    }
-                }
-            }
-            MavMessage::STATUSTEXT(st) => {
-                let text = st
-                    .text
-                    .to_str()
-                    .unwrap_or("")
-                    .trim_end_matches('\0')
-                    .to_string();
-                self.events.push_back(Event::StatusText {
-                    severity: st.severity as u8,
-                    text,
-                });
-            }
             _ => {}
         }
-        self.flush_commands();
+    }
+
+    /// The autopilot's heartbeat: link health, armed state and mode (an override when the mode
+    /// changed and the bridge did not command it), and the telemetry rates on the first one.
+    fn on_heartbeat(&mut self, now: Mono, hb: &HEARTBEAT_DATA, target: (u8, u8)) {
+        if let Some(prev) = self.last_heartbeat {
+            let gap_ms = now.since(prev) / 1_000_000;
+            self.stats.max_heartbeat_gap_ms = self.stats.max_heartbeat_gap_ms.max(gap_ms);
+            if gap_ms > self.cfg.heartbeat_gap_ms {
+                self.stats.heartbeat_gaps += 1;
+                self.events.push_back(Event::HeartbeatGap { gap_ms });
+            }
+        }
+        self.last_heartbeat = Some(now);
+        // A vehicle we cannot send to is not linked, however well we hear it.
+        if !self.link_up && !self.unreachable {
+            self.link_up = true;
+            self.events.push_back(Event::Link {
+                up: true,
+                silent_ms: 0,
+            });
+        }
+        let armed = hb
+            .base_mode
+            .contains(MavModeFlag::MAV_MODE_FLAG_SAFETY_ARMED);
+        let mode = Px4Mode::from_custom_mode(hb.custom_mode);
+        if armed != self.armed {
+            self.armed = armed;
+            self.events.push_back(Event::ArmedChanged { armed });
+        }
+        let from = self.mode;
+        if from != Some(mode) {
+            self.events.push_back(Event::ModeChanged { from, to: mode });
+            self.mode = Some(mode);
+        }
+        self.commands.handle_mode(mode);
+        // INVARIANT (the pilot wins): a mode change the bridge did not command while
+        // armed takes the vehicle from the gateway until the operator hands it back.
+        if from.is_some_and(|f| f != mode) && armed && !self.expected_modes.contains(&mode) {
+            self.operator_override(now, from, mode);
+        }
+        self.telemetry(
+            now,
+            now,
+            TimeSource::Arrival,
+            Telemetry::Heartbeat {
+                armed,
+                mode,
+                system_status: hb.system_status as u8,
+            },
+        );
+        if !self.rates_requested {
+            self.rates_requested = true;
+            for (id, hz) in self.cfg.message_rates.clone() {
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "interval in µs of a positive rate"
+                )]
+                let interval_us = if hz > 0.0 { (1e6 / hz) as i32 } else { -1 };
+                self.commands.submit(
+                    now,
+                    Command::SetMessageInterval {
+                        message_id: id,
+                        interval_us,
+                    },
+                    target,
+                );
+            }
+        }
+        // If the vehicle left OFFBOARD while a target streams (pilot, failsafe), stop.
+        if self.armed
+            && mode.owned_by_autopilot_or_pilot()
+            && (self.target.is_some() || self.hold.is_some())
+        {
+            self.target = None;
+            self.hold = None;
+            self.stream_since = None;
+            self.next_stream = Mono::NEVER;
+            self.events.push_back(Event::StatusText {
+                severity: 4,
+                text: format!("{mode} owns the vehicle: stopped streaming"),
+            });
+        }
+    }
+
+    /// PX4's own report of the target it flies: the dispatched target is observed once PX4, in
+    /// OFFBOARD, echoes its fingerprint.
+    fn on_position_target(&mut self, now: Mono, p: &POSITION_TARGET_LOCAL_NED_DATA) {
+        let (t, src) = self.map_time(now, p.time_boot_ms);
+        let set = p.x.is_finite() && p.y.is_finite() && p.z.is_finite();
+        let yaw_deg = if p.yaw.is_finite() {
+            p.yaw.to_degrees()
+        } else {
+            f32::NAN
+        };
+        let fingerprint = set.then(|| {
+            Fingerprint::of(
+                p.x,
+                p.y,
+                p.z,
+                if yaw_deg.is_finite() { yaw_deg } else { 0.0 },
+            )
+        });
+        if let (Some(fp), Some(active)) = (fingerprint, self.target.as_mut()) {
+            if !active.observed
+                && self.mode == Some(Px4Mode::OFFBOARD)
+                && fp == active.sp.fingerprint()
+            {
+                active.observed = true;
+                self.events.push_back(Event::TargetObserved {
+                    binding: active.binding,
+                    fingerprint: fp,
+                });
+            }
+        }
+        self.telemetry(
+            t,
+            now,
+            src,
+            Telemetry::PositionTarget {
+                north_m: p.x,
+                east_m: p.y,
+                down_m: p.z,
+                yaw_deg,
+                type_mask: p.type_mask.bits(),
+                frame: p.coordinate_frame as u8,
+                fingerprint,
+            },
+        );
+    }
+
+    /// TIMESYNC: the autopilot's request answered with our clock, or its reply to ours folded
+    /// into the offset estimate.
+    fn on_timesync(&mut self, now: Mono, ts: &TIMESYNC_DATA, target: (u8, u8)) {
+        let (ap_sys, ap_comp) = target;
+        if ts.tc1 == 0 {
+            // A request from the autopilot: answer with our clock.
+            self.outbox.push_back(MavMessage::TIMESYNC(TIMESYNC_DATA {
+                tc1: i64::try_from(now.0).unwrap_or(i64::MAX),
+                ts1: ts.ts1,
+                target_system: ap_sys,
+                target_component: ap_comp,
+            }));
+        } else if self.timesync_outstanding.remove(&ts.ts1) {
+            self.timesync_unanswered = 0;
+            if self.timesync.handle_reply(now, ts.tc1, ts.ts1) {
+                self.timesync_given_up = false;
+                self.events.push_back(Event::TimeSync {
+                    synced: true,
+                    offset_ns: self.timesync.offset_ns(),
+                    rtt_ns: self.timesync.last_rtt_ns(),
+                    skew_ppm: self.timesync.skew_ppm(),
+                    uncertainty_ns: self.timesync.uncertainty_ns(),
+                });
+            }
+        }
     }
 
     /// Timers due at `now`: link health, heartbeat, TIMESYNC, commands, the setpoint stream.

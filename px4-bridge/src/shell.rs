@@ -379,7 +379,7 @@ fn hex(b: &[u8]) -> String {
 /// [`BridgeError`] when the URL is invalid or the transport or log cannot be opened.
 pub async fn start(
     opts: BridgeOptions,
-    mut shutdown: broadcast::Receiver<()>,
+    shutdown: broadcast::Receiver<()>,
 ) -> Result<(BridgeHandle, mpsc::Receiver<Event>, JoinHandle<()>), BridgeError> {
     let url = TransportUrl::parse(&opts.url).map_err(BridgeError::Url)?;
     // Written by its own thread: the streaming task never waits on the disk.
@@ -392,11 +392,57 @@ pub async fn start(
         ),
         None => None,
     };
+    let wire = open_wire(&url, &opts).await?;
+    let origin = opts.origin;
+    let (tx, rx_cmd) = mpsc::channel::<Input>(opts.queue.max(1));
+    let (tx_ev, rx_ev) = mpsc::channel::<Event>(opts.event_queue.max(1));
+    let (tx_in, rx_in) = mpsc::channel::<Rx>(1024);
+    let shared = Arc::new(Shared {
+        link_up: AtomicBool::new(false),
+        capable: AtomicBool::new(false),
+        permitted: AtomicBool::new(opts.config.offboard_permitted_at_start),
+        dropped_events: AtomicU64::new(0),
+        parse_errors: AtomicU64::new(0),
+        setpoints_sent: AtomicU64::new(0),
+        foreign_datagrams: AtomicU64::new(0),
+        transport_errors: AtomicU64::new(0),
+    });
+    let recv_task = match &wire {
+        Wire::Udp { socket, .. } => {
+            tokio::spawn(receive_udp(Arc::clone(socket), tx_in, Arc::clone(&shared)))
+        }
+        Wire::Mav(conn) => tokio::spawn(receive_mav(Arc::clone(conn), tx_in, Arc::clone(&shared))),
+    };
+    let sm = Offboard::new(opts.config, now_since(origin));
+    let driver = Driver {
+        header: sm.header(),
+        sm,
+        wire,
+        log,
+        sh: Arc::clone(&shared),
+        tx_ev,
+        origin,
+        send_log: ErrorLog {
+            last: None,
+            held: 0,
+        },
+    };
+    let task = tokio::spawn(driver.drive(rx_cmd, rx_in, shutdown, recv_task));
+    Ok((BridgeHandle { tx, shared, origin }, rx_ev, task))
+}
+
+fn now_since(origin: Instant) -> Mono {
+    Mono(u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Opens the transport the URL names: UDP locked to one autopilot (`udpin` locks onto the first
+/// heard, `udpout` onto its address), or the `mavlink` crate's point-to-point connections.
+async fn open_wire(url: &TransportUrl, opts: &BridgeOptions) -> Result<Wire, BridgeError> {
     let connect_err = |source| BridgeError::Connect {
         url: opts.url.clone(),
         source,
     };
-    let wire = match &url {
+    Ok(match url {
         TransportUrl::UdpIn(a) => Wire::Udp {
             socket: Arc::new(UdpSocket::bind(a).await.map_err(connect_err)?),
             lock: UdpLock::new(None, opts.config.autopilot_system),
@@ -417,226 +463,267 @@ pub async fn start(
                 .await
                 .map_err(connect_err)?,
         )),
+    })
+}
+
+/// Receives datagrams for the driver; transport errors are counted and backed off.
+async fn receive_udp(socket: Arc<UdpSocket>, tx_in: mpsc::Sender<Rx>, recv_shared: Arc<Shared>) {
+    // Larger than any datagram of MAVLink frames (a frame is at most 280 bytes).
+    let mut buf = vec![0u8; 8192];
+    let mut in_a_row = 0u32;
+    let mut log = ErrorLog {
+        last: None,
+        held: 0,
     };
-    let origin = opts.origin;
-    let now = move || Mono(u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX));
-
-    let (tx, mut rx_cmd) = mpsc::channel::<Input>(opts.queue.max(1));
-    let (tx_ev, rx_ev) = mpsc::channel::<Event>(opts.event_queue.max(1));
-    let (tx_in, mut rx_in) = mpsc::channel::<Rx>(1024);
-    let shared = Arc::new(Shared {
-        link_up: AtomicBool::new(false),
-        capable: AtomicBool::new(false),
-        permitted: AtomicBool::new(opts.config.offboard_permitted_at_start),
-        dropped_events: AtomicU64::new(0),
-        parse_errors: AtomicU64::new(0),
-        setpoints_sent: AtomicU64::new(0),
-        foreign_datagrams: AtomicU64::new(0),
-        transport_errors: AtomicU64::new(0),
-    });
-
-    let recv_shared = Arc::clone(&shared);
-    let recv_task = match &wire {
-        Wire::Udp { socket, .. } => {
-            let socket = Arc::clone(socket);
-            tokio::spawn(async move {
-                // Larger than any datagram of MAVLink frames (a frame is at most 280 bytes).
-                let mut buf = vec![0u8; 8192];
-                let mut in_a_row = 0u32;
-                let mut log = ErrorLog {
-                    last: None,
-                    held: 0,
-                };
-                loop {
-                    match socket.recv_from(&mut buf).await {
-                        Ok((n, from)) => {
-                            in_a_row = 0;
-                            let bytes = buf.get(..n).unwrap_or_default().to_vec();
-                            if tx_in.send(Rx::Datagram(from, bytes)).await.is_err() {
-                                break;
-                            }
-                        }
-                        Err(e) => {
-                            // ICMP "port unreachable" from an earlier send, a full buffer:
-                            // counted and backed off, never a busy loop.
-                            recv_shared.transport_errors.fetch_add(1, Ordering::Relaxed);
-                            log.note("receive", &e);
-                            in_a_row = in_a_row.saturating_add(1);
-                            tokio::time::sleep(backoff(in_a_row)).await;
-                        }
-                    }
+    loop {
+        match socket.recv_from(&mut buf).await {
+            Ok((n, from)) => {
+                in_a_row = 0;
+                let bytes = buf.get(..n).unwrap_or_default().to_vec();
+                if tx_in.send(Rx::Datagram(from, bytes)).await.is_err() {
+                    break;
                 }
-            })
+            }
+            Err(e) => {
+                // ICMP "port unreachable" from an earlier send, a full buffer:
+                // counted and backed off, never a busy loop.
+                recv_shared.transport_errors.fetch_add(1, Ordering::Relaxed);
+                log.note("receive", &e);
+                in_a_row = in_a_row.saturating_add(1);
+                tokio::time::sleep(backoff(in_a_row)).await;
+            }
         }
-        Wire::Mav(conn) => {
-            let recv_conn = Arc::clone(conn);
-            tokio::spawn(async move {
-                let mut in_a_row = 0u32;
-                let mut log = ErrorLog {
-                    last: None,
-                    held: 0,
-                };
-                loop {
-                    let item = match recv_conn.try_recv().await {
-                        Ok((h, m)) => {
-                            in_a_row = 0;
-                            Rx::Msg(h, Box::new(m))
-                        }
-                        Err(mavlink::error::MessageReadError::Io(e))
-                            if e.kind() == std::io::ErrorKind::UnexpectedEof =>
-                        {
-                            Rx::Closed
-                        }
-                        Err(mavlink::error::MessageReadError::Io(e)) => {
-                            recv_shared.transport_errors.fetch_add(1, Ordering::Relaxed);
-                            log.note("receive", &e);
-                            in_a_row = in_a_row.saturating_add(1);
-                            tokio::time::sleep(backoff(in_a_row)).await;
-                            continue;
-                        }
-                        Err(_) => Rx::ParseError,
-                    };
-                    let closed = matches!(item, Rx::Closed);
-                    if tx_in.send(item).await.is_err() || closed {
-                        break;
-                    }
-                }
-            })
-        }
+    }
+}
+
+/// Receives messages from a point-to-point connection for the driver; transport errors are
+/// counted and backed off; the end of the stream closes it.
+async fn receive_mav(
+    recv_conn: Arc<
+        mavlink::AsyncDialectConnection<mavlink::static_dialect::StaticDialect<MavMessage>>,
+    >,
+    tx_in: mpsc::Sender<Rx>,
+    recv_shared: Arc<Shared>,
+) {
+    let mut in_a_row = 0u32;
+    let mut log = ErrorLog {
+        last: None,
+        held: 0,
     };
-    let mut wire = wire;
-
-    let sh = Arc::clone(&shared);
-    let task = tokio::spawn(async move {
-        let mut sm = Offboard::new(opts.config, now());
-        let header = sm.header();
-        let mut send_log = ErrorLog {
-            last: None,
-            held: 0,
+    loop {
+        let item = match recv_conn.try_recv().await {
+            Ok((h, m)) => {
+                in_a_row = 0;
+                Rx::Msg(h, Box::new(m))
+            }
+            Err(mavlink::error::MessageReadError::Io(e))
+                if e.kind() == std::io::ErrorKind::UnexpectedEof =>
+            {
+                Rx::Closed
+            }
+            Err(mavlink::error::MessageReadError::Io(e)) => {
+                recv_shared.transport_errors.fetch_add(1, Ordering::Relaxed);
+                log.note("receive", &e);
+                in_a_row = in_a_row.saturating_add(1);
+                tokio::time::sleep(backoff(in_a_row)).await;
+                continue;
+            }
+            Err(_) => Rx::ParseError,
         };
+        let closed = matches!(item, Rx::Closed);
+        if tx_in.send(item).await.is_err() || closed {
+            break;
+        }
+    }
+}
+
+/// The bridge's task: one loop that feeds the state machine and carries out what it says.
+struct Driver {
+    sm: Offboard,
+    header: MavHeader,
+    wire: Wire,
+    log: Option<crate::linelog::LineLog>,
+    sh: Arc<Shared>,
+    tx_ev: mpsc::Sender<Event>,
+    origin: Instant,
+    send_log: ErrorLog,
+}
+
+impl Driver {
+    fn now(&self) -> Mono {
+        now_since(self.origin)
+    }
+
+    /// Until `shutdown`: the state machine's timer, the gateway's inputs, what the vehicle
+    /// sent; after each, what the machine wants sent, then its state and events published.
+    async fn drive(
+        mut self,
+        mut rx_cmd: mpsc::Receiver<Input>,
+        mut rx_in: mpsc::Receiver<Rx>,
+        mut shutdown: broadcast::Receiver<()>,
+        recv_task: JoinHandle<()>,
+    ) {
         loop {
-            let deadline = sm.poll_timeout();
-            let wait = std::time::Duration::from_nanos(deadline.since(now()).min(1_000_000_000));
+            let deadline = self.sm.poll_timeout();
+            let wait =
+                std::time::Duration::from_nanos(deadline.since(self.now()).min(1_000_000_000));
             tokio::select! {
                 biased;
                 _ = shutdown.recv() => break,
-                () = tokio::time::sleep(wait) => sm.handle_timeout(now()),
-                Some(inp) = rx_cmd.recv() => {
-                    let t = now();
-                    match inp {
-                        Input::Enqueue { sp, binding, valid_until } => {
-                            if let Err(reason) = sm.try_enqueue(t, sp, binding, valid_until) {
-                                if tx_ev.try_send(Event::EnqueueDropped { binding, reason }).is_err() {
-                                    sh.dropped_events.fetch_add(1, Ordering::Relaxed);
-                                }
-                            }
-                        }
-                        Input::Hold => sm.hold(t),
-                        Input::Command(c) => {
-                            sm.command(t, c);
-                        }
-                        Input::Permit => sm.permit_offboard(),
-                    }
-                    sm.handle_timeout(t);
-                }
-                Some(item) = rx_in.recv() => match item {
-                    Rx::Msg(h, m) => sm.handle_message(now(), &h, &m),
-                    Rx::Datagram(from, bytes) => {
-                        if let Wire::Udp { lock, .. } = &mut wire {
-                            let before = lock.peer();
-                            match lock.receive(from, &bytes) {
-                                Received::Frames(frames, errors) => {
-                                    if before.is_none() {
-                                        if let Some(p) = lock.peer() {
-                                            tracing::info!(vehicle = %p, "vehicle link locked onto the first autopilot heard; datagrams from any other address are ignored");
-                                        }
-                                    }
-                                    let t = now();
-                                    for (h, m) in &frames {
-                                        sm.handle_message(t, h, m);
-                                    }
-                                    for _ in 0..errors {
-                                        sm.note_parse_error();
-                                        sh.parse_errors.fetch_add(1, Ordering::Relaxed);
-                                    }
-                                }
-                                Received::Foreign { from, first } => {
-                                    sh.foreign_datagrams.store(lock.foreign_datagrams(), Ordering::Relaxed);
-                                    if first {
-                                        tracing::warn!(%from, vehicle = ?lock.peer().map(|p| p.to_string()), "ignoring MAVLink from an address other than the vehicle's (another gateway or simulator on this host, or a spoofer); logged once per address");
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    Rx::ParseError => {
-                        sm.note_parse_error();
-                        sh.parse_errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Rx::Closed => {
-                        tracing::warn!("transport closed");
+                () = tokio::time::sleep(wait) => self.sm.handle_timeout(self.now()),
+                Some(inp) = rx_cmd.recv() => self.input(inp),
+                Some(item) = rx_in.recv() => {
+                    if !self.receive(item) {
                         break;
                     }
-                },
-            }
-            while let Some(m) = sm.poll_transmit() {
-                let sent = match &mut wire {
-                    Wire::Udp { socket, lock } => match lock.peer() {
-                        // Before the vehicle is heard (udpin) there is nobody to send to.
-                        None => Ok(()),
-                        Some(p) => {
-                            let b = lock.encode(header, &m);
-                            socket.send_to(&b, p).await.map(|_| ())
-                        }
-                    },
-                    Wire::Mav(conn) => {
-                        conn.send(&header, &m)
-                            .await
-                            .map(|_| ())
-                            .map_err(|e| match e {
-                                mavlink::error::MessageWriteError::Io(io) => io,
-                                other => std::io::Error::other(other.to_string()),
-                            })
-                    }
-                };
-                // Persistent send failures bring the link down (the state machine counts them);
-                // nothing is retried in a loop: the stream's next tick is the next attempt.
-                sm.handle_send_result(now(), sent.is_ok());
-                if let Err(e) = sent {
-                    sh.transport_errors.fetch_add(1, Ordering::Relaxed);
-                    send_log.note("send", &e);
                 }
             }
-            // Publish the state before the events that announce it, so a gateway that reacts to
-            // `Link { up: true }` already sees `link_up()`.
-            sh.link_up.store(sm.link_up(), Ordering::Release);
-            sh.capable.store(sm.offboard_capable(), Ordering::Release);
-            sh.permitted.store(sm.permitted(), Ordering::Release);
-            sh.setpoints_sent
-                .store(sm.stats().setpoints_sent, Ordering::Relaxed);
-            while let Some(ev) = sm.poll_event() {
-                if let Event::TargetStarted {
-                    binding,
-                    fingerprint,
-                    valid_until,
-                } = &ev
-                {
-                    tracing::info!(binding = %hex(binding), %fingerprint, valid_until = %valid_until, "setpoint enqueued");
-                    if let (Some(w), Some((sp, _, _))) = (log.as_ref(), sm.active_target()) {
-                        let line = serde_json::json!({
-                            "t_ns": now().0, "binding": hex(binding), "fingerprint": fingerprint.to_string(),
-                            "north_m": sp.north_m, "east_m": sp.east_m, "down_m": sp.down_m, "yaw_deg": sp.yaw_deg,
-                            "valid_until_ns": valid_until.0,
-                        });
-                        w.write(line.to_string());
-                    }
-                }
-                if tx_ev.try_send(ev).is_err() {
-                    sh.dropped_events.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+            self.transmit().await;
+            self.publish();
         }
         recv_task.abort();
-    });
-    Ok((BridgeHandle { tx, shared, origin }, rx_ev, task))
+    }
+
+    /// One input from the gateway.
+    fn input(&mut self, inp: Input) {
+        let t = self.now();
+        match inp {
+            Input::Enqueue {
+                sp,
+                binding,
+                valid_until,
+            } => {
+                if let Err(reason) = self.sm.try_enqueue(t, sp, binding, valid_until) {
+                    if self
+                        .tx_ev
+                        .try_send(Event::EnqueueDropped { binding, reason })
+                        .is_err()
+                    {
+                        self.sh.dropped_events.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Input::Hold => self.sm.hold(t),
+            Input::Command(c) => {
+                self.sm.command(t, c);
+            }
+            Input::Permit => self.sm.permit_offboard(),
+        }
+        self.sm.handle_timeout(t);
+    }
+
+    /// One item from the receiver; false when the transport closed.
+    fn receive(&mut self, item: Rx) -> bool {
+        match item {
+            Rx::Msg(h, m) => self.sm.handle_message(self.now(), &h, &m),
+            Rx::Datagram(from, bytes) => {
+                if let Wire::Udp { lock, .. } = &mut self.wire {
+                    let before = lock.peer();
+                    match lock.receive(from, &bytes) {
+                        Received::Frames(frames, errors) => {
+                            if before.is_none() {
+                                if let Some(p) = lock.peer() {
+                                    tracing::info!(vehicle = %p, "vehicle link locked onto the first autopilot heard; datagrams from any other address are ignored");
+                                }
+                            }
+                            let t = self.now();
+                            for (h, m) in &frames {
+                                self.sm.handle_message(t, h, m);
+                            }
+                            for _ in 0..errors {
+                                self.sm.note_parse_error();
+                                self.sh.parse_errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Received::Foreign { from, first } => {
+                            self.sh
+                                .foreign_datagrams
+                                .store(lock.foreign_datagrams(), Ordering::Relaxed);
+                            if first {
+                                tracing::warn!(%from, vehicle = ?lock.peer().map(|p| p.to_string()), "ignoring MAVLink from an address other than the vehicle's (another gateway or simulator on this host, or a spoofer); logged once per address");
+                            }
+                        }
+                    }
+                }
+            }
+            Rx::ParseError => {
+                self.sm.note_parse_error();
+                self.sh.parse_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            Rx::Closed => {
+                tracing::warn!("transport closed");
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Sends what the state machine has for the vehicle, telling it how each send went.
+    async fn transmit(&mut self) {
+        let header = self.header;
+        while let Some(m) = self.sm.poll_transmit() {
+            let sent = match &mut self.wire {
+                Wire::Udp { socket, lock } => match lock.peer() {
+                    // Before the vehicle is heard (udpin) there is nobody to send to.
+                    None => Ok(()),
+                    Some(p) => {
+                        let b = lock.encode(header, &m);
+                        socket.send_to(&b, p).await.map(|_| ())
+                    }
+                },
+                Wire::Mav(conn) => conn
+                    .send(&header, &m)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| match e {
+                        mavlink::error::MessageWriteError::Io(io) => io,
+                        other => std::io::Error::other(other.to_string()),
+                    }),
+            };
+            // Persistent send failures bring the link down (the state machine counts them);
+            // nothing is retried in a loop: the stream's next tick is the next attempt.
+            self.sm.handle_send_result(self.now(), sent.is_ok());
+            if let Err(e) = sent {
+                self.sh.transport_errors.fetch_add(1, Ordering::Relaxed);
+                self.send_log.note("send", &e);
+            }
+        }
+    }
+
+    /// The state the handle reads, then the events that announce it, and the setpoint log.
+    fn publish(&mut self) {
+        // Publish the state before the events that announce it, so a gateway that reacts to
+        // `Link { up: true }` already sees `link_up()`.
+        self.sh.link_up.store(self.sm.link_up(), Ordering::Release);
+        self.sh
+            .capable
+            .store(self.sm.offboard_capable(), Ordering::Release);
+        self.sh
+            .permitted
+            .store(self.sm.permitted(), Ordering::Release);
+        self.sh
+            .setpoints_sent
+            .store(self.sm.stats().setpoints_sent, Ordering::Relaxed);
+        while let Some(ev) = self.sm.poll_event() {
+            if let Event::TargetStarted {
+                binding,
+                fingerprint,
+                valid_until,
+            } = &ev
+            {
+                tracing::info!(binding = %hex(binding), %fingerprint, valid_until = %valid_until, "setpoint enqueued");
+                if let (Some(w), Some((sp, _, _))) = (self.log.as_ref(), self.sm.active_target()) {
+                    let line = serde_json::json!({
+                        "t_ns": self.now().0, "binding": hex(binding), "fingerprint": fingerprint.to_string(),
+                        "north_m": sp.north_m, "east_m": sp.east_m, "down_m": sp.down_m, "yaw_deg": sp.yaw_deg,
+                        "valid_until_ns": valid_until.0,
+                    });
+                    w.write(line.to_string());
+                }
+            }
+            if self.tx_ev.try_send(ev).is_err() {
+                self.sh.dropped_events.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
