@@ -1368,104 +1368,32 @@ fn build_rule(
     payload: PayloadKind,
 ) -> Result<RuleSpec, CatalogError> {
     let span = r.span();
-    let src = |name: &str, want: ValueKind| -> Result<SourceIx, CatalogError> {
-        let ix = *source_ix.get(name).ok_or_else(|| {
-            cx.err(
-                span.clone(),
-                format!("{field}.source"),
-                format!("unknown source `{name}`"),
-            )
-        })?;
-        if footprint & (1u64 << ix.0) == 0 {
-            // INVARIANT (locality): a rule may only read sources in the type's footprint, or a
-            // change outside the footprint could change the component's support.
-            return Err(cx.err(
-                span.clone(),
-                format!("{field}.source"),
-                format!("`{name}` is not in the footprint"),
-            ));
-        }
-        let have = sources.get(usize::from(ix.0)).map(|s| s.value);
-        if have != Some(want) {
-            return Err(cx.err(
-                span.clone(),
-                format!("{field}.source"),
-                format!("`{name}` carries {have:?} values; this rule needs {want:?}"),
-            ));
-        }
-        Ok(ix)
-    };
-    let needs_target = || -> Result<(), CatalogError> {
-        if payload != PayloadKind::RouteAction {
-            return Err(cx.err(
-                span.clone(),
-                format!("{field}.kind"),
-                "this rule reads a route target; the payload has none",
-            ));
-        }
-        Ok(())
-    };
-    let positive = |name: &str, x: f64| -> Result<f64, CatalogError> {
-        if x.is_finite() && x > 0.0 {
-            Ok(x)
-        } else {
-            Err(cx.err(
-                span.clone(),
-                format!("{field}.{name}"),
-                format!("must be a positive number of metres, not {x}"),
-            ))
-        }
-    };
-    let finite = |name: &str, x: f64| -> Result<f64, CatalogError> {
-        if x.is_finite() {
-            Ok(x)
-        } else {
-            Err(cx.err(
-                span.clone(),
-                format!("{field}.{name}"),
-                "must be a finite number",
-            ))
-        }
-    };
-    let code = |c: &Option<String>, default: ReasonCode| -> Result<ReasonCode, CatalogError> {
-        match c {
-            None => Ok(default),
-            Some(name) => {
-                let code = ReasonCode::from_name(name).ok_or_else(|| {
-                    cx.err(
-                        span.clone(),
-                        format!("{field}.code"),
-                        format!("unknown reason code `{name}`"),
-                    )
-                })?;
-                if !(212..=225).contains(&code.number()) {
-                    return Err(cx.err(
-                        span.clone(),
-                        format!("{field}.code"),
-                        format!("`{name}` is not a rule reason"),
-                    ));
-                }
-                Ok(code)
-            }
-        }
+    let rc = RuleCx {
+        cx,
+        field,
+        span: span.clone(),
+        source_ix,
+        sources,
+        footprint,
+        payload,
     };
     let spec = match r.get_ref() {
         RawRule::WithinBounds { source, code: c } => {
-            needs_target()?;
+            rc.needs_target()?;
             RuleSpec {
                 rule: Rule::WithinBounds {
-                    source: src(source, ValueKind::Bounds)?,
+                    source: rc.src(source, ValueKind::Bounds)?,
                 },
-                code: code(c, ReasonCode::OUT_OF_BOUNDS)?,
+                code: rc.code(c, ReasonCode::OUT_OF_BOUNDS)?,
             }
         }
         RawRule::MaxAltitude { max_m, code: c } => {
-            needs_target()?;
+            rc.needs_target()?;
             RuleSpec {
                 rule: Rule::MaxAltitude {
-                    max_m: positive("max_m", *max_m)?,
+                    max_m: rc.positive("max_m", *max_m)?,
                 },
-                code: code(c, ReasonCode::OPERATING_LIMIT)?,
+                code: rc.code(c, ReasonCode::OPERATING_LIMIT)?,
             }
         }
         RawRule::MaxDistance {
@@ -1473,13 +1401,13 @@ fn build_rule(
             max_m,
             code: c,
         } => {
-            needs_target()?;
+            rc.needs_target()?;
             RuleSpec {
                 rule: Rule::MaxDistance {
-                    source: src(source, ValueKind::Position)?,
-                    max_m: positive("max_m", *max_m)?,
+                    source: rc.src(source, ValueKind::Position)?,
+                    max_m: rc.positive("max_m", *max_m)?,
                 },
-                code: code(c, ReasonCode::OPERATING_LIMIT)?,
+                code: rc.code(c, ReasonCode::OPERATING_LIMIT)?,
             }
         }
         RawRule::MinNumber {
@@ -1488,10 +1416,10 @@ fn build_rule(
             code: c,
         } => RuleSpec {
             rule: Rule::MinNumber {
-                source: src(source, ValueKind::Number)?,
-                min: finite("min", *min)?,
+                source: rc.src(source, ValueKind::Number)?,
+                min: rc.finite("min", *min)?,
             },
-            code: code(c, ReasonCode::RULE_FAILED)?,
+            code: rc.code(c, ReasonCode::RULE_FAILED)?,
         },
         RawRule::MaxNumber {
             source,
@@ -1499,29 +1427,29 @@ fn build_rule(
             code: c,
         } => RuleSpec {
             rule: Rule::MaxNumber {
-                source: src(source, ValueKind::Number)?,
-                max: finite("max", *max)?,
+                source: rc.src(source, ValueKind::Number)?,
+                max: rc.finite("max", *max)?,
             },
-            code: code(c, ReasonCode::RULE_FAILED)?,
+            code: rc.code(c, ReasonCode::RULE_FAILED)?,
         },
         RawRule::Flag { source, code: c } => RuleSpec {
             rule: Rule::Flag {
-                source: src(source, ValueKind::Flag)?,
+                source: rc.src(source, ValueKind::Flag)?,
             },
-            code: code(c, ReasonCode::RULE_FAILED)?,
+            code: rc.code(c, ReasonCode::RULE_FAILED)?,
         },
         RawRule::Separation {
             source,
             min_m,
             code: c,
         } => {
-            needs_target()?;
+            rc.needs_target()?;
             RuleSpec {
                 rule: Rule::Separation {
-                    source: src(source, ValueKind::Traffic)?,
-                    min_m: positive("min_m", *min_m)?,
+                    source: rc.src(source, ValueKind::Traffic)?,
+                    min_m: rc.positive("min_m", *min_m)?,
                 },
-                code: code(c, ReasonCode::SEPARATION_LOST)?,
+                code: rc.code(c, ReasonCode::SEPARATION_LOST)?,
             }
         }
         RawRule::TextIn {
@@ -1535,14 +1463,122 @@ fn build_rule(
             }
             RuleSpec {
                 rule: Rule::TextIn {
-                    source: src(source, ValueKind::Text)?,
+                    source: rc.src(source, ValueKind::Text)?,
                     allowed: ids,
                 },
-                code: code(c, ReasonCode::VEHICLE_STATE)?,
+                code: rc.code(c, ReasonCode::VEHICLE_STATE)?,
             }
         }
     };
     Ok(spec)
+}
+
+/// What reading one rule needs: where it is (for errors), the sources and the type's
+/// footprint and payload it may refer to.
+struct RuleCx<'a> {
+    cx: &'a Ctx<'a>,
+    field: &'a str,
+    span: std::ops::Range<usize>,
+    source_ix: &'a BTreeMap<String, SourceIx>,
+    sources: &'a [SourceSpec],
+    footprint: u64,
+    payload: PayloadKind,
+}
+
+impl RuleCx<'_> {
+    /// The source a rule reads: defined, in the footprint, of the kind the rule needs.
+    fn src(&self, name: &str, want: ValueKind) -> Result<SourceIx, CatalogError> {
+        let (cx, field) = (self.cx, self.field);
+        let ix = *self.source_ix.get(name).ok_or_else(|| {
+            cx.err(
+                self.span.clone(),
+                format!("{field}.source"),
+                format!("unknown source `{name}`"),
+            )
+        })?;
+        if self.footprint & (1u64 << ix.0) == 0 {
+            // INVARIANT (locality): a rule may only read sources in the type's footprint, or a
+            // change outside the footprint could change the component's support.
+            return Err(cx.err(
+                self.span.clone(),
+                format!("{field}.source"),
+                format!("`{name}` is not in the footprint"),
+            ));
+        }
+        let have = self.sources.get(usize::from(ix.0)).map(|s| s.value);
+        if have != Some(want) {
+            return Err(cx.err(
+                self.span.clone(),
+                format!("{field}.source"),
+                format!(
+                    "`{name}` carries {} values; this rule needs {}",
+                    have.map_or("no", ValueKind::name),
+                    want.name()
+                ),
+            ));
+        }
+        Ok(ix)
+    }
+
+    /// A rule that reads the route target: the payload must have one.
+    fn needs_target(&self) -> Result<(), CatalogError> {
+        if self.payload != PayloadKind::RouteAction {
+            return Err(self.cx.err(
+                self.span.clone(),
+                format!("{}.kind", self.field),
+                "this rule reads a route target; the payload has none",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A positive distance, m.
+    fn positive(&self, name: &str, x: f64) -> Result<f64, CatalogError> {
+        if x.is_finite() && x > 0.0 {
+            Ok(x)
+        } else {
+            Err(self.cx.err(
+                self.span.clone(),
+                format!("{}.{name}", self.field),
+                format!("must be a positive number of metres, not {x}"),
+            ))
+        }
+    }
+
+    /// A finite number.
+    fn finite(&self, name: &str, x: f64) -> Result<f64, CatalogError> {
+        if x.is_finite() {
+            Ok(x)
+        } else {
+            Err(self.cx.err(
+                self.span.clone(),
+                format!("{}.{name}", self.field),
+                "must be a finite number",
+            ))
+        }
+    }
+
+    /// The rule's reason code: the default, or a named rule reason.
+    fn code(&self, c: &Option<String>, default: ReasonCode) -> Result<ReasonCode, CatalogError> {
+        let Some(name) = c else {
+            return Ok(default);
+        };
+        let code = ReasonCode::from_name(name).ok_or_else(|| {
+            self.cx.err(
+                self.span.clone(),
+                format!("{}.code", self.field),
+                format!("unknown reason code `{name}`"),
+            )
+        })?;
+        if !(212..=225).contains(&code.number()) {
+            return Err(self.cx.err(
+                self.span.clone(),
+                format!("{}.code", self.field),
+                format!("`{name}` is not a rule reason"),
+            ));
+        }
+        Ok(code)
+    }
 }
 
 #[cfg(test)]

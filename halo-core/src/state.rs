@@ -40,6 +40,21 @@ pub enum ValueKind {
     Position,
 }
 
+impl ValueKind {
+    /// The kind's name in a catalog (`value = "traffic"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueKind::None => "none",
+            ValueKind::Flag => "flag",
+            ValueKind::Number => "number",
+            ValueKind::Text => "text",
+            ValueKind::Bounds => "bounds",
+            ValueKind::Traffic => "traffic",
+            ValueKind::Position => "position",
+        }
+    }
+}
+
 /// A point in the local NED frame, metres.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -320,7 +335,11 @@ impl Snapshot {
         if u.state.value.kind() != spec.value {
             return Err(UpdateError::new(
                 ReasonCode::VALUE_KIND_MISMATCH,
-                format!("source `{}` carries {:?} values", spec.name, spec.value),
+                format!(
+                    "source `{}` carries {} values",
+                    spec.name,
+                    spec.value.name()
+                ),
             ));
         }
         if u.state.generated_at > now.saturating_add(catalog.future_tolerance()) {

@@ -4,7 +4,7 @@
 //! Every source update the core takes is built by [`SourceUpdate::from_json`] (a provider's JSON
 //! value) or [`SourceUpdate::typed`] (a value the gateway typed itself, from the vehicle): both
 //! check the source against the catalog and the value against the source's kind, and refuse
-//! with a reason code. The wire forms (docs/envelope.md):
+//! with a reason code ([`UpdateError`], the state's own refusal type). The wire forms (docs/envelope.md):
 //!
 //! ```json
 //! {"value": [...], "epoch": 41, "provenance": "utm-feed-a", "generated_at_unix_ms": 1733100000000}
@@ -20,41 +20,9 @@ use crate::catalog::Catalog;
 use crate::digest::Digest;
 use crate::ids::Id;
 use crate::reason::ReasonCode;
-use crate::state::{SourceState, SourceUpdate, Value};
+use crate::state::{SourceState, SourceUpdate, UpdateError, Value};
 use crate::strict;
 use crate::time::Nanos;
-
-/// Why an update or a certificate cannot be taken: a stable code and a message for people.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UpdateError {
-    code: ReasonCode,
-    message: String,
-}
-
-impl UpdateError {
-    fn new(code: ReasonCode, message: String) -> UpdateError {
-        UpdateError { code, message }
-    }
-
-    /// The reason code: `DUPLICATE_KEY`, `INVALID_UPDATE`, `UNKNOWN_SOURCE`,
-    /// `VALUE_KIND_MISMATCH`.
-    pub fn code(&self) -> ReasonCode {
-        self.code
-    }
-
-    /// For people.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl std::fmt::Display for UpdateError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
-    }
-}
-
-impl std::error::Error for UpdateError {}
 
 /// A provider's update of one source, as `POST /v1/state/{source}` takes it.
 #[derive(Clone, Debug, Deserialize)]

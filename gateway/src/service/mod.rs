@@ -352,6 +352,121 @@ async fn start_crazyflie(
     })
 }
 
+/// What the core task is built from, besides the configuration.
+struct CoreParts {
+    link: crate::vehicle::VehicleLink,
+    origin: Instant,
+    origin_wall_ms: u64,
+    log: receipts::ReceiptLog,
+    hub: hub::Hub,
+    metrics: Arc<metrics::Metrics>,
+    boot_epoch: u64,
+    signer: crate::audit::Signer,
+    previous_head: Option<core_task::PreviousHead>,
+    vehicle_url: String,
+}
+
+/// The core task: the protocol core over `catalog`, the mission-contract monitor over `domain`,
+/// the supervisor, the receipt log with its signing, as the configuration sets them.
+fn core_task(
+    cfg: &Config,
+    catalog: Catalog,
+    domain: crate::contract::Domain,
+    p: CoreParts,
+) -> Core {
+    let receipts_policy = match cfg.receipts.policy {
+        config::ReceiptPolicyName::All => ReceiptPolicy::All,
+        config::ReceiptPolicyName::Decisions => ReceiptPolicy::Decisions {
+            summary_every: crate::core::time::Nanos::from_ms(
+                cfg.receipts.summary_every_s.saturating_mul(1000),
+            ),
+        },
+    };
+    let gw = Gateway::new(
+        catalog,
+        CoreConfig {
+            boot_epoch: p.boot_epoch,
+            receipts: receipts_policy,
+            max_live_responses: cfg.limits.max_live_responses,
+            done_retention: Nanos::from_ms(cfg.limits.done_retention_ms),
+            ..CoreConfig::default()
+        },
+    );
+    Core::new(
+        gw,
+        crate::contract::Monitor::new(domain),
+        p.link,
+        p.origin,
+        p.origin_wall_ms,
+        Some(p.log),
+        p.hub,
+        p.metrics,
+        p.boot_epoch,
+    )
+    .with_signing(core_task::Signing::new(
+        p.signer,
+        cfg.receipts.checkpoint_every,
+        Duration::from_secs(cfg.receipts.checkpoint_interval_s),
+    ))
+    .with_full_action(match cfg.receipts.full_action {
+        config::FullActionName::Refuse => core_task::FullAction::Refuse,
+        config::FullActionName::Land => core_task::FullAction::Land,
+    })
+    .with_previous_head(p.previous_head)
+    .with_vehicle_url(&p.vehicle_url)
+}
+
+/// Serves the main listener with `state` and the operator's own listener with the same routes
+/// for the operator credential only, each with its caps and timeouts.
+fn serve_http(
+    cfg: &Config,
+    (listener, op_listener): (tokio::net::TcpListener, tokio::net::TcpListener),
+    state: http::AppState,
+    boot: u64,
+) -> (JoinHandle<()>, JoinHandle<()>) {
+    let l = &cfg.listen;
+    let layers = http::Layers {
+        body_timeout: Duration::from_millis(l.body_timeout_ms),
+        request_timeout: Duration::from_millis(l.request_timeout_ms),
+        boot,
+    };
+    let (shutdown, metrics) = (state.shutdown.clone(), Arc::clone(&state.metrics));
+    let op_state = http::AppState {
+        operator_only: true,
+        ..state.clone()
+    };
+    let app = http::router(state, &layers);
+    let op_app = http::router(op_state, &layers);
+    let limits = listener::Limits {
+        max_connections: l.max_connections,
+        max_per_peer: l.max_connections_per_peer,
+        header_timeout: Duration::from_millis(l.header_timeout_ms),
+        write_timeout: Duration::from_millis(l.write_timeout_ms),
+    };
+    let op_limits = listener::Limits {
+        max_connections: l.operator_max_connections,
+        max_per_peer: 8.min(l.operator_max_connections),
+        ..limits.clone()
+    };
+    let http = tokio::spawn(listener::serve(
+        "main",
+        listener,
+        app,
+        limits,
+        shutdown.clone(),
+        Arc::clone(&metrics),
+    ));
+    let op_http = tokio::spawn(listener::serve(
+        "operator",
+        op_listener,
+        op_app,
+        op_limits,
+        shutdown,
+        metrics,
+    ));
+    (http, op_http)
+}
+
 impl Service {
     /// Starts everything: state directory, credentials, the vehicle link, the core task and the
     /// HTTP listeners.
@@ -442,14 +557,6 @@ impl Service {
         } = touched;
         let receipts_path = log.current().to_path_buf();
 
-        let receipts_policy = match cfg.receipts.policy {
-            config::ReceiptPolicyName::All => ReceiptPolicy::All,
-            config::ReceiptPolicyName::Decisions => ReceiptPolicy::Decisions {
-                summary_every: crate::core::time::Nanos::from_ms(
-                    cfg.receipts.summary_every_s.saturating_mul(1000),
-                ),
-            },
-        };
         let envelope_schema = Arc::new(schema::envelope_schema(&catalog).to_string());
         let owners = Arc::new(
             catalog
@@ -458,42 +565,25 @@ impl Service {
                 .map(|s| (s.name.to_string(), s.owner))
                 .collect(),
         );
-        let gw = Gateway::new(
-            catalog,
-            CoreConfig {
-                boot_epoch,
-                receipts: receipts_policy,
-                max_live_responses: cfg.limits.max_live_responses,
-                done_retention: Nanos::from_ms(cfg.limits.done_retention_ms),
-                ..CoreConfig::default()
-            },
-        );
-        let monitor = crate::contract::Monitor::new(domain);
         let hub = hub::Hub::new(boot_epoch);
         let metrics = Arc::new(metrics::Metrics::new());
-        let core = Core::new(
-            gw,
-            monitor,
-            link,
-            origin,
-            origin_wall_ms,
-            Some(log),
-            hub.clone(),
-            Arc::clone(&metrics),
-            boot_epoch,
-        )
-        .with_signing(core_task::Signing::new(
-            signer,
-            cfg.receipts.checkpoint_every,
-            Duration::from_secs(cfg.receipts.checkpoint_interval_s),
-        ))
-        .with_full_action(match cfg.receipts.full_action {
-            config::FullActionName::Refuse => core_task::FullAction::Refuse,
-            config::FullActionName::Land => core_task::FullAction::Land,
-        })
-        .with_previous_head(previous_head)
-        .with_vehicle_url(&vehicle_url);
-
+        let core = core_task(
+            &cfg,
+            catalog,
+            domain,
+            CoreParts {
+                link,
+                origin,
+                origin_wall_ms,
+                log,
+                hub: hub.clone(),
+                metrics: Arc::clone(&metrics),
+                boot_epoch,
+                signer,
+                previous_head,
+                vehicle_url: vehicle_url.clone(),
+            },
+        );
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (cmd_tx, cmd_rx) = mpsc::channel(256);
         let core = tokio::spawn(core.run(
@@ -502,57 +592,23 @@ impl Service {
             shutdown_rx.clone(),
             Duration::from_secs(5),
         ));
-        let l = &cfg.listen;
-        let state = http::AppState {
-            cmds: cmd_tx.clone(),
-            hub: hub.clone(),
-            metrics: Arc::clone(&metrics),
-            creds: Arc::new(credentials.clone()),
-            require_for_read: cfg.auth.require_for_read,
-            shutdown: shutdown_rx.clone(),
-            schema: envelope_schema,
-            streams: Arc::new(http::StreamCaps::new(l.max_event_streams)),
-            operator_only: false,
-            owners,
-        };
-        let layers = http::Layers {
-            body_timeout: Duration::from_millis(l.body_timeout_ms),
-            request_timeout: Duration::from_millis(l.request_timeout_ms),
-            boot: boot_epoch,
-        };
-        let op_state = http::AppState {
-            operator_only: true,
-            ..state.clone()
-        };
-        let app = http::router(state, &layers);
-        let op_app = http::router(op_state, &layers);
-        let limits = listener::Limits {
-            max_connections: l.max_connections,
-            max_per_peer: l.max_connections_per_peer,
-            header_timeout: Duration::from_millis(l.header_timeout_ms),
-            write_timeout: Duration::from_millis(l.write_timeout_ms),
-        };
-        let op_limits = listener::Limits {
-            max_connections: l.operator_max_connections,
-            max_per_peer: 8.min(l.operator_max_connections),
-            ..limits.clone()
-        };
-        let http = tokio::spawn(listener::serve(
-            "main",
-            listener,
-            app,
-            limits,
-            shutdown_rx.clone(),
-            Arc::clone(&metrics),
-        ));
-        let op_http = tokio::spawn(listener::serve(
-            "operator",
-            op_listener,
-            op_app,
-            op_limits,
-            shutdown_rx.clone(),
-            metrics,
-        ));
+        let (http, op_http) = serve_http(
+            &cfg,
+            (listener, op_listener),
+            http::AppState {
+                cmds: cmd_tx.clone(),
+                hub: hub.clone(),
+                metrics,
+                creds: Arc::new(credentials.clone()),
+                require_for_read: cfg.auth.require_for_read,
+                shutdown: shutdown_rx.clone(),
+                schema: envelope_schema,
+                streams: Arc::new(http::StreamCaps::new(cfg.listen.max_event_streams)),
+                operator_only: false,
+                owners,
+            },
+            boot_epoch,
+        );
         Ok(Service {
             http_addr,
             operator_addr,

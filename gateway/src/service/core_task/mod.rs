@@ -727,6 +727,72 @@ impl Core {
         self.supervised();
     }
 
+    /// `POST /v1/responses`: admission, the pump (the gate for what became ready), and the
+    /// decisions as they stand after it.
+    fn response(&mut self, bytes: &[u8]) -> Answer {
+        let t0 = Instant::now();
+        let now = self.now();
+        let r = self.gw.handle_response(now, bytes);
+        self.pump();
+        self.metrics
+            .admission_seconds
+            .observe(t0.elapsed().as_secs_f64());
+        // The receipts of this very response could not be written: what it would have
+        // dispatched was dropped, so the report would not be true.
+        if let Some(e) = self.receipts_refusal() {
+            return Err(e);
+        }
+        match r {
+            Ok(rep) => {
+                let current = self.gw.response_report(&rep.response).unwrap_or(rep);
+                for c in &current.components {
+                    self.metrics.decision(c.reason.map(|r| r.name()));
+                }
+                let withheld = current
+                    .components
+                    .iter()
+                    .filter(|c| c.reason.is_some())
+                    .count();
+                tracing::debug!(
+                    response = %current.response,
+                    components = current.components.len(),
+                    withheld,
+                    us = t0.elapsed().as_micros() as u64,
+                    "admission"
+                );
+                serde_json::to_value(&current).map_err(internal)
+            }
+            Err(rej) => {
+                self.metrics.decision(Some(rej.code().name()));
+                tracing::debug!(reason = %rej.code(), "admission: response rejected whole");
+                Err(ApiError::rejection(&rej))
+            }
+        }
+    }
+
+    /// `DELETE /v1/certificates/{id}`: a held certificate revoked (what it covered loses its
+    /// support).
+    fn revoke(&mut self, id: &str) -> Answer {
+        match Id::new(id) {
+            Ok(cid) => {
+                let held = self.gw.snapshot().certificate(&cid).is_some();
+                if held {
+                    let now = self.now();
+                    self.gw.handle_certificate_revoked(now, &cid);
+                    self.pump();
+                    Ok(json!({"revoked": id}))
+                } else {
+                    Err(ApiError::new(
+                        404,
+                        ReasonCode::CERTIFICATE_UNKNOWN,
+                        format!("no certificate `{id}` is held"),
+                    ))
+                }
+            }
+            Err(e) => Err(ApiError::new(400, ReasonCode::INVALID_ID, e.to_string())),
+        }
+    }
+
     /// Handles one interface request.
     pub fn handle(&mut self, cmd: Cmd) {
         // Once receipts cannot be written, no new work is taken: it could not be recorded.
@@ -745,45 +811,7 @@ impl Core {
         };
         match cmd {
             Cmd::Response { bytes, reply } => {
-                let t0 = Instant::now();
-                let now = self.now();
-                let r = self.gw.handle_response(now, &bytes);
-                self.pump();
-                self.metrics
-                    .admission_seconds
-                    .observe(t0.elapsed().as_secs_f64());
-                // The receipts of this very response could not be written: what it would have
-                // dispatched was dropped, so the report would not be true.
-                if let Some(e) = self.receipts_refusal() {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-                let answer = match r {
-                    Ok(rep) => {
-                        let current = self.gw.response_report(&rep.response).unwrap_or(rep);
-                        for c in &current.components {
-                            self.metrics.decision(c.reason.map(|r| r.name()));
-                        }
-                        let withheld = current
-                            .components
-                            .iter()
-                            .filter(|c| c.reason.is_some())
-                            .count();
-                        tracing::debug!(
-                            response = %current.response,
-                            components = current.components.len(),
-                            withheld,
-                            us = t0.elapsed().as_micros() as u64,
-                            "admission"
-                        );
-                        serde_json::to_value(&current).map_err(internal)
-                    }
-                    Err(rej) => {
-                        self.metrics.decision(Some(rej.code().name()));
-                        tracing::debug!(reason = %rej.code(), "admission: response rejected whole");
-                        Err(ApiError::rejection(&rej))
-                    }
-                };
+                let answer = self.response(&bytes);
                 let _ = reply.send(answer);
             }
             Cmd::Candidate {
@@ -815,24 +843,7 @@ impl Core {
                 let _ = reply.send(answer);
             }
             Cmd::Revoke { id, reply } => {
-                let answer = match Id::new(&id) {
-                    Ok(cid) => {
-                        let held = self.gw.snapshot().certificate(&cid).is_some();
-                        if held {
-                            let now = self.now();
-                            self.gw.handle_certificate_revoked(now, &cid);
-                            self.pump();
-                            Ok(json!({"revoked": id}))
-                        } else {
-                            Err(ApiError::new(
-                                404,
-                                ReasonCode::CERTIFICATE_UNKNOWN,
-                                format!("no certificate `{id}` is held"),
-                            ))
-                        }
-                    }
-                    Err(e) => Err(ApiError::new(400, ReasonCode::INVALID_ID, e.to_string())),
-                };
+                let answer = self.revoke(&id);
                 let _ = reply.send(answer);
             }
             Cmd::GetResponse { id, reply } => {

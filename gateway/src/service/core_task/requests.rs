@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::core::update::UpdateError;
+use crate::core::state::UpdateError;
 pub use crate::core::update::{CertificateBody, UpdateBody};
 
 use super::{Answer, ApiError, Core, internal, verdict_name};

@@ -74,7 +74,7 @@ impl Monitor {
                 if !matches!(og.state, GoalState::Active | GoalState::Cancelled) {
                     return Err(deny(
                         ReasonCode::NOT_REPLACEABLE_GOAL,
-                        format!("`{o}` is {:?}", og.state),
+                        format!("`{o}` is {}", og.state.name()),
                     ));
                 }
                 if !self.descendants_resolved(i) {

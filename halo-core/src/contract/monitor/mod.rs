@@ -101,6 +101,19 @@ pub enum GoalState {
     Joined,
 }
 
+impl GoalState {
+    /// The state's name on the wire and for people (`closed`).
+    pub fn name(self) -> &'static str {
+        match self {
+            GoalState::Active => "active",
+            GoalState::Closed => "closed",
+            GoalState::Cancelled => "cancelled",
+            GoalState::Replaced => "replaced",
+            GoalState::Joined => "joined",
+        }
+    }
+}
+
 /// Root lifecycle `q`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

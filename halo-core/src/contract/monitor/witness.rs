@@ -29,19 +29,19 @@ impl Monitor {
             if c.forbidden.iter().any(|p| p.holds(st)) {
                 return Some(deny(
                     ReasonCode::FORBIDDEN_REACHABLE,
-                    format!("forbidden state {:?}", self.domain.show(st)),
+                    format!("forbidden state {}", show_state(&self.domain.show(st))),
                 ));
             }
             if self.policy.forbid.iter().any(|p| p.holds(st)) {
                 return Some(deny(
                     ReasonCode::POLICY_VIOLATION,
-                    format!("policy forbids state {:?}", self.domain.show(st)),
+                    format!("policy forbids state {}", show_state(&self.domain.show(st))),
                 ));
             }
             if frames.iter().any(|f| !f.holds(st)) {
                 return Some(deny(
                     ReasonCode::FRAME_VIOLATION,
-                    format!("a frame fails in {:?}", self.domain.show(st)),
+                    format!("a frame fails in {}", show_state(&self.domain.show(st))),
                 ));
             }
             None
@@ -366,4 +366,12 @@ impl Monitor {
             state_version: self.versions.state,
         }
     }
+}
+
+/// A modeled state for people: `battery = ok, zone = wp2`.
+fn show_state(vars: &std::collections::BTreeMap<String, String>) -> String {
+    vars.iter()
+        .map(|(k, v)| format!("{k} = {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
