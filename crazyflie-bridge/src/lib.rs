@@ -26,7 +26,7 @@
 //!
 //! This crate has no optional features.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod linelog;
 pub mod pacer;

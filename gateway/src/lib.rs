@@ -27,7 +27,7 @@
 //!
 //! This crate has no optional features.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 /// The protocol core (the `halo-core` crate), under its old path.
 pub use halo_core as core;

@@ -32,7 +32,7 @@
 //!   compiles in single defects of the core ([`defect`]) so the suites can be shown to catch
 //!   them. Never enabled in a product build; without it no configuration can select a defect.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod binding;
 pub mod canonical;

@@ -100,7 +100,7 @@ fn providers(url: String, token: String, stop: Arc<AtomicBool>) -> std::thread::
     std::thread::spawn(move || {
         let a = http();
         while !stop.load(Ordering::Relaxed) {
-            let at = halo_gateway::service::core_task::wall_now_ms();
+            let at = halo_gateway::service::task::wall_now_ms();
             for (source, body) in sitl::sim::world::provider_updates(7, at) {
                 post(&a, &format!("{url}/v1/state/{source}"), &token, &body);
             }
@@ -177,11 +177,11 @@ fn latency(n: usize) {
         .unwrap();
     let url = svc.url();
     let a = http();
-    take_off(&a, &url, svc.credentials.operator.expose(), &sim);
+    take_off(&a, &url, svc.credentials().operator.expose(), &sim);
     let stop = Arc::new(AtomicBool::new(false));
     let feeds = providers(
         url.clone(),
-        svc.credentials.provider.expose().to_string(),
+        svc.credentials().provider.expose().to_string(),
         Arc::clone(&stop),
     );
     std::thread::sleep(Duration::from_millis(600));
@@ -204,7 +204,7 @@ fn latency(n: usize) {
         let (st, v) = post(
             &a,
             &format!("{url}/v1/certificates"),
-            svc.credentials.provider.expose(),
+            svc.credentials().provider.expose(),
             &c,
         );
         assert_eq!(st, 200, "{v}");
@@ -212,7 +212,7 @@ fn latency(n: usize) {
         let (st, rep) = post(
             &a,
             &format!("{url}/v1/responses"),
-            svc.credentials.agent.expose(),
+            svc.credentials().agent.expose(),
             &env,
         );
         assert_eq!(st, 200, "bundle {i}: {rep}");

@@ -281,7 +281,7 @@ pub async fn demo(out: &Path, quiet: bool) -> Result<(Outcome, bool), DemoError>
     let narr = super::demo::narrator(
         "the Crazyflie",
         svc.url(),
-        svc.credentials.operator.expose().to_string(),
+        svc.credentials().operator.expose().to_string(),
         t0,
         quiet,
         Arc::clone(&seen),
@@ -290,7 +290,7 @@ pub async fn demo(out: &Path, quiet: bool) -> Result<(Outcome, bool), DemoError>
     let stop = Arc::new(AtomicBool::new(false));
     let feeds = providers(
         svc.url(),
-        svc.credentials.provider.expose().to_string(),
+        svc.credentials().provider.expose().to_string(),
         Arc::clone(&frame),
         Arc::clone(&stop),
     );

@@ -2,7 +2,7 @@
 //! simulated PX4.
 //!
 //! The demo is a client of the service, not a second path: it starts the same [`Service`] a
-//! deployment runs (HTTP listener, core task, PX4 bridge over loopback UDP to the simulator)
+//! deployment runs (HTTP listener, service task, PX4 bridge over loopback UDP to the simulator)
 //! and plays every other party through the same interfaces a deployment uses, each with its own
 //! credential:
 //!
@@ -176,7 +176,7 @@ impl Client {
         t0: Instant,
         quiet: bool,
     ) -> Result<Client, DemoError> {
-        let c = &svc.credentials;
+        let c = svc.credentials();
         let sent =
             std::fs::File::create(out.join("responses.jsonl")).map_err(err("responses log"))?;
         let mut client = Client::new(
@@ -322,7 +322,7 @@ pub(crate) fn feed(
             .new_agent();
         let auth = format!("Bearer {token}");
         while !stop.load(Ordering::Relaxed) {
-            let at = crate::service::core_task::wall_now_ms();
+            let at = crate::service::task::wall_now_ms();
             for (source, body) in updates(at) {
                 let _ = http
                     .post(format!("{url}/v1/state/{source}"))
@@ -690,7 +690,7 @@ pub(crate) fn demo_config(out: &Path) -> Result<Config, DemoError> {
 /// # Errors
 /// [`DemoError`] when the service failed or the key cannot be copied.
 pub(crate) async fn stop_service(svc: Service, out: &Path) -> Result<(), DemoError> {
-    let public_key = svc.audit_public_key.clone();
+    let public_key = svc.audit_public_key().to_path_buf();
     svc.shutdown();
     svc.wait().await.map_err(err("service"))?;
     std::fs::copy(&public_key, out.join("receipts.pub")).map_err(err("public key"))?;
@@ -720,14 +720,14 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
             "[{:>6.2}s] halo-gateway run on {} with the embedded simulated PX4 ({})",
             0.0,
             svc.url(),
-            svc.vehicle_url
+            svc.vehicle_url()
         );
     }
     let seen = Arc::new(Mutex::new(Seen::default()));
     let narr = narrator(
         "PX4",
         svc.url(),
-        svc.credentials.operator.expose().to_string(),
+        svc.credentials().operator.expose().to_string(),
         t0,
         quiet,
         Arc::clone(&seen),
@@ -736,7 +736,7 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
     let stop = Arc::new(AtomicBool::new(false));
     let feeds = providers(
         svc.url(),
-        svc.credentials.provider.expose().to_string(),
+        svc.credentials().provider.expose().to_string(),
         Arc::clone(&map_epoch),
         Arc::clone(&stop),
     );

@@ -474,11 +474,11 @@ pub fn contract_workflow(data: &[u8]) {
 /// When a reader refuses with an undocumented code or an empty message.
 pub fn service_bodies(data: &[u8]) {
     use crate::core::reason::ReasonCode as R;
-    use crate::service::core_task::{read_certificate, read_contract_op, read_update};
+    use crate::service::task::{read_certificate, read_contract_op, read_update};
     let Some(f) = fixtures() else { return };
-    let check = |e: &crate::service::core_task::ApiError, allowed: &[R]| {
+    let check = |e: &crate::service::task::ApiError, allowed: &[R]| {
         assert!(
-            allowed.contains(&e.code) && !e.message.is_empty(),
+            allowed.contains(&e.code()) && !e.message().is_empty(),
             "an undocumented refusal: {e}"
         );
     };
@@ -554,7 +554,7 @@ pub fn last_event_id(data: &[u8]) {
             let first = r.try_next();
             assert!(
                 match &first {
-                    Some(Item::Event(e)) => e.id == n + 1,
+                    Some(Item::Event(e)) => e.id() == n + 1,
                     None => n == 10,
                     Some(_) => false,
                 },
@@ -571,7 +571,7 @@ pub fn last_event_id(data: &[u8]) {
     );
     let mut r = hub.reader(Resume::After(10));
     assert!(
-        matches!(r.try_next(), Some(Item::Event(e)) if e.id == 11),
+        matches!(r.try_next(), Some(Item::Event(e)) if e.id() == 11),
         "the hub stopped serving"
     );
 }

@@ -22,7 +22,7 @@
 //!
 //! This crate has no optional features.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 // The gateway's rooms under the names the evaluation code has always used.
 use halo_core as core;

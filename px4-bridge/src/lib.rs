@@ -14,7 +14,7 @@
 //!
 //! This crate has no optional features.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod command;
 pub mod linelog;

@@ -30,7 +30,7 @@
 //!
 //! This crate has no optional features.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod oracle;
 pub mod peer;

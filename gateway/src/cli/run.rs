@@ -170,7 +170,7 @@ where
             wait_for_signal().await;
         }
         tell("shutting down: holding the vehicle, flushing receipts\n");
-        let receipts = svc.receipts_path.clone();
+        let receipts = svc.receipts_path().to_path_buf();
         svc.shutdown();
         match svc.wait().await {
             Ok(n) => match &n.failure {

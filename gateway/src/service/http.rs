@@ -27,13 +27,11 @@ use futures_util::stream::Stream;
 use subtle::ConstantTimeEq;
 use tokio::sync::{mpsc, watch};
 
-use super::core_task::{
-    Answer, ApiError, Cmd, OperatorOp, RESPONSE_LIMIT, Reply, ask, wall_now_ms,
-};
 use super::hub::{Hub, Item, Reader};
 use super::listener::{RateLimited, RequestIds};
 use super::metrics::{Metrics, RequestLabel};
 use super::statedir::Credentials;
+use super::task::{Answer, ApiError, Cmd, OperatorOp, RESPONSE_LIMIT, Reply, ask, wall_now_ms};
 use crate::core::reason::ReasonCode;
 
 /// Largest body for every route but responses and candidates.
@@ -63,27 +61,27 @@ impl Role {
 /// Shared state of the HTTP layer.
 #[derive(Clone)]
 pub struct AppState {
-    /// The core task's input.
-    pub cmds: mpsc::Sender<Cmd>,
+    /// The service task's input.
+    pub(crate) cmds: mpsc::Sender<Cmd>,
     /// Events.
-    pub hub: Hub,
+    pub(crate) hub: Hub,
     /// Metrics.
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     /// Credentials.
-    pub creds: Arc<Credentials>,
+    pub(crate) creds: Arc<Credentials>,
     /// Require a credential for status and metrics.
-    pub require_for_read: bool,
+    pub(crate) require_for_read: bool,
     /// Turns true at shutdown (ends event streams).
-    pub shutdown: watch::Receiver<bool>,
+    pub(crate) shutdown: watch::Receiver<bool>,
     /// The envelope's JSON Schema for the loaded catalog.
-    pub schema: Arc<String>,
+    pub(crate) schema: Arc<String>,
     /// Open event streams per role, and the cap.
-    pub streams: Arc<StreamCaps>,
+    pub(crate) streams: Arc<StreamCaps>,
     /// This listener serves the operator credential only (`listen.operator`).
-    pub operator_only: bool,
+    pub(crate) operator_only: bool,
     /// Each catalog source's owner, so a write from the wrong party is refused before its
     /// body is read.
-    pub owners: Arc<std::collections::BTreeMap<String, crate::core::catalog::Owner>>,
+    pub(crate) owners: Arc<std::collections::BTreeMap<String, crate::core::catalog::Owner>>,
 }
 
 /// Open event streams per role, against a cap per role.
@@ -151,11 +149,11 @@ impl Drop for StreamPlace {
 #[derive(Clone, Debug)]
 pub struct Layers {
     /// A request body must keep arriving (no gap longer than this).
-    pub body_timeout: Duration,
+    pub(crate) body_timeout: Duration,
     /// A request must be answered within this (event streams answer at once, then stream).
-    pub request_timeout: Duration,
+    pub(crate) request_timeout: Duration,
     /// The start's boot epoch, for request ids.
-    pub boot: u64,
+    pub(crate) boot: u64,
 }
 
 /// The router, with every layer: request ids (`x-request-id`, in error bodies too), the
@@ -890,7 +888,7 @@ async fn read_body(req: Request, cap: BodyCap) -> Result<Vec<u8>, ApiError> {
     }
 }
 
-/// The core task's answer to a caller, counted under its route.
+/// The service task's answer to a caller, counted under its route.
 async fn ask_core(st: &AppState, caller: &Caller, make: impl FnOnce(Reply) -> Cmd) -> Response {
     answer(st, caller, ask(&st.cmds, make).await)
 }

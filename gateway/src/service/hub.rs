@@ -31,11 +31,28 @@ pub const BACKLOG_BYTES: usize = 16 * 1024 * 1024;
 #[derive(Clone, Debug, PartialEq)]
 pub struct HubEvent {
     /// Sequential id within this start, from 1.
-    pub id: u64,
+    pub(crate) id: u64,
     /// Event name (`phase`, `emit`, `obligation_created`, `gate`, `vehicle_mode`, ...).
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// The JSON data.
-    pub data: Arc<str>,
+    pub(crate) data: Arc<str>,
+}
+
+impl HubEvent {
+    /// Its id within this start, from 1.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Its name (`phase`, `emit`, `gate`, ...).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Its JSON data.
+    pub fn data(&self) -> &str {
+        &self.data
+    }
 }
 
 struct State {

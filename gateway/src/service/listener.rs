@@ -45,14 +45,14 @@ use super::metrics::{CodeLabel, Metrics};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Open connections at most.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Open connections from one address at most.
-    pub max_per_peer: usize,
+    pub(crate) max_per_peer: usize,
     /// A request's headers must arrive within this long of the connection opening or of the
     /// previous response.
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
     /// A write to a client that does not read fails after this long.
-    pub write_timeout: Duration,
+    pub(crate) write_timeout: Duration,
 }
 
 /// Open connections, in all and per peer.

@@ -13,30 +13,30 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CodeLabel {
     /// Stable reason code, or `none`.
-    pub code: String,
+    pub(crate) code: String,
 }
 
 /// A gate-outcome label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
     /// `dispatched`, `denied`, `refused`, `enqueue_failed`.
-    pub outcome: String,
+    pub(crate) outcome: String,
 }
 
 /// A source label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
     /// Catalog source name.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 /// An interface-request label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabel {
     /// Endpoint kind.
-    pub endpoint: String,
+    pub(crate) endpoint: String,
     /// HTTP status.
-    pub status: u16,
+    pub(crate) status: u16,
 }
 
 fn latency_histogram() -> Histogram {
@@ -48,51 +48,51 @@ fn latency_histogram() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     /// Component decisions by reason code (`none` when retained or dispatched).
-    pub decisions: Family<CodeLabel, Counter>,
+    pub(crate) decisions: Family<CodeLabel, Counter>,
     /// Gate outcomes.
-    pub gate_outcomes: Family<OutcomeLabel, Counter>,
+    pub(crate) gate_outcomes: Family<OutcomeLabel, Counter>,
     /// Time spent in one final-gate call, seconds.
-    pub gate_seconds: Histogram,
+    pub(crate) gate_seconds: Histogram,
     /// Admission of one response (parse, validate, admit, gate), seconds.
-    pub admission_seconds: Histogram,
+    pub(crate) admission_seconds: Histogram,
     /// From a streaming action's loss of support to the bridge's first hold setpoint, seconds.
-    pub deny_hold_seconds: Histogram,
+    pub(crate) deny_hold_seconds: Histogram,
     /// Depth of the core's input queue.
-    pub input_queue_depth: Gauge,
+    pub(crate) input_queue_depth: Gauge,
     /// Age of information per source, seconds (NaN never shown: absent until first update).
-    pub aoi_seconds: Family<SourceLabel, Gauge<f64, AtomicU64>>,
+    pub(crate) aoi_seconds: Family<SourceLabel, Gauge<f64, AtomicU64>>,
     /// 1 when the autopilot link is up.
-    pub link_up: Gauge,
+    pub(crate) link_up: Gauge,
     /// Setpoints streamed to the vehicle.
-    pub setpoints_streamed: Gauge,
+    pub(crate) setpoints_streamed: Gauge,
     /// Receipts written.
-    pub receipts_written: Counter,
+    pub(crate) receipts_written: Counter,
     /// Receipt writes, truncations and syncs that failed.
-    pub receipt_write_errors: Counter,
+    pub(crate) receipt_write_errors: Counter,
     /// Receipts that could not be written at all (the log ends before them).
-    pub receipts_lost: Counter,
+    pub(crate) receipts_lost: Counter,
     /// 1 while the receipt log refuses (a failed write or the file cap): nothing dispatches.
-    pub receipts_refusing: Gauge,
+    pub(crate) receipts_refusing: Gauge,
     /// Connections refused at a listener's cap, by listener.
-    pub connections_refused: Family<CodeLabel, Counter>,
+    pub(crate) connections_refused: Family<CodeLabel, Counter>,
     /// Open HTTP connections.
-    pub connections_open: Gauge,
+    pub(crate) connections_open: Gauge,
     /// Open event streams.
-    pub event_streams: Gauge,
+    pub(crate) event_streams: Gauge,
     /// MAVLink datagrams from an address other than the vehicle's, ignored.
-    pub foreign_datagrams: Gauge,
+    pub(crate) foreign_datagrams: Gauge,
     /// Provider updates refused, by reason.
-    pub updates_refused: Family<CodeLabel, Counter>,
+    pub(crate) updates_refused: Family<CodeLabel, Counter>,
     /// Interface requests by endpoint and status.
-    pub requests: Family<RequestLabel, Counter>,
+    pub(crate) requests: Family<RequestLabel, Counter>,
     /// Events published to the event stream.
-    pub events: Counter,
+    pub(crate) events: Counter,
     /// Bridge events dropped because the gateway did not drain them.
-    pub bridge_events_dropped: Gauge,
+    pub(crate) bridge_events_dropped: Gauge,
     /// Operator overrides: mode changes the gateway did not command while armed.
-    pub overrides: Counter,
+    pub(crate) overrides: Counter,
     /// Autopilot heartbeat gaps over 1.2 s.
-    pub heartbeat_gaps: Counter,
+    pub(crate) heartbeat_gaps: Counter,
 }
 
 impl Default for Metrics {

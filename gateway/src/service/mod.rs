@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! agent ─HTTP/SSE─┐                         ┌─▶ receipts (JSONL, hash-linked)
-//! providers ─HTTP─┼─▶ core task (one owner) ┼─▶ final gate ─▶ PX4 bridge ─MAVLink─▶ PX4
+//! providers ─HTTP─┼─▶ service task (one owner) ┼─▶ final gate ─▶ PX4 bridge ─MAVLink─▶ PX4
 //! operator ─HTTP──┘   Gateway + adapter     └─▶ event hub ─▶ SSE
 //!                         ▲
 //!                 bridge events (telemetry → vehicle sources, echoes → observations)
@@ -13,7 +13,6 @@
 //! call is the bridge's non-blocking `try_enqueue`.
 
 pub mod config;
-pub mod core_task;
 pub mod http;
 pub mod hub;
 pub mod listener;
@@ -22,6 +21,7 @@ pub mod receipts;
 pub mod schema;
 pub mod statedir;
 pub mod stdio;
+pub mod task;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -36,8 +36,8 @@ use crate::core::catalog::Catalog;
 use crate::core::engine::{Config as CoreConfig, Gateway, ReceiptPolicy};
 use crate::core::time::Nanos;
 pub use config::Config;
-use core_task::Core;
 use statedir::{CredentialFiles, Credentials};
+use task::Task;
 
 /// What went wrong, for people: its message names the thing (the file, the address, the device).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,32 +127,32 @@ fn within<E: std::fmt::Display>(
 /// A running service.
 pub struct Service {
     /// The bound HTTP address.
-    pub http_addr: SocketAddr,
+    http_addr: SocketAddr,
     /// The operator's own listener.
-    pub operator_addr: SocketAddr,
+    operator_addr: SocketAddr,
     op_http: JoinHandle<()>,
     /// The role credentials.
-    pub credentials: Credentials,
+    credentials: Credentials,
     /// Where they are stored.
-    pub credential_files: CredentialFiles,
+    credential_files: CredentialFiles,
     /// This start's boot epoch.
-    pub boot_epoch: u64,
+    boot_epoch: u64,
     /// The state directory.
-    pub state_dir: PathBuf,
+    state_dir: PathBuf,
     /// The receipt log.
-    pub receipts_path: PathBuf,
+    receipts_path: PathBuf,
     /// The audit key's public half (hex in a file), for `audit verify --key`.
-    pub audit_public_key: PathBuf,
+    audit_public_key: PathBuf,
     /// The vehicle URL the bridge uses.
-    pub vehicle_url: String,
+    vehicle_url: String,
     /// What the vehicle is, when the caller said (the evaluation binary's embedded simulator).
-    pub vehicle_note: Option<String>,
+    vehicle_note: Option<String>,
     shutdown: watch::Sender<bool>,
     shutdown_rx: watch::Receiver<bool>,
-    cmds: mpsc::Sender<core_task::Cmd>,
+    cmds: mpsc::Sender<task::Cmd>,
     hub: hub::Hub,
     stop_bridge: broadcast::Sender<()>,
-    core: JoinHandle<Core>,
+    task: JoinHandle<Task>,
     http: JoinHandle<()>,
     bridge: Option<JoinHandle<()>>,
     /// Kept for the service's lifetime (an embedded simulator's stop handle).
@@ -189,7 +189,7 @@ struct TouchedState {
     signer: crate::audit::Signer,
     audit_public_key: PathBuf,
     receipts: receipts::ReceiptLog,
-    previous_head: Option<core_task::PreviousHead>,
+    previous_head: Option<task::PreviousHead>,
 }
 
 /// The state directory's part of a start: the boot epoch bumped, the credentials and the audit
@@ -243,7 +243,7 @@ fn touch_state(
         .unwrap_or(Path::new("."))
         .to_path_buf();
     let exported = receipts::Exported::load(&dir).map_err(StartError::state)?;
-    let previous_head = core_task::PreviousHead::find(&dir, &receipts_path);
+    let previous_head = task::PreviousHead::find(&dir, &receipts_path);
     let log = receipts::ReceiptLog::open(
         &receipts_path,
         receipts::Options {
@@ -281,7 +281,7 @@ fn touch_state(
 struct StartedVehicle {
     url: String,
     link: crate::vehicle::VehicleLink,
-    events: core_task::VehicleEvents,
+    events: task::VehicleEvents,
     task: Option<JoinHandle<()>>,
 }
 
@@ -304,7 +304,7 @@ async fn start_px4(
     Ok(StartedVehicle {
         url: vehicle_url,
         link: crate::vehicle::VehicleLink::Px4(handle),
-        events: core_task::VehicleEvents::Px4(bridge_rx),
+        events: task::VehicleEvents::Px4(bridge_rx),
         task: Some(bridge),
     })
 }
@@ -347,12 +347,12 @@ async fn start_crazyflie(
     Ok(StartedVehicle {
         url,
         link: crate::vehicle::VehicleLink::Crazyflie(handle),
-        events: core_task::VehicleEvents::Crazyflie(events),
+        events: task::VehicleEvents::Crazyflie(events),
         task: None,
     })
 }
 
-/// What the core task is built from, besides the configuration.
+/// What the service task is built from, besides the configuration.
 struct CoreParts {
     link: crate::vehicle::VehicleLink,
     origin: Instant,
@@ -362,18 +362,18 @@ struct CoreParts {
     metrics: Arc<metrics::Metrics>,
     boot_epoch: u64,
     signer: crate::audit::Signer,
-    previous_head: Option<core_task::PreviousHead>,
+    previous_head: Option<task::PreviousHead>,
     vehicle_url: String,
 }
 
-/// The core task: the protocol core over `catalog`, the mission-contract monitor over `domain`,
+/// The service task: the protocol core over `catalog`, the mission-contract monitor over `domain`,
 /// the supervisor, the receipt log with its signing, as the configuration sets them.
-fn core_task(
+fn build_task(
     cfg: &Config,
     catalog: Catalog,
     domain: crate::contract::Domain,
     p: CoreParts,
-) -> Core {
+) -> Task {
     let receipts_policy = match cfg.receipts.policy {
         config::ReceiptPolicyName::All => ReceiptPolicy::All,
         config::ReceiptPolicyName::Decisions => ReceiptPolicy::Decisions {
@@ -392,7 +392,7 @@ fn core_task(
             ..CoreConfig::default()
         },
     );
-    Core::new(
+    Task::new(
         gw,
         crate::contract::Monitor::new(domain),
         p.link,
@@ -403,14 +403,14 @@ fn core_task(
         p.metrics,
         p.boot_epoch,
     )
-    .with_signing(core_task::Signing::new(
+    .with_signing(task::Signing::new(
         p.signer,
         cfg.receipts.checkpoint_every,
         Duration::from_secs(cfg.receipts.checkpoint_interval_s),
     ))
     .with_full_action(match cfg.receipts.full_action {
-        config::FullActionName::Refuse => core_task::FullAction::Refuse,
-        config::FullActionName::Land => core_task::FullAction::Land,
+        config::FullActionName::Refuse => task::FullAction::Refuse,
+        config::FullActionName::Land => task::FullAction::Land,
     })
     .with_previous_head(p.previous_head)
     .with_vehicle_url(&p.vehicle_url)
@@ -468,7 +468,7 @@ fn serve_http(
 }
 
 impl Service {
-    /// Starts everything: state directory, credentials, the vehicle link, the core task and the
+    /// Starts everything: state directory, credentials, the vehicle link, the service task and the
     /// HTTP listeners.
     ///
     /// # Errors
@@ -520,7 +520,7 @@ impl Service {
             .map_err(within(StartError::listen, "listener"))?;
 
         let origin = Instant::now();
-        let origin_wall_ms = core_task::wall_now_ms();
+        let origin_wall_ms = task::wall_now_ms();
         let (stop_bridge, _) = broadcast::channel(1);
 
         let Embedded {
@@ -567,7 +567,7 @@ impl Service {
         );
         let hub = hub::Hub::new(boot_epoch);
         let metrics = Arc::new(metrics::Metrics::new());
-        let core = core_task(
+        let task = build_task(
             &cfg,
             catalog,
             domain,
@@ -586,7 +586,7 @@ impl Service {
         );
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (cmd_tx, cmd_rx) = mpsc::channel(256);
-        let core = tokio::spawn(core.run(
+        let task = tokio::spawn(task.run(
             cmd_rx,
             bridge_rx,
             shutdown_rx.clone(),
@@ -626,11 +626,56 @@ impl Service {
             cmds: cmd_tx,
             hub,
             stop_bridge,
-            core,
+            task,
             http,
             bridge,
             guard,
         })
+    }
+
+    /// The bound HTTP address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// The operator's own listener.
+    pub fn operator_addr(&self) -> SocketAddr {
+        self.operator_addr
+    }
+
+    /// The role credentials.
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
+    }
+
+    /// Where the credentials are stored.
+    pub fn credential_files(&self) -> &CredentialFiles {
+        &self.credential_files
+    }
+
+    /// This start's boot epoch.
+    pub fn boot_epoch(&self) -> u64 {
+        self.boot_epoch
+    }
+
+    /// The state directory.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    /// This start's first receipt file.
+    pub fn receipts_path(&self) -> &Path {
+        &self.receipts_path
+    }
+
+    /// The audit public key's file.
+    pub fn audit_public_key(&self) -> &Path {
+        &self.audit_public_key
+    }
+
+    /// The vehicle URL the bridge uses.
+    pub fn vehicle_url(&self) -> &str {
+        &self.vehicle_url
     }
 
     /// The base URL of the HTTP interface.
@@ -661,20 +706,20 @@ impl Service {
     ///
     /// # Errors
     /// [`StartError::Task`] when a task failed.
-    pub async fn wait(self) -> Result<core_task::ReceiptSummary, StartError> {
-        let core = self.core.await.map_err(|e| {
+    pub async fn wait(self) -> Result<task::ReceiptSummary, StartError> {
+        let task = self.task.await.map_err(|e| {
             StartError::Task(Problem {
-                message: format!("core task: {e}"),
+                message: format!("service task: {e}"),
             })
         })?;
-        let summary = core.receipt_summary();
+        let summary = task.receipt_summary();
         let _ = self.stop_bridge.send(());
         let _ = tokio::time::timeout(Duration::from_secs(6), self.http).await;
         let _ = tokio::time::timeout(Duration::from_secs(6), self.op_http).await;
         if let Some(b) = self.bridge {
             let _ = b.await;
         }
-        drop(core.adapter);
+        drop(task);
         drop(self.guard);
         Ok(summary)
     }

@@ -32,8 +32,8 @@
 //! A record is *appended* once `write(2)` took all of its bytes: it survives a crash of the
 //! process. The file is fsynced at every signed checkpoint, at rotation and at shutdown, so a
 //! power loss can cost at most the records after the last checkpoint. A checkpoint's fsync
-//! runs on the [`SyncWorker`]'s thread, off the core task (an SD card's fsync takes tens of
-//! milliseconds): the core task appends, hands the worker a sync of the same file, and offers
+//! runs on the [`SyncWorker`]'s thread, off the service task (an SD card's fsync takes tens of
+//! milliseconds): the service task appends, hands the worker a sync of the same file, and offers
 //! the signed head to anyone only once the worker reports it durable; a failed sync fails the
 //! log closed as a failed write does.
 
@@ -94,7 +94,7 @@ impl LogFile for std::fs::File {
     }
 }
 
-/// Runs the receipt log's syncs on a thread of its own, in order, so the core task never waits
+/// Runs the receipt log's syncs on a thread of its own, in order, so the service task never waits
 /// for the disk. Bounded: at most [`SyncWorker::QUEUE`] syncs wait; the results come back, in
 /// order, on the channel [`SyncWorker::start`] returns.
 #[derive(Debug)]

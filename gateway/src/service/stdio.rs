@@ -27,8 +27,8 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::core_task::{Answer, ApiError, Cmd, RESPONSE_LIMIT};
 use super::hub::Hub;
+use super::task::{Answer, ApiError, Cmd, RESPONSE_LIMIT};
 use crate::core::reason::ReasonCode;
 
 /// One request line. A plain struct rather than a tagged enum, so the envelope stays raw
@@ -121,7 +121,7 @@ async fn call(
     cmds: &mpsc::Sender<Cmd>,
     make: impl FnOnce(oneshot::Sender<Answer>) -> Cmd,
 ) -> Answer {
-    super::core_task::ask(cmds, make).await
+    super::task::ask(cmds, make).await
 }
 
 async fn handle(cmds: &mpsc::Sender<Cmd>, line: &[u8]) -> String {

@@ -94,7 +94,7 @@ pub fn observed_binding(ev: &BridgeEvent) -> Option<Digest> {
 }
 
 /// A vehicle source update made monotonic against the state held (see
-/// [`crate::service::core_task::Core`]'s vehicle updates): a stamp behind the held one becomes
+/// [`crate::service::task::Task`]'s vehicle updates): a stamp behind the held one becomes
 /// the held one. Conservative: a newer sample was generated no earlier than the previous one,
 /// whose stamp was already no later than its own true generation time.
 pub fn monotonic(snapshot: &Snapshot, mut u: SourceUpdate) -> SourceUpdate {

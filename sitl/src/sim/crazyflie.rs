@@ -86,10 +86,10 @@ pub const LOG_BLOCK_MAX: usize = 26;
 
 /// Log variable types, as the firmware numbers them.
 mod log_type {
-    pub const U8: u8 = 1;
-    pub const U16: u8 = 2;
-    pub const I8: u8 = 4;
-    pub const F32: u8 = 7;
+    pub(super) const U8: u8 = 1;
+    pub(super) const U16: u8 = 2;
+    pub(super) const I8: u8 = 4;
+    pub(super) const F32: u8 = 7;
 }
 
 /// The log table of contents: name and firmware type. The ids are the indices.

@@ -128,16 +128,16 @@ impl Defect {
 
 /// Profile limits (the published finite profile).
 mod limit {
-    pub const GOALS: usize = 64;
-    pub const CONTINUATIONS: usize = 256;
-    pub const EFFECTS: usize = 64;
-    pub const ARRAY: usize = 256;
-    pub const JOIN_SOURCES: usize = 8;
-    pub const PRECEDENCE: usize = 28;
-    pub const GUARD: usize = 4096;
-    pub const DOMAIN_ITEMS: usize = 256;
-    pub const PARAMS: usize = 16;
-    pub const COMBINATIONS: usize = 4096;
+    pub(super) const GOALS: usize = 64;
+    pub(super) const CONTINUATIONS: usize = 256;
+    pub(super) const EFFECTS: usize = 64;
+    pub(super) const ARRAY: usize = 256;
+    pub(super) const JOIN_SOURCES: usize = 8;
+    pub(super) const PRECEDENCE: usize = 28;
+    pub(super) const GUARD: usize = 4096;
+    pub(super) const DOMAIN_ITEMS: usize = 256;
+    pub(super) const PARAMS: usize = 16;
+    pub(super) const COMBINATIONS: usize = 4096;
 }
 
 fn sha(parts: &[&[u8]]) -> [u8; 32] {

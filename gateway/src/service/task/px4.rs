@@ -1,11 +1,11 @@
-//! The core task's PX4 side: the bridge's events as vehicle sources (through
+//! The service task's PX4 side: the bridge's events as vehicle sources (through
 //! [`crate::vehicle::px4`]), as observations for the supervisor, and as events for people.
 
 use px4_bridge::telemetry::{LandedState, Telemetry};
 use px4_bridge::{Command, CommandOutcome, Event as BridgeEvent, Px4Mode};
 use serde_json::json;
 
-use super::Core;
+use super::Task;
 use crate::core::digest::Digest;
 use crate::core::time::Nanos;
 use crate::supervisor::Observation;
@@ -16,7 +16,7 @@ fn mode_name(m: Px4Mode) -> String {
 }
 
 /// A bridge command as people read it.
-pub fn command_text(c: &Command) -> String {
+pub(crate) fn command_text(c: &Command) -> String {
     match c {
         Command::Arm => "arm".into(),
         Command::Disarm => "disarm".into(),
@@ -46,7 +46,7 @@ pub fn command_text(c: &Command) -> String {
 }
 
 /// A command outcome as people read it.
-pub fn outcome_text(o: CommandOutcome) -> &'static str {
+pub(crate) fn outcome_text(o: CommandOutcome) -> &'static str {
     match o {
         CommandOutcome::Accepted => "accepted",
         CommandOutcome::Denied => "denied",
@@ -70,7 +70,7 @@ fn landed_text(s: LandedState) -> &'static str {
     }
 }
 
-impl Core {
+impl Task {
     /// Feeds one PX4 bridge event.
     pub fn on_bridge_event(&mut self, ev: &BridgeEvent) {
         let now = self.now();

@@ -1,4 +1,4 @@
-//! The core task's receipts: appended before what they record leaves (the gate's staged
+//! The service task's receipts: appended before what they record leaves (the gate's staged
 //! setpoints are released only after the pump's receipts were written whole), signed
 //! checkpoints, the heads people keep off the machine, and failing closed when the log
 //! refuses.
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{Answer, ApiError, Core};
+use super::{Answer, ApiError, Task};
 use crate::core::digest::Digest;
 use crate::core::reason::ReasonCode;
 
@@ -107,7 +107,7 @@ impl Signing {
     }
 }
 
-impl Core {
+impl Task {
     /// The receipt log refused: the supervisor closes dispatch for good and holds the vehicle
     /// (and lands it with `receipts.full_action = "land"`); an alarm for people; the records
     /// saying so go into the space the log's reserve freed. Decides once.
@@ -259,7 +259,7 @@ impl Core {
     /// Seals what is pending and a signed checkpoint over the whole chain so far (`last` at
     /// shutdown), writes them and syncs the log. No checkpoint is signed once a receipt was
     /// lost: its signature would cover records that are not on disk. True as
-    /// [`Core::write_receipts`].
+    /// [`Task::write_receipts`].
     pub(super) fn checkpoint(&mut self, last: bool) -> bool {
         let may_sign = self
             .receipts

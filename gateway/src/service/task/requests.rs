@@ -1,4 +1,4 @@
-//! The interfaces' requests to the core task: their bodies read strictly (pure readers the fuzz
+//! The interfaces' requests to the service task: their bodies read strictly (pure readers the fuzz
 //! target `service_bodies` drives), handed to the core or the monitor, and answered.
 
 use serde::Deserialize;
@@ -7,14 +7,14 @@ use serde_json::json;
 use crate::core::state::UpdateError;
 pub use crate::core::update::{CertificateBody, UpdateBody};
 
-use super::{Answer, ApiError, Core, internal, verdict_name};
+use super::{Answer, ApiError, Task, internal, verdict_name};
 use crate::contract::{Op, Request as ContractRequest, Role as ContractRole};
 use crate::core::digest::Digest;
 use crate::core::reason::ReasonCode;
 use crate::core::state::{Certificate, SourceUpdate};
 use crate::core::time::Nanos;
 
-impl Core {
+impl Task {
     pub(super) fn contract_op(&mut self, caller: ContractRole, bytes: &[u8]) -> Answer {
         let op = read_contract_op(bytes)?;
         let name = op.name();
@@ -129,7 +129,7 @@ impl Core {
             ));
         }
         let now = self.now();
-        let u = read_update(cat, source, bytes, |ms| Core::map_wall(now, wall_ms, ms))?;
+        let u = read_update(cat, source, bytes, |ms| Task::map_wall(now, wall_ms, ms))?;
         let (epoch, generated_at) = (u.state.epoch, u.state.generated_at);
         match self.gw.handle_source_update(now, u) {
             Ok(()) => {
@@ -152,7 +152,7 @@ impl Core {
         let (body, covers) = read_certificate(bytes)?;
         let now = self.now();
         let valid_until = match (body.valid_until_unix_ms, body.valid_for_ms) {
-            (Some(u), None) => Core::map_wall(now, wall_ms, u),
+            (Some(u), None) => Task::map_wall(now, wall_ms, u),
             (None, Some(ms)) => now.saturating_add(Nanos::from_ms(ms)),
             _ => {
                 return Err(ApiError::new(

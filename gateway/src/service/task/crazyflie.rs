@@ -1,4 +1,4 @@
-//! The core task's Crazyflie side: bridge events to sources and vehicle state, the operator's
+//! The service task's Crazyflie side: bridge events to sources and vehicle state, the operator's
 //! commands, and the shutdown (land, then stop).
 //!
 //! Differences from PX4, each deliberate:
@@ -18,13 +18,13 @@ use crazyflie_bridge::telemetry::sup;
 use crazyflie_bridge::{Event as PacerEvent, Telemetry};
 use serde_json::json;
 
-use super::Core;
+use super::Task;
 use crate::core::digest::Digest;
 use crate::core::time::Nanos;
 use crate::supervisor::Observation;
 use crate::vehicle::crazyflie::{telemetry_updates, to_ned};
 
-impl Core {
+impl Task {
     /// Feeds one Crazyflie bridge event.
     pub(super) fn on_cf_event(&mut self, ev: &BridgeEvent) {
         let now = self.now();

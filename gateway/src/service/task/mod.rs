@@ -1,11 +1,11 @@
-//! The core task: the one owner of the protocol core, the supervisor, the vehicle adapter and
+//! The service task: the one owner of the protocol core, the supervisor, the vehicle adapter and
 //! the receipt log.
 //!
 //! Every interface (HTTP, stdio, the operator CLI through HTTP) sends it a [`Cmd`] over a
 //! bounded channel and awaits the answer; the bridge sends it vehicle events. After every input
 //! it follows the core's call order (DESIGN §3): drain events to the hub, pass every ready
 //! token to the final gate, append every receipt. The gate call itself is synchronous: nothing
-//! in [`Core::pump`] awaits.
+//! in [`Task::pump`] awaits.
 //!
 //! The safety decisions around the core (deny-hold, control and overrides, operator commands
 //! and their deadlines, arrival, the receipt log's failure, the shutdown) are the
@@ -74,13 +74,13 @@ impl VehicleEvents {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApiError {
     /// HTTP status.
-    pub status: u16,
+    pub(crate) status: u16,
     /// Stable reason code.
-    pub code: ReasonCode,
+    pub(crate) code: ReasonCode,
     /// A message for people.
-    pub message: String,
+    pub(crate) message: String,
     /// Offending ids, if any.
-    pub ids: Vec<String>,
+    pub(crate) ids: Vec<String>,
 }
 
 impl ApiError {
@@ -92,6 +92,21 @@ impl ApiError {
             message: message.into(),
             ids: Vec::new(),
         }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The stable reason code.
+    pub fn code(&self) -> ReasonCode {
+        self.code
+    }
+
+    /// The message for people.
+    pub fn message(&self) -> &str {
+        &self.message
     }
 
     /// The JSON body: `{"error": {"code", "number", "message", "ids"}}`.
@@ -142,7 +157,7 @@ pub type Answer = Result<serde_json::Value, ApiError>;
 /// Where the answer goes.
 pub type Reply = oneshot::Sender<Answer>;
 
-/// Sends one request to the core task and waits for its answer: the one way every interface
+/// Sends one request to the service task and waits for its answer: the one way every interface
 /// (HTTP, stdio) reaches the core. The queue is bounded and never waited on: a full queue is
 /// `SERVICE_BUSY` at once.
 pub async fn ask(cmds: &mpsc::Sender<Cmd>, make: impl FnOnce(Reply) -> Cmd) -> Answer {
@@ -165,7 +180,7 @@ pub async fn ask(cmds: &mpsc::Sender<Cmd>, make: impl FnOnce(Reply) -> Cmd) -> A
     }
 }
 
-/// One request to the core task.
+/// One request to the service task.
 pub enum Cmd {
     /// `POST /v1/responses`.
     Response {
@@ -314,38 +329,38 @@ pub struct VehicleView {
     pub override_mode: Option<String>,
 }
 
-/// The core task's state.
-pub struct Core {
+/// The service task's state.
+pub struct Task {
     /// The protocol core.
-    pub gw: Gateway,
+    gw: Gateway,
     /// The gate's adapter: the vehicle's bridge, open while the supervisor says so.
-    pub adapter: VehicleAdapter,
+    adapter: VehicleAdapter,
     /// The safety decisions around the core.
     sup: Supervisor,
     /// The mission-contract monitor (its conjunct is active once a root is registered).
-    pub monitor: Monitor,
+    monitor: Monitor,
     /// The shared monotonic origin.
-    pub origin: Instant,
+    origin: Instant,
     /// The vehicle URL, for people.
     vehicle_url: String,
     /// Wall-clock Unix ms at `origin`.
-    pub origin_wall_ms: u64,
+    origin_wall_ms: u64,
     /// The receipt log (`None`: receipts are sealed and counted, not kept).
-    pub receipts: Option<super::receipts::ReceiptLog>,
+    receipts: Option<super::receipts::ReceiptLog>,
     /// Its path.
-    pub receipts_path: Option<std::path::PathBuf>,
+    receipts_path: Option<std::path::PathBuf>,
     /// Receipts sealed without a log.
     receipts_unlogged: u64,
     /// The previous start's last signed checkpoint.
     previous_head: Option<PreviousHead>,
     /// The event hub.
-    pub hub: Hub,
+    hub: Hub,
     /// Metrics.
-    pub metrics: Arc<Metrics>,
+    metrics: Arc<Metrics>,
     /// The vehicle, for people (`GET /v1/status`).
-    pub vehicle: VehicleView,
+    vehicle: VehicleView,
     /// Boot epoch.
-    pub boot_epoch: u64,
+    boot_epoch: u64,
     /// Operator requests the supervisor has not answered yet, by ticket.
     replies: BTreeMap<Ticket, Reply>,
     next_ticket: u64,
@@ -380,8 +395,8 @@ fn gate_label(o: &GateOutcome) -> &'static str {
     }
 }
 
-impl Core {
-    /// A core task over `gw`, driving `handle`.
+impl Task {
+    /// A service task over `gw`, driving `handle`.
     #[allow(
         clippy::too_many_arguments,
         reason = "one constructor wires the task once"
@@ -396,7 +411,7 @@ impl Core {
         hub: Hub,
         metrics: Arc<Metrics>,
         boot_epoch: u64,
-    ) -> Core {
+    ) -> Task {
         let receipts_path = receipts.as_ref().map(|r| r.current().to_path_buf());
         // Without a thread for it, checkpoint syncs run in place (as before the worker).
         let (syncer, synced) = match receipts
@@ -405,7 +420,7 @@ impl Core {
         {
             Some(Ok((w, r))) => (Some(w), Some(r)),
             Some(Err(e)) => {
-                tracing::warn!(error = %e, "no thread for receipt syncs: they run on the core task");
+                tracing::warn!(error = %e, "no thread for receipt syncs: they run on the service task");
                 (None, None)
             }
             None => (None, None),
@@ -416,7 +431,7 @@ impl Core {
             VehicleLink::Px4(h) => (crate::supervisor::VehicleKind::Px4, h.offboard_permitted()),
             VehicleLink::Crazyflie(_) => (crate::supervisor::VehicleKind::Crazyflie, false),
         };
-        Core {
+        Task {
             gw,
             adapter: VehicleAdapter::new(link),
             sup: Supervisor::new(kind, "", boot_epoch, Nanos::ZERO, granted),
@@ -447,7 +462,7 @@ impl Core {
 
     /// The vehicle URL, named in warnings and refusals.
     #[must_use]
-    pub fn with_vehicle_url(mut self, url: &str) -> Core {
+    pub fn with_vehicle_url(mut self, url: &str) -> Task {
         self.vehicle_url = url.to_string();
         self.sup = self.sup.with_vehicle_url(url);
         self
@@ -455,21 +470,21 @@ impl Core {
 
     /// The previous start's last signed checkpoint, offered at `GET /v1/audit/head`.
     #[must_use]
-    pub fn with_previous_head(mut self, head: Option<PreviousHead>) -> Core {
+    pub fn with_previous_head(mut self, head: Option<PreviousHead>) -> Task {
         self.previous_head = head;
         self
     }
 
     /// What to do with the vehicle when the receipt log refuses.
     #[must_use]
-    pub fn with_full_action(mut self, action: FullAction) -> Core {
+    pub fn with_full_action(mut self, action: FullAction) -> Task {
         self.sup = self.sup.with_full_action(action);
         self
     }
 
     /// Signs checkpoints into the receipt chain.
     #[must_use]
-    pub fn with_signing(mut self, signing: Signing) -> Core {
+    pub fn with_signing(mut self, signing: Signing) -> Task {
         self.audit = Some(signing);
         self
     }
@@ -1013,7 +1028,7 @@ impl Core {
         mut bridge: VehicleEvents,
         mut shutdown: watch::Receiver<bool>,
         settle: Duration,
-    ) -> Core {
+    ) -> Task {
         loop {
             let now = self.now();
             let next = [self.gw.poll_timeout(), self.sup.poll_timeout()]
@@ -1145,13 +1160,13 @@ mod tests {
     fn wall_times_map_onto_the_monotonic_clock() {
         let now = Nanos::from_ms(10_000);
         assert_eq!(
-            Core::map_wall(now, 1_000_000, 999_800),
+            Task::map_wall(now, 1_000_000, 999_800),
             Nanos::from_ms(9_800)
         );
         assert_eq!(
-            Core::map_wall(now, 1_000_000, 1_000_030),
+            Task::map_wall(now, 1_000_000, 1_000_030),
             Nanos::from_ms(10_030)
         );
-        assert_eq!(Core::map_wall(now, 1_000_000, 0), Nanos::ZERO);
+        assert_eq!(Task::map_wall(now, 1_000_000, 0), Nanos::ZERO);
     }
 }
