@@ -101,7 +101,7 @@ impl Signer {
                 ));
             }
         }
-        crate::service::statedir::check_private(path, "audit key")?;
+        crate::io::check_private(path, "audit key")?;
         let text = crate::io::read_text_capped(path, MAX_KEY_FILE, "audit key")
             .map_err(|e| e.to_string())?;
         let seed = unhex::<32>(text.trim()).ok_or_else(|| {
@@ -130,7 +130,7 @@ impl Signer {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
         }
-        crate::service::statedir::write_atomic(
+        crate::io::write_atomic(
             path,
             format!("{}\n", hex(s.key.as_bytes())).as_bytes(),
             0o600,
@@ -145,12 +145,8 @@ impl Signer {
     /// # Errors
     /// The I/O error, with the path.
     pub fn write_public(&self, path: &Path) -> Result<(), String> {
-        crate::service::statedir::write_atomic(
-            path,
-            format!("{}\n", self.public_hex()).as_bytes(),
-            0o644,
-        )
-        .map_err(|e| format!("{}: cannot write the public key: {e}", path.display()))
+        crate::io::write_atomic(path, format!("{}\n", self.public_hex()).as_bytes(), 0o644)
+            .map_err(|e| format!("{}: cannot write the public key: {e}", path.display()))
     }
 
     /// The public key, 64 hex digits.

@@ -2,7 +2,7 @@
 //! before it is parsed, and line-oriented logs are read record by record with a per-record cap,
 //! so a wrong path (`/dev/zero`, a disk image) is a clear error, never unbounded memory.
 
-use std::io::{BufRead, Read};
+use std::io::{BufRead, Read, Write};
 use std::path::Path;
 
 use crate::contract::{Domain, DomainError};
@@ -279,6 +279,76 @@ pub fn domain_text(path: Option<&Path>) -> Result<(String, String), ReadError> {
 pub fn load_domain(path: Option<&Path>) -> Result<Domain, DomainError> {
     let (text, name) = domain_text(path).map_err(|e| DomainError(e.to_string()))?;
     Domain::parse(&text, &name)
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Writes `bytes` to `path` atomically: temporary file, fsync, rename, fsync the directory.
+/// On Unix the file is created with `mode`.
+///
+/// # Errors
+/// The I/O error.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension("tmp");
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(mode);
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    let mut f = opts.open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    sync_dir(dir)
+}
+
+/// Refuses a secret file (a credential, a key) that group or others can read or write, and one
+/// in a directory others can write to (they could replace it), with the `chmod` that fixes it.
+///
+/// # Errors
+/// A message naming the file and the command.
+pub fn check_private(path: &Path, what: &str) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let name = path.display();
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("{name}: {e}")),
+        };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(format!(
+                "{name}: the {what} is readable or writable by others (mode {mode:o}); run `chmod 600 {name}`"
+            ));
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if let Ok(m) = std::fs::metadata(dir) {
+                let dmode = m.permissions().mode() & 0o777;
+                let sticky = m.permissions().mode() & 0o1000 != 0;
+                if dmode & 0o002 != 0 && !sticky {
+                    return Err(format!(
+                        "{name}: the {what} is in {}, which anyone can write to (mode {dmode:o}), so it could be replaced; run `chmod o-w {}`",
+                        dir.display(),
+                        dir.display()
+                    ));
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (path, what);
+    Ok(())
 }
 
 #[cfg(test)]

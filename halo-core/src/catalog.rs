@@ -18,8 +18,8 @@ use super::ids::Id;
 use super::payload::{Payload, PayloadKind};
 use super::phase::Phase;
 use super::reason::ReasonCode;
-use super::state::{BoxNed, ValueKind};
 use super::time::Nanos;
+use super::value::{BoxNed, ValueKind};
 
 /// Most sources in one catalog (footprints are 64-bit masks).
 pub const MAX_SOURCES: usize = 64;

@@ -57,6 +57,7 @@ pub mod strict;
 pub mod support;
 pub mod time;
 pub mod update;
+pub mod value;
 pub mod variant;
 
 pub use binding::{DispatchToken, Ledger, Seq, TokenState, Witness};

@@ -195,11 +195,9 @@ fn heads(agent: &ureq::Agent, url: &str, auth: &str, follow: Option<&Path>) -> i
                         continue;
                     }
                     let body = json!({"log": name, "public_key": key, "checkpoint": cp});
-                    if let Err(e) = crate::service::statedir::write_atomic(
-                        &file,
-                        format!("{body}\n").as_bytes(),
-                        0o644,
-                    ) {
+                    if let Err(e) =
+                        crate::io::write_atomic(&file, format!("{body}\n").as_bytes(), 0o644)
+                    {
                         eprintln!("error: {}: {e}", file.display());
                         return EXIT_ERROR;
                     }

@@ -245,7 +245,7 @@ impl Exported {
     /// The I/O error.
     pub fn save(&self, dir: &Path) -> std::io::Result<()> {
         let text = serde_json::to_string(&self.0).map_err(std::io::Error::other)?;
-        super::statedir::write_atomic(&dir.join(EXPORTED_NAME), text.as_bytes(), 0o644)
+        crate::io::write_atomic(&dir.join(EXPORTED_NAME), text.as_bytes(), 0o644)
     }
 }
 

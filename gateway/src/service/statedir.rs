@@ -4,8 +4,9 @@
 //! rename, fsync the directory), never on the dispatch path. Every token the core mints carries
 //! it, so no token minted before a restart is valid after it.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use crate::io::{check_private, write_atomic};
 
 /// A secret (a bearer credential): never printed by `Debug` or `Display`, read only through
 /// [`Secret::expose`] where it is compared or sent.
@@ -52,36 +53,6 @@ pub struct CredentialFiles {
     pub operator: PathBuf,
     /// True for each file that was created at this start (agent, provider, operator).
     pub created: [bool; 3],
-}
-
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// Writes `bytes` to `path` atomically: temporary file, fsync, rename, fsync the directory.
-/// On Unix the file is created with `mode`.
-///
-/// # Errors
-/// The I/O error.
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension("tmp");
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(mode);
-    }
-    #[cfg(not(unix))]
-    let _ = mode;
-    let mut f = opts.open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
-    sync_dir(dir)
 }
 
 /// Reads the previous boot epoch (0 when none), writes the next one durably and returns it.
@@ -134,46 +105,6 @@ fn read_small(path: &Path) -> std::io::Result<String> {
         ));
     }
     String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-}
-
-/// Refuses a secret file (a credential, a key) that group or others can read or write, and one
-/// in a directory others can write to (they could replace it), with the `chmod` that fixes it.
-///
-/// # Errors
-/// A message naming the file and the command.
-pub fn check_private(path: &Path, what: &str) -> Result<(), String> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        let name = path.display();
-        let meta = match std::fs::metadata(path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(format!("{name}: {e}")),
-        };
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(format!(
-                "{name}: the {what} is readable or writable by others (mode {mode:o}); run `chmod 600 {name}`"
-            ));
-        }
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if let Ok(m) = std::fs::metadata(dir) {
-                let dmode = m.permissions().mode() & 0o777;
-                let sticky = m.permissions().mode() & 0o1000 != 0;
-                if dmode & 0o002 != 0 && !sticky {
-                    return Err(format!(
-                        "{name}: the {what} is in {}, which anyone can write to (mode {dmode:o}), so it could be replaced; run `chmod o-w {}`",
-                        dir.display(),
-                        dir.display()
-                    ));
-                }
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = (path, what);
-    Ok(())
 }
 
 fn load_or_create(path: &Path) -> Result<(String, bool), String> {

@@ -93,9 +93,9 @@ pub fn observed_binding(ev: &BridgeEvent) -> Option<Digest> {
     }
 }
 
-/// A vehicle source update made monotonic against the state held (see
-/// [`crate::service::task::Task`]'s vehicle updates): a stamp behind the held one becomes
-/// the held one. Conservative: a newer sample was generated no earlier than the previous one,
+/// A vehicle source update made monotonic against the state held (the service applies it to
+/// every update of the vehicle's own sources): a stamp behind the held one becomes the held
+/// one. Conservative: a newer sample was generated no earlier than the previous one,
 /// whose stamp was already no later than its own true generation time.
 pub fn monotonic(snapshot: &Snapshot, mut u: SourceUpdate) -> SourceUpdate {
     if let Some(cur) = snapshot.source(u.source) {

@@ -1,0 +1,197 @@
+//! The values sources carry: their kinds (as a catalog declares them), local-NED points and
+//! boxes, and the typed value itself. Below both the catalog (which names a source's kind) and
+//! the state (which holds its value), so neither needs the other for them.
+
+use serde::{Deserialize, Serialize};
+
+use super::ids::Id;
+
+/// Most intruders one traffic value may list.
+pub const MAX_TRAFFIC: usize = 64;
+/// The kind of value a source carries, as declared in the catalog.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueKind {
+    /// Only epoch and provenance matter (a map version, say).
+    None,
+    /// A boolean condition (link healthy, authority current).
+    Flag,
+    /// A number (battery percent, wind speed).
+    Number,
+    /// A short identifier (vehicle state name).
+    Text,
+    /// A local-NED box (the current corridor).
+    Bounds,
+    /// A list of intruder positions (local NED).
+    Traffic,
+    /// One local-NED position.
+    Position,
+}
+
+impl ValueKind {
+    /// The kind's name in a catalog (`value = "traffic"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueKind::None => "none",
+            ValueKind::Flag => "flag",
+            ValueKind::Number => "number",
+            ValueKind::Text => "text",
+            ValueKind::Bounds => "bounds",
+            ValueKind::Traffic => "traffic",
+            ValueKind::Position => "position",
+        }
+    }
+}
+
+/// A point in the local NED frame, metres.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Point {
+    /// North.
+    pub north_m: f64,
+    /// East.
+    pub east_m: f64,
+    /// Down.
+    pub down_m: f64,
+}
+
+/// An axis-aligned local-NED box, metres; bounds are inclusive.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoxNed {
+    /// Southern edge.
+    pub north_min: f64,
+    /// Northern edge.
+    pub north_max: f64,
+    /// Western edge.
+    pub east_min: f64,
+    /// Eastern edge.
+    pub east_max: f64,
+    /// Highest allowed point (most negative down).
+    pub down_min: f64,
+    /// Lowest allowed point.
+    pub down_max: f64,
+}
+
+impl BoxNed {
+    /// Checks the box is usable: every bound finite and `min <= max` on every axis.
+    ///
+    /// # Errors
+    /// A message for people.
+    pub fn check(&self) -> Result<(), String> {
+        let all = [
+            self.north_min,
+            self.north_max,
+            self.east_min,
+            self.east_max,
+            self.down_min,
+            self.down_max,
+        ];
+        if !all.iter().all(|x| x.is_finite()) {
+            return Err("numbers must be finite".into());
+        }
+        if self.north_min > self.north_max
+            || self.east_min > self.east_max
+            || self.down_min > self.down_max
+        {
+            return Err("bounds must have min <= max on every axis".into());
+        }
+        Ok(())
+    }
+
+    /// True when `(n, e, d)` lies inside, edges included.
+    pub fn contains(&self, n: f64, e: f64, d: f64) -> bool {
+        (self.north_min..=self.north_max).contains(&n)
+            && (self.east_min..=self.east_max).contains(&e)
+            && (self.down_min..=self.down_max).contains(&d)
+    }
+}
+
+/// A typed source value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Value {
+    /// See [`ValueKind::None`].
+    None,
+    /// See [`ValueKind::Flag`].
+    Flag(bool),
+    /// See [`ValueKind::Number`].
+    Number(f64),
+    /// See [`ValueKind::Text`].
+    Text(Id),
+    /// See [`ValueKind::Bounds`].
+    Bounds(BoxNed),
+    /// See [`ValueKind::Traffic`].
+    Traffic(Vec<Point>),
+    /// See [`ValueKind::Position`].
+    Position(Point),
+}
+
+impl Value {
+    /// The kind of this value.
+    pub const fn kind(&self) -> ValueKind {
+        match self {
+            Value::None => ValueKind::None,
+            Value::Flag(_) => ValueKind::Flag,
+            Value::Number(_) => ValueKind::Number,
+            Value::Text(_) => ValueKind::Text,
+            Value::Bounds(_) => ValueKind::Bounds,
+            Value::Traffic(_) => ValueKind::Traffic,
+            Value::Position(_) => ValueKind::Position,
+        }
+    }
+
+    /// Parses a JSON value of `kind`. `null` or an absent value is only valid for
+    /// [`ValueKind::None`].
+    ///
+    /// # Errors
+    /// A message for people when the JSON does not fit the kind.
+    pub fn parse(kind: ValueKind, raw: &serde_json::Value) -> Result<Value, String> {
+        fn de<T: for<'a> Deserialize<'a>>(raw: &serde_json::Value) -> Result<T, String> {
+            T::deserialize(raw).map_err(|e| e.to_string())
+        }
+        let finite = |x: f64| {
+            if x.is_finite() {
+                Ok(x)
+            } else {
+                Err("numbers must be finite".to_string())
+            }
+        };
+        Ok(match kind {
+            ValueKind::None => {
+                if !raw.is_null() {
+                    return Err("this source carries no value; send `null`".into());
+                }
+                Value::None
+            }
+            ValueKind::Flag => Value::Flag(de(raw)?),
+            ValueKind::Number => Value::Number(finite(de(raw)?)?),
+            ValueKind::Text => Value::Text(de(raw)?),
+            ValueKind::Bounds => {
+                let b: BoxNed = de(raw)?;
+                b.check()?;
+                Value::Bounds(b)
+            }
+            ValueKind::Traffic => {
+                let v: Vec<Point> = de(raw)?;
+                if v.len() > MAX_TRAFFIC {
+                    return Err(format!(
+                        "at most {MAX_TRAFFIC} intruders per traffic update"
+                    ));
+                }
+                for p in &v {
+                    finite(p.north_m)?;
+                    finite(p.east_m)?;
+                    finite(p.down_m)?;
+                }
+                Value::Traffic(v)
+            }
+            ValueKind::Position => {
+                let p: Point = de(raw)?;
+                finite(p.north_m)?;
+                finite(p.east_m)?;
+                finite(p.down_m)?;
+                Value::Position(p)
+            }
+        })
+    }
+}
