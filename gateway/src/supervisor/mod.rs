@@ -631,9 +631,7 @@ impl Supervisor {
                     .is_none_or(|t| now.saturating_sub(t) >= LINK_REFRESH);
                 if due && self.vehicle.link_up {
                     self.last_link_refresh = Some(now);
-                    // As old as the mapping's uncertainty allows (fail closed), never later
-                    // than now.
-                    let stamp = Nanos(at.0.saturating_sub(uncertainty.0).min(now.0));
+                    let stamp = link_stamp(now, at.0, uncertainty.0);
                     self.out.push_back(Output::LinkHeard(stamp));
                     self.publish_control();
                 }
@@ -1105,6 +1103,12 @@ pub struct FailedClosed {
     pub hold: bool,
     /// A landing was commanded too.
     pub landing: bool,
+}
+
+/// The `link` source's stamp from a message generated at `at_ns` with mapping uncertainty
+/// `uncertainty_ns`: as old as the uncertainty allows (fail closed), never after `now`.
+pub fn link_stamp(now: Nanos, at_ns: u64, uncertainty_ns: u64) -> Nanos {
+    Nanos(at_ns.saturating_sub(uncertainty_ns).min(now.0))
 }
 
 /// The usual causes of a vehicle link without heartbeats, for the URL in use.

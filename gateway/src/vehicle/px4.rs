@@ -106,8 +106,4 @@ pub fn monotonic(snapshot: &Snapshot, mut u: SourceUpdate) -> SourceUpdate {
     u
 }
 
-/// The `link` source's stamp from a message generated at `at_ns` with mapping uncertainty
-/// `uncertainty_ns`: as old as the uncertainty allows (fail closed), never after `now`.
-pub fn link_stamp(now: Nanos, at_ns: u64, uncertainty_ns: u64) -> Nanos {
-    Nanos(at_ns.saturating_sub(uncertainty_ns).min(now.0))
-}
+pub use crate::supervisor::link_stamp;
