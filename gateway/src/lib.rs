@@ -17,11 +17,21 @@
 //! every decision ─▶ hash-linked receipt
 //! ```
 //!
-//! The protocol core ([`core`]) is sans-IO and deterministic: time is passed in, inputs are
-//! values, outputs are polled. See [`core::engine`] for the call order. The shells (`cli`,
-//! [`service`]) are thin; [`vehicle`] turns the bridges' telemetry into vehicle sources and the
-//! gate's enqueue into a staged setpoint. This crate links no simulator and no judge: those are
-//! the evaluation crate's (`halo-eval`).
+//! The protocol core ([`core`], the `halo-core` crate) is sans-IO and deterministic: time is
+//! passed in, inputs are values, outputs are polled. See [`core::engine`] for the call order.
+//! Around it:
+//!
+//! - [`supervisor`]: the shell's safety decisions (deny-hold, control and overrides, the
+//!   operator hold, operator commands and their deadlines, arrival, the receipt log's failure,
+//!   the shutdown), sans-IO too, with time passed in;
+//! - [`vehicle`]: the bridges as the gate's adapter (closed while the supervisor says so; the
+//!   gate's enqueue staged until its receipt is written) and their telemetry as vehicle sources;
+//! - [`service`]: `halo-gateway run` — the HTTP interfaces, the service task that owns the core
+//!   and the supervisor and carries out what they decide, the receipt log;
+//! - [`cli`], [`audit`], [`io`]: the command line, the receipt log's tools, file reading.
+//!
+//! This crate links no simulator and no judge: those are the evaluation crate's (`halo-eval`)
+//! and `sitl`'s.
 //!
 //! # Features
 //!

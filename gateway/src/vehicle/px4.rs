@@ -1,4 +1,4 @@
-//! PX4 telemetry as provider updates (the adapter is [`super::vehicle::VehicleAdapter`]).
+//! PX4 telemetry as provider updates (the adapter is [`super::VehicleAdapter`]).
 
 use px4_bridge::Event as BridgeEvent;
 use px4_bridge::telemetry::{LandedState, Telemetry};

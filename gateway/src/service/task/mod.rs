@@ -12,9 +12,9 @@
 //! [`Supervisor`]'s, a sans-IO machine with time passed in; this task translates the bridges'
 //! events into its observations and carries out what it decides.
 //!
-//! - [`audit`]: receipts written before what they record leaves, checkpoints, signed heads.
-//! - [`px4`], [`crazyflie`]: each bridge's events as vehicle sources, observations and events.
-//! - [`requests`]: the bodies of the interfaces' requests, read strictly and answered.
+//! - `audit`: receipts written before what they record leaves, checkpoints, signed heads.
+//! - `px4`, `crazyflie`: each bridge's events as vehicle sources, observations and events.
+//! - `requests`: the bodies of the interfaces' requests, read strictly and answered.
 
 mod audit;
 mod crazyflie;
