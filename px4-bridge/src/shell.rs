@@ -79,6 +79,8 @@ pub enum BridgeError {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// The bridge's own thread or runtime could not start.
+    Runtime(std::io::Error),
 }
 
 impl std::fmt::Display for BridgeError {
@@ -89,6 +91,7 @@ impl std::fmt::Display for BridgeError {
             BridgeError::Log { path, source } => {
                 write!(f, "cannot open setpoint log `{}`: {source}", path.display())
             }
+            BridgeError::Runtime(e) => write!(f, "cannot start the bridge's thread: {e}"),
         }
     }
 }
@@ -429,6 +432,55 @@ pub async fn start(
     };
     let task = tokio::spawn(driver.drive(rx_cmd, rx_in, shutdown, recv_task));
     Ok((BridgeHandle { tx, shared, origin }, rx_ev, task))
+}
+
+/// As [`start`], on a thread of its own with a runtime of its own: the setpoint stream's timer
+/// is then never queued behind the caller's work (a saturated agent link, an admission, a
+/// checkpoint); the operating system wakes it on time. The handle and the event stream work
+/// from any runtime; the returned task (on the caller's runtime) ends when the bridge stops.
+///
+/// # Errors
+/// As [`start`], or [`BridgeError::Runtime`] when the thread cannot start.
+pub async fn start_on_own_thread(
+    opts: BridgeOptions,
+    shutdown: broadcast::Receiver<()>,
+) -> Result<(BridgeHandle, mpsc::Receiver<Event>, JoinHandle<()>), BridgeError> {
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("px4-bridge".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(BridgeError::Runtime(e)));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                match start(opts, shutdown).await {
+                    Ok((handle, events, task)) => {
+                        let _ = ready_tx.send(Ok((handle, events)));
+                        let _ = task.await;
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            });
+        })
+        .map_err(BridgeError::Runtime)?;
+    let (handle, events) = ready_rx.await.map_err(|_| {
+        BridgeError::Runtime(std::io::Error::other(
+            "the bridge's thread ended before it started",
+        ))
+    })??;
+    let task = tokio::task::spawn_blocking(move || {
+        let _ = thread.join();
+    });
+    Ok((handle, events, task))
 }
 
 fn now_since(origin: Instant) -> Mono {

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use px4_bridge::shell::{BridgeOptions, start as start_bridge};
+use px4_bridge::shell::BridgeOptions;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -298,9 +298,11 @@ async fn start_px4(
     bopts.config.link_timeout_ms = cfg.vehicle.link_timeout_ms;
     bopts.config.stream_hz = cfg.vehicle.stream_hz;
     bopts.config.offboard_permitted_at_start = cfg.vehicle.control_at_start;
-    let (handle, bridge_rx, bridge) = start_bridge(bopts, stop_bridge.subscribe())
-        .await
-        .map_err(within(StartError::vehicle, "vehicle link"))?;
+    // The bridge has a thread of its own: its stream is never queued behind the service.
+    let (handle, bridge_rx, bridge) =
+        px4_bridge::shell::start_on_own_thread(bopts, stop_bridge.subscribe())
+            .await
+            .map_err(within(StartError::vehicle, "vehicle link"))?;
     Ok(StartedVehicle {
         url: vehicle_url,
         link: crate::vehicle::VehicleLink::Px4(handle),
