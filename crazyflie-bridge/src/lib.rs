@@ -28,7 +28,6 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
-pub mod linelog;
 pub mod pacer;
 pub mod setpoint;
 pub mod shell;

@@ -593,7 +593,7 @@ struct Runner {
     events: mpsc::Sender<BridgeEvent>,
     shared: Arc<Shared>,
     /// Written by its own thread: the streaming task never waits on the disk.
-    setpoint_log: Option<crate::linelog::LineLog>,
+    setpoint_log: Option<halo_linelog::LineLog>,
     last_rtt_ns: u64,
 }
 
@@ -954,7 +954,7 @@ async fn run(
     shared: Arc<Shared>,
 ) {
     let setpoint_log = opts.setpoint_log.as_ref().and_then(|p| {
-        crate::linelog::LineLog::open(p)
+        halo_linelog::LineLog::open(p)
             .map_err(|e| tracing::warn!(path = %p.display(), "setpoint log: {e}"))
             .ok()
     });

@@ -17,7 +17,6 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod command;
-pub mod linelog;
 pub mod mode;
 pub mod offboard;
 pub mod setpoint;

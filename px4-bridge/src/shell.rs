@@ -388,7 +388,7 @@ pub async fn start(
     // Written by its own thread: the streaming task never waits on the disk.
     let log = match &opts.setpoint_log {
         Some(p) => Some(
-            crate::linelog::LineLog::open(p).map_err(|source| BridgeError::Log {
+            halo_linelog::LineLog::open(p).map_err(|source| BridgeError::Log {
                 path: p.clone(),
                 source,
             })?,
@@ -594,7 +594,7 @@ struct Driver {
     sm: Offboard,
     header: MavHeader,
     wire: Wire,
-    log: Option<crate::linelog::LineLog>,
+    log: Option<halo_linelog::LineLog>,
     sh: Arc<Shared>,
     tx_ev: mpsc::Sender<Event>,
     origin: Instant,

@@ -1,7 +1,9 @@
-//! The bridge's setpoint log, written off its streaming task: the task hands each line to a
+//! A bridge's setpoint log, written off its streaming task: the task hands each line to a
 //! writer thread over a bounded channel and never waits on the disk. A line that finds the
 //! channel full is counted and dropped (the log is for people; the vehicle's own log and the
 //! receipts are the evidence), and said once.
+
+#![warn(missing_docs, unreachable_pub)]
 
 use std::io::Write;
 use std::path::Path;
