@@ -204,6 +204,7 @@ reasons! {
     UNSUPPORTED_MEDIA_TYPE(815) "the request body is not `application/json`";
     METHOD_NOT_ALLOWED(816) "the route does not take this method";
     REQUEST_TIMEOUT(817) "the request did not arrive or complete within the timeout";
+    VEHICLE_NOT_ARMED(818) "the vehicle is disarmed; arm it before this command";
 }
 
 impl std::fmt::Display for ReasonCode {

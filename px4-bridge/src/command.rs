@@ -186,15 +186,27 @@ impl CommandTracker {
 
     /// Submits a command; it is sent at once unless one with the same `MAV_CMD` is in flight.
     pub fn submit(&mut self, now: Mono, command: Command, target: (u8, u8)) -> CommandId {
+        let id = self.reserve();
+        self.submit_as(now, id, command, target);
+        id
+    }
+
+    /// An id for a command that will be submitted later ([`CommandTracker::submit_as`]), or
+    /// that ends without being sent.
+    pub fn reserve(&mut self) -> CommandId {
         let id = CommandId(self.next_id);
         self.next_id += 1;
+        id
+    }
+
+    /// Submits a command under an id from [`CommandTracker::reserve`].
+    pub fn submit_as(&mut self, now: Mono, id: CommandId, command: Command, target: (u8, u8)) {
         let (cmd, _) = command.encode();
         if self.in_flight.iter().any(|p| p.cmd == cmd) {
             self.queued.push_back((id, command));
         } else {
             self.send(now, id, command, 0, target);
         }
-        id
     }
 
     fn send(

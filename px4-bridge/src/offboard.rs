@@ -65,7 +65,18 @@ pub mod msg_id {
     pub const HOME_POSITION: u32 = 242;
     /// `GPS_GLOBAL_ORIGIN`.
     pub const GPS_GLOBAL_ORIGIN: u32 = 49;
+    /// `CURRENT_MODE`: PX4 sends it whenever its `vehicle_status` changes (at most at the
+    /// requested rate), so a mode change shows in tens of milliseconds. PX4 refuses rate
+    /// requests for HEARTBEAT (a constant 1 Hz stream).
+    pub const CURRENT_MODE: u32 = 436;
 }
+
+/// How long a refused command waits for PX4's STATUSTEXT saying why, ms. PX4 publishes the
+/// reason and the refusal separately; either may arrive first.
+pub const STATUS_TEXT_WAIT_MS: u64 = 300;
+
+/// The STATUSTEXT severities kept as reasons: `MAV_SEVERITY_WARNING` (4) or worse.
+const REASON_SEVERITY: u8 = 4;
 
 /// What the bridge does when a target's interval ends or a hold is requested.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,6 +173,11 @@ impl Default for Config {
                 // on long flights (PX4 sends HOME_POSITION at 0.5 Hz in its normal profile).
                 (msg_id::HOME_POSITION, 1.0),
                 (msg_id::GPS_GLOBAL_ORIGIN, 0.2),
+                // A mode change from another link (a ground station's HOLD, an RC switch)
+                // shows in no extra HEARTBEAT on this one: PX4's next 1 Hz heartbeat came
+                // 912 ms later. CURRENT_MODE goes out on every status change, at most this
+                // often: the override is seen within one interval.
+                (msg_id::CURRENT_MODE, 20.0),
             ],
             timesync_ms: 1000,
             timesync_give_up: 5,
@@ -288,6 +304,10 @@ pub enum Event {
         command: Command,
         /// How it ended.
         outcome: CommandOutcome,
+        /// PX4's own words when it refused: the STATUSTEXT (warning or worse) it sent between
+        /// the command and [`STATUS_TEXT_WAIT_MS`] after its refusal.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// A dispatched target started streaming.
     TargetStarted {
@@ -386,6 +406,15 @@ struct Active {
     observed: bool,
 }
 
+/// A refused command waiting for PX4's reason.
+#[derive(Clone, Copy, Debug)]
+struct AwaitReason {
+    id: CommandId,
+    command: Command,
+    outcome: CommandOutcome,
+    deadline: Mono,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Hold {
     sp: Setpoint,
@@ -420,6 +449,14 @@ pub struct Offboard {
     timesync_given_up: bool,
     rates_requested: bool,
     commands: CommandTracker,
+    /// An arm waiting for PX4 to show HOLD first: the mode change's id and the arm's.
+    arm_after_hold: Option<(CommandId, CommandId)>,
+    /// When each command not yet ended was submitted.
+    submitted: Vec<(CommandId, Mono)>,
+    /// PX4's recent warning-or-worse texts, oldest first (at most 8).
+    texts: VecDeque<(Mono, String)>,
+    /// Refused commands waiting for PX4's reason.
+    awaiting_reason: VecDeque<AwaitReason>,
     /// Sends that failed in a row, and whether that made the vehicle unreachable.
     send_failures: u32,
     unreachable: bool,
@@ -473,6 +510,10 @@ impl Offboard {
             timesync_given_up: false,
             rates_requested: false,
             commands,
+            arm_after_hold: None,
+            submitted: Vec::new(),
+            texts: VecDeque::new(),
+            awaiting_reason: VecDeque::new(),
             send_failures: 0,
             unreachable: false,
             outbox: VecDeque::new(),
@@ -649,8 +690,27 @@ impl Offboard {
         self.enter_hold(now, HoldReason::Requested);
     }
 
-    /// Sends a command; its outcome arrives as [`Event::Command`].
+    /// Sends a command; its outcome arrives as [`Event::Command`] with the returned id.
+    ///
+    /// An arm while the vehicle shows a mode that would move it once armed (OFFBOARD while
+    /// the bridge streams nothing: PX4 then refuses to arm, "Resolve system health failures
+    /// first", after a landing or a failsafe from OFFBOARD; AUTO.TAKEOFF, LAND, RTL or MISSION
+    /// set while disarmed) first switches PX4 to HOLD and waits for the heartbeat to show it;
+    /// the arm follows only then, and ends with the mode change's outcome if PX4 does not
+    /// switch.
     pub fn command(&mut self, now: Mono, command: Command) -> CommandId {
+        if command == Command::Arm && !self.armed && self.arm_needs_hold() {
+            let arm = self.commands.reserve();
+            self.submitted.push((arm, now));
+            let hold = self.command(
+                now,
+                Command::SetMode {
+                    mode: Px4Mode::HOLD,
+                },
+            );
+            self.arm_after_hold = Some((hold, arm));
+            return arm;
+        }
         let expected: &[Px4Mode] = match command {
             Command::SetMode { mode } => &[mode],
             // PX4 goes to HOLD by itself when the takeoff ends, and RTL lands at home.
@@ -664,20 +724,147 @@ impl Offboard {
         }
         let target = self.target_ids();
         let id = self.commands.submit(now, command, target);
-        self.flush_commands();
+        self.submitted.push((id, now));
+        self.flush_commands(now);
         id
     }
 
-    fn flush_commands(&mut self) {
+    /// Whether arming now would set the vehicle moving by itself, or PX4 would refuse it for
+    /// the mode it shows: OFFBOARD with no stream from us, or an AUTO procedure other than
+    /// HOLD.
+    fn arm_needs_hold(&self) -> bool {
+        let streaming = self.target.is_some() || self.hold.is_some();
+        self.mode.is_some_and(|m| {
+            (m == Px4Mode::OFFBOARD && !streaming)
+                || (m.main == crate::mode::main::AUTO && m != Px4Mode::HOLD)
+        })
+    }
+
+    fn flush_commands(&mut self, now: Mono) {
         while let Some(c) = self.commands.poll_transmit() {
             self.outbox.push_back(MavMessage::COMMAND_LONG(c));
         }
         while let Some((id, command, outcome)) = self.commands.poll_done() {
+            self.command_ended(now, id, command, outcome);
+        }
+    }
+
+    /// A command ended: an arm waiting for HOLD goes out (or ends with the mode change's
+    /// outcome); a refusal waits briefly for PX4's reason.
+    fn command_ended(
+        &mut self,
+        now: Mono,
+        id: CommandId,
+        command: Command,
+        outcome: CommandOutcome,
+    ) {
+        let since = self
+            .submitted
+            .iter()
+            .position(|(i, _)| *i == id)
+            .map_or(now, |k| self.submitted.swap_remove(k).1);
+        if let Some((hold, arm)) = self.arm_after_hold {
+            if hold == id {
+                self.arm_after_hold = None;
+                self.report(now, id, command, outcome, since);
+                if outcome == CommandOutcome::Accepted && !self.armed {
+                    let target = self.target_ids();
+                    self.commands.submit_as(now, arm, Command::Arm, target);
+                    while let Some(c) = self.commands.poll_transmit() {
+                        self.outbox.push_back(MavMessage::COMMAND_LONG(c));
+                    }
+                } else {
+                    let since = self.submitted_at(arm).unwrap_or(since);
+                    self.report(now, arm, Command::Arm, outcome, since);
+                }
+                return;
+            }
+        }
+        self.report(now, id, command, outcome, since);
+    }
+
+    fn submitted_at(&mut self, id: CommandId) -> Option<Mono> {
+        let k = self.submitted.iter().position(|(i, _)| *i == id)?;
+        Some(self.submitted.swap_remove(k).1)
+    }
+
+    /// Reports a command's end, with PX4's reason for a refusal: a text already received
+    /// since the command was submitted, or the next one within [`STATUS_TEXT_WAIT_MS`].
+    fn report(
+        &mut self,
+        now: Mono,
+        id: CommandId,
+        command: Command,
+        outcome: CommandOutcome,
+        since: Mono,
+    ) {
+        if outcome == CommandOutcome::Accepted {
             self.events.push_back(Event::Command {
                 id,
                 command,
                 outcome,
+                reason: None,
             });
+            return;
+        }
+        let reason = self
+            .texts
+            .iter()
+            .rev()
+            .find(|(t, _)| *t >= since)
+            .map(|(_, text)| text.clone());
+        let refused = matches!(
+            outcome,
+            CommandOutcome::Denied | CommandOutcome::TemporarilyRejected | CommandOutcome::Failed
+        );
+        if reason.is_none() && refused {
+            self.awaiting_reason.push_back(AwaitReason {
+                id,
+                command,
+                outcome,
+                deadline: now.add_ms(STATUS_TEXT_WAIT_MS),
+            });
+            return;
+        }
+        self.events.push_back(Event::Command {
+            id,
+            command,
+            outcome,
+            reason,
+        });
+    }
+
+    /// A warning-or-worse STATUSTEXT from PX4: kept as the reason for refusals.
+    fn note_reason(&mut self, now: Mono, text: &str) {
+        self.texts.push_back((now, text.to_string()));
+        while self.texts.len() > 8 {
+            self.texts.pop_front();
+        }
+        for a in std::mem::take(&mut self.awaiting_reason) {
+            self.events.push_back(Event::Command {
+                id: a.id,
+                command: a.command,
+                outcome: a.outcome,
+                reason: Some(text.to_string()),
+            });
+        }
+    }
+
+    /// Refusals whose wait for a reason is over.
+    fn reasons_due(&mut self, now: Mono) {
+        while self
+            .awaiting_reason
+            .front()
+            .is_some_and(|a| a.deadline <= now)
+        {
+            if let Some(a) = self.awaiting_reason.pop_front() {
+                self.events.push_back(Event::Command {
+                    id: a.id,
+                    command: a.command,
+                    outcome: a.outcome,
+                    reason: None,
+                });
+            }
         }
     }
 
@@ -821,12 +1008,15 @@ impl Offboard {
             | MavMessage::GPS_GLOBAL_ORIGIN(_)
             | MavMessage::EXTENDED_SYS_STATE(_) => self.on_telemetry_message(now, msg),
             MavMessage::POSITION_TARGET_LOCAL_NED(p) => self.on_position_target(now, p),
+            MavMessage::CURRENT_MODE(m) if header.component_id == ap_comp => {
+                self.on_mode(now, Px4Mode::from_custom_mode(m.custom_mode), false);
+            }
             MavMessage::COMMAND_ACK(ack) => {
                 let ours = ack.target_system == 0 || ack.target_system == self.cfg.system_id;
                 if ours {
                     self.commands
                         .handle_ack(now, ack.command, ack.result, target);
-                    self.flush_commands();
+                    self.flush_commands(now);
                 }
             }
             MavMessage::TIMESYNC(ts) => self.on_timesync(now, ts, target),
@@ -837,14 +1027,15 @@ impl Offboard {
                     .unwrap_or("")
                     .trim_end_matches('\0')
                     .to_string();
-                self.events.push_back(Event::StatusText {
-                    severity: st.severity as u8,
-                    text,
-                });
+                let severity = st.severity as u8;
+                if severity <= REASON_SEVERITY {
+                    self.note_reason(now, &text);
+                }
+                self.events.push_back(Event::StatusText { severity, text });
             }
             _ => {}
         }
-        self.flush_commands();
+        self.flush_commands(now);
     }
 
     /// A telemetry message: position, attitude, global position, battery, home, origin, landed
@@ -1006,17 +1197,7 @@ impl Offboard {
             self.armed = armed;
             self.events.push_back(Event::ArmedChanged { armed });
         }
-        let from = self.mode;
-        if from != Some(mode) {
-            self.events.push_back(Event::ModeChanged { from, to: mode });
-            self.mode = Some(mode);
-        }
-        self.commands.handle_mode(mode);
-        // INVARIANT (the pilot wins): a mode change the bridge did not command while
-        // armed takes the vehicle from the gateway until the operator hands it back.
-        if from.is_some_and(|f| f != mode) && armed && !self.expected_modes.contains(&mode) {
-            self.operator_override(now, from, mode);
-        }
+        self.on_mode(now, mode, true);
         self.telemetry(
             now,
             now,
@@ -1044,6 +1225,33 @@ impl Offboard {
                     target,
                 );
             }
+        }
+    }
+
+    /// The autopilot's mode, from its HEARTBEAT or its CURRENT_MODE (which PX4 sends on every
+    /// change, at most at the requested rate, so an override is seen in tens of milliseconds
+    /// rather than at the next 1 Hz heartbeat).
+    ///
+    /// CURRENT_MODE carries no armed flag, and on the ground PX4 changes its mode as it
+    /// disarms (after a landing it reads OFFBOARD or HOLD again) before the heartbeat says it
+    /// disarmed: there, only a heartbeat, which carries both, can show an override.
+    fn on_mode(&mut self, now: Mono, mode: Px4Mode, with_armed_flag: bool) {
+        let from = self.mode;
+        if from != Some(mode) {
+            self.events.push_back(Event::ModeChanged { from, to: mode });
+            self.mode = Some(mode);
+        }
+        self.commands.handle_mode(mode);
+        self.flush_commands(now);
+        // INVARIANT (the pilot wins): a mode change the bridge did not command while
+        // armed takes the vehicle from the gateway until the operator hands it back.
+        let knows_armed = with_armed_flag || self.landed != LandedState::OnGround;
+        if from.is_some_and(|f| f != mode)
+            && self.armed
+            && knows_armed
+            && !self.expected_modes.contains(&mode)
+        {
+            self.operator_override(now, from, mode);
         }
         // If the vehicle left OFFBOARD while a target streams (pilot, failsafe), stop.
         if self.armed
@@ -1200,7 +1408,8 @@ impl Offboard {
         // Commands.
         let target = self.target_ids();
         self.commands.handle_timeout(now, target);
-        self.flush_commands();
+        self.flush_commands(now);
+        self.reasons_due(now);
         // The stream, and a target's end at its own instant (not the next tick).
         let ends = self
             .target
@@ -1318,6 +1527,9 @@ impl Offboard {
         }
         if let Some(c) = self.commands.poll_timeout() {
             t = t.min(c);
+        }
+        if let Some(a) = self.awaiting_reason.front() {
+            t = t.min(a.deadline);
         }
         t
     }

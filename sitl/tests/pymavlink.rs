@@ -79,11 +79,12 @@ async fn pymavlink_flies_the_simulator_like_px4() {
     assert_eq!(r["offboard_disarmed_ack"], 0);
     assert_eq!(r["offboard_disarmed_heartbeat"], true);
     assert_eq!(r["arm_without_stream_ack"], 1, "TEMPORARILY_REJECTED");
+    // PX4 v1.16.0 SITL refused with no STATUSTEXT on its onboard link (measured 2026-12-02:
+    // none within 1.5 s); only after a landing out of OFFBOARD did it say why.
     assert!(
+        r["arm_denied_text"].is_null(),
+        "a reason PX4 does not give: {}",
         r["arm_denied_text"]
-            .as_str()
-            .unwrap()
-            .contains("Arming denied")
     );
     assert_eq!(r["arm_with_stream_ack"], 0);
     let alt = r["altitude_after_6s"].as_f64().unwrap();

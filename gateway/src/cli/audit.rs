@@ -134,10 +134,48 @@ pub fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)>
                     | "deny_hold_done"
                     | "contract"
                     | "operator_hold"
+                    | "operator_release"
+                    | "operator_override"
+                    | "control_granted"
+                    | "takeoff_stalled"
                     | "operator_command"
                     | "shutdown"
             );
-            let text = if what == "contract" {
+            let d = |k: &str| {
+                detail
+                    .get(k)
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("?")
+                    .to_string()
+            };
+            let text = if what == "operator_override" {
+                let stopped = detail
+                    .get("stopped")
+                    .filter(|v| !v.is_null())
+                    .map(|v| {
+                        let g =
+                            |k: &str| v.get(k).and_then(serde_json::Value::as_str).unwrap_or("?");
+                        format!("; stopped streaming {}/{}", g("response"), g("component"))
+                    })
+                    .unwrap_or_else(|| "; nothing was streaming".into());
+                format!(
+                    "operator override: PX4 went from {} to {} (not commanded by the gateway){stopped}",
+                    d("from"),
+                    d("to")
+                )
+            } else if what == "operator_release"
+                || (what == "operator_hold"
+                    && detail.get("held") == Some(&serde_json::Value::Bool(false)))
+            {
+                "operator release: agent actions may dispatch again".to_string()
+            } else if what == "operator_hold" {
+                "operator hold: agent actions do not dispatch".to_string()
+            } else if what == "control_granted" {
+                format!(
+                    "the operator handed the vehicle to the gateway ({})",
+                    d("by")
+                )
+            } else if what == "contract" {
                 let body = detail.get("body").cloned().unwrap_or_default();
                 let op = body
                     .get("request")

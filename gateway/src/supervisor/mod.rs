@@ -58,6 +58,10 @@ pub type Binding = [u8; 32];
 pub const COMMAND_DEADLINE: Nanos = Nanos::from_ms(15_000);
 /// A Crazyflie target counts as reached when the estimate is this close, m.
 pub const ARRIVAL_M: f64 = 0.15;
+/// After PX4 accepted a takeoff, the vehicle must be in the air within this long, or the
+/// supervisor reports it (`takeoff_stalled`): PX4 takes a takeoff it cannot fly (measured: one
+/// accepted while disarmed climbed 1 min 44 s later, the moment someone armed).
+pub const TAKEOFF_AIRBORNE_WITHIN: Nanos = Nanos::from_ms(8_000);
 /// The `link` source is refreshed at most this often from the vehicle's messages.
 pub const LINK_REFRESH: Nanos = Nanos::from_ms(100);
 /// No heartbeat for this long is worth a warning …
@@ -274,6 +278,14 @@ pub enum Observation {
         from: Option<String>,
         /// The mode now.
         to: String,
+        /// The streaming action it stopped (`{"response", "component"}`), or null.
+        stopped: Value,
+    },
+    /// Whether the vehicle says it is in the air (PX4's landed state: in air, taking off,
+    /// landing).
+    Airborne {
+        /// In the air.
+        airborne: bool,
     },
     /// The bridge's permission to fly changed (PX4).
     Permission {
@@ -303,6 +315,8 @@ pub enum Observation {
         accepted: bool,
         /// The outcome for people (`accepted`, `temporarily rejected`, ...).
         outcome: String,
+        /// The vehicle's own words for a refusal (PX4's STATUSTEXT), if it gave any.
+        reason: Option<String>,
     },
     /// The vehicle echoed a dispatched target (PX4's POSITION_TARGET_LOCAL_NED).
     TargetEchoed {
@@ -380,6 +394,8 @@ pub struct VehicleState {
     pub home_amsl_m: Option<f64>,
     /// The mode of the last override, until the operator gives the vehicle back.
     pub override_mode: Option<String>,
+    /// The vehicle says it is in the air.
+    pub airborne: bool,
 }
 
 /// The supervisor. See the module docs for the call order and the safety behaviour.
@@ -410,6 +426,8 @@ pub struct Supervisor {
     pending: VecDeque<Pending>,
     /// Operator effects committed on the contract (their idempotency keys).
     operator_effects: u64,
+    /// A takeoff PX4 accepted: the vehicle must be airborne by then.
+    takeoff_deadline: Option<Nanos>,
     out: VecDeque<Output>,
 }
 
@@ -440,6 +458,7 @@ impl Supervisor {
             last_silence_warning: None,
             pending: VecDeque::new(),
             operator_effects: 0,
+            takeoff_deadline: None,
             out: VecDeque::new(),
         }
     }
@@ -514,14 +533,46 @@ impl Supervisor {
                 Some(w) => w.saturating_add(SILENCE_REPEAT),
                 None => since.saturating_add(SILENCE_FIRST_WARNING),
             });
-        [command, silence].into_iter().flatten().min()
+        [command, silence, self.takeoff_deadline]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
-    /// Deadlines: operator commands the vehicle never answered; the silence warning.
+    /// Deadlines: operator commands the vehicle never answered; a takeoff that never left
+    /// the ground; the silence warning.
     pub fn handle_timeout(&mut self, now: Nanos, vehicle: &mut dyn VehicleControl) {
         while let Some(i) = self.pending.iter().position(|p| p.deadline <= now) {
             if let Some(p) = self.pending.remove(i) {
-                self.finish_command(p, false, "timed out (no answer after every retry)", vehicle);
+                self.finish_command(
+                    now,
+                    p,
+                    false,
+                    "timed out (no answer after every retry)",
+                    None,
+                    vehicle,
+                );
+            }
+        }
+        if self.takeoff_deadline.is_some_and(|d| d <= now) {
+            self.takeoff_deadline = None;
+            if !self.vehicle.airborne {
+                let armed = self.vehicle.armed;
+                let mode = self
+                    .vehicle
+                    .mode
+                    .clone()
+                    .unwrap_or_else(|| "unknown".into());
+                let secs = TAKEOFF_AIRBORNE_WITHIN.0 / 1_000_000_000;
+                tracing::warn!(
+                    armed,
+                    mode = %mode,
+                    "PX4 accepted the takeoff but the vehicle is not in the air after {secs} s ({}, {mode}); check the vehicle, or land/disarm it",
+                    if armed { "armed" } else { "disarmed" }
+                );
+                let detail = json!({"after_s": secs, "armed": armed, "mode": mode});
+                self.record("takeoff_stalled", detail.clone());
+                self.notice("takeoff_stalled", detail);
             }
         }
         if let Some(since) = self.silent_since {
@@ -637,7 +688,7 @@ impl Supervisor {
                 }
             }
             Observation::Mode { to } => self.vehicle.mode = Some(to),
-            Observation::Override { from, to } => {
+            Observation::Override { from, to, stopped } => {
                 // The pilot wins: the bridge already stopped streaming and withdrew the
                 // permission; pending actions meet a closed adapter at the gate.
                 self.end_stream();
@@ -647,8 +698,14 @@ impl Supervisor {
                     "operator override: PX4 is in {to}, which the gateway did not command; streaming stopped until the operator releases (`halo-gateway operator release`)"
                 );
                 self.vehicle.override_mode = Some(to.clone());
-                self.record("operator_override", json!({"from": from, "to": to}));
-                self.notice("vehicle_override", json!({"from": from, "to": to}));
+                self.record(
+                    "operator_override",
+                    json!({"from": from, "to": to, "stopped": stopped}),
+                );
+                self.notice(
+                    "vehicle_override",
+                    json!({"from": from, "to": to, "stopped": stopped}),
+                );
             }
             Observation::Permission { permitted } => {
                 self.granted = permitted;
@@ -661,6 +718,12 @@ impl Supervisor {
                 self.notice("vehicle_control", json!({"permitted": permitted}));
             }
             Observation::Armed { armed } => self.vehicle.armed = armed,
+            Observation::Airborne { airborne } => {
+                self.vehicle.airborne = airborne;
+                if airborne {
+                    self.takeoff_deadline = None;
+                }
+            }
             Observation::HomeAltitude { amsl_m } => self.vehicle.home_amsl_m = Some(amsl_m),
             Observation::Position { ned_m } => {
                 if let Some((b, target)) = self.arrival {
@@ -679,6 +742,7 @@ impl Supervisor {
                 command,
                 accepted,
                 outcome,
+                reason,
             } => {
                 if let Some(i) = self
                     .pending
@@ -686,7 +750,7 @@ impl Supervisor {
                     .position(|p| p.command.same_kind(&command))
                 {
                     if let Some(p) = self.pending.remove(i) {
-                        self.finish_command(p, accepted, &outcome, vehicle);
+                        self.finish_command(now, p, accepted, &outcome, reason, vehicle);
                     }
                 }
             }
@@ -831,6 +895,14 @@ impl Supervisor {
             OperatorOp::Takeoff { altitude_m } => {
                 let amsl_m = match self.kind {
                     VehicleKind::Px4 => {
+                        // PX4 accepts a takeoff while disarmed and climbs the moment anyone
+                        // arms it: refuse it here instead.
+                        if !self.vehicle.armed {
+                            return Err(Refusal::new(
+                                ReasonCode::VEHICLE_NOT_ARMED,
+                                "the vehicle is disarmed: arm it first (`halo-gateway operator arm`); PX4 would take this takeoff now and climb the moment it is armed",
+                            ));
+                        }
                         let Some(home) = self.vehicle.home_amsl_m else {
                             return Err(Refusal::new(
                                 ReasonCode::VEHICLE_COMMAND_FAILED,
@@ -950,7 +1022,7 @@ impl Supervisor {
     fn operator_release(&mut self, ticket: Ticket, vehicle: &mut dyn VehicleControl) {
         self.held = false;
         self.grant_control("release", vehicle);
-        self.record("operator_hold", json!({"held": false}));
+        self.record("operator_release", json!({"held": false}));
         self.notice("operator_hold", json!({"held": false}));
         self.publish_control();
         tracing::info!("operator released the hold");
@@ -961,25 +1033,34 @@ impl Supervisor {
     /// takeoff through the gateway hands it the vehicle.
     fn finish_command(
         &mut self,
+        now: Nanos,
         p: Pending,
         accepted: bool,
         outcome: &str,
+        reason: Option<String>,
         vehicle: &mut dyn VehicleControl,
     ) {
         let text = p.command.text();
         self.record(
             "operator_command",
-            json!({"action": p.op.name(), "command": text, "outcome": outcome}),
+            json!({"action": p.op.name(), "command": text, "outcome": outcome, "px4_says": reason}),
         );
         if accepted && matches!(p.op, OperatorOp::Takeoff { .. }) {
             self.grant_control("takeoff", vehicle);
+            if !self.vehicle.airborne {
+                self.takeoff_deadline = Some(now.saturating_add(TAKEOFF_AIRBORNE_WITHIN));
+            }
         }
         let answer = if accepted {
             Ok(json!({"action": p.op.name(), "outcome": outcome}))
         } else {
+            let says = reason
+                .as_deref()
+                .map(|r| format!(" (PX4 says: \"{r}\")"))
+                .unwrap_or_default();
             Err(Refusal::new(
                 ReasonCode::VEHICLE_COMMAND_FAILED,
-                format!("PX4 did not accept `{text}`: {outcome}"),
+                format!("PX4 did not accept `{text}`: {outcome}{says}"),
             ))
         };
         self.answer(p.ticket, answer);
@@ -1089,7 +1170,7 @@ impl Supervisor {
             }
         }
         while let Some(p) = self.pending.pop_front() {
-            self.finish_command(p, false, "cancelled", vehicle);
+            self.finish_command(Nanos(0), p, false, "cancelled", None, vehicle);
         }
     }
 }

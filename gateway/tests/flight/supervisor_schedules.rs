@@ -326,8 +326,15 @@ impl Run {
             if !(altitude_m.is_finite() && (lo..=hi).contains(&altitude_m)));
         let refused_contract = takeoff && self.contract.active && self.contract.refuse;
         let no_home = takeoff && self.kind == VehicleKind::Px4 && !self.m.home;
+        // PX4 would take a takeoff while disarmed and climb when armed: refused.
+        let disarmed = takeoff && self.kind == VehicleKind::Px4 && !self.m.armed;
         let cf_rtl = op == OperatorOp::ReturnToLaunch && self.kind == VehicleKind::Crazyflie;
-        let may_send = !bad_altitude && self.v.link_up && !no_home && !refused_contract && !cf_rtl;
+        let may_send = !bad_altitude
+            && self.v.link_up
+            && !no_home
+            && !disarmed
+            && !refused_contract
+            && !cf_rtl;
         let will_send = may_send && !self.v.queue_full;
         match op {
             OperatorOp::Hold => {
@@ -419,6 +426,7 @@ impl Run {
             } else {
                 "denied".into()
             },
+            reason: (!accepted).then(|| "Arming denied: battery low".into()),
         });
         let answered = outs
             .iter()
@@ -603,6 +611,7 @@ impl Run {
                 let _ = self.observe(Observation::Override {
                     from: self.m.mode.clone(),
                     to: "AUTO.LOITER".into(),
+                    stopped: serde_json::Value::Null,
                 });
             }
             11 => {

@@ -30,12 +30,13 @@ use std::collections::VecDeque;
 
 use mavlink::MavHeader;
 use mavlink::dialects::common::{
-    ATTITUDE_DATA, BATTERY_STATUS_DATA, COMMAND_ACK_DATA, EXTENDED_SYS_STATE_DATA,
-    GLOBAL_POSITION_INT_DATA, GPS_GLOBAL_ORIGIN_DATA, HEARTBEAT_DATA, HOME_POSITION_DATA,
-    LOCAL_POSITION_NED_DATA, MavAutopilot, MavBatteryFunction, MavBatteryType, MavCmd, MavFrame,
-    MavLandedState, MavMessage, MavModeFlag, MavResult, MavSeverity, MavState, MavSysStatusSensor,
-    MavType, MavVtolState, POSITION_TARGET_LOCAL_NED_DATA, PositionTargetTypemask, STATUSTEXT_DATA,
-    SYS_STATUS_DATA, TIMESYNC_DATA,
+    ATTITUDE_DATA, BATTERY_STATUS_DATA, COMMAND_ACK_DATA, CURRENT_MODE_DATA,
+    EXTENDED_SYS_STATE_DATA, GLOBAL_POSITION_INT_DATA, GPS_GLOBAL_ORIGIN_DATA, HEARTBEAT_DATA,
+    HOME_POSITION_DATA, LOCAL_POSITION_NED_DATA, MavAutopilot, MavBatteryFunction, MavBatteryType,
+    MavCmd, MavFrame, MavLandedState, MavMessage, MavModeFlag, MavResult, MavSeverity,
+    MavStandardMode, MavState, MavSysStatusSensor, MavType, MavVtolState,
+    POSITION_TARGET_LOCAL_NED_DATA, PositionTargetTypemask, STATUSTEXT_DATA, SYS_STATUS_DATA,
+    TIMESYNC_DATA,
 };
 use serde::{Deserialize, Serialize};
 
@@ -113,8 +114,23 @@ pub struct SimConfig {
     pub control_period_ms: u64,
     /// How long PX4's land detector takes from ground contact to "landed", ms.
     pub land_detect_ms: u64,
-    /// The extra HEARTBEAT PX4 sends after a mode change comes this long after it, ms.
+    /// A status change (mode, arming) reaches CURRENT_MODE this long after it happened, ms
+    /// (PX4's commander publishes it on its next cycle: measured 53–54 ms from an onboard
+    /// DO_SET_MODE, 56–64 ms from a ground station's). PX4 sends no extra HEARTBEAT on a mode
+    /// change, from any link: the heartbeat shows it at its next 1 Hz beat.
     pub mode_report_ms: u64,
+    /// Each HEARTBEAT leaves up to this much later than its 1 Hz slot, ms, by a deterministic
+    /// pseudo-random amount (measured: gaps up to 1.24 s on a loaded host). 0: on time.
+    pub heartbeat_late_ms: u64,
+    /// How far the ground lies from the local frame's origin, m, least and most: PX4's local
+    /// origin is not the ground (measured on SIH: +0.76 … +1.6 m down in one session, −0.38 m
+    /// in another), and it moves at each boot and each landing (a deterministic pseudo-random
+    /// pick in the range, below the origin one time in four). `[0, 0]` puts the ground at 0.
+    pub ground_down_m: [f64; 2],
+    /// Seed of the pseudo-random picks (ground offset, heartbeat lateness).
+    pub seed: u64,
+    /// A radio (RC) is connected: without one PX4 refuses POSCTL while armed.
+    pub rc_connected: bool,
     /// Home latitude, degrees.
     pub home_lat: f64,
     /// Home longitude, degrees.
@@ -166,7 +182,11 @@ impl Default for SimConfig {
             land_detect_ms: 3700,
             control_period_ms: 20,
             record_arrivals: false,
-            mode_report_ms: 35,
+            mode_report_ms: 54,
+            heartbeat_late_ms: 240,
+            ground_down_m: [0.38, 1.6],
+            seed: 1,
+            rc_connected: false,
             home_lat: 47.397_742,
             home_lon: 8.545_594,
             home_alt_m: 488.0,
@@ -240,7 +260,10 @@ pub(crate) fn rounded(x: f32, y: f32, z: f32, yaw_deg: f32) -> [i64; 4] {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Sp {
+    /// Where the controller drives the vehicle (the local frame less the ground offset).
     pos: [f64; 3],
+    /// The position as received, local frame (what PX4 echoes).
+    raw: [f32; 3],
     yaw_deg: f64,
     type_mask: u16,
     frame: u8,
@@ -251,6 +274,21 @@ struct Stream {
     msg_id: u32,
     interval_ns: u64,
     next_at: u64,
+    /// When it was last sent (CURRENT_MODE is sent on a status change, at most this often).
+    last_sent: u64,
+}
+
+/// A deterministic pseudo-random number in [0, 1) from a seed and a counter (splitmix64).
+fn unit(seed: u64, n: u64) -> f64 {
+    let mut z = seed
+        .wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    #[allow(clippy::cast_precision_loss, reason = "53 bits of a random word")]
+    let u = (z >> 11) as f64 / (1u64 << 53) as f64;
+    u
 }
 
 /// Counters.
@@ -310,6 +348,22 @@ pub struct Px4Sim {
     near_since: Option<u64>,
     log: VecDeque<SetpointRecord>,
     stats: SimStats,
+    /// Where the ground is in the local frame now (m down), and how many picks were made.
+    ground: f64,
+    ground_picks: u64,
+    /// Home's local z: the ground where the vehicle was last armed (PX4 sets home on arming).
+    home_down: f64,
+    /// Heartbeats sent, for their lateness.
+    heartbeats: u64,
+    /// The heartbeat's on-time slot (the late one is sent later, the slots stay 1 s apart).
+    heartbeat_slot: [u64; 2],
+    /// The mode the vehicle showed when a LAND interrupted OFFBOARD (PX4 reads OFFBOARD again
+    /// once it disarms on the ground), and whether OFFBOARD is now shown stuck: arming refused
+    /// until the mode changes.
+    before_land: Option<(u8, u8)>,
+    offboard_stuck: bool,
+    /// A status change waits to reach CURRENT_MODE until then.
+    status_due: Option<u64>,
 }
 
 fn rate_ns(hz: f64) -> u64 {
@@ -330,6 +384,7 @@ fn streams_at(rates: &[(u32, f64)], now_ns: u64) -> Vec<Stream> {
             msg_id,
             interval_ns: rate_ns(hz),
             next_at: now_ns,
+            last_sent: 0,
         })
         .collect()
 }
@@ -350,11 +405,12 @@ impl Px4Sim {
                 (242, 0.5), // HOME_POSITION (PX4's normal-profile rate)
                 (49, 0.1),  // GPS_GLOBAL_ORIGIN
                 (111, 1.0), // TIMESYNC requests
+                (436, 0.5), // CURRENT_MODE (PX4's onboard profile rate)
             ],
             now_ns,
         );
         let battery = cfg.battery_pct;
-        Px4Sim {
+        let mut sim = Px4Sim {
             cfg,
             boot_ns: now_ns,
             last_ns: now_ns,
@@ -387,7 +443,37 @@ impl Px4Sim {
             near_since: None,
             log: VecDeque::new(),
             stats: SimStats::default(),
-        }
+            ground: 0.0,
+            ground_picks: 0,
+            home_down: 0.0,
+            heartbeats: 0,
+            heartbeat_slot: [now_ns; 2],
+            before_land: None,
+            offboard_stuck: false,
+            status_due: None,
+        };
+        sim.pick_ground();
+        sim.home_down = sim.ground;
+        sim
+    }
+
+    /// A new place for the ground in the local frame (at boot and at each landing).
+    fn pick_ground(&mut self) {
+        let [lo, hi] = self.cfg.ground_down_m;
+        let magnitude = lo + (hi - lo) * unit(self.cfg.seed, self.ground_picks);
+        let below = unit(self.cfg.seed ^ 0x6772, self.ground_picks) < 0.25;
+        self.ground = if below { -magnitude } else { magnitude };
+        self.ground_picks += 1;
+    }
+
+    /// Where the ground lies in the local frame now, m down.
+    pub fn ground_down_m(&self) -> f64 {
+        self.ground
+    }
+
+    /// The vehicle's height above the ground, m.
+    pub fn height_m(&self) -> f64 {
+        -self.body.pos[2]
     }
 
     /// The autopilot clock (`time_boot_ms` in ns) at simulation time `now_ns`.
@@ -415,6 +501,7 @@ impl Px4Sim {
                 (1, 1.0),   // SYS_STATUS
                 (245, 1.0), // EXTENDED_SYS_STATE
                 (242, 0.5), // HOME_POSITION
+                (436, 0.5), // CURRENT_MODE
             ],
             now_ns,
         );
@@ -428,9 +515,10 @@ impl Px4Sim {
         self.outbox.push_back(msg);
     }
 
-    /// Position, NED metres.
+    /// Position in PX4's local frame, NED metres (the ground is at [`Px4Sim::ground_down_m`]).
     pub fn position(&self) -> [f64; 3] {
-        self.body.pos
+        let p = self.body.pos;
+        [p[0], p[1], p[2] + self.ground]
     }
 
     /// Armed.
@@ -469,17 +557,22 @@ impl Px4Sim {
             self.hold_yaw = self.body.yaw_deg;
         }
         let changed = (self.main, self.sub) != (main, sub);
+        if changed {
+            // LAND out of OFFBOARD: once disarmed on the ground PX4 reads OFFBOARD again.
+            self.before_land = ((main, sub) == (MAIN_AUTO, SUB_LAND) && self.main == MAIN_OFFBOARD)
+                .then_some((self.main, self.sub));
+            self.offboard_stuck = false;
+            self.status_changed();
+        }
         self.main = main;
         self.sub = sub;
-        // Measured on PX4 v1.16: an extra HEARTBEAT soon after a mode change (mode changes
-        // were confirmed to the companion in 24–60 ms, not at the next 1 Hz heartbeat).
-        if changed {
-            let at = self.last_ns + self.cfg.mode_report_ms * MS;
-            let heartbeats = self.streams.iter_mut().chain(self.gcs_streams.iter_mut());
-            for hb in heartbeats.filter(|s| s.msg_id == 0) {
-                hb.next_at = hb.next_at.min(at);
-            }
-        }
+    }
+
+    /// Commander publishes the new status on its next cycle; CURRENT_MODE follows (measured:
+    /// no extra HEARTBEAT on any link).
+    fn status_changed(&mut self) {
+        let at = self.last_ns + self.cfg.mode_report_ms * MS;
+        self.status_due = Some(self.status_due.map_or(at, |d| d.min(at)));
     }
 
     fn heartbeat(&self) -> MavMessage {
@@ -573,7 +666,8 @@ impl Px4Sim {
                     self.body.yaw_deg
                 };
                 let sp = Sp {
-                    pos: [f64::from(s.x), f64::from(s.y), f64::from(s.z)],
+                    pos: [f64::from(s.x), f64::from(s.y), f64::from(s.z) - self.ground],
+                    raw: [s.x, s.y, s.z],
                     yaw_deg,
                     type_mask: mask,
                     frame: s.coordinate_frame as u8,
@@ -655,17 +749,26 @@ impl Px4Sim {
                         Some("Arming denied: system not ready")
                     } else if self.battery_pct < self.cfg.min_arm_battery_pct {
                         Some("Arming denied: battery low")
+                    } else if self.main == MAIN_OFFBOARD && self.offboard_stuck {
+                        // Measured after a LAND or a failsafe out of OFFBOARD: refused until
+                        // the mode changes, whatever is streamed.
+                        Some("Arming denied: Resolve system health failures first")
                     } else if self.main == MAIN_OFFBOARD && !self.offboard_signal_ok(now) {
-                        Some("Arming denied: no offboard signal")
+                        // Measured: refused with no STATUSTEXT on the onboard link.
+                        Some("")
                     } else {
                         None
                     };
                     if let (Some(r), false) = (reason, forced) {
-                        self.status_text(MavSeverity::MAV_SEVERITY_CRITICAL, r);
+                        if !r.is_empty() {
+                            self.status_text(MavSeverity::MAV_SEVERITY_CRITICAL, r);
+                        }
                         return MavResult::MAV_RESULT_TEMPORARILY_REJECTED;
                     }
                     self.armed = true;
                     self.armed_at = now;
+                    self.home_down = self.ground;
+                    self.status_changed();
                     self.flew = false;
                     self.liftoff_at = None;
                     self.landed_at = None;
@@ -709,6 +812,10 @@ impl Px4Sim {
                         self.failsafe = false;
                         MavResult::MAV_RESULT_ACCEPTED
                     }
+                    (MAIN_POSCTL, 0) if self.armed && !self.cfg.rc_connected => {
+                        // Measured: refused in flight without RC (accepted on the ground).
+                        MavResult::MAV_RESULT_TEMPORARILY_REJECTED
+                    }
                     (MAIN_AUTO, SUB_LOITER) | (MAIN_POSCTL, 0) => {
                         self.set_mode(main, sub);
                         self.failsafe = false;
@@ -728,13 +835,8 @@ impl Px4Sim {
                 }
             }
             MavCmd::MAV_CMD_NAV_TAKEOFF => {
-                if !self.armed {
-                    self.status_text(
-                        MavSeverity::MAV_SEVERITY_CRITICAL,
-                        "Takeoff denied: disarmed",
-                    );
-                    return MavResult::MAV_RESULT_TEMPORARILY_REJECTED;
-                }
+                // Measured on PX4 v1.16: accepted while disarmed; the vehicle shows
+                // AUTO.TAKEOFF and climbs the moment it is armed.
                 let alt = if p[3].is_finite() {
                     f64::from(p[3]) - self.cfg.home_alt_m
                 } else {
@@ -765,6 +867,10 @@ impl Px4Sim {
                     reason = "message ids"
                 )]
                 let id = p[0].round() as u32;
+                if id == 0 {
+                    // PX4: HEARTBEAT is a constant 1 Hz stream; rate requests fail.
+                    return MavResult::MAV_RESULT_FAILED;
+                }
                 let streams = if gcs {
                     &mut self.gcs_streams
                 } else {
@@ -796,10 +902,21 @@ impl Px4Sim {
     fn disarm(&mut self) {
         self.armed = false;
         let after_failsafe = std::mem::take(&mut self.failsafe);
-        match self.before_failsafe.take() {
+        self.status_changed();
+        let before_land = self.before_land.take();
+        let landing = (self.main, self.sub) == (MAIN_AUTO, SUB_LAND);
+        match (self.before_failsafe.take(), before_land) {
             // Measured on PX4 v1.16: once the offboard-loss failsafe has descended and
-            // disarmed, the heartbeat reads the mode it interrupted (OFFBOARD) again.
-            Some((main, sub)) if after_failsafe => self.set_mode(main, sub),
+            // disarmed, or a LAND commanded from OFFBOARD has, the heartbeat reads OFFBOARD
+            // again, and arming is refused until the mode changes.
+            (Some((main, sub)), _) if after_failsafe => {
+                self.set_mode(main, sub);
+                self.offboard_stuck = main == MAIN_OFFBOARD;
+            }
+            (_, Some((main, sub))) if landing => {
+                self.set_mode(main, sub);
+                self.offboard_stuck = main == MAIN_OFFBOARD;
+            }
             _ => {
                 if self.main == MAIN_POSCTL || (self.main == MAIN_AUTO && self.sub != SUB_LOITER) {
                     self.set_mode(MAIN_AUTO, SUB_LOITER);
@@ -823,7 +940,9 @@ impl Px4Sim {
             .map(|s| s.next_at)
             .min()
             .unwrap_or(u64::MAX);
-        next_stream.min(self.last_ns + 5 * MS)
+        next_stream
+            .min(self.last_ns + 5 * MS)
+            .min(self.status_due.unwrap_or(u64::MAX))
     }
 
     fn advance(&mut self, now_ns: u64) {
@@ -979,6 +1098,8 @@ impl Px4Sim {
                     self.body.pos[2] = 0.0;
                     self.landed_at = Some(now);
                     self.contact_at = None;
+                    // The local frame's ground moves at each landing (measured).
+                    self.pick_ground();
                 }
             } else {
                 self.contact_at = None;
@@ -1086,6 +1207,11 @@ impl Px4Sim {
     }
 
     fn emit_streams(&mut self, now: u64) {
+        // A status change reaches CURRENT_MODE now, at most at the stream's rate.
+        let status_now = self.status_due.is_some_and(|d| now >= d);
+        if status_now {
+            self.status_due = None;
+        }
         for gcs in [false, true] {
             let set = if gcs {
                 &mut self.gcs_streams
@@ -1098,16 +1224,43 @@ impl Px4Sim {
                     s.next_at = u64::MAX;
                     continue;
                 }
+                if s.msg_id == 436 && status_now {
+                    s.next_at = s.next_at.min((s.last_sent + s.interval_ns).max(now));
+                }
                 if now < s.next_at {
                     continue;
                 }
-                // Catch up without a burst after a long gap.
-                s.next_at = if now - s.next_at > s.interval_ns {
+                s.next_at = if s.msg_id == 0 && self.cfg.heartbeat_late_ms > 0 {
+                    // Slots 1 s apart; each beat leaves up to `heartbeat_late_ms` late.
+                    let [on_offboard, on_gcs] = &mut self.heartbeat_slot;
+                    let slot = if gcs { on_gcs } else { on_offboard };
+                    *slot = if now - *slot > 2 * s.interval_ns {
+                        now
+                    } else {
+                        *slot + s.interval_ns
+                    };
+                    self.heartbeats += 1;
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        clippy::cast_sign_loss,
+                        clippy::cast_precision_loss,
+                        reason = "a fraction of a few hundred ms"
+                    )]
+                    let late = (unit(self.cfg.seed ^ 0x4842, self.heartbeats)
+                        * (self.cfg.heartbeat_late_ms * MS) as f64)
+                        as u64;
+                    *slot + late
+                } else if s.msg_id == 436 {
+                    // vehicle_status is published every 500 ms (and on each change).
+                    now + s.interval_ns.max(500 * MS)
+                } else if now - s.next_at > s.interval_ns {
+                    // Catch up without a burst after a long gap.
                     now + s.interval_ns
                 } else {
                     s.next_at + s.interval_ns
                 };
-                // At most 11 streams per link: always room.
+                s.last_sent = now;
+                // At most 12 streams per link: always room.
                 let _ = due.push(s.msg_id);
             }
             for id in due {
@@ -1137,7 +1290,7 @@ impl Px4Sim {
                 time_boot_ms: boot_ms,
                 x: b.pos[0] as f32,
                 y: b.pos[1] as f32,
-                z: b.pos[2] as f32,
+                z: (b.pos[2] + self.ground) as f32,
                 vx: b.vel[0] as f32,
                 vy: b.vel[1] as f32,
                 vz: b.vel[2] as f32,
@@ -1145,7 +1298,7 @@ impl Px4Sim {
             85 => {
                 let (pos, yaw, mask, vel, acc) = match (self.armed, self.main, self.sp) {
                     (_, MAIN_OFFBOARD, Some(sp)) => (
-                        [sp.pos[0] as f32, sp.pos[1] as f32, sp.pos[2] as f32],
+                        sp.raw,
                         if self.own_yaw(now) {
                             self.hold_yaw.to_radians() as f32
                         } else {
@@ -1159,7 +1312,7 @@ impl Px4Sim {
                         [
                             self.hold_at[0] as f32,
                             self.hold_at[1] as f32,
-                            self.hold_at[2] as f32,
+                            (self.hold_at[2] + self.ground) as f32,
                         ],
                         self.hold_yaw.to_radians() as f32,
                         0u16,
@@ -1255,7 +1408,7 @@ impl Px4Sim {
                 altitude: (self.cfg.home_alt_m * 1000.0) as i32,
                 x: 0.0,
                 y: 0.0,
-                z: 0.0,
+                z: self.home_down as f32,
                 q: [1.0, 0.0, 0.0, 0.0],
                 approach_x: 0.0,
                 approach_y: 0.0,
@@ -1268,6 +1421,14 @@ impl Px4Sim {
                 altitude: (self.cfg.home_alt_m * 1000.0) as i32,
                 time_usec: self.boot_time_ns(now) / 1000,
             }),
+            436 => {
+                let mode = (u32::from(self.sub) << 24) | (u32::from(self.main) << 16);
+                MavMessage::CURRENT_MODE(CURRENT_MODE_DATA {
+                    custom_mode: mode,
+                    intended_custom_mode: mode,
+                    standard_mode: MavStandardMode::MAV_STANDARD_MODE_NON_STANDARD,
+                })
+            }
             111 => MavMessage::TIMESYNC(TIMESYNC_DATA {
                 tc1: 0,
                 ts1: i64::try_from(self.boot_time_ns(now)).unwrap_or(i64::MAX),

@@ -74,11 +74,11 @@ res["offboard_disarmed_ack"] = ack_for(M.MAV_CMD_DO_SET_MODE)
 hb = wait(lambda m: mode(m)[0] == 6, 3, "HEARTBEAT")
 res["offboard_disarmed_heartbeat"] = hb is not None
 
-# Arming in OFFBOARD without a stream is refused, with a reason.
+# Arming in OFFBOARD without a stream is refused (PX4 gives no STATUSTEXT for it).
 mav.command_long_send(1, 1, M.MAV_CMD_COMPONENT_ARM_DISARM, 0, 1, 0, 0, 0, 0, 0, 0)
 res["arm_without_stream_ack"], res["arm_denied_text"] = None, None
-end = time.time() + 2
-while time.time() < end and (res["arm_without_stream_ack"] is None or res["arm_denied_text"] is None):
+end = time.time() + 1.5
+while time.time() < end:
     m = conn.recv_match(type=["COMMAND_ACK", "STATUSTEXT"], blocking=True, timeout=0.05)
     if m is None:
         continue

@@ -86,6 +86,7 @@ impl Task {
                 {
                     self.vehicle.position_ned_m = Some(ned.map(|v| v as f32));
                 }
+                self.vehicle.height_above_home_m = Some(-ned[2]);
                 // The target is observed once the estimate reached it.
                 self.observe(Observation::Position { ned_m: ned });
             }

@@ -298,8 +298,13 @@ pub struct VehicleView {
     pub armed: bool,
     /// Landed state.
     pub landed_state: Option<String>,
-    /// Local position, NED m.
+    /// Local position, NED m. PX4's local frame does not put the ground at 0 (measured
+    /// −0.4 … +1.6 m, moving at each landing): read height from `height_above_home_m`.
     pub position_ned_m: Option<[f32; 3]>,
+    /// Height above home, m: PX4's own (GLOBAL_POSITION_INT `relative_alt`); a Crazyflie's
+    /// estimate's height (its home is where it booted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub height_above_home_m: Option<f64>,
     /// Battery, percent (PX4).
     pub battery_pct: Option<f32>,
     /// Battery, volts (Crazyflie).

@@ -129,7 +129,10 @@ impl Task {
                 self.publish("vehicle_armed", &json!({"armed": armed}));
             }
             BridgeEvent::Command {
-                command, outcome, ..
+                command,
+                outcome,
+                reason,
+                ..
             } => {
                 let text = command_text(command);
                 if !matches!(command, Command::SetMessageInterval { .. }) {
@@ -137,13 +140,14 @@ impl Task {
                 }
                 self.publish(
                     "vehicle_command",
-                    &json!({"command": text, "outcome": outcome_text(*outcome)}),
+                    &json!({"command": text, "outcome": outcome_text(*outcome), "px4_says": reason}),
                 );
                 if let Some(c) = crate::vehicle::px4_command(command) {
                     self.observe(Observation::CommandEnded {
                         command: c,
                         accepted: *outcome == CommandOutcome::Accepted,
                         outcome: outcome_text(*outcome).into(),
+                        reason: reason.clone(),
                     });
                 }
             }
@@ -177,9 +181,19 @@ impl Task {
                 );
             }
             BridgeEvent::Override { from, to } => {
+                // The action the override stopped, named for the receipt and the audit.
+                let stopped = self
+                    .sup
+                    .streaming()
+                    .and_then(|b| self.adapter.attribute(&b))
+                    .map_or(
+                        serde_json::Value::Null,
+                        |(r, c)| json!({"response": r, "component": c}),
+                    );
                 self.observe(Observation::Override {
                     from: from.map(mode_name),
                     to: mode_name(*to),
+                    stopped,
                 });
             }
             BridgeEvent::Permission { permitted } => {
@@ -220,12 +234,17 @@ impl Task {
                 relative_alt_m,
                 ..
             } => {
+                // PX4's own height above home (its local frame's z is not: the ground sits
+                // anywhere from -0.4 to +1.6 m there, and moves at each landing).
+                self.vehicle.height_above_home_m = Some(f64::from(*relative_alt_m));
                 let amsl_m = f64::from(*alt_m - *relative_alt_m);
                 self.vehicle.home_amsl_m = Some(amsl_m);
                 self.observe(Observation::HomeAltitude { amsl_m });
             }
             Telemetry::Landed { state } => {
                 self.vehicle.landed_state = Some(landed_text(*state).into());
+                let airborne = matches!(state, LandedState::InAir | LandedState::Landing);
+                self.observe(Observation::Airborne { airborne });
             }
             _ => {}
         }
