@@ -18,8 +18,13 @@ verifier that certifies each exact route action). In a deployment those are sepa
     python3 scripts/agent_client.py --demo   # reads them from the default state directory
 
 Needs httpx (`pip install httpx`); with jsonschema installed it also checks every envelope
-against the gateway's `GET /v1/schema` before sending it. Prints one JSON line per step to stdout; exits 0 when the
-fresh candidate flew and nothing withheld reached the vehicle, 1 otherwise.
+against the gateway's `GET /v1/schema` before sending it. Prints one JSON line per step to
+stdout. Each dispatched action must reach the vehicle (its phase becomes OBSERVED_SUCCESS: PX4
+echoed the exact target) before the next step: the map epoch moves only once e3 flies, so the
+drift the example shows is drift during flight, not a race with PX4 entering OFFBOARD (about
+1.1 s from HOLD on PX4 v1.16). Exits 0 when every dispatched action reached the vehicle and
+the fresh candidate flew; 1 when one did not (it says which); 2 on a set-up error. With
+`--demo` the vehicle is landed on the way out, whatever happened.
 """
 
 import argparse
@@ -29,6 +34,9 @@ import os
 import sys
 import threading
 import time
+
+import shutil
+import subprocess
 
 import httpx
 
@@ -159,7 +167,16 @@ class DemoWorld:
             "Authorization": f"Bearer {credential(state_dir, 'operator')}"})
         self.prov = httpx.Client(base_url=url, timeout=30.0, headers={
             "Authorization": f"Bearer {credential(state_dir, 'provider')}"})
+        # Epochs only move forward: a second run against the same gateway goes on from the
+        # map epoch it holds.
         self.map_epoch = 7
+        try:
+            for src in self.op.get("/v1/status").json().get("sources", []):
+                if src.get("source") == "map":
+                    self.map_epoch = max(7, int(src["epoch"]))
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            pass
+        self.took_off = False
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._publish_loop, daemon=True)
         # The background loop and the script both publish; the gateway refuses an update older
@@ -198,35 +215,41 @@ class DemoWorld:
             self.stop.wait(0.2)
 
     def fly_to_altitude(self, metres):
+        """Arm, take off, and wait until the vehicle hovers at `metres` above home. The height
+        is PX4's own (`height_above_home_m`): its local frame's z is not height, the ground sits
+        anywhere from -0.4 to +1.6 m there and moves at each landing."""
         deadline = time.monotonic() + 30
         while True:
             r = self.op.post("/v1/operator/arm")
             if r.status_code == 200:
                 break
             if time.monotonic() > deadline:
+                # The answer carries PX4's own reason when it gave one.
                 raise SystemExit(f"could not arm: {r.text}")
             time.sleep(0.5)
+        self.took_off = True
         r = self.op.post("/v1/operator/takeoff", json={"altitude_m": metres})
-        r.raise_for_status()
+        if r.status_code != 200:
+            raise SystemExit(f"takeoff refused: {r.text}")
         say(step="operator", did="arm and takeoff", altitude_m=metres)
         deadline = time.monotonic() + 40
+        v = {}
         while time.monotonic() < deadline:
             v = self.op.get("/v1/status").json()["vehicle"]
-            airborne = v["landed_state"] == "in air" and v["mode"] == "AUTO.LOITER"
-            if airborne and v["position_ned_m"] and -v["position_ned_m"][2] > metres - 0.2:
+            h = v.get("height_above_home_m")
+            if v["landed_state"] == "in air" and h is not None and h > metres - 0.3:
+                say(step="operator", did="hovering", height_above_home_m=round(h, 2))
                 return
             time.sleep(0.2)
-        raise SystemExit("the vehicle did not reach its takeoff altitude")
+        raise SystemExit(f"the vehicle did not reach {metres} m above home: {json.dumps(v)}")
 
     def certify(self, component, cert_id):
         """The tube verifier certifies one exact component: the digest is SHA-256 over the
         gateway's canonical form, which it returns in every decision; this stand-in issuer asks
         the gateway's `digest` command instead of reimplementing the canonical encoding."""
-        import subprocess
         env = {"response_id": "probe", "agent_id": "planner-1", "generation": 1,
                "catalog": CATALOG, "components": [component]}
-        exe = os.environ.get("HALO_GATEWAY", "halo-gateway")
-        out = subprocess.run([exe, "digest", "--json", "-"], input=json.dumps(env),
+        out = subprocess.run([gateway_binary(), "digest", "--json", "-"], input=json.dumps(env),
                              capture_output=True, text=True, check=True).stdout
         digest = json.loads(out)[component["id"]]
         r = self.prov.post("/v1/certificates", json={
@@ -235,33 +258,103 @@ class DemoWorld:
         say(step="certificate", component=component["id"], id=cert_id, covers=digest[:16])
 
     def land(self):
-        self.op.post("/v1/operator/land")
+        r = self.op.post("/v1/operator/land")
+        say(step="operator", did="land", status=r.status_code)
+
+
+def gateway_binary():
+    """The `halo-gateway` binary the stand-in certifier asks for digests: `$HALO_GATEWAY`, then
+    PATH, then this checkout's release and debug builds."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    candidates = [os.environ.get("HALO_GATEWAY"), shutil.which("halo-gateway"),
+                  os.path.join(here, "target", "release", "halo-gateway"),
+                  os.path.join(here, "target", "debug", "halo-gateway")]
+    for c in candidates:
+        if c and os.access(c, os.X_OK):
+            return c
+    raise SetupError("the stand-in certifier needs the `halo-gateway` binary: set HALO_GATEWAY, "
+                     "put it on PATH, or build it (`cargo build --release -p halo-gateway`)")
+
+
+class SetupError(Exception):
+    """Something the example needs is missing (exit 2)."""
+
+
+def reached_vehicle(stream, component, response, timeout):
+    """Waits until the vehicle took the dispatched action (phase OBSERVED_SUCCESS: PX4 echoed
+    its exact target); says so either way."""
+    ev = stream.wait_for(lambda e: e["event"] == "phase" and e["data"].get("response") == response
+                         and e["data"].get("component") == component
+                         and e["data"].get("phase") == "OBSERVED_SUCCESS", timeout)
+    say(step="vehicle", response=response, component=component, reached=ev is not None)
+    if ev is None:
+        print(f"agent_client: {response}/{component} was dispatched but never reached the "
+              f"vehicle within {timeout} s", file=sys.stderr)
+    return ev is not None
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--url", default="http://127.0.0.1:8640")
-    ap.add_argument("--state-dir", default=default_state_dir())
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog="Exit status: 0 every dispatched action reached the vehicle and the fresh "
+               "candidate flew; 1 one did not, or a step failed; 2 a set-up error (no "
+               "credentials, no gateway binary for the stand-in certifier). Environment: "
+               "HALO_STATE_DIR (credentials), HALO_GATEWAY (the binary the stand-in "
+               "certifier runs for digests).")
+    ap.add_argument("--url", default="http://127.0.0.1:8640",
+                    help="the gateway's HTTP listener (default: %(default)s)")
+    ap.add_argument("--state-dir", default=default_state_dir(),
+                    help="the gateway's state directory, whose credentials/ holds the role "
+                         "tokens (default: $HALO_STATE_DIR, else $XDG_STATE_HOME/halo-gateway, "
+                         "else ~/.local/state/halo-gateway; now %(default)s)")
     ap.add_argument("--demo", action="store_true",
-                    help="also play operator, providers and certificate issuer")
+                    help="also play the operator (arm, takeoff, land), the state providers and "
+                         "a stand-in certificate issuer, against the service on the simulated "
+                         "vehicle (scripts/run_sim.sh); the vehicle is landed on the way out")
+    ap.add_argument("--reach-timeout", type=float, default=10.0, metavar="S",
+                    help="how long a dispatched action may take to reach the vehicle, s "
+                         "(default: %(default)s; PX4 needs about 1.1 s to enter OFFBOARD)")
     args = ap.parse_args()
     url = args.url.rstrip("/")
-    agent_token = credential(args.state_dir, "agent")
+    try:
+        agent_token = credential(args.state_dir, "agent")
+    except OSError as e:
+        print(f"agent_client: no agent credential in {args.state_dir}: {e}", file=sys.stderr)
+        return 2
+    world = DemoWorld(url, args.state_dir) if args.demo else None
+    try:
+        return run(url, agent_token, world, args.reach_timeout)
+    except SetupError as e:
+        print(f"agent_client: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if world:
+            world.stop.set()
+            if world.took_off:
+                world.land()
 
+
+def run(url, agent_token, world, reach_timeout):
     stream = EventStream(url, agent_token)
     stream.start()
     agent = Agent(url, agent_token)
-    world = DemoWorld(url, args.state_dir) if args.demo else None
     if world:
+        gateway_binary()  # fail before taking off, not with the vehicle in the air
         world.fly_to_altitude(5.0)
         world.thread.start()
         time.sleep(0.6)
 
+    # Ids of this run: a gateway keeps responses, certificates and events across runs, and a
+    # second run must not be matched against the first one's.
+    tag = f"{int(time.time() * 1000) % 100_000_000:08d}"
+    r1_id, r2_id = f"resp-py-1-{tag}", f"resp-py-2-{tag}"
+    epoch = world.map_epoch if world else 7
+
     # 1. The running example.
-    e3 = route_action("e3", 12.0, 3.5, -10.0, 90.0, 7, "cert-py-1")
+    e3 = route_action("e3", 12.0, 3.5, -10.0, 90.0, epoch, f"cert-py-1-{tag}")
     if world:
-        world.certify(e3, "cert-py-1")
-    r1 = {"response_id": "resp-py-1", "agent_id": "planner-1", "generation": 1,
+        world.certify(e3, f"cert-py-1-{tag}")
+    r1 = {"response_id": r1_id, "agent_id": "planner-1", "generation": 1,
           "catalog": CATALOG, "components": [
               {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
               {"id": "e2", "type": "report",
@@ -272,39 +365,41 @@ def main():
     bad = dict(r1, extra_field=1)
     say(step="schema", valid=agent.valid(r1), rejects_extra=agent.valid(bad) is False)
     status, rep = agent.submit(r1)
-    say(step="submit", response="resp-py-1", status=status,
+    say(step="submit", response=r1_id, status=status,
         phases={c["id"]: c["phase"] for c in rep.get("components", [])})
-    ok = status == 200 and all(c["phase"] in ("EMITTED", "DISPATCHED")
+    ok = status == 200 and all(c["phase"] in ("EMITTED", "DISPATCHED", "OBSERVED_SUCCESS")
                                for c in rep["components"])
+    # e3 must fly before the world moves on.
+    ok = reached_vehicle(stream, "e3", r1_id, reach_timeout) and ok
 
     # 2. Conditions drift while the agent plans: the map moves to epoch 8.
     if world:
-        world.map_epoch = 8
+        world.map_epoch = epoch + 1
         world.publish()
-    e5 = route_action("e5", 30.0, 20.0, -10.0, 45.0, 7, "cert-py-2")
+    e5 = route_action("e5", 30.0, 20.0, -10.0, 45.0, epoch, f"cert-py-2-{tag}")
     if world:
-        world.certify(e5, "cert-py-2")
-    r2 = {"response_id": "resp-py-2", "agent_id": "planner-1", "generation": 2,
+        world.certify(e5, f"cert-py-2-{tag}")
+    r2 = {"response_id": r2_id, "agent_id": "planner-1", "generation": 2,
           "catalog": CATALOG, "components": [e5]}
     status, rep = agent.submit(r2)
     c = rep["components"][0]
-    say(step="submit", response="resp-py-2", status=status, phase=c["phase"],
+    say(step="submit", response=r2_id, status=status, phase=c["phase"],
         reason=c["reason"], obligation=c["obligation"])
 
     # 3. The obligation arrives on the event stream with the sources to refresh and the scope
     #    a fresh candidate may replace; the agent replans against current state.
     ev = stream.wait_for(lambda e: e["event"] == "obligation_created"
-                         and e["data"]["obligation"]["response"] == "resp-py-2", 10)
+                         and e["data"]["obligation"]["response"] == r2_id, 10)
     if ev is None:
         say(step="obligation", seen=False)
         return 1
     obl = ev["data"]["obligation"]
     say(step="obligation", id=obl["id"], reason=obl["reason"], refresh=obl["required"],
         scope=obl["scope"], event_id=ev["id"])
-    fresh = route_action("e5", 30.0, 18.0, -10.0, 45.0, 8, "cert-py-3")
+    fresh = route_action("e5", 30.0, 18.0, -10.0, 45.0, epoch + 1, f"cert-py-3-{tag}")
     if world:
-        world.certify(fresh, "cert-py-3")
-    cand = {"obligation": obl["id"], "response_id": "resp-py-2", "agent_id": "planner-1",
+        world.certify(fresh, f"cert-py-3-{tag}")
+    cand = {"obligation": obl["id"], "response_id": r2_id, "agent_id": "planner-1",
             "generation": 3, "catalog": CATALOG, "components": [fresh]}
     status, rep = agent.candidate(obl["id"], cand)
     phase = rep.get("current", {}).get("components", [{}])[0].get("phase") if status == 200 else None
@@ -313,13 +408,13 @@ def main():
 
     # 4. The gate's outcome for the fresh instance, as the stream reports it.
     ev = stream.wait_for(lambda e: e["event"] == "gate" and e["data"].get("component") == "e5"
+                         and e["data"].get("response") == r2_id
                          and e["data"].get("outcome") == "dispatched", 10)
     say(step="gate", dispatched=ev is not None)
     ok = ok and ev is not None
+    ok = reached_vehicle(stream, "e5", r2_id, reach_timeout) and ok
     if world:
         time.sleep(3)
-        world.land()
-        world.stop.set()
     stream.stopped = True
     say(step="done", ok=ok)
     return 0 if ok else 1

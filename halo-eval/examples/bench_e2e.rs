@@ -124,7 +124,7 @@ fn take_off(a: &ureq::Agent, url: &str, op: &str, sim: &Sim) {
     assert_eq!(st, 200, "{v}");
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
-        let alt = -sim.control.view().position[2];
+        let alt = sim.control.view().height_m;
         let v = get(a, &format!("{url}/v1/status"))["vehicle"].clone();
         if alt > 4.8 && v["mode"] == "AUTO.LOITER" && v["landed_state"] == "in air" {
             break;

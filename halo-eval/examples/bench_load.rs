@@ -247,7 +247,7 @@ fn run(seconds: u64, binary: &str, retention_ms: Option<u64>) {
     );
     assert_eq!(st, 200, "{v}");
     let deadline = Instant::now() + Duration::from_secs(40);
-    while !(sim.control.view().position[2] < -4.8
+    while !(sim.control.view().height_m > 4.8
         && get(&a, &format!("{url}/v1/status"))["vehicle"]["mode"] == "AUTO.LOITER")
     {
         assert!(Instant::now() < deadline, "no takeoff");

@@ -510,7 +510,8 @@ fn script(
     sim: &sitl::sim::udp::SimControl,
     map_epoch: &Arc<AtomicU64>,
 ) -> Result<Story, DemoError> {
-    let alt = || -sim.view().position[2];
+    // Height above the ground, as PX4's local z is not (its ground is off the origin).
+    let alt = || sim.view().height_m;
     if !c.wait(10, |c| c.status()["vehicle"]["link_up"] == true) {
         return Err(DemoError("no heartbeat from the simulated PX4".into()));
     }

@@ -873,7 +873,7 @@ fn a_mode_change_the_bridge_did_not_command_is_an_override_until_the_operator_pe
     assert!(!p.a.ob.permitted());
     assert!(p.a.events.iter().any(|(_, e)| matches!(
         e,
-        Event::Override { from: Some(f), to } if *f == Px4Mode::OFFBOARD && *to == Px4Mode::RTL
+        Event::Override { from: Some(f), to, stopped: Some(b) } if *f == Px4Mode::OFFBOARD && *to == Px4Mode::RTL && *b == binding(1)
     )));
     assert!(
         p.a.events

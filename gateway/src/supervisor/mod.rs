@@ -744,6 +744,14 @@ impl Supervisor {
                 outcome,
                 reason,
             } => {
+                // PX4 acknowledges an arm or a disarm once it happened; its heartbeat says so
+                // up to a second later, and an operator's takeoff right after the arm must not
+                // be refused as disarmed meanwhile.
+                match (command, accepted) {
+                    (VehicleCommand::Arm, true) => self.vehicle.armed = true,
+                    (VehicleCommand::Disarm, true) => self.vehicle.armed = false,
+                    _ => {}
+                }
                 if let Some(i) = self
                     .pending
                     .iter()

@@ -874,13 +874,14 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
             && sim.fingerprints().contains(&fp(8.0, 2.0, -6.0, 0.0))
     });
 
-    // The pilot takes the vehicle from a ground station.
+    // The pilot takes the vehicle from a ground station: RTL (on PX4 SIH without RC a ground
+    // station can switch to HOLD, RTL or LAND in flight; PX4 refuses POSCTL).
     let port = sim.control.gcs_port.load(Ordering::Relaxed);
     assert_ne!(port, 0, "the simulator bound its ground-station port");
-    let p = pilot(port, &["POSCTL"]);
+    let p = pilot(port, &["AUTO.RTL"]);
     wait_until(3, "the override at the gateway", || {
         let v = status();
-        v["vehicle"]["control"] == "operator" && v["vehicle"]["override_mode"] == "POSCTL"
+        v["vehicle"]["control"] == "operator" && v["vehicle"]["override_mode"] == "AUTO.RTL"
     });
     std::thread::sleep(Duration::from_millis(300));
     let received = sim.control.view().stats.setpoints_received;
@@ -890,11 +891,7 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
         v.stats.setpoints_received, received,
         "the gateway sent setpoints after the override"
     );
-    assert_eq!(
-        v.mode,
-        (3, 0),
-        "the gateway took the vehicle back from POSCTL"
-    );
+    assert_eq!(v.mode, (4, 5), "the gateway took the vehicle back from RTL");
 
     // The pilot pauses (AUTO.LOITER, in the air again): the vehicle stays theirs, and the
     // agent's next action is withheld at admission: the catalog's `control` source is false,
@@ -945,7 +942,7 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
         "{targets:?}"
     );
     assert!(!targets.contains(&fp(12.0, 3.0, -6.0, 0.0).as_str()));
-    // Two overrides: POSCTL, then the pilot's own pause while the vehicle was still theirs.
+    // Two overrides: RTL, then the pilot's own pause while the vehicle was still theirs.
     let metrics = http()
         .get(format!("{u}/metrics"))
         .call()
@@ -963,9 +960,31 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
             .join("\n")
     );
     drop(providers);
+    let state = g.state.clone();
     assert_eq!(g.stop(), 0);
+    // The decisions view shows the pilot: the override with the action it stopped, and the
+    // operator's release as a release.
+    let files: Vec<String> = std::fs::read_dir(state.join("receipts"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .map(|p| p.display().to_string())
+        .collect();
+    let mut args = vec!["audit", "show", "--decisions"];
+    args.extend(files.iter().map(String::as_str));
+    let (rc, shown) = common::halo(&args);
+    assert_eq!(rc, 0, "{shown}");
+    assert!(
+        shown.contains(
+            "operator override: PX4 went from OFFBOARD to AUTO.RTL (not commanded by the gateway); stopped streaming pilot-1/a"
+        ),
+        "{shown}"
+    );
+    assert!(shown.contains("operator release"), "{shown}");
+    // The takeoff left the ground (PX4 says "taking off" while it climbs): no false report.
+    assert!(!shown.contains("takeoff_stalled"), "{shown}");
     println!(
-        "service-pilot-override: 1/1 matched (POSCTL confirmed after {} ms, AUTO.LOITER after {} ms)",
+        "service-pilot-override: 1/1 matched (AUTO.RTL shown by PX4's heartbeat after {} ms, AUTO.LOITER after {} ms)",
         p["switched"][0]["after_ms"], p2["switched"][0]["after_ms"]
     );
 }
@@ -1013,6 +1032,27 @@ fn the_python_example_client_runs_against_the_service() {
     assert_eq!(find("obligation")["reason"], "EPOCH_CHANGED");
     assert_eq!(find("candidate")["status"], 200);
     assert_eq!(find("gate")["dispatched"], true);
+    // Each dispatched action reached the vehicle before the next step: e3 before the map
+    // moved, the fresh e5 after.
+    let reached: Vec<(String, bool)> = steps
+        .iter()
+        .filter(|v| v["step"] == "vehicle")
+        .map(|v| {
+            (
+                v["component"].as_str().unwrap_or("").to_string(),
+                v["reached"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(
+        reached,
+        vec![("e3".to_string(), true), ("e5".to_string(), true)],
+        "{stdout}"
+    );
+    assert!(
+        find("operator")["did"] == "arm and takeoff",
+        "the demo took off through the operator: {stdout}"
+    );
     assert_eq!(find("done")["ok"], true);
     assert_eq!(g.stop(), 0);
     println!("service-python-client: 1/1 matched");

@@ -418,6 +418,12 @@ impl Run {
         if accepted && matches!(command, VehicleCommand::Takeoff { .. }) {
             self.m.given_back = true;
         }
+        // An acknowledged arm or disarm happened (the heartbeat says so later).
+        match (command, accepted) {
+            (VehicleCommand::Arm, true) => self.m.armed = true,
+            (VehicleCommand::Disarm, true) => self.m.armed = false,
+            _ => {}
+        }
         let (outs, calls) = self.observe(Observation::CommandEnded {
             command,
             accepted,
@@ -755,4 +761,124 @@ fn supervisor_schedules() {
     }
     println!("supervisor-defects: {caught}/{} caught", DEFECTS.len());
     assert_eq!(caught, DEFECTS.len());
+}
+
+/// PX4's takeoff, as issue 24 found it on a real PX4: accepted while disarmed (and flown the
+/// moment someone armed), so the supervisor refuses it unless armed; once accepted, a vehicle
+/// that is not in the air within `TAKEOFF_AIRBORNE_WITHIN` is reported; a refusal carries
+/// PX4's own words.
+#[test]
+fn px4_takeoff_needs_an_armed_vehicle_and_must_leave_the_ground() {
+    use halo_gateway::supervisor::TAKEOFF_AIRBORNE_WITHIN;
+    let drain = |sup: &mut Supervisor| -> Vec<Output> {
+        std::iter::from_fn(|| sup.poll_output()).collect()
+    };
+    let answer = |outs: &[Output], t: Ticket| {
+        outs.iter().find_map(|o| match o {
+            Output::Answer(x, a) if *x == t => Some(a.clone()),
+            _ => None,
+        })
+    };
+    let stalled = |outs: &[Output]| {
+        outs.iter()
+            .any(|o| matches!(o, Output::Notice("takeoff_stalled", _)))
+    };
+    for lifts_off in [false, true] {
+        let mut sup = Supervisor::new(VehicleKind::Px4, "udpin:0.0.0.0:14540", 1, Nanos(0), false);
+        let mut v = FakeVehicle {
+            link_up: true,
+            ..FakeVehicle::default()
+        };
+        let mut contract = FakeContract {
+            active: false,
+            refuse: false,
+            committed: 0,
+        };
+        let now = Nanos::from_ms(1000);
+        for o in [
+            Observation::Link {
+                up: true,
+                silent_ms: 0,
+            },
+            Observation::HomeAltitude { amsl_m: 488.0 },
+            Observation::Armed { armed: false },
+        ] {
+            sup.handle_observation(now, o, &mut v);
+        }
+        let _ = drain(&mut sup);
+        // Disarmed: refused with its own code, nothing sent.
+        let op = OperatorOp::Takeoff { altitude_m: 5.0 };
+        sup.handle_operator(now, Ticket(1), op, &mut v, &mut contract);
+        let outs = drain(&mut sup);
+        match answer(&outs, Ticket(1)) {
+            Some(Err(r)) => assert_eq!(r.code, ReasonCode::VEHICLE_NOT_ARMED, "{}", r.message),
+            other => panic!("a disarmed takeoff was answered {other:?}"),
+        }
+        assert!(v.calls.is_empty(), "sent {:?}", v.calls);
+        // An arm PX4 refuses: the answer carries PX4's reason.
+        sup.handle_operator(now, Ticket(2), OperatorOp::Arm, &mut v, &mut contract);
+        sup.handle_observation(
+            now,
+            Observation::CommandEnded {
+                command: VehicleCommand::Arm,
+                accepted: false,
+                outcome: "temporarily rejected".into(),
+                reason: Some("Arming denied: Resolve system health failures first".into()),
+            },
+            &mut v,
+        );
+        let outs = drain(&mut sup);
+        match answer(&outs, Ticket(2)) {
+            Some(Err(r)) => assert!(
+                r.message
+                    .contains("PX4 says: \"Arming denied: Resolve system health failures first\""),
+                "{}",
+                r.message
+            ),
+            other => panic!("the refused arm was answered {other:?}"),
+        }
+        // Armed: the takeoff goes out; PX4 accepts it.
+        sup.handle_observation(now, Observation::Armed { armed: true }, &mut v);
+        sup.handle_operator(now, Ticket(3), op, &mut v, &mut contract);
+        assert!(
+            v.calls
+                .iter()
+                .any(|c| matches!(c, Call::Command(VehicleCommand::Takeoff { .. })))
+        );
+        sup.handle_observation(
+            now,
+            Observation::CommandEnded {
+                command: VehicleCommand::Takeoff {
+                    amsl_m: Some(493.0),
+                    height_m: 5.0,
+                },
+                accepted: true,
+                outcome: "accepted".into(),
+                reason: None,
+            },
+            &mut v,
+        );
+        let outs = drain(&mut sup);
+        assert!(matches!(answer(&outs, Ticket(3)), Some(Ok(_))));
+        if lifts_off {
+            sup.handle_observation(
+                now.saturating_add(Nanos::from_ms(3000)),
+                Observation::Airborne { airborne: true },
+                &mut v,
+            );
+        }
+        // Just before the deadline nothing; at it, a report unless it lifted off.
+        let due = now.saturating_add(TAKEOFF_AIRBORNE_WITHIN);
+        sup.handle_timeout(due.saturating_sub(Nanos(1)), &mut v);
+        assert!(!stalled(&drain(&mut sup)), "reported before the deadline");
+        sup.handle_timeout(due, &mut v);
+        assert_eq!(
+            stalled(&drain(&mut sup)),
+            !lifts_off,
+            "lifted off: {lifts_off}"
+        );
+    }
+    println!(
+        "supervisor-takeoff: 2/2 matched (refused disarmed, PX4's reason shown, stalled takeoff reported, a takeoff that lifts off not)"
+    );
 }

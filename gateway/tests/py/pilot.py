@@ -3,7 +3,7 @@
 QGroundControl does (MAV_CMD_DO_SET_MODE from system 255) and waits until the vehicle's own
 heartbeat shows each mode. An independent MAVLink peer: it shares no code with the gateway.
 
-Usage: pilot.py GCS_PORT MODE [MODE ...]   (MODE: POSCTL or AUTO.LOITER)
+Usage: pilot.py GCS_PORT MODE [MODE ...]   (MODE: POSCTL, AUTO.LOITER, AUTO.RTL or AUTO.LAND)
        pilot.py GCS_PORT watch SECONDS      (only watch what the vehicle holds as its target)
 Prints one JSON line: {"switched": [{"mode", "confirmed", "after_ms"}, ...]}; exit 0 when every
 switch was confirmed. Watching prints {"targets": [...]}: the position targets the vehicle
@@ -20,7 +20,7 @@ os.environ["MAVLINK20"] = "1"
 os.environ.setdefault("MAVLINK_DIALECT", "common")
 from pymavlink import mavutil  # noqa: E402
 
-MODES = {"POSCTL": (3, 0), "AUTO.LOITER": (4, 3)}
+MODES = {"POSCTL": (3, 0), "AUTO.LOITER": (4, 3), "AUTO.RTL": (4, 5), "AUTO.LAND": (4, 6)}
 port = int(sys.argv[1])
 conn = mavutil.mavlink_connection(
     f"udpout:127.0.0.1:{port}", source_system=255, source_component=190, dialect="common"

@@ -206,11 +206,11 @@ fn main() -> std::process::ExitCode {
                 tokio::time::sleep(std::time::Duration::from_secs(2)).await;
                 let v = status.view();
                 println!(
-                    "mode {}.{} {} alt {:.2} m  n {:.2} e {:.2}  battery {:.1}%  setpoints taken {}",
+                    "mode {}.{} {} height {:.2} m  n {:.2} e {:.2}  battery {:.1}%  setpoints taken {}",
                     v.mode.0,
                     v.mode.1,
                     if v.armed { "armed" } else { "disarmed" },
-                    -v.position[2],
+                    v.height_m,
                     v.position[0],
                     v.position[1],
                     v.battery_pct,

@@ -36,8 +36,10 @@ pub struct SimControl {
 /// A snapshot of the vehicle, refreshed by the running simulator.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SimView {
-    /// Position, NED m.
+    /// Position in PX4's local frame, NED m (the ground is not at 0: see `height_m`).
     pub position: [f64; 3],
+    /// Height above the ground, m.
+    pub height_m: f64,
     /// Armed.
     pub armed: bool,
     /// (main, sub) mode.
@@ -246,6 +248,7 @@ pub async fn run_with_origin(
             if let Ok(mut v) = control.view.lock() {
                 *v = SimView {
                     position: sim.position(),
+                    height_m: sim.height_m(),
                     armed: sim.armed(),
                     mode: sim.mode(),
                     on_ground: sim.on_ground(),
@@ -260,6 +263,7 @@ pub async fn run_with_origin(
     if let Ok(mut v) = control.view.lock() {
         v.stats = sim.stats();
         v.position = sim.position();
+        v.height_m = sim.height_m();
         v.armed = sim.armed();
         v.mode = sim.mode();
     }

@@ -180,12 +180,11 @@ impl Task {
                     &json!({"state": "dropped", "binding": Digest(*binding), "reason": reason.to_string()}),
                 );
             }
-            BridgeEvent::Override { from, to } => {
+            BridgeEvent::Override { from, to, stopped } => {
                 // The action the override stopped, named for the receipt and the audit.
-                let stopped = self
-                    .sup
-                    .streaming()
-                    .and_then(|b| self.adapter.attribute(&b))
+                let stopped = stopped
+                    .as_ref()
+                    .and_then(|b| self.adapter.attribute(b))
                     .map_or(
                         serde_json::Value::Null,
                         |(r, c)| json!({"response": r, "component": c}),
@@ -243,7 +242,12 @@ impl Task {
             }
             Telemetry::Landed { state } => {
                 self.vehicle.landed_state = Some(landed_text(*state).into());
-                let airborne = matches!(state, LandedState::InAir | LandedState::Landing);
+                // PX4 says "taking off" and "landing" only once its land detector has the
+                // vehicle off the ground (EXTENDED_SYS_STATE in PX4 v1.16).
+                let airborne = matches!(
+                    state,
+                    LandedState::InAir | LandedState::Takeoff | LandedState::Landing
+                );
                 self.observe(Observation::Airborne { airborne });
             }
             _ => {}

@@ -242,8 +242,9 @@ impl Sim {
             .count()
     }
 
+    /// Height above the ground, m (PX4's local z is not: the ground is off its origin).
     pub fn alt(&self) -> f64 {
-        -self.control.view().position[2]
+        self.control.view().height_m
     }
 
     pub fn fingerprints(&self) -> Vec<String> {
@@ -371,6 +372,27 @@ impl Drop for Providers {
 /// HOLD there (it leaves AUTO.TAKEOFF for HOLD, and offboard targets are taken from HOLD).
 pub fn take_off(g: &Gateway, sim: &Sim) {
     let u = &g.url;
+    wait_until(20, "the vehicle link", || {
+        get(&format!("{u}/v1/status"), None).1["vehicle"]["link_up"] == true
+    });
+    // PX4 (and the simulator, as measured) takes a takeoff while disarmed and climbs the
+    // moment it is armed: the gateway refuses it before it reaches the vehicle.
+    let (st, v) = post(
+        &format!("{u}/v1/operator/takeoff"),
+        Some(&g.operator),
+        br#"{"altitude_m": 5.0}"#,
+    );
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (409, Some("VEHICLE_NOT_ARMED")),
+        "{v}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_ne!(
+        sim.control.view().mode,
+        (4, 2),
+        "the takeoff reached the vehicle"
+    );
     wait_until(20, "arming", || {
         let ok = post(&format!("{u}/v1/operator/arm"), Some(&g.operator), b"{}").0 == 200;
         if !ok {
