@@ -95,6 +95,21 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ContractCmd,
     },
+    /// The PX4 panels through the running service (`deny-hold`, `px4-latency`): per cold start
+    /// a fresh simulated PX4 over UDP and a fresh service; an agent and providers drive it over
+    /// HTTP; the simulated vehicle's own setpoint record is the evidence. Exit 0 when every
+    /// action's hold reached the vehicle with nothing of the action after it, 2 when not.
+    Px4Panels {
+        /// Cold starts.
+        #[arg(long, default_value_t = 10)]
+        cold_starts: usize,
+        /// Route actions per cold start, back to back in one flight.
+        #[arg(long, default_value_t = 4)]
+        per_start: usize,
+        /// Where each cold start's receipts and setpoint logs go (`cold-N/`).
+        #[arg(long, default_value = "target/halo-px4-panels")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -188,6 +203,46 @@ where
                     key,
                 },
         } => contract_audit(domain.as_deref(), &receipts, key.as_deref()),
+        Cmd::Px4Panels {
+            cold_starts,
+            per_start,
+            out,
+        } => px4_panels(cold_starts, per_start, &out),
+    }
+}
+
+fn px4_panels(cold_starts: usize, per_start: usize, out: &Path) -> i32 {
+    if cold_starts == 0 || per_start == 0 {
+        eprintln!("error: --cold-starts and --per-start must be at least 1");
+        return EXIT_ERROR;
+    }
+    let cat = match catalog_or_embedded(None) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let Some(rt) = tokio_runtime() else {
+        return EXIT_ERROR;
+    };
+    println!(
+        "px4 panels: {cold_starts} cold starts x {per_start} actions through the running service on the simulated PX4 ({})",
+        out.display()
+    );
+    match rt.block_on(crate::px4_panels::run(cat, out, cold_starts, per_start)) {
+        Ok(r) => {
+            r.print();
+            if r.deny_hold_matched() == r.samples.len() {
+                EXIT_OK
+            } else {
+                2
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_ERROR
+        }
     }
 }
 

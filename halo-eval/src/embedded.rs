@@ -52,6 +52,55 @@ impl Sim {
     }
 }
 
+/// The simulated PX4 on loopback UDP with `sim` as its settings, its clock (every setpoint
+/// record's `t_ns`) measured from `origin`, so that a caller's own timestamps compare with it.
+///
+/// # Errors
+/// The simulator's socket cannot be bound.
+pub async fn start_px4_at(
+    mut cfg: Config,
+    setpoint_log: &Path,
+    sim: sitl::sim::px4::SimConfig,
+    origin: std::time::Instant,
+) -> Result<(Config, Embedded, Sim), String> {
+    let sock = sitl::sim::udp::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .map_err(|e| format!("embedded simulator socket: {e}"))?;
+    let addr = sock
+        .local_addr()
+        .map_err(|e| format!("embedded simulator socket: {e}"))?;
+    let control = sitl::sim::udp::SimControl::default();
+    let (stop, _) = tokio::sync::broadcast::channel(1);
+    let opts = sitl::sim::udp::UdpOptions {
+        bind: addr,
+        remote: None,
+        config: sim,
+        setpoint_log: Some(setpoint_log.to_path_buf()),
+        seed: 11,
+        gcs: None,
+    };
+    tokio::spawn(sitl::sim::udp::run_with_origin(
+        sock,
+        opts,
+        control.clone(),
+        stop.subscribe(),
+        origin,
+    ));
+    cfg.vehicle.url = Some(format!("udpout:{addr}"));
+    Ok((
+        cfg,
+        Embedded {
+            note: Some("embedded simulated PX4".into()),
+            ..Embedded::default()
+        },
+        Sim::Px4 {
+            control,
+            addr,
+            stop,
+        },
+    ))
+}
+
 /// Starts the simulator `cfg`'s vehicle kind calls for (on the current tokio runtime), with its
 /// own log of the setpoints it took at `setpoint_log`, and returns the configuration pointed at
 /// it, what the service takes in place of a link, and the simulator.

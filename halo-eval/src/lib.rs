@@ -34,5 +34,6 @@ pub mod cli;
 pub mod demo;
 pub mod embedded;
 pub mod fuzzing;
+pub mod px4_panels;
 pub mod replay;
 pub mod transfer;

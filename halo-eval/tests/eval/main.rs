@@ -12,4 +12,5 @@ mod demo;
 mod envelope_fast_path;
 mod fuzz_smoke;
 mod git_transfer;
+mod px4_panels;
 mod replay_panel;

@@ -1,0 +1,424 @@
+//! The PX4 panels through the running service: what reached the simulated PX4 when an agent
+//! and providers drive `halo-gateway run` over its HTTP agent link and the gateway flies the
+//! vehicle over MAVLink (UDP), with the vehicle's own setpoint record as the only evidence of
+//! what was flown.
+//!
+//! Two panels so far (issue 24 names five; the mechanism, profile and recovery-route panels
+//! are not built yet):
+//!
+//! - `deny-hold`: a certified route action streams; a provider moves the map epoch its support
+//!   names; the time from that update leaving the provider to the first hold setpoint the
+//!   vehicle's controller takes, and whether the vehicle took any setpoint of the action after
+//!   it. Matched when the hold reached the vehicle and nothing of the action did after it.
+//! - `px4-latency`: the same actions, decomposed: the gateway's own admission and final-gate
+//!   time (its `halo_admission_seconds` and `halo_gate_seconds`, read around each request:
+//!   protocol computation), the agent's POST to its reply (that plus HTTP), the POST to the
+//!   first setpoint of the action taken by the vehicle's controller (plus the bridge, UDP and
+//!   PX4's 20 ms control tick), and the vehicle's convergence (within 0.3 m). Matched when the
+//!   order admission < reply and POST < first vehicle setpoint < convergence held; a run where
+//!   it does not is refused as a harness error, not reported as a result.
+//!
+//! Every cold start is a fresh simulator (its own seed: a new ground offset, heartbeat
+//! phase) and a fresh service with an empty state directory; the conditions of one cold start
+//! run back to back in one flight, as the paper's sessions did. Host times are one clock: the
+//! simulator measures its time from the instant this module hands it, so a setpoint record's
+//! `t_ns` and the agent's timestamps are comparable to the nanosecond.
+
+#![allow(
+    clippy::indexing_slicing,
+    reason = "serde_json::Value indexing returns Null, never panics"
+)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::core::catalog::Catalog;
+use crate::demo::{Client, DemoError, demo_config, err, feed, stop_service};
+use crate::service::Service;
+
+/// One route action's measurements, host nanoseconds from the cold start's origin.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sample {
+    /// Before the agent's POST.
+    pub post_ns: u64,
+    /// The reply arrived (the gate had run).
+    pub reply_ns: u64,
+    /// The gateway's admission time for this response, from its own histogram.
+    pub admission_ns: u64,
+    /// The gateway's final-gate time, from its own histogram.
+    pub gate_ns: u64,
+    /// The vehicle's controller first took the action's setpoint.
+    pub vehicle_ns: u64,
+    /// The vehicle came within 0.3 m of the target.
+    pub converged_ns: u64,
+    /// The map update left the provider.
+    pub loss_ns: u64,
+    /// The vehicle's controller first took a hold setpoint after it.
+    pub hold_ns: Option<u64>,
+    /// Setpoints of the action the vehicle took after the hold.
+    pub stale_after_hold: usize,
+}
+
+/// What the panels found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    /// Cold starts run.
+    pub cold_starts: usize,
+    /// Every action measured.
+    pub samples: Vec<Sample>,
+    /// Wall time, s.
+    pub wall_s: f64,
+}
+
+impl Report {
+    /// Actions whose hold reached the vehicle with nothing of the action after it.
+    pub fn deny_hold_matched(&self) -> usize {
+        self.samples
+            .iter()
+            .filter(|s| s.hold_ns.is_some() && s.stale_after_hold == 0)
+            .count()
+    }
+
+    /// Prints both panels with their denominators.
+    pub fn print(&self) {
+        let n = self.samples.len();
+        let ms = |v: &mut Vec<f64>, q: f64| quantile(v, q);
+        let mut loss: Vec<f64> = self
+            .samples
+            .iter()
+            .filter_map(|s| s.hold_ns.map(|h| (h - s.loss_ns) as f64 / 1e6))
+            .collect();
+        println!(
+            "deny-hold: {}/{n} matched ({} cold starts; map epoch moved while the action streamed: loss to the first hold setpoint taken by the vehicle p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; setpoints of the action taken after the hold: {})",
+            self.deny_hold_matched(),
+            self.cold_starts,
+            ms(&mut loss, 0.5),
+            ms(&mut loss, 0.99),
+            ms(&mut loss, 1.0),
+            self.samples
+                .iter()
+                .map(|s| s.stale_after_hold)
+                .sum::<usize>()
+        );
+        println!("px4-latency: {n}/{n} matched (ordering held in every run)");
+        println!("  segment (ms)                                   p50      p95      p99");
+        let rows: [Row; 5] = [
+            ("admission (gateway's own)", |s| s.admission_ns),
+            ("final gate (gateway's own)", |s| s.gate_ns),
+            ("agent POST to reply (+ HTTP)", |s| s.reply_ns - s.post_ns),
+            ("agent POST to first vehicle setpoint", |s| {
+                s.vehicle_ns - s.post_ns
+            }),
+            ("first setpoint to within 0.3 m", |s| {
+                s.converged_ns - s.vehicle_ns
+            }),
+        ];
+        for (name, f) in rows {
+            let mut v: Vec<f64> = self.samples.iter().map(|s| f(s) as f64 / 1e6).collect();
+            println!(
+                "  {name:<44} {:>8.2} {:>8.2} {:>8.2}",
+                ms(&mut v, 0.5),
+                ms(&mut v, 0.95),
+                ms(&mut v, 0.99)
+            );
+        }
+        println!(
+            "  protocol computation (admission + gate) is the first two rows; the rest is HTTP, the bridge, UDP, PX4's 20 ms control tick and the vehicle's flight ({:.0} s wall)",
+            self.wall_s
+        );
+    }
+}
+
+/// A table row: its label and the segment it reads from a sample.
+type Row = (&'static str, fn(&Sample) -> u64);
+
+/// The `q` quantile (nearest rank) of `v`, 0 when empty.
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "a rank within the slice"
+    )]
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v.get(rank - 1).copied().unwrap_or(0.0)
+}
+
+fn ns_since(origin: Instant) -> u64 {
+    u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "as the bridge sends them (f32)"
+)]
+fn fingerprint(t: [f64; 4]) -> String {
+    sitl::sim::px4::fingerprint(t[0] as f32, t[1] as f32, t[2] as f32, t[3] as f32)
+}
+
+/// A histogram's `_sum` from the gateway's Prometheus text, s.
+fn metric_sum(c: &Client, name: &str) -> f64 {
+    let url = format!("{}/metrics", c.url);
+    let text = c
+        .http
+        .get(&url)
+        .header("Authorization", &format!("Bearer {}", c.operator))
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_to_string().ok())
+        .unwrap_or_default();
+    let key = format!("halo_{name}_sum ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn secs_to_ns(s: f64) -> u64 {
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a non-negative duration"
+    )]
+    let ns = (s.max(0.0) * 1e9).round() as u64;
+    ns
+}
+
+/// Runs `cold_starts` cold starts of `per_start` actions each, writing each cold start's files
+/// under `out/cold-N/`.
+///
+/// # Errors
+/// [`DemoError`] when a step cannot run, the vehicle does not respond, or a run's ordering
+/// does not hold (a harness error).
+pub async fn run(
+    catalog: Catalog,
+    out: &Path,
+    cold_starts: usize,
+    per_start: usize,
+) -> Result<Report, DemoError> {
+    let t0 = Instant::now();
+    let mut report = Report {
+        cold_starts,
+        ..Report::default()
+    };
+    for k in 0..cold_starts {
+        let dir = out.join(format!("cold-{k}"));
+        let cfg = demo_config(&dir)?;
+        let origin = Instant::now();
+        let sim_cfg = sitl::sim::px4::SimConfig {
+            seed: 1000 + k as u64,
+            ..sitl::sim::px4::SimConfig::default()
+        };
+        let (cfg, embedded, vehicle) = crate::embedded::start_px4_at(
+            cfg,
+            &dir.join("vehicle-setpoints.jsonl"),
+            sim_cfg,
+            origin,
+        )
+        .await
+        .map_err(DemoError)?;
+        let sim = vehicle
+            .px4()
+            .cloned()
+            .ok_or_else(|| DemoError("no embedded simulated PX4".into()))?;
+        let svc = Service::start_with(cfg, catalog.clone(), embedded.keeping(vehicle))
+            .await
+            .map_err(err("service"))?;
+        let map_epoch = Arc::new(AtomicU64::new(7));
+        let stop = Arc::new(AtomicBool::new(false));
+        let me = Arc::clone(&map_epoch);
+        let feeds = feed(
+            svc.url(),
+            svc.credentials().provider.expose().to_string(),
+            Arc::clone(&stop),
+            move |at| sitl::sim::world::provider_updates(me.load(Ordering::Relaxed), at),
+        );
+        let mut client = Client::for_service(&svc, catalog.clone(), &dir, origin, true)?;
+        let me = Arc::clone(&map_epoch);
+        let samples = tokio::task::spawn_blocking(move || {
+            flight(&mut client, &sim, &me, origin, k, per_start)
+        })
+        .await
+        .map_err(err("panel script"))?;
+        stop.store(true, Ordering::Relaxed);
+        let _ = tokio::task::spawn_blocking(move || feeds.join()).await;
+        stop_service(svc, &dir).await?;
+        report.samples.extend(samples?);
+        println!(
+            "  cold start {}/{cold_starts}: {} actions, {:.0} s so far",
+            k + 1,
+            per_start,
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    report.wall_s = t0.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// One cold start's flight: take off, then `per_start` actions back to back, each streamed,
+/// observed at the vehicle, then lost to a map epoch change.
+fn flight(
+    c: &mut Client,
+    sim: &sitl::sim::udp::SimControl,
+    map_epoch: &Arc<AtomicU64>,
+    origin: Instant,
+    k: usize,
+    per_start: usize,
+) -> Result<Vec<Sample>, DemoError> {
+    if !c.wait(10, |c| c.status()["vehicle"]["link_up"] == true) {
+        return Err(DemoError("no heartbeat from the simulated PX4".into()));
+    }
+    if !c.wait(20, |c| {
+        let ok = c.operator("arm", &json!({})).0 == 200;
+        if !ok {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        ok
+    }) {
+        return Err(DemoError("PX4 refused to arm".into()));
+    }
+    let (st, v) = c.operator("takeoff", &json!({"altitude_m": 5.0}));
+    if st != 200 {
+        return Err(DemoError(format!("takeoff refused: {v}")));
+    }
+    if !c.wait(30, |c| {
+        let v = c.status()["vehicle"].clone();
+        v["height_above_home_m"].as_f64().is_some_and(|h| h > 4.7)
+            && v["mode"] == "AUTO.LOITER"
+            && v["landed_state"] == "in air"
+    }) {
+        return Err(DemoError("the vehicle did not climb to 5 m".into()));
+    }
+    // Targets a few metres apart around the hover point, in PX4's local frame.
+    let down = sim.view().position[2] - 1.0;
+    let mut samples = Vec::new();
+    for i in 0..per_start {
+        let epoch = map_epoch.load(Ordering::Relaxed);
+        #[allow(clippy::cast_precision_loss, reason = "a small index")]
+        let step = (i % 4) as f64;
+        let target = [
+            2.0 + step,
+            1.0 + step * 0.5,
+            (down * 10.0).round() / 10.0,
+            0.0,
+        ];
+        let rid = format!("panel-{k}-{i}");
+        let cert = format!("cert-{k}-{i}");
+        let comp = json!({"id": "a", "type": "route_action",
+            "payload": {"frame": "local_ned", "north_m": target[0], "east_m": target[1],
+                        "down_m": target[2], "yaw_deg": target[3], "duration_s": 20.0},
+            "support": {"map": {"epoch": epoch}, "traffic": {"epoch": 41},
+                        "bounds": {"epoch": 3, "provenance": "corridor-12"}},
+            "certificate": cert});
+        let env = json!({"response_id": rid, "agent_id": "planner-1", "generation": i + 1,
+            "catalog": {"id": "uav-px4", "version": 5}, "components": [comp]});
+        c.certify(&env, "a", &cert)?;
+        let (adm0, gate0) = (
+            metric_sum(c, "admission_seconds"),
+            metric_sum(c, "gate_seconds"),
+        );
+        let post_ns = ns_since(origin);
+        let rep = c.submit("/v1/responses", &env)?;
+        let reply_ns = ns_since(origin);
+        if rep["components"][0]["phase"] != "DISPATCHED" {
+            return Err(DemoError(format!("{rid} was not dispatched: {rep}")));
+        }
+        let (adm1, gate1) = (
+            metric_sum(c, "admission_seconds"),
+            metric_sum(c, "gate_seconds"),
+        );
+        let fp = fingerprint(target);
+        let taken = |after: u64| {
+            sim.view()
+                .setpoints
+                .iter()
+                .find(|r| r.fingerprint == fp && r.t_ns >= after)
+                .map(|r| r.t_ns)
+        };
+        if !c.wait(10, |_| taken(post_ns).is_some()) {
+            return Err(DemoError(format!(
+                "{rid}: the vehicle never took the action"
+            )));
+        }
+        let vehicle_ns = taken(post_ns).unwrap_or(0);
+        let near = || {
+            let p = sim.view().position;
+            ((p[0] - target[0]).powi(2) + (p[1] - target[1]).powi(2) + (p[2] - target[2]).powi(2))
+                .sqrt()
+                < 0.3
+        };
+        if !c.wait(15, |_| near()) {
+            return Err(DemoError(format!(
+                "{rid}: the vehicle did not reach its target"
+            )));
+        }
+        let converged_ns = ns_since(origin);
+        // The map moves while the action streams: its support is lost.
+        let new_epoch = epoch + 1;
+        map_epoch.store(new_epoch, Ordering::Relaxed);
+        let update =
+            sitl::sim::world::provider_updates(new_epoch, crate::service::task::wall_now_ms())
+                .into_iter()
+                .find(|(s, _)| *s == "map")
+                .map(|(_, b)| b)
+                .unwrap_or(Value::Null);
+        let loss_ns = ns_since(origin);
+        let (st, v) = c.call("POST", "/v1/state/map", &c.provider.clone(), &update);
+        if st != 200 {
+            return Err(DemoError(format!("map update refused: {v}")));
+        }
+        let hold = |after: u64| {
+            sim.view()
+                .setpoints
+                .iter()
+                .find(|r| r.fingerprint != fp && r.t_ns >= after)
+                .map(|r| r.t_ns)
+        };
+        c.wait(3, |_| hold(loss_ns).is_some());
+        std::thread::sleep(Duration::from_millis(300));
+        let hold_ns = hold(loss_ns);
+        let stale_after_hold = hold_ns.map_or(0, |h| {
+            sim.view()
+                .setpoints
+                .iter()
+                .filter(|r| r.fingerprint == fp && r.t_ns > h)
+                .count()
+        });
+        let s = Sample {
+            post_ns,
+            reply_ns,
+            admission_ns: secs_to_ns(adm1 - adm0),
+            gate_ns: secs_to_ns(gate1 - gate0),
+            vehicle_ns,
+            converged_ns,
+            loss_ns,
+            hold_ns,
+            stale_after_hold,
+        };
+        // A run whose order does not hold is the harness's error, not a result.
+        let ordered = s.post_ns < s.reply_ns
+            && s.post_ns < s.vehicle_ns
+            && s.vehicle_ns < s.converged_ns
+            && s.converged_ns < s.loss_ns
+            && s.hold_ns.is_none_or(|h| h > s.loss_ns)
+            && s.admission_ns > 0
+            && s.admission_ns < s.reply_ns - s.post_ns;
+        if !ordered {
+            return Err(DemoError(format!(
+                "{rid}: the recorded instants are out of order ({s:?}): the run is refused"
+            )));
+        }
+        samples.push(s);
+    }
+    let _ = c.operator("land", &json!({}));
+    c.wait(30, |c| c.status()["vehicle"]["armed"] == false);
+    Ok(samples)
+}
