@@ -1373,6 +1373,18 @@ fn the_simulator_matches_measured_px4() {
         ));
     }
     got.insert("rate_gcs_position_target_hz", gcs_targets as f64 / 5.0);
+    let mut forwarded = 0;
+    while let Some((h, m)) = p.b.sim.poll_forward_gcs() {
+        forwarded += usize::from(
+            h.system_id == 1
+                && h.component_id == 191
+                && matches!(m, mavlink::dialects::common::MavMessage::HEARTBEAT(_)),
+        );
+    }
+    got.insert(
+        "companion_heartbeat_forwarded_to_gcs",
+        f64::from(u8::from(forwarded >= 4)),
+    );
     // PX4 takes a takeoff while disarmed (and would climb the moment it is armed).
     gcs_command(
         &mut p,
@@ -1511,7 +1523,7 @@ fn the_simulator_matches_measured_px4() {
         );
     }
     println!("px4-facts: {matched}/{} matched", facts.facts.len());
-    assert_eq!(facts.facts.len(), 36, "the measurement file changed");
-    assert_eq!(got.len(), 36, "every fact measured");
+    assert_eq!(facts.facts.len(), 37, "the measurement file changed");
+    assert_eq!(got.len(), 37, "every fact measured");
     assert_eq!(matched, facts.facts.len());
 }

@@ -342,6 +342,9 @@ pub struct Px4Sim {
     /// The ground-station link's own streams (empty until [`Px4Sim::enable_gcs_link`]).
     gcs_streams: Vec<Stream>,
     gcs_outbox: VecDeque<MavMessage>,
+    /// Other systems' heartbeats heard on the offboard link, forwarded to the ground station
+    /// with their own header (measured: PX4 SITL forwards the companion's, sys 1 comp 191).
+    gcs_forward: VecDeque<(MavHeader, MavMessage)>,
     /// The position target the hover error is measured from, and since when the vehicle has
     /// been near it (the error builds up only once it has settled there).
     err_target: [f64; 3],
@@ -439,6 +442,7 @@ impl Px4Sim {
             outbox: VecDeque::new(),
             gcs_streams: Vec::new(),
             gcs_outbox: VecDeque::new(),
+            gcs_forward: VecDeque::new(),
             err_target: [0.0; 3],
             near_since: None,
             log: VecDeque::new(),
@@ -630,6 +634,14 @@ impl Px4Sim {
 
     fn handle_on(&mut self, now_ns: u64, gcs: bool, header: &MavHeader, msg: &MavMessage) {
         self.advance(now_ns);
+        let own = header.system_id == u32::from(self.cfg.system_id)
+            && header.component_id == self.cfg.component_id;
+        if !gcs && !own && !self.gcs_streams.is_empty() && matches!(msg, MavMessage::HEARTBEAT(_)) {
+            if self.gcs_forward.len() >= 64 {
+                self.gcs_forward.pop_front();
+            }
+            self.gcs_forward.push_back((*header, msg.clone()));
+        }
         let ours = |sys: u8, comp: u8| {
             (sys == self.cfg.system_id || sys == 0) && (comp == self.cfg.component_id || comp == 0)
         };
@@ -1457,6 +1469,12 @@ impl Px4Sim {
     /// The next message to send on the ground-station link.
     pub fn poll_transmit_gcs(&mut self) -> Option<MavMessage> {
         self.gcs_outbox.pop_front()
+    }
+
+    /// The next heartbeat of another component to forward to the ground station, with the
+    /// header it came with.
+    pub fn poll_forward_gcs(&mut self) -> Option<(MavHeader, MavMessage)> {
+        self.gcs_forward.pop_front()
     }
 
     /// The header of every message the vehicle sends (the link layer fills the sequence).

@@ -226,6 +226,12 @@ pub async fn run_with_origin(
                     .await;
             }
         }
+        while let Some((h, m)) = sim.poll_forward_gcs() {
+            if let (Some(g), Some(p)) = (gcs.as_ref(), gcs_peer) {
+                let mut seq = h.sequence;
+                let _ = g.send_to(&wire::encode(h, &m, &mut seq), p).await;
+            }
+        }
         while let Some(r) = sim.poll_setpoint() {
             if let Some(w) = log.as_mut() {
                 if let Ok(line) = serde_json::to_string(&r) {
