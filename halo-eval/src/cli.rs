@@ -109,6 +109,15 @@ enum Cmd {
         /// Where each cold start's receipts and setpoint logs go (`cold-N/`).
         #[arg(long, default_value = "target/halo-px4-panels")]
         out: PathBuf,
+        /// Fly a running PX4 at this onboard-link URL instead of the simulator (PX4 SITL:
+        /// `udpin:0.0.0.0:14540`); the evidence is then PX4's own POSITION_TARGET_LOCAL_NED on
+        /// its ground-station link. Each cold start is a fresh service; PX4 is not restarted.
+        #[arg(long)]
+        px4: Option<String>,
+        /// With `--px4`: the UDP port PX4 sends its ground-station stream to (PX4 SITL: 14550;
+        /// close QGroundControl first).
+        #[arg(long, default_value_t = 14550)]
+        gcs_port: u16,
     },
 }
 
@@ -207,11 +216,24 @@ where
             cold_starts,
             per_start,
             out,
-        } => px4_panels(cold_starts, per_start, &out),
+            px4,
+            gcs_port,
+        } => {
+            let peer = match px4 {
+                Some(url) => crate::px4_panels::Peer::Px4 { url, gcs_port },
+                None => crate::px4_panels::Peer::Sim,
+            };
+            px4_panels(cold_starts, per_start, &out, &peer)
+        }
     }
 }
 
-fn px4_panels(cold_starts: usize, per_start: usize, out: &Path) -> i32 {
+fn px4_panels(
+    cold_starts: usize,
+    per_start: usize,
+    out: &Path,
+    peer: &crate::px4_panels::Peer,
+) -> i32 {
     if cold_starts == 0 || per_start == 0 {
         eprintln!("error: --cold-starts and --per-start must be at least 1");
         return EXIT_ERROR;
@@ -226,11 +248,23 @@ fn px4_panels(cold_starts: usize, per_start: usize, out: &Path) -> i32 {
     let Some(rt) = tokio_runtime() else {
         return EXIT_ERROR;
     };
+    let on = match peer {
+        crate::px4_panels::Peer::Sim => "the simulated PX4".to_string(),
+        crate::px4_panels::Peer::Px4 { url, gcs_port } => {
+            format!("the PX4 at {url} (its ground-station stream on UDP {gcs_port})")
+        }
+    };
     println!(
-        "px4 panels: {cold_starts} cold starts x {per_start} actions through the running service on the simulated PX4 ({})",
+        "px4 panels: {cold_starts} cold starts x {per_start} actions through the running service on {on} ({})",
         out.display()
     );
-    match rt.block_on(crate::px4_panels::run(cat, out, cold_starts, per_start)) {
+    match rt.block_on(crate::px4_panels::run(
+        cat,
+        out,
+        cold_starts,
+        per_start,
+        peer,
+    )) {
         Ok(r) => {
             r.print();
             if r.deny_hold_matched() == r.samples.len() {

@@ -23,6 +23,13 @@
 //! run back to back in one flight, as the paper's sessions did. Host times are one clock: the
 //! simulator measures its time from the instant this module hands it, so a setpoint record's
 //! `t_ns` and the agent's timestamps are comparable to the nanosecond.
+//!
+//! Against a real PX4 ([`Peer::Px4`]) the simulator is skipped: each cold start is a fresh
+//! service pointed at the PX4's onboard link (the PX4 itself is not restarted), and the
+//! evidence is PX4's own report of the target its position controller holds,
+//! POSITION_TARGET_LOCAL_NED on its ground-station link (50 Hz on PX4 v1.16 SITL), received by
+//! this runner on the ground-station port and stamped on the same clock. PX4's ULog
+//! `trajectory_setpoint` (5 Hz by default) is the after-the-fact cross-check (docs/px4.md).
 
 #![allow(
     clippy::indexing_slicing,
@@ -39,6 +46,128 @@ use serde_json::{Value, json};
 use crate::core::catalog::Catalog;
 use crate::demo::{Client, DemoError, demo_config, err, feed, stop_service};
 use crate::service::Service;
+
+/// Whose setpoints are the evidence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// The simulated PX4, started per cold start; its controller's own record.
+    Sim,
+    /// A running PX4 (SITL or real) at `url` (the onboard link, e.g. `udpin:0.0.0.0:14540`); its
+    /// POSITION_TARGET_LOCAL_NED and LOCAL_POSITION_NED as it sends them to a ground station
+    /// on UDP port `gcs_port` (PX4 SITL: 14550).
+    Px4 {
+        /// The vehicle URL the service flies.
+        url: String,
+        /// The ground-station port this runner listens on.
+        gcs_port: u16,
+    },
+}
+
+/// What the vehicle took, as one of the two peers reports it: `(t_ns, fingerprint)` in time
+/// order, and where the vehicle is.
+trait Evidence {
+    /// Every target record from `after` on.
+    fn records_after(&self, after: u64) -> Vec<(u64, String)>;
+    /// The vehicle's position, local NED m.
+    fn position(&self) -> Option<[f64; 3]>;
+}
+
+impl Evidence for sitl::sim::udp::SimControl {
+    fn records_after(&self, after: u64) -> Vec<(u64, String)> {
+        self.view()
+            .setpoints
+            .iter()
+            .filter(|r| r.t_ns >= after)
+            .map(|r| (r.t_ns, r.fingerprint.clone()))
+            .collect()
+    }
+    fn position(&self) -> Option<[f64; 3]> {
+        Some(self.view().position)
+    }
+}
+
+/// PX4's reports to a ground station, received on its ground-station port by a thread.
+struct GcsObserver {
+    targets: std::sync::Mutex<Vec<(u64, String)>>,
+    position: std::sync::Mutex<Option<[f64; 3]>>,
+    stop: AtomicBool,
+}
+
+/// At most this many target reports are kept (one hour at 50 Hz).
+const MAX_REPORTS: usize = 180_000;
+
+impl GcsObserver {
+    /// Listens on `port` until [`GcsObserver::stop`]; times are nanoseconds since `origin`.
+    fn start(
+        port: u16,
+        origin: Instant,
+    ) -> Result<(Arc<GcsObserver>, std::thread::JoinHandle<()>), DemoError> {
+        let sock = std::net::UdpSocket::bind(("0.0.0.0", port))
+            .map_err(|e| DemoError(format!("the ground-station port {port}: {e}")))?;
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(err("ground-station socket"))?;
+        let obs = Arc::new(GcsObserver {
+            targets: std::sync::Mutex::new(Vec::new()),
+            position: std::sync::Mutex::new(None),
+            stop: AtomicBool::new(false),
+        });
+        let o = Arc::clone(&obs);
+        let thread = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            while !o.stop.load(Ordering::Relaxed) {
+                let Ok((n, _)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                let t = ns_since(origin);
+                let (msgs, _) = sitl::sim::wire::decode(buf.get(..n).unwrap_or(&[]));
+                for (h, m) in msgs {
+                    if h.component_id != 1 {
+                        continue;
+                    }
+                    o.take(t, &m);
+                }
+            }
+        });
+        Ok((obs, thread))
+    }
+
+    fn take(&self, t: u64, m: &px4_bridge::mavlink::dialects::common::MavMessage) {
+        use px4_bridge::mavlink::dialects::common::MavMessage;
+        match m {
+            MavMessage::POSITION_TARGET_LOCAL_NED(p) if p.x.is_finite() => {
+                let yaw = if p.yaw.is_finite() {
+                    p.yaw.to_degrees()
+                } else {
+                    0.0
+                };
+                let fp = sitl::sim::px4::fingerprint(p.x, p.y, p.z, yaw);
+                if let Ok(mut v) = self.targets.lock() {
+                    if v.len() < MAX_REPORTS {
+                        v.push((t, fp));
+                    }
+                }
+            }
+            MavMessage::LOCAL_POSITION_NED(p) => {
+                if let Ok(mut v) = self.position.lock() {
+                    *v = Some([f64::from(p.x), f64::from(p.y), f64::from(p.z)]);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Evidence for GcsObserver {
+    fn records_after(&self, after: u64) -> Vec<(u64, String)> {
+        self.targets.lock().map_or_else(
+            |_| Vec::new(),
+            |v| v.iter().filter(|(t, _)| *t >= after).cloned().collect(),
+        )
+    }
+    fn position(&self) -> Option<[f64; 3]> {
+        self.position.lock().ok().and_then(|p| *p)
+    }
+}
 
 /// One route action's measurements, host nanoseconds from the cold start's origin.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -203,35 +332,88 @@ pub async fn run(
     out: &Path,
     cold_starts: usize,
     per_start: usize,
+    peer: &Peer,
 ) -> Result<Report, DemoError> {
     let t0 = Instant::now();
     let mut report = Report {
         cold_starts,
         ..Report::default()
     };
+    // One clock for the whole run: the simulator's records, PX4's reports and the agent's
+    // instants are all nanoseconds since `origin`.
+    let origin = t0;
+    let observer = match peer {
+        Peer::Px4 { gcs_port, .. } => Some(GcsObserver::start(*gcs_port, origin)?),
+        Peer::Sim => None,
+    };
+    let result = cold_starts_run(
+        &catalog,
+        out,
+        cold_starts,
+        per_start,
+        peer,
+        origin,
+        observer.as_ref().map(|(o, _)| o),
+    )
+    .await;
+    if let Some((o, thread)) = observer {
+        o.stop.store(true, Ordering::Relaxed);
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    }
+    report.samples = result?;
+    report.wall_s = t0.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+async fn cold_starts_run(
+    catalog: &Catalog,
+    out: &Path,
+    cold_starts: usize,
+    per_start: usize,
+    peer: &Peer,
+    origin: Instant,
+    observer: Option<&Arc<GcsObserver>>,
+) -> Result<Vec<Sample>, DemoError> {
+    let mut all = Vec::new();
     for k in 0..cold_starts {
         let dir = out.join(format!("cold-{k}"));
-        let cfg = demo_config(&dir)?;
-        let origin = Instant::now();
-        let sim_cfg = sitl::sim::px4::SimConfig {
-            seed: 1000 + k as u64,
-            ..sitl::sim::px4::SimConfig::default()
+        let mut cfg = demo_config(&dir)?;
+        let (svc, evidence): (Service, Arc<dyn Evidence + Send + Sync>) = match peer {
+            Peer::Sim => {
+                let sim_cfg = sitl::sim::px4::SimConfig {
+                    seed: 1000 + k as u64,
+                    ..sitl::sim::px4::SimConfig::default()
+                };
+                let (cfg, embedded, vehicle) = crate::embedded::start_px4_at(
+                    cfg,
+                    &dir.join("vehicle-setpoints.jsonl"),
+                    sim_cfg,
+                    origin,
+                )
+                .await
+                .map_err(DemoError)?;
+                let sim = vehicle
+                    .px4()
+                    .cloned()
+                    .ok_or_else(|| DemoError("no embedded simulated PX4".into()))?;
+                let svc = Service::start_with(cfg, catalog.clone(), embedded.keeping(vehicle))
+                    .await
+                    .map_err(err("service"))?;
+                (svc, Arc::new(sim))
+            }
+            Peer::Px4 { url, .. } => {
+                let obs: Arc<dyn Evidence + Send + Sync> = match observer {
+                    Some(o) => Arc::clone(o) as Arc<dyn Evidence + Send + Sync>,
+                    None => return Err(DemoError("no ground-station observer".into())),
+                };
+                cfg.vehicle.url = Some(url.clone());
+                let svc =
+                    Service::start_with(cfg, catalog.clone(), crate::service::Embedded::default())
+                        .await
+                        .map_err(err("service"))?;
+                (svc, obs)
+            }
         };
-        let (cfg, embedded, vehicle) = crate::embedded::start_px4_at(
-            cfg,
-            &dir.join("vehicle-setpoints.jsonl"),
-            sim_cfg,
-            origin,
-        )
-        .await
-        .map_err(DemoError)?;
-        let sim = vehicle
-            .px4()
-            .cloned()
-            .ok_or_else(|| DemoError("no embedded simulated PX4".into()))?;
-        let svc = Service::start_with(cfg, catalog.clone(), embedded.keeping(vehicle))
-            .await
-            .map_err(err("service"))?;
         let map_epoch = Arc::new(AtomicU64::new(7));
         let stop = Arc::new(AtomicBool::new(false));
         let me = Arc::clone(&map_epoch);
@@ -244,30 +426,29 @@ pub async fn run(
         let mut client = Client::for_service(&svc, catalog.clone(), &dir, origin, true)?;
         let me = Arc::clone(&map_epoch);
         let samples = tokio::task::spawn_blocking(move || {
-            flight(&mut client, &sim, &me, origin, k, per_start)
+            flight(&mut client, evidence.as_ref(), &me, origin, k, per_start)
         })
         .await
         .map_err(err("panel script"))?;
         stop.store(true, Ordering::Relaxed);
         let _ = tokio::task::spawn_blocking(move || feeds.join()).await;
         stop_service(svc, &dir).await?;
-        report.samples.extend(samples?);
+        all.extend(samples?);
         println!(
             "  cold start {}/{cold_starts}: {} actions, {:.0} s so far",
             k + 1,
             per_start,
-            t0.elapsed().as_secs_f64()
+            origin.elapsed().as_secs_f64()
         );
     }
-    report.wall_s = t0.elapsed().as_secs_f64();
-    Ok(report)
+    Ok(all)
 }
 
 /// One cold start's flight: take off, then `per_start` actions back to back, each streamed,
 /// observed at the vehicle, then lost to a map epoch change.
 fn flight(
     c: &mut Client,
-    sim: &sitl::sim::udp::SimControl,
+    sim: &dyn Evidence,
     map_epoch: &Arc<AtomicU64>,
     origin: Instant,
     k: usize,
@@ -298,7 +479,10 @@ fn flight(
         return Err(DemoError("the vehicle did not climb to 5 m".into()));
     }
     // Targets a few metres apart around the hover point, in PX4's local frame.
-    let down = sim.view().position[2] - 1.0;
+    let down = sim
+        .position()
+        .ok_or_else(|| DemoError("no position from the vehicle".into()))?[2]
+        - 1.0;
     let mut samples = Vec::new();
     for i in 0..per_start {
         let epoch = map_epoch.load(Ordering::Relaxed);
@@ -337,11 +521,10 @@ fn flight(
         );
         let fp = fingerprint(target);
         let taken = |after: u64| {
-            sim.view()
-                .setpoints
-                .iter()
-                .find(|r| r.fingerprint == fp && r.t_ns >= after)
-                .map(|r| r.t_ns)
+            sim.records_after(after)
+                .into_iter()
+                .find(|(_, f)| *f == fp)
+                .map(|(t, _)| t)
         };
         if !c.wait(10, |_| taken(post_ns).is_some()) {
             return Err(DemoError(format!(
@@ -350,10 +533,13 @@ fn flight(
         }
         let vehicle_ns = taken(post_ns).unwrap_or(0);
         let near = || {
-            let p = sim.view().position;
-            ((p[0] - target[0]).powi(2) + (p[1] - target[1]).powi(2) + (p[2] - target[2]).powi(2))
+            sim.position().is_some_and(|p| {
+                ((p[0] - target[0]).powi(2)
+                    + (p[1] - target[1]).powi(2)
+                    + (p[2] - target[2]).powi(2))
                 .sqrt()
-                < 0.3
+                    < 0.3
+            })
         };
         if !c.wait(15, |_| near()) {
             return Err(DemoError(format!(
@@ -376,20 +562,18 @@ fn flight(
             return Err(DemoError(format!("map update refused: {v}")));
         }
         let hold = |after: u64| {
-            sim.view()
-                .setpoints
-                .iter()
-                .find(|r| r.fingerprint != fp && r.t_ns >= after)
-                .map(|r| r.t_ns)
+            sim.records_after(after)
+                .into_iter()
+                .find(|(_, f)| *f != fp)
+                .map(|(t, _)| t)
         };
         c.wait(3, |_| hold(loss_ns).is_some());
         std::thread::sleep(Duration::from_millis(300));
         let hold_ns = hold(loss_ns);
         let stale_after_hold = hold_ns.map_or(0, |h| {
-            sim.view()
-                .setpoints
+            sim.records_after(h + 1)
                 .iter()
-                .filter(|r| r.fingerprint == fp && r.t_ns > h)
+                .filter(|(_, f)| *f == fp)
                 .count()
         });
         let s = Sample {

@@ -20,9 +20,15 @@ use crate::common;
 async fn deny_hold_and_latency_through_the_running_service() {
     let _timing = common::exclusive();
     let out = std::env::temp_dir().join(format!("halo-px4-panels-{}", std::process::id()));
-    let report = halo_eval::px4_panels::run(common::uav_catalog(), &out, 2, 3)
-        .await
-        .unwrap();
+    let report = halo_eval::px4_panels::run(
+        common::uav_catalog(),
+        &out,
+        2,
+        3,
+        &halo_eval::px4_panels::Peer::Sim,
+    )
+    .await
+    .unwrap();
     report.print();
     assert_eq!((report.cold_starts, report.samples.len()), (2, 6));
     assert_eq!(report.deny_hold_matched(), 6, "{:?}", report.samples);
