@@ -280,6 +280,50 @@ impl Client {
         Ok(())
     }
 
+    /// The operator arms (once PX4 is ready: it refuses while its estimator settles) and takes
+    /// off to `height_m` above home; returns once PX4 hovers there in HOLD. Heights are PX4's
+    /// own (`height_above_home_m`): its local frame's z is not height.
+    ///
+    /// # Errors
+    /// [`DemoError`] when no heartbeat arrives, PX4 refuses to arm for 20 s, refuses the
+    /// takeoff, or does not climb within 30 s.
+    pub(crate) fn arm_and_take_off(&self, height_m: f64) -> Result<(), DemoError> {
+        if !self.wait(10, |c| c.status()["vehicle"]["link_up"] == true) {
+            return Err(DemoError("no heartbeat from the vehicle".into()));
+        }
+        if !self.wait(20, |c| {
+            let ok = c.operator("arm", &json!({})).0 == 200;
+            if !ok {
+                std::thread::sleep(Duration::from_millis(400));
+            }
+            ok
+        }) {
+            return Err(DemoError("PX4 refused to arm".into()));
+        }
+        self.say(&format!(
+            "operator: armed; takeoff to {height_m} m above home"
+        ));
+        let (st, v) = self.operator("takeoff", &json!({"altitude_m": height_m}));
+        if st != 200 {
+            return Err(DemoError(format!("takeoff refused: {v}")));
+        }
+        // PX4 reports the mode at once and the landed state at 2 Hz: wait for both, since
+        // route actions need the vehicle `airborne`.
+        if !self.wait(30, |c| {
+            let v = c.status()["vehicle"].clone();
+            v["height_above_home_m"]
+                .as_f64()
+                .is_some_and(|h| h > height_m - 0.3)
+                && v["mode"] == "AUTO.LOITER"
+                && v["landed_state"] == "in air"
+        }) {
+            return Err(DemoError(format!(
+                "the vehicle did not climb to {height_m} m"
+            )));
+        }
+        Ok(())
+    }
+
     pub(crate) fn wait(&self, secs: u64, mut cond: impl FnMut(&Client) -> bool) -> bool {
         let deadline = Instant::now() + Duration::from_secs(secs);
         while Instant::now() < deadline {
@@ -512,34 +556,8 @@ fn script(
 ) -> Result<Story, DemoError> {
     // Height above the ground, as PX4's local z is not (its ground is off the origin).
     let alt = || sim.view().height_m;
-    if !c.wait(10, |c| c.status()["vehicle"]["link_up"] == true) {
-        return Err(DemoError("no heartbeat from the simulated PX4".into()));
-    }
     // 1. The operator arms (once PX4 is ready) and takes off to 5 m.
-    if !c.wait(20, |c| {
-        let ok = c.operator("arm", &json!({})).0 == 200;
-        if !ok {
-            std::thread::sleep(Duration::from_millis(400));
-        }
-        ok
-    }) {
-        return Err(DemoError("PX4 refused to arm".into()));
-    }
-    c.say("operator: armed; takeoff to 5 m above home");
-    let (st, v) = c.operator("takeoff", &json!({"altitude_m": 5.0}));
-    if st != 200 {
-        return Err(DemoError(format!("takeoff refused: {v}")));
-    }
-    // PX4 reports the mode at once and the landed state at 2 Hz: wait for both, since route
-    // actions need the vehicle `airborne`.
-    if !c.wait(30, |c| {
-        let v = c.status();
-        alt() > 4.8
-            && v["vehicle"]["mode"] == "AUTO.LOITER"
-            && v["vehicle"]["landed_state"] == "in air"
-    }) {
-        return Err(DemoError("the vehicle did not climb to 5 m".into()));
-    }
+    c.arm_and_take_off(5.0)?;
     c.say(&format!("airborne at {:.1} m, PX4 HOLD", alt()));
     std::thread::sleep(Duration::from_millis(600));
 

@@ -59,7 +59,7 @@ impl Sim {
 /// The simulator's socket cannot be bound.
 pub async fn start_px4_at(
     mut cfg: Config,
-    setpoint_log: &Path,
+    setpoint_log: Option<&Path>,
     sim: sitl::sim::px4::SimConfig,
     origin: std::time::Instant,
 ) -> Result<(Config, Embedded, Sim), String> {
@@ -73,9 +73,10 @@ pub async fn start_px4_at(
     let (stop, _) = tokio::sync::broadcast::channel(1);
     let opts = sitl::sim::udp::UdpOptions {
         bind: addr,
+        // Never a well-known port: it speaks only to the bridge that speaks to it.
         remote: None,
         config: sim,
-        setpoint_log: Some(setpoint_log.to_path_buf()),
+        setpoint_log: setpoint_log.map(Path::to_path_buf),
         seed: 11,
         gcs: None,
     };
@@ -113,42 +114,13 @@ pub async fn start(
 ) -> Result<(Config, Embedded, Sim), String> {
     match cfg.vehicle.effective_kind() {
         VehicleKind::Px4 => {
-            let sock = sitl::sim::udp::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-                .await
-                .map_err(|e| format!("embedded simulator socket: {e}"))?;
-            let addr = sock
-                .local_addr()
-                .map_err(|e| format!("embedded simulator socket: {e}"))?;
-            let control = sitl::sim::udp::SimControl::default();
-            let (stop, _) = tokio::sync::broadcast::channel(1);
-            let opts = sitl::sim::udp::UdpOptions {
-                bind: addr,
-                // Never a well-known port: it speaks only to the bridge that speaks to it.
-                remote: None,
-                config: sitl::sim::px4::SimConfig::default(),
-                setpoint_log: setpoint_log.map(Path::to_path_buf),
-                seed: 11,
-                gcs: None,
-            };
-            tokio::spawn(sitl::sim::udp::run(
-                sock,
-                opts,
-                control.clone(),
-                stop.subscribe(),
-            ));
-            cfg.vehicle.url = Some(format!("udpout:{addr}"));
-            Ok((
+            start_px4_at(
                 cfg,
-                Embedded {
-                    note: Some("embedded simulated PX4".into()),
-                    ..Embedded::default()
-                },
-                Sim::Px4 {
-                    control,
-                    addr,
-                    stop,
-                },
-            ))
+                setpoint_log,
+                sitl::sim::px4::SimConfig::default(),
+                std::time::Instant::now(),
+            )
+            .await
         }
         VehicleKind::Crazyflie => {
             let v = sitl::sim::crazyflie::SimCrazyflie::start(

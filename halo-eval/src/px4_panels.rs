@@ -386,7 +386,7 @@ async fn cold_starts_run(
                 };
                 let (cfg, embedded, vehicle) = crate::embedded::start_px4_at(
                     cfg,
-                    &dir.join("vehicle-setpoints.jsonl"),
+                    Some(&dir.join("vehicle-setpoints.jsonl")),
                     sim_cfg,
                     origin,
                 )
@@ -454,30 +454,7 @@ fn flight(
     k: usize,
     per_start: usize,
 ) -> Result<Vec<Sample>, DemoError> {
-    if !c.wait(10, |c| c.status()["vehicle"]["link_up"] == true) {
-        return Err(DemoError("no heartbeat from the simulated PX4".into()));
-    }
-    if !c.wait(20, |c| {
-        let ok = c.operator("arm", &json!({})).0 == 200;
-        if !ok {
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        ok
-    }) {
-        return Err(DemoError("PX4 refused to arm".into()));
-    }
-    let (st, v) = c.operator("takeoff", &json!({"altitude_m": 5.0}));
-    if st != 200 {
-        return Err(DemoError(format!("takeoff refused: {v}")));
-    }
-    if !c.wait(30, |c| {
-        let v = c.status()["vehicle"].clone();
-        v["height_above_home_m"].as_f64().is_some_and(|h| h > 4.7)
-            && v["mode"] == "AUTO.LOITER"
-            && v["landed_state"] == "in air"
-    }) {
-        return Err(DemoError("the vehicle did not climb to 5 m".into()));
-    }
+    c.arm_and_take_off(5.0)?;
     // Targets a few metres apart around the hover point, in PX4's local frame.
     let down = sim
         .position()
