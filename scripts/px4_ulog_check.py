@@ -15,7 +15,8 @@ PX4 logs `trajectory_setpoint` at about 5 Hz by default (SDLOG_PROFILE), so a ta
 held for more than 200 ms to be seen there at all: the runner holds each one until the vehicle
 is within 0.3 m of it (seconds), and the deny-hold replaces it after that. Prints
 `ulog-targets: N/M matched` (M: dispatched targets seen in the logs) and exits 1 when one is
-not.
+not. `--self-test` (no pyulog needed; scripts/test.sh runs it) shows the check catches a
+planted target flown again and passes a clean sequence.
 """
 import argparse
 import glob
@@ -23,8 +24,6 @@ import json
 import math
 import os
 import sys
-
-from pyulog import ULog
 
 
 def fingerprint(x, y, z, yaw_deg):
@@ -38,7 +37,27 @@ def fingerprint(x, y, z, yaw_deg):
     return f"n{r(x * 100)}_e{r(y * 100)}_d{r(z * 100)}_y{1800 if yd == -1800 else yd}"
 
 
+def flown_again(order, dispatched):
+    """The dispatched targets that appear in `order` (fingerprints in log order, runs of the
+    same setpoint collapsed) more than once: flown again after something replaced them."""
+    return {fp for fp in set(order) & dispatched if order.count(fp) > 1}
+
+
+def self_test():
+    a, b, c = "n200_e100_d-580_y0", "n300_e150_d-580_y0", "n1_e2_d-580_y0"
+    cases = [
+        ([a, c, b, c], {a, b}, set()),      # each target replaced by a hold, never back
+        ([a, c, a, b], {a, b}, {a}),        # planted: a flown again after its hold
+    ]
+    matched = sum(flown_again(order, d) == want for order, d, want in cases)
+    print(f"ulog-check-self-test: {matched}/{len(cases)} matched")
+    return 0 if matched == len(cases) else 1
+
+
 def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    from pyulog import ULog  # only for real logs: pip install pyulog
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("logs", nargs="+", help="PX4 .ulg files, or directories holding them")
     ap.add_argument("--runs", default="target/halo-px4-panels",
@@ -71,8 +90,8 @@ def main():
                 order.append(fp)
         for fp in set(order) & dispatched:
             seen[fp] = seen.get(fp, 0) + 1
-            if order.count(fp) > 1:
-                bad[fp] = os.path.basename(f)
+        for fp in flown_again(order, dispatched):
+            bad[fp] = os.path.basename(f)
     matched = len(seen) - len(bad)
     print(f"  {len(files)} logs, {samples} trajectory_setpoint samples with a position, "
           f"{len(dispatched)} dispatched targets, {len(seen)} of them in PX4's logs")

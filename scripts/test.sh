@@ -49,5 +49,9 @@ cargo test --workspace --release --locked -- --nocapture 2>&1 | tee target/test-
 # compiled in, each run through the schedules; counts pinned (docs/conformance.md).
 echo "==> seeded defects (cargo test -p halo-core --features __seeded-defects)"
 scripts/seeded_defects.sh 2>&1 | tee -a target/test-output.txt
+# The oracle that reads a real PX4's ULog (scripts/px4_ulog_check.py) shown to catch a planted
+# target flown again; it needs no PX4 and no pyulog for this.
+echo "==> the ULog check's self-test"
+python3 scripts/px4_ulog_check.py --self-test 2>&1 | tee -a target/test-output.txt
 echo "==> suite summaries"
 grep -E '^[a-z0-9-]+: [0-9]+/[0-9]+ matched' target/test-output.txt || true
