@@ -264,7 +264,9 @@ fn the_running_example_flies_over_http() {
         .and_then(|l| serde_json::from_str::<Value>(l).ok())
         .and_then(|v| v["body"]["detail"]["latency_us"].as_u64())
         .expect("a deny-hold receipt with its latency");
-    println!("  the running example's deny-hold: support lost to the first hold setpoint in {latency} µs");
+    println!(
+        "  the running example's deny-hold: support lost to the first hold setpoint in {latency} µs"
+    );
     assert!(text.contains("\"what\":\"shutdown\""));
     println!("service-example: 1/1 matched");
     let _ = std::fs::remove_dir_all(&dir);
