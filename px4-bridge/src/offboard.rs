@@ -777,6 +777,10 @@ impl Offboard {
                     while let Some(c) = self.commands.poll_transmit() {
                         self.outbox.push_back(MavMessage::COMMAND_LONG(c));
                     }
+                } else if outcome == CommandOutcome::Accepted {
+                    // Armed meanwhile (another link): the arm asked for holds.
+                    let since = self.submitted_at(arm).unwrap_or(since);
+                    self.report(now, arm, Command::Arm, outcome, since);
                 } else {
                     let since = self.submitted_at(arm).unwrap_or(since);
                     self.report(now, arm, Command::Arm, outcome, since);

@@ -36,6 +36,10 @@
 //!   altitude, no link, no home altitude, the contract refuses the takeoff, a full queue),
 //!   when the vehicle answers, or [`COMMAND_DEADLINE`] after they were sent; a shutdown
 //!   cancels what is still pending.
+//! - **Takeoff** (PX4) needs an armed vehicle (PX4 itself accepts a takeoff while disarmed
+//!   and climbs the moment anyone arms it); an acknowledged arm counts as armed until the
+//!   heartbeat says otherwise. A takeoff PX4 accepted must see the vehicle in the air within
+//!   [`TAKEOFF_AIRBORNE_WITHIN`], or it is reported (`takeoff_stalled`).
 //! - **Arrival** (a Crazyflie does not echo targets): a dispatched target counts as observed
 //!   once the vehicle's estimate is within [`ARRIVAL_M`] of it.
 //!
