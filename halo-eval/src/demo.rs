@@ -722,17 +722,14 @@ pub(crate) async fn stop_service(svc: Service, out: &Path) -> Result<(), DemoErr
 /// [`DemoError`] when a step cannot run (sockets, files) or the vehicle does not respond.
 pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummary, DemoError> {
     let cfg = demo_config(out)?;
-    let (cfg, embedded, vehicle) =
-        crate::embedded::start(cfg, Some(&out.join("vehicle-setpoints.jsonl")))
-            .await
-            .map_err(DemoError)?;
-    let sim = vehicle
-        .px4()
-        .cloned()
-        .ok_or_else(|| DemoError("no embedded simulated PX4".into()))?;
-    let svc = Service::start_with(cfg, catalog.clone(), embedded.keeping(vehicle))
-        .await
-        .map_err(err("service"))?;
+    let (svc, sim) = start_on_sim(
+        cfg,
+        &catalog,
+        &out.join("vehicle-setpoints.jsonl"),
+        sitl::sim::px4::SimConfig::default(),
+        Instant::now(),
+    )
+    .await?;
     let t0 = Instant::now();
     if !quiet {
         println!(
@@ -808,6 +805,31 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
         receipts_ok: signed,
         landed: sim.view().on_ground && !sim.view().armed,
     })
+}
+
+/// The service (`run`, in-process) on a fresh simulated PX4 with settings `sim`, the
+/// simulator's own setpoint record at `log` and its clock measured from `origin`.
+///
+/// # Errors
+/// [`DemoError`] when the simulator's socket or the service cannot start.
+pub(crate) async fn start_on_sim(
+    cfg: crate::service::Config,
+    catalog: &Catalog,
+    log: &Path,
+    sim: sitl::sim::px4::SimConfig,
+    origin: Instant,
+) -> Result<(Service, sitl::sim::udp::SimControl), DemoError> {
+    let (cfg, embedded, vehicle) = crate::embedded::start_px4_at(cfg, Some(log), sim, origin)
+        .await
+        .map_err(DemoError)?;
+    let control = vehicle
+        .px4()
+        .cloned()
+        .ok_or_else(|| DemoError("no embedded simulated PX4".into()))?;
+    let svc = Service::start_with(cfg, catalog.clone(), embedded.keeping(vehicle))
+        .await
+        .map_err(err("service"))?;
+    Ok((svc, control))
 }
 
 /// Reads a JSON-lines receipt log.

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::core::catalog::Catalog;
-use crate::demo::{Client, DemoError, demo_config, err, feed, stop_service};
+use crate::demo::{Client, DemoError, demo_config, err, feed, start_on_sim, stop_service};
 use crate::service::Service;
 
 /// Whose setpoints are the evidence.
@@ -384,21 +384,14 @@ async fn cold_starts_run(
                     seed: 1000 + k as u64,
                     ..sitl::sim::px4::SimConfig::default()
                 };
-                let (cfg, embedded, vehicle) = crate::embedded::start_px4_at(
+                let (svc, sim) = start_on_sim(
                     cfg,
-                    Some(&dir.join("vehicle-setpoints.jsonl")),
+                    catalog,
+                    &dir.join("vehicle-setpoints.jsonl"),
                     sim_cfg,
                     origin,
                 )
-                .await
-                .map_err(DemoError)?;
-                let sim = vehicle
-                    .px4()
-                    .cloned()
-                    .ok_or_else(|| DemoError("no embedded simulated PX4".into()))?;
-                let svc = Service::start_with(cfg, catalog.clone(), embedded.keeping(vehicle))
-                    .await
-                    .map_err(err("service"))?;
+                .await?;
                 (svc, Arc::new(sim))
             }
             Peer::Px4 { url, .. } => {
@@ -573,8 +566,17 @@ fn flight(
             && s.admission_ns > 0
             && s.admission_ns < s.reply_ns - s.post_ns;
         if !ordered {
+            let ms = |t: u64| format!("{:.3} ms", t as f64 / 1e6);
             return Err(DemoError(format!(
-                "{rid}: the recorded instants are out of order ({s:?}): the run is refused"
+                "{rid}: the recorded instants are out of order, so the run is refused (POST {}, reply {}, first vehicle setpoint {}, converged {}, map update {}, hold {}; admission {}, gate {})",
+                ms(s.post_ns),
+                ms(s.reply_ns),
+                ms(s.vehicle_ns),
+                ms(s.converged_ns),
+                ms(s.loss_ns),
+                s.hold_ns.map_or_else(|| "none".into(), ms),
+                ms(s.admission_ns),
+                ms(s.gate_ns)
             )));
         }
         samples.push(s);

@@ -762,11 +762,7 @@ impl Offboard {
         command: Command,
         outcome: CommandOutcome,
     ) {
-        let since = self
-            .submitted
-            .iter()
-            .position(|(i, _)| *i == id)
-            .map_or(now, |k| self.submitted.swap_remove(k).1);
+        let since = self.submitted_at(id).unwrap_or(now);
         if let Some((hold, arm)) = self.arm_after_hold {
             if hold == id {
                 self.arm_after_hold = None;

@@ -784,7 +784,7 @@ fn px4_takeoff_needs_an_armed_vehicle_and_must_leave_the_ground() {
             .any(|o| matches!(o, Output::Notice("takeoff_stalled", _)))
     };
     for lifts_off in [false, true] {
-        let mut sup = Supervisor::new(VehicleKind::Px4, "udpin:0.0.0.0:14540", 1, Nanos(0), false);
+        let mut sup = Supervisor::new(VehicleKind::Px4, "udpin:127.0.0.1:0", 1, Nanos(0), false);
         let mut v = FakeVehicle {
             link_up: true,
             ..FakeVehicle::default()
