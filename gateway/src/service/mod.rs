@@ -147,6 +147,8 @@ pub struct Service {
     vehicle_url: String,
     /// What the vehicle is, when the caller said (the evaluation binary's embedded simulator).
     vehicle_note: Option<String>,
+    /// The instant the receipts' `at_ns` counts from.
+    origin: Instant,
     shutdown: watch::Sender<bool>,
     shutdown_rx: watch::Receiver<bool>,
     cmds: mpsc::Sender<task::Cmd>,
@@ -170,6 +172,14 @@ pub struct Embedded {
     pub note: Option<String>,
     /// Kept until the service stops, then dropped (a simulator's stop handle).
     pub guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// Evaluation only: the mechanism variant the core runs (`Full`, the product, when
+    /// absent). No configuration key or flag reaches it; the evaluation binary's mechanism
+    /// panel sets it to measure what each mechanism buys.
+    pub variant: Option<crate::core::Variant>,
+    /// Evaluation only: the final gate runs this long after an action's token is ready rather
+    /// than at once, so a harness can change the world between admission and the gate (the
+    /// HALO paper's late-drift order: admission, mutation, final gate). Absent: at once.
+    pub gate_delay: Option<Duration>,
 }
 
 impl Embedded {
@@ -366,6 +376,8 @@ struct CoreParts {
     signer: crate::audit::Signer,
     previous_head: Option<task::PreviousHead>,
     vehicle_url: String,
+    variant: crate::core::Variant,
+    gate_delay: Option<Duration>,
 }
 
 /// The service task: the protocol core over `catalog`, the mission-contract monitor over `domain`,
@@ -391,7 +403,7 @@ fn build_task(
             receipts: receipts_policy,
             max_live_responses: cfg.limits.max_live_responses,
             done_retention: Nanos::from_ms(cfg.limits.done_retention_ms),
-            ..CoreConfig::default()
+            variant: p.variant,
         },
     );
     Task::new(
@@ -416,6 +428,7 @@ fn build_task(
     })
     .with_previous_head(p.previous_head)
     .with_vehicle_url(&p.vehicle_url)
+    .with_gate_delay(p.gate_delay)
 }
 
 /// Serves the main listener with `state` and the operator's own listener with the same routes
@@ -529,7 +542,15 @@ impl Service {
             crazyflie,
             note: vehicle_note,
             guard,
+            variant,
+            gate_delay,
         } = embedded;
+        if let Some(v) = variant.filter(|v| *v != crate::core::Variant::Full) {
+            tracing::warn!(
+                variant = v.name(),
+                "evaluation: the core runs a reduced mechanism variant, not the product"
+            );
+        }
         let vehicle = match cfg.vehicle.effective_kind() {
             config::VehicleKind::Px4 => start_px4(&cfg, origin, &stop_bridge).await?,
             config::VehicleKind::Crazyflie => {
@@ -584,6 +605,8 @@ impl Service {
                 signer,
                 previous_head,
                 vehicle_url: vehicle_url.clone(),
+                variant: variant.unwrap_or_default(),
+                gate_delay,
             },
         );
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -623,6 +646,7 @@ impl Service {
             audit_public_key,
             vehicle_url,
             vehicle_note,
+            origin,
             shutdown,
             shutdown_rx,
             cmds: cmd_tx,
@@ -633,6 +657,11 @@ impl Service {
             bridge,
             guard,
         })
+    }
+
+    /// The instant the service's monotonic clock (the receipts' `at_ns`) counts from.
+    pub fn origin(&self) -> Instant {
+        self.origin
     }
 
     /// The bound HTTP address.

@@ -382,6 +382,11 @@ pub struct Task {
     next_sync: u64,
     /// The epoch of the vehicle's own sources: 1 for PX4; a Crazyflie's connection count.
     vehicle_epoch: u64,
+    /// Evaluation only: how long after a token is polled its final gate runs.
+    gate_delay: Option<Duration>,
+    /// Evaluation only: tokens waiting for their gate, in polling order (bounded by the core's
+    /// live tokens).
+    deferred: std::collections::VecDeque<(Instant, crate::core::DispatchToken)>,
 }
 
 /// Unix ms now.
@@ -462,6 +467,8 @@ impl Task {
             synced,
             next_sync: 0,
             vehicle_epoch: 1,
+            gate_delay: None,
+            deferred: std::collections::VecDeque::new(),
         }
     }
 
@@ -484,6 +491,14 @@ impl Task {
     #[must_use]
     pub fn with_full_action(mut self, action: FullAction) -> Task {
         self.sup = self.sup.with_full_action(action);
+        self
+    }
+
+    /// Evaluation only: gates each ready token `delay` after it was polled (see
+    /// `Embedded::gate_delay`).
+    #[must_use]
+    pub fn with_gate_delay(mut self, delay: Option<Duration>) -> Task {
+        self.gate_delay = delay;
         self
     }
 
@@ -526,25 +541,50 @@ impl Task {
                 progressed = true;
             }
             while let Some(tok) = self.gw.poll_dispatch() {
-                let t0 = Instant::now();
-                let out =
-                    self.gw
-                        .final_gate_with(self.now(), tok, &mut self.adapter, &mut self.monitor);
-                self.metrics
-                    .gate_seconds
-                    .observe(t0.elapsed().as_secs_f64());
-                for (binding, what) in self.adapter.take_enqueued() {
-                    self.sup.handle_enqueued(binding, what);
+                if let Some(d) = self.gate_delay {
+                    self.deferred.push_back((Instant::now() + d, tok));
+                    continue;
                 }
-                self.supervised();
-                self.contract_receipts();
-                self.on_gate(&out);
+                self.gate(tok);
+                progressed = true;
+            }
+            while self
+                .deferred
+                .front()
+                .is_some_and(|(at, _)| *at <= Instant::now())
+            {
+                if let Some((_, tok)) = self.deferred.pop_front() {
+                    self.gate(tok);
+                }
                 progressed = true;
             }
             if !progressed {
                 break;
             }
         }
+        self.after_gates();
+    }
+
+    /// The final gate for one ready token, and what follows it at once.
+    fn gate(&mut self, tok: crate::core::DispatchToken) {
+        let t0 = Instant::now();
+        let out = self
+            .gw
+            .final_gate_with(self.now(), tok, &mut self.adapter, &mut self.monitor);
+        self.metrics
+            .gate_seconds
+            .observe(t0.elapsed().as_secs_f64());
+        for (binding, what) in self.adapter.take_enqueued() {
+            self.sup.handle_enqueued(binding, what);
+        }
+        self.supervised();
+        self.contract_receipts();
+        self.on_gate(&out);
+    }
+
+    /// After the gates of a pump: ended streams released, receipts written, then what the
+    /// gates staged handed to the bridge.
+    fn after_gates(&mut self) {
         // Streams the supervisor ended (replaced, held, expired) no longer watch their support.
         for b in std::mem::take(&mut self.ended) {
             if let Some((r, c)) = self.adapter.attribute(&b) {
@@ -1044,7 +1084,10 @@ impl Task {
                 .map_or(Duration::from_millis(100), |t| {
                     Duration::from_nanos(t.0.saturating_sub(now.0))
                 })
-                .min(Duration::from_millis(100));
+                .min(Duration::from_millis(100))
+                .min(self.deferred.front().map_or(Duration::MAX, |(at, _)| {
+                    at.saturating_duration_since(Instant::now())
+                }));
             self.metrics
                 .input_queue_depth
                 .set(i64::try_from(cmds.len()).unwrap_or(i64::MAX));
