@@ -1,12 +1,30 @@
 #!/usr/bin/env bash
-# The PX4 panels through the running service (`deny-hold`, `px4-latency`) at their size: 10
-# cold starts (a fresh simulated PX4 over UDP and a fresh service each) of 4 route actions
-# back to back. About 40 s per cold start on two cores. CI runs 2 cold starts of 3 actions
-# (halo-eval/tests/eval/px4_panels.rs). The results are in docs/conformance.md.
+# The PX4 panels through the running service, at their size: per cold start a fresh simulated
+# PX4 over UDP and a fresh `halo-gateway run`, an agent and providers over HTTP, the vehicle's
+# own record of the setpoints it took as the evidence. The results are in docs/conformance.md.
+#
+#   deny-hold, px4-latency   COLD_STARTS x ACTIONS route actions, each lost while it streams
+#                            (about 40 s per cold start of 4 on two cores)
+#   px4-profiles             COLD_STARTS x 41 support-profile conditions (about 97 s each)
+#   recovery-routes          COLD_STARTS x 48 routes and 6 controls (about 80 s each)
+#
+# CI runs a slice of each (halo-eval/tests/eval/px4_panels.rs). Add `--px4 URL` through
+# PANEL_ARGS to fly a running PX4 instead (docs/px4.md).
 #
 #   scripts/px4_panels.sh [COLD_STARTS] [ACTIONS_PER_START]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-start=$(date +%s)
-cargo run --release --quiet -p halo-eval -- px4-panels --cold-starts "${1:-10}" --per-start "${2:-4}"
-echo "wall time: $(( $(date +%s) - start )) s"
+n="${1:-10}"
+read -r -a extra <<< "${PANEL_ARGS:-}"
+cargo build --release --quiet -p halo-eval
+bin=target/release/halo-eval
+rc=0
+panel() {
+  local start=$(date +%s)
+  "$bin" "$@" "${extra[@]}" || rc=$?
+  echo "$1 wall time: $(( $(date +%s) - start )) s"
+}
+panel px4-panels --cold-starts "$n" --per-start "${2:-4}"
+panel px4-profiles --cold-starts "$n"
+panel recovery-routes --cold-starts "$n"
+exit "$rc"

@@ -119,6 +119,46 @@ enum Cmd {
         #[arg(long, default_value_t = 14550)]
         gcs_port: u16,
     },
+    /// The UAV support-profile panel through the running service (`px4-profiles`): 11
+    /// age-of-information and 30 Part 107-informed conditions (halo-eval/data/px4-profiles.json)
+    /// back to back in one flight per cold start, each a route action whose decision, whose
+    /// presence or absence among the setpoints the vehicle took, and whose recovery are checked
+    /// against the data file. Exit 0 when every condition matched, 2 when not.
+    Px4Profiles {
+        /// Cold starts.
+        #[arg(long, default_value_t = 10)]
+        cold_starts: usize,
+        /// Where each cold start's receipts and setpoint logs go (`cold-N/`).
+        #[arg(long, default_value = "target/halo-px4-profiles")]
+        out: PathBuf,
+        /// Fly a running PX4 at this onboard-link URL instead of the simulator, as for
+        /// `px4-panels` (the battery condition needs the simulator and is not run).
+        #[arg(long)]
+        px4: Option<String>,
+        /// With `--px4`: the UDP port PX4 sends its ground-station stream to.
+        #[arg(long, default_value_t = 14550)]
+        gcs_port: u16,
+    },
+    /// The recovery-route panel through the running service (`recovery-routes`): 24 ways a
+    /// component is withheld (halo-eval/data/recovery-routes.json), each alone and with a
+    /// dependent status (48 routes), executable or terminal by the catalog's recovery lists,
+    /// then six controls (five reuses of a prior authorization, one out-of-scope candidate).
+    /// Exit 0 when every route matched and every control was refused, 2 when not.
+    RecoveryRoutes {
+        /// Cold starts.
+        #[arg(long, default_value_t = 10)]
+        cold_starts: usize,
+        /// Where each cold start's receipts and setpoint logs go (`cold-N/`).
+        #[arg(long, default_value = "target/halo-recovery-routes")]
+        out: PathBuf,
+        /// Fly a running PX4 at this onboard-link URL instead of the simulator, as for
+        /// `px4-panels`.
+        #[arg(long)]
+        px4: Option<String>,
+        /// With `--px4`: the UDP port PX4 sends its ground-station stream to.
+        #[arg(long, default_value_t = 14550)]
+        gcs_port: u16,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -225,6 +265,30 @@ where
             };
             px4_panels(cold_starts, per_start, &out, &peer)
         }
+        Cmd::Px4Profiles {
+            cold_starts,
+            out,
+            px4,
+            gcs_port,
+        } => {
+            let peer = match px4 {
+                Some(url) => crate::px4_panels::Peer::Px4 { url, gcs_port },
+                None => crate::px4_panels::Peer::Sim,
+            };
+            px4_profiles(cold_starts, &out, &peer)
+        }
+        Cmd::RecoveryRoutes {
+            cold_starts,
+            out,
+            px4,
+            gcs_port,
+        } => {
+            let peer = match px4 {
+                Some(url) => crate::px4_panels::Peer::Px4 { url, gcs_port },
+                None => crate::px4_panels::Peer::Sim,
+            };
+            recovery_routes(cold_starts, &out, &peer)
+        }
     }
 }
 
@@ -248,12 +312,7 @@ fn px4_panels(
     let Some(rt) = tokio_runtime() else {
         return EXIT_ERROR;
     };
-    let on = match peer {
-        crate::px4_panels::Peer::Sim => "the simulated PX4".to_string(),
-        crate::px4_panels::Peer::Px4 { url, gcs_port } => {
-            format!("the PX4 at {url} (its ground-station stream on UDP {gcs_port})")
-        }
-    };
+    let on = peer_text(peer);
     println!(
         "px4 panels: {cold_starts} cold starts x {per_start} actions through the running service on {on} ({})",
         out.display()
@@ -276,6 +335,80 @@ fn px4_panels(
         Err(e) => {
             eprintln!("error: {e}");
             EXIT_ERROR
+        }
+    }
+}
+
+fn px4_profiles(cold_starts: usize, out: &Path, peer: &crate::px4_panels::Peer) -> i32 {
+    if cold_starts == 0 {
+        eprintln!("error: --cold-starts must be at least 1");
+        return EXIT_ERROR;
+    }
+    let cat = match catalog_or_embedded(None) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let Some(rt) = tokio_runtime() else {
+        return EXIT_ERROR;
+    };
+    println!(
+        "px4-profiles: {cold_starts} cold starts of 41 conditions through the running service on {} ({})",
+        peer_text(peer),
+        out.display()
+    );
+    match rt.block_on(crate::px4_profiles::run(cat, out, cold_starts, peer)) {
+        Ok(r) => {
+            r.print();
+            let (m, n) = r.matched();
+            if m == n { EXIT_OK } else { 2 }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_ERROR
+        }
+    }
+}
+
+fn recovery_routes(cold_starts: usize, out: &Path, peer: &crate::px4_panels::Peer) -> i32 {
+    if cold_starts == 0 {
+        eprintln!("error: --cold-starts must be at least 1");
+        return EXIT_ERROR;
+    }
+    let Some(rt) = tokio_runtime() else {
+        return EXIT_ERROR;
+    };
+    println!(
+        "recovery-routes: {cold_starts} cold starts of 48 routes and 6 controls through the running service on {} ({})",
+        peer_text(peer),
+        out.display()
+    );
+    match rt.block_on(crate::recovery_routes::run(
+        halo_gateway::io::EMBEDDED_CATALOG,
+        out,
+        cold_starts,
+        peer,
+    )) {
+        Ok(r) => {
+            r.print();
+            let (m, n) = r.matched();
+            let (c, cn) = r.controls_refused();
+            if m == n && c == cn { EXIT_OK } else { 2 }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_ERROR
+        }
+    }
+}
+
+fn peer_text(peer: &crate::px4_panels::Peer) -> String {
+    match peer {
+        crate::px4_panels::Peer::Sim => "the simulated PX4".to_string(),
+        crate::px4_panels::Peer::Px4 { url, gcs_port } => {
+            format!("the PX4 at {url} (its ground-station stream on UDP {gcs_port})")
         }
     }
 }

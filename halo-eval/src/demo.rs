@@ -205,6 +205,8 @@ impl Client {
         let auth = format!("Bearer {token}");
         let r = if method == "GET" {
             self.http.get(&url).header("Authorization", &auth).call()
+        } else if method == "DELETE" {
+            self.http.delete(&url).header("Authorization", &auth).call()
         } else {
             self.http
                 .post(&url)
@@ -819,9 +821,35 @@ pub(crate) async fn start_on_sim(
     sim: sitl::sim::px4::SimConfig,
     origin: Instant,
 ) -> Result<(Service, sitl::sim::udp::SimControl), DemoError> {
-    let (cfg, embedded, vehicle) = crate::embedded::start_px4_at(cfg, Some(log), sim, origin)
+    start_on_sim_as(cfg, catalog, log, sim, origin, &Eval::default()).await
+}
+
+/// Evaluation-only settings of a service start (see `halo_gateway::service::Embedded`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Eval {
+    /// The mechanism variant the core runs (`Full` when absent).
+    pub variant: Option<crate::core::Variant>,
+    /// How long after a token is ready its final gate runs (at once when absent).
+    pub gate_delay: Option<Duration>,
+}
+
+/// [`start_on_sim`] with evaluation-only settings.
+///
+/// # Errors
+/// [`DemoError`] when the simulator or the service cannot start.
+pub(crate) async fn start_on_sim_as(
+    cfg: crate::service::Config,
+    catalog: &Catalog,
+    log: &Path,
+    sim: sitl::sim::px4::SimConfig,
+    origin: Instant,
+    eval: &Eval,
+) -> Result<(Service, sitl::sim::udp::SimControl), DemoError> {
+    let (cfg, mut embedded, vehicle) = crate::embedded::start_px4_at(cfg, Some(log), sim, origin)
         .await
         .map_err(DemoError)?;
+    embedded.variant = eval.variant;
+    embedded.gate_delay = eval.gate_delay;
     let control = vehicle
         .px4()
         .cloned()

@@ -35,5 +35,7 @@ pub mod demo;
 pub mod embedded;
 pub mod fuzzing;
 pub mod px4_panels;
+pub mod px4_profiles;
+pub mod recovery_routes;
 pub mod replay;
 pub mod transfer;

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::core::catalog::Catalog;
-use crate::demo::{Client, DemoError, demo_config, err, feed, start_on_sim, stop_service};
+use crate::demo::{Client, DemoError, demo_config, err, feed, stop_service};
 use crate::service::Service;
 
 /// Whose setpoints are the evidence.
@@ -65,11 +65,16 @@ pub enum Peer {
 
 /// What the vehicle took, as one of the two peers reports it: `(t_ns, fingerprint)` in time
 /// order, and where the vehicle is.
-trait Evidence {
+pub(crate) trait Evidence {
     /// Every target record from `after` on.
     fn records_after(&self, after: u64) -> Vec<(u64, String)>;
     /// The vehicle's position, local NED m.
     fn position(&self) -> Option<[f64; 3]>;
+    /// Makes the vehicle report `pct` percent of battery from now on; false when this peer
+    /// cannot (a real PX4).
+    fn set_battery(&self, _pct: f64) -> bool {
+        false
+    }
 }
 
 impl Evidence for sitl::sim::udp::SimControl {
@@ -84,13 +89,16 @@ impl Evidence for sitl::sim::udp::SimControl {
     fn position(&self) -> Option<[f64; 3]> {
         Some(self.view().position)
     }
+    fn set_battery(&self, pct: f64) -> bool {
+        self.set_battery.lock().map(|mut b| *b = Some(pct)).is_ok()
+    }
 }
 
 /// PX4's reports to a ground station, received on its ground-station port by a thread.
-struct GcsObserver {
+pub(crate) struct GcsObserver {
     targets: std::sync::Mutex<Vec<(u64, String)>>,
     position: std::sync::Mutex<Option<[f64; 3]>>,
-    stop: AtomicBool,
+    pub(crate) stop: AtomicBool,
 }
 
 /// At most this many target reports are kept (one hour at 50 Hz).
@@ -98,7 +106,7 @@ const MAX_REPORTS: usize = 180_000;
 
 impl GcsObserver {
     /// Listens on `port` until [`GcsObserver::stop`]; times are nanoseconds since `origin`.
-    fn start(
+    pub(crate) fn start(
         port: u16,
         origin: Instant,
     ) -> Result<(Arc<GcsObserver>, std::thread::JoinHandle<()>), DemoError> {
@@ -266,7 +274,7 @@ impl Report {
 type Row = (&'static str, fn(&Sample) -> u64);
 
 /// The `q` quantile (nearest rank) of `v`, 0 when empty.
-fn quantile(v: &mut [f64], q: f64) -> f64 {
+pub(crate) fn quantile(v: &mut [f64], q: f64) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
@@ -281,7 +289,7 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
     v.get(rank - 1).copied().unwrap_or(0.0)
 }
 
-fn ns_since(origin: Instant) -> u64 {
+pub(crate) fn ns_since(origin: Instant) -> u64 {
     u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
@@ -289,7 +297,7 @@ fn ns_since(origin: Instant) -> u64 {
     clippy::cast_possible_truncation,
     reason = "as the bridge sends them (f32)"
 )]
-fn fingerprint(t: [f64; 4]) -> String {
+pub(crate) fn fingerprint(t: [f64; 4]) -> String {
     sitl::sim::px4::fingerprint(t[0] as f32, t[1] as f32, t[2] as f32, t[3] as f32)
 }
 
@@ -377,36 +385,16 @@ async fn cold_starts_run(
     let mut all = Vec::new();
     for k in 0..cold_starts {
         let dir = out.join(format!("cold-{k}"));
-        let mut cfg = demo_config(&dir)?;
-        let (svc, evidence): (Service, Arc<dyn Evidence + Send + Sync>) = match peer {
-            Peer::Sim => {
-                let sim_cfg = sitl::sim::px4::SimConfig {
-                    seed: 1000 + k as u64,
-                    ..sitl::sim::px4::SimConfig::default()
-                };
-                let (svc, sim) = start_on_sim(
-                    cfg,
-                    catalog,
-                    &dir.join("vehicle-setpoints.jsonl"),
-                    sim_cfg,
-                    origin,
-                )
-                .await?;
-                (svc, Arc::new(sim))
-            }
-            Peer::Px4 { url, .. } => {
-                let obs: Arc<dyn Evidence + Send + Sync> = match observer {
-                    Some(o) => Arc::clone(o) as Arc<dyn Evidence + Send + Sync>,
-                    None => return Err(DemoError("no ground-station observer".into())),
-                };
-                cfg.vehicle.url = Some(url.clone());
-                let svc =
-                    Service::start_with(cfg, catalog.clone(), crate::service::Embedded::default())
-                        .await
-                        .map_err(err("service"))?;
-                (svc, obs)
-            }
-        };
+        let (svc, evidence) = cold_start(
+            peer,
+            catalog,
+            &dir,
+            k,
+            origin,
+            observer,
+            &crate::demo::Eval::default(),
+        )
+        .await?;
         let map_epoch = Arc::new(AtomicU64::new(7));
         let stop = Arc::new(AtomicBool::new(false));
         let me = Arc::clone(&map_epoch);
@@ -435,6 +423,58 @@ async fn cold_starts_run(
         );
     }
     Ok(all)
+}
+
+/// A fresh service for cold start `k` writing under `dir`, flying the peer: a fresh simulated
+/// PX4 (seed `1000 + k`: its own ground offset and heartbeat phase) or the running PX4 whose
+/// reports `observer` receives. Returns the service and the evidence of what the vehicle took.
+///
+/// # Errors
+/// [`DemoError`] when the simulator or the service cannot start.
+pub(crate) async fn cold_start(
+    peer: &Peer,
+    catalog: &Catalog,
+    dir: &Path,
+    k: usize,
+    origin: Instant,
+    observer: Option<&Arc<GcsObserver>>,
+    eval: &crate::demo::Eval,
+) -> Result<(Service, Arc<dyn Evidence + Send + Sync>), DemoError> {
+    let mut cfg = demo_config(dir)?;
+    Ok(match peer {
+        Peer::Sim => {
+            let sim_cfg = sitl::sim::px4::SimConfig {
+                seed: 1000 + k as u64,
+                ..sitl::sim::px4::SimConfig::default()
+            };
+            let (svc, sim) = crate::demo::start_on_sim_as(
+                cfg,
+                catalog,
+                &dir.join("vehicle-setpoints.jsonl"),
+                sim_cfg,
+                origin,
+                eval,
+            )
+            .await?;
+            (svc, Arc::new(sim))
+        }
+        Peer::Px4 { url, .. } => {
+            let obs: Arc<dyn Evidence + Send + Sync> = match observer {
+                Some(o) => Arc::clone(o) as Arc<dyn Evidence + Send + Sync>,
+                None => return Err(DemoError("no ground-station observer".into())),
+            };
+            cfg.vehicle.url = Some(url.clone());
+            let embedded = crate::service::Embedded {
+                variant: eval.variant,
+                gate_delay: eval.gate_delay,
+                ..crate::service::Embedded::default()
+            };
+            let svc = Service::start_with(cfg, catalog.clone(), embedded)
+                .await
+                .map_err(err("service"))?;
+            (svc, obs)
+        }
+    })
 }
 
 /// One cold start's flight: take off, then `per_start` actions back to back, each streamed,

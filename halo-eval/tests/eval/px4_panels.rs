@@ -38,3 +38,137 @@ async fn deny_hold_and_latency_through_the_running_service() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `px4-profiles`, the CI slice: one cold start of all 41 conditions (`scripts/px4_panels.sh`
+/// runs 10). The denominators are the data file's, pinned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(
+    clippy::await_holding_lock,
+    reason = "the lock only orders this binary's tests; no task of this runtime takes it"
+)]
+async fn support_profiles_through_the_running_service() {
+    let _timing = common::exclusive();
+    let out = std::env::temp_dir().join(format!("halo-px4-profiles-{}", std::process::id()));
+    let report = halo_eval::px4_profiles::run(
+        common::uav_catalog(),
+        &out,
+        1,
+        &halo_eval::px4_panels::Peer::Sim,
+    )
+    .await
+    .unwrap();
+    report.print();
+    assert_eq!(report.matched(), (41, 41));
+    // (matched, runs, admitted seen, admitted, denied seen, denied, fresh recoveries, recoveries)
+    assert_eq!(report.counts(Some("aoi")), (11, 11, 6, 6, 0, 5, 1, 1));
+    assert_eq!(
+        report.counts(Some("part107")),
+        (30, 30, 10, 10, 0, 20, 5, 5)
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The panel is shown to catch a planted defect: the same AUTH-2 conditions against a catalog
+/// whose route action lost its airspace rule. The four actions the data file expects withheld
+/// are dispatched and taken by the vehicle, and the panel says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(
+    clippy::await_holding_lock,
+    reason = "the lock only orders this binary's tests; no task of this runtime takes it"
+)]
+async fn support_profiles_catch_a_catalog_without_its_airspace_rule() {
+    let _timing = common::exclusive();
+    let path = common::repo_root().join("catalogs/uav-px4.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let rule = "  { kind = \"flag\", source = \"airspace\", code = \"AIRSPACE_NOT_AUTHORIZED\" },    # AUTH-2\n";
+    assert_eq!(text.matches(rule).count(), 1, "the rule to remove");
+    let defective =
+        halo_core::catalog::Catalog::parse(&text.replace(rule, ""), "defective").unwrap();
+    let out = std::env::temp_dir().join(format!("halo-px4-defect-{}", std::process::id()));
+    let report = halo_eval::px4_profiles::run_selected(
+        defective,
+        &out,
+        1,
+        &halo_eval::px4_panels::Peer::Sim,
+        |c| c.profile == "AUTH-2",
+    )
+    .await
+    .unwrap();
+    report.print();
+    assert_eq!(report.matched(), (2, 6));
+    // Every withheld expectation now reached the vehicle; the recovery had nothing to recover.
+    assert_eq!(report.counts(None), (2, 6, 2, 2, 4, 4, 0, 1));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `recovery-routes`, the CI slice: one cold start of the 48 routes and the six controls
+/// (`scripts/px4_panels.sh` runs 10). Executable or terminal comes from the runner's own
+/// reading of the catalog; the counts are pinned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(
+    clippy::await_holding_lock,
+    reason = "the lock only orders this binary's tests; no task of this runtime takes it"
+)]
+async fn recovery_routes_through_the_running_service() {
+    let _timing = common::exclusive();
+    let text = std::fs::read_to_string(common::repo_root().join("catalogs/uav-px4.toml")).unwrap();
+    let out = std::env::temp_dir().join(format!("halo-recovery-routes-{}", std::process::id()));
+    let report = halo_eval::recovery_routes::run(&text, &out, 1, &halo_eval::px4_panels::Peer::Sim)
+        .await
+        .unwrap();
+    report.print();
+    assert_eq!(report.matched(), (48, 48));
+    assert_eq!(report.executable(), (36, 36));
+    assert_eq!(report.terminal(), (12, 12));
+    assert_eq!(report.unauthorized(), 0);
+    assert_eq!(report.controls_refused(), (6, 6));
+    let codes: Vec<&str> = report.controls.iter().map(|c| c.code.as_str()).collect();
+    assert_eq!(
+        codes,
+        [
+            "DUPLICATE_RESPONSE",
+            "OBLIGATION_NOT_LIVE",
+            "GENERATION_STALE",
+            "CANDIDATE_NOT_SUPPORTED",
+            "CANDIDATE_NOT_SUPPORTED",
+            "OUT_OF_SCOPE"
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The route panel is shown to catch a planted defect: a gateway whose catalog grants recovery
+/// for a missing claim (terminal by the catalog the runner reads) owes the agent an obligation
+/// it must not, and the panel says so for each claim-missing route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(
+    clippy::await_holding_lock,
+    reason = "the lock only orders this binary's tests; no task of this runtime takes it"
+)]
+async fn recovery_routes_catch_a_gateway_that_recovers_a_terminal_reason() {
+    let _timing = common::exclusive();
+    let text = std::fs::read_to_string(common::repo_root().join("catalogs/uav-px4.toml")).unwrap();
+    let list = "recoverable = [\n  \"SOURCE_MISSING\", \"STALE_SOURCE\",";
+    assert_eq!(text.matches(list).count(), 1, "the route action's list");
+    let defective = text.replace(
+        list,
+        "recoverable = [\n  \"CLAIM_MISSING\", \"SOURCE_MISSING\", \"STALE_SOURCE\",",
+    );
+    let out = std::env::temp_dir().join(format!("halo-routes-defect-{}", std::process::id()));
+    let report = halo_eval::recovery_routes::run_with(
+        &defective,
+        &text,
+        &out,
+        1,
+        &halo_eval::px4_panels::Peer::Sim,
+        |name| name.ends_with("-claim-missing"),
+    )
+    .await
+    .unwrap();
+    report.print();
+    // Three claims, alone and with a status: each now withheld with an obligation.
+    assert_eq!(report.matched(), (0, 6));
+    assert_eq!(report.terminal(), (0, 6));
+    assert_eq!(report.unauthorized(), 0);
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -30,6 +30,9 @@ pub struct SimControl {
     pub drop_ppm: Arc<AtomicU32>,
     /// The ground-station port once bound (0 before, or without one).
     pub gcs_port: Arc<AtomicU32>,
+    /// A battery charge to report from now on, percent (taken by the simulator's next turn;
+    /// it then drains from there as before).
+    pub set_battery: Arc<Mutex<Option<f64>>>,
     view: Arc<Mutex<SimView>>,
 }
 
@@ -200,6 +203,9 @@ pub async fn run_with_origin(
             }
         }
         let t = now();
+        if let Some(pct) = control.set_battery.lock().ok().and_then(|mut b| b.take()) {
+            sim.set_battery_pct(pct);
+        }
         let delay = control.delay_ms.load(Ordering::Relaxed) * 1_000_000;
         while let Some(m) = sim.poll_transmit() {
             delayed.push_back((t + delay, wire::encode(sim.header(), &m, &mut seq)));
