@@ -7,6 +7,9 @@
 #                            (about 40 s per cold start of 4 on two cores)
 #   px4-profiles             COLD_STARTS x 41 support-profile conditions (about 97 s each)
 #   recovery-routes          COLD_STARTS x 48 routes and 6 controls (about 80 s each)
+#   px4-mechanisms           COLD_STARTS x 12 conditions x the paper's 4 variants, a fresh
+#                            simulator and service per variant (about 220 s per cold start;
+#                            MECHANISM_ARGS=--all-variants runs all eight)
 #
 # CI runs a slice of each (halo-eval/tests/eval/px4_panels.rs). Add `--px4 URL` through
 # PANEL_ARGS to fly a running PX4 instead (docs/px4.md).
@@ -27,4 +30,6 @@ panel() {
 panel px4-panels --cold-starts "$n" --per-start "${2:-4}"
 panel px4-profiles --cold-starts "$n"
 panel recovery-routes --cold-starts "$n"
+read -r -a mech <<< "${MECHANISM_ARGS:-}"
+panel px4-mechanisms --cold-starts "$n" "${mech[@]}"
 exit "$rc"

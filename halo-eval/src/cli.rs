@@ -139,6 +139,30 @@ enum Cmd {
         #[arg(long, default_value_t = 14550)]
         gcs_port: u16,
     },
+    /// The mechanism panel through the running service (`px4-mechanisms`, the HALO paper's
+    /// Table 12): the 12 shared conditions of the `mechanisms` suite through `halo-gateway run`
+    /// running as each mechanism variant (an evaluation-only setting), a fresh simulated PX4
+    /// and service per variant and cold start. Exit 0 when under Full exactly the supported
+    /// components proceeded in every run, 2 when not.
+    Px4Mechanisms {
+        /// Cold starts.
+        #[arg(long, default_value_t = 10)]
+        cold_starts: usize,
+        /// Run every variant of the core (eight) rather than the paper's four (WholeResponse,
+        /// IndependentFilter, AdmissionOnly, Full).
+        #[arg(long)]
+        all_variants: bool,
+        /// Where each run's receipts and setpoint logs go (`cold-N-VARIANT/`).
+        #[arg(long, default_value = "target/halo-px4-mechanisms")]
+        out: PathBuf,
+        /// Fly a running PX4 at this onboard-link URL instead of the simulator, as for
+        /// `px4-panels`.
+        #[arg(long)]
+        px4: Option<String>,
+        /// With `--px4`: the UDP port PX4 sends its ground-station stream to.
+        #[arg(long, default_value_t = 14550)]
+        gcs_port: u16,
+    },
     /// The recovery-route panel through the running service (`recovery-routes`): 24 ways a
     /// component is withheld (halo-eval/data/recovery-routes.json), each alone and with a
     /// dependent status (48 routes), executable or terminal by the catalog's recovery lists,
@@ -277,6 +301,24 @@ where
             };
             px4_profiles(cold_starts, &out, &peer)
         }
+        Cmd::Px4Mechanisms {
+            cold_starts,
+            all_variants,
+            out,
+            px4,
+            gcs_port,
+        } => {
+            let peer = match px4 {
+                Some(url) => crate::px4_panels::Peer::Px4 { url, gcs_port },
+                None => crate::px4_panels::Peer::Sim,
+            };
+            let variants: &[crate::core::Variant] = if all_variants {
+                &crate::core::Variant::ALL
+            } else {
+                &crate::px4_mechanisms::TABLE_12
+            };
+            px4_mechanisms(cold_starts, variants, &out, &peer)
+        }
         Cmd::RecoveryRoutes {
             cold_starts,
             out,
@@ -360,6 +402,51 @@ fn px4_profiles(cold_starts: usize, out: &Path, peer: &crate::px4_panels::Peer) 
         out.display()
     );
     match rt.block_on(crate::px4_profiles::run(cat, out, cold_starts, peer)) {
+        Ok(r) => {
+            r.print();
+            let (m, n) = r.matched();
+            if m == n { EXIT_OK } else { 2 }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_ERROR
+        }
+    }
+}
+
+fn px4_mechanisms(
+    cold_starts: usize,
+    variants: &[crate::core::Variant],
+    out: &Path,
+    peer: &crate::px4_panels::Peer,
+) -> i32 {
+    if cold_starts == 0 {
+        eprintln!("error: --cold-starts must be at least 1");
+        return EXIT_ERROR;
+    }
+    let cat = match catalog_or_embedded(None) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    let Some(rt) = tokio_runtime() else {
+        return EXIT_ERROR;
+    };
+    println!(
+        "px4-mechanisms: {cold_starts} cold starts x 12 conditions x {} variants through the running service on {} ({})",
+        variants.len(),
+        peer_text(peer),
+        out.display()
+    );
+    match rt.block_on(crate::px4_mechanisms::run(
+        cat,
+        out,
+        cold_starts,
+        variants,
+        peer,
+    )) {
         Ok(r) => {
             r.print();
             let (m, n) = r.matched();

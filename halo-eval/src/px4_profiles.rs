@@ -371,7 +371,7 @@ impl Report {
 #[derive(Default)]
 pub(crate) struct World {
     overrides: BTreeMap<String, (Value, u64, String)>,
-    paused: BTreeSet<String>,
+    pub(crate) paused: BTreeSet<String>,
 }
 
 impl World {

@@ -172,3 +172,45 @@ async fn recovery_routes_catch_a_gateway_that_recovers_a_terminal_reason() {
     assert_eq!(report.unauthorized(), 0);
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `px4-mechanisms`, the CI slice: one cold start of the 12 shared conditions through the
+/// service running as each of the paper's Table 12 variants (`scripts/px4_panels.sh` runs 10).
+/// Full flies exactly the supported components; each reduced variant shows its own failure at
+/// the vehicle or on the host, as the in-process `mechanisms` suite does. Every cell pinned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(
+    clippy::await_holding_lock,
+    reason = "the lock only orders this binary's tests; no task of this runtime takes it"
+)]
+async fn mechanism_variants_through_the_running_service() {
+    use halo_core::Variant;
+    let _timing = common::exclusive();
+    let out = std::env::temp_dir().join(format!("halo-px4-mechanisms-{}", std::process::id()));
+    let report = halo_eval::px4_mechanisms::run(
+        common::uav_catalog(),
+        &out,
+        1,
+        &halo_eval::px4_mechanisms::TABLE_12,
+        &halo_eval::px4_panels::Peer::Sim,
+    )
+    .await
+    .unwrap();
+    report.print();
+    assert_eq!(report.matched(), (12, 12));
+    // (supported kept, stale setpoints at the vehicle, orphan leaks, supported blocked)
+    let cells: Vec<_> = halo_eval::px4_mechanisms::TABLE_12
+        .iter()
+        .map(|v| report.cells(*v))
+        .collect();
+    assert_eq!(
+        cells,
+        [
+            [(18, 29), (0, 8), (0, 9), (11, 29)],
+            [(29, 29), (0, 8), (9, 9), (0, 29)],
+            [(29, 29), (5, 8), (0, 9), (0, 29)],
+            [(29, 29), (0, 8), (0, 9), (0, 29)],
+        ]
+    );
+    assert_eq!(halo_eval::px4_mechanisms::TABLE_12[3], Variant::Full);
+    let _ = std::fs::remove_dir_all(&out);
+}
