@@ -198,6 +198,12 @@ pub struct Sample {
     pub hold_ns: Option<u64>,
     /// Setpoints of the action the vehicle took after the hold.
     pub stale_after_hold: usize,
+    /// The response id.
+    pub rid: String,
+    /// The gateway's final gate dispatched the action (its receipt).
+    pub gate_at_ns: u64,
+    /// The gateway recorded the action's support lost (its receipt).
+    pub lost_at_ns: Option<u64>,
 }
 
 /// What the panels found.
@@ -243,15 +249,29 @@ impl Report {
         );
         println!("px4-latency: {n}/{n} matched (ordering held in every run)");
         println!("  segment (ms)                                   p50      p95      p99");
-        let rows: [Row; 5] = [
+        let rows: [Row; 9] = [
             ("admission (gateway's own)", |s| s.admission_ns),
             ("final gate (gateway's own)", |s| s.gate_ns),
             ("agent POST to reply (+ HTTP)", |s| s.reply_ns - s.post_ns),
+            ("agent POST to the gate's receipt", |s| {
+                s.gate_at_ns - s.post_ns
+            }),
+            ("gate's receipt to first vehicle setpoint", |s| {
+                s.vehicle_ns - s.gate_at_ns
+            }),
             ("agent POST to first vehicle setpoint", |s| {
                 s.vehicle_ns - s.post_ns
             }),
             ("first setpoint to within 0.3 m", |s| {
                 s.converged_ns - s.vehicle_ns
+            }),
+            ("map update to the support-lost receipt", |s| {
+                s.lost_at_ns.unwrap_or(s.loss_ns) - s.loss_ns
+            }),
+            ("support-lost receipt to first hold setpoint", |s| {
+                s.hold_ns
+                    .unwrap_or(0)
+                    .saturating_sub(s.lost_at_ns.unwrap_or(0))
             }),
         ];
         for (name, f) in rows {
@@ -264,7 +284,7 @@ impl Report {
             );
         }
         println!(
-            "  protocol computation (admission + gate) is the first two rows; the rest is HTTP, the bridge, UDP, PX4's 20 ms control tick and the vehicle's flight ({:.0} s wall)",
+            "  protocol computation (admission + gate) is the first two rows; the rest is HTTP and the service's queue (POST to the gate's receipt), the release to the bridge after the receipt, UDP and PX4's 20 ms control tick (receipt to first vehicle setpoint), the vehicle's flight; the deny path splits at the gateway's support-lost receipt ({:.0} s wall)",
             self.wall_s
         );
     }
@@ -413,8 +433,13 @@ async fn cold_starts_run(
         .map_err(err("panel script"))?;
         stop.store(true, Ordering::Relaxed);
         let _ = tokio::task::spawn_blocking(move || feeds.join()).await;
+        let offset = u64::try_from(svc.origin().saturating_duration_since(origin).as_nanos())
+            .unwrap_or(u64::MAX);
+        let receipts = svc.receipts_path().to_path_buf();
         stop_service(svc, &dir).await?;
-        all.extend(samples?);
+        let mut samples = samples?;
+        gateway_instants(&receipts, offset, &mut samples)?;
+        all.extend(samples);
         println!(
             "  cold start {}/{cold_starts}: {} actions, {:.0} s so far",
             k + 1,
@@ -423,6 +448,60 @@ async fn cold_starts_run(
         );
     }
     Ok(all)
+}
+
+/// Fills in each sample's instants from the gateway's own receipts (`at_ns` on its clock,
+/// `offset` ns after the runner's origin): its final gate for the action and the support loss
+/// it recorded, then refuses a run whose order does not hold (POST < gate < first vehicle
+/// setpoint; map update < support lost < first hold setpoint).
+///
+/// # Errors
+/// [`DemoError`] when the receipts cannot be read or an order does not hold.
+fn gateway_instants(receipts: &Path, offset: u64, samples: &mut [Sample]) -> Result<(), DemoError> {
+    let text = std::fs::read_to_string(receipts).map_err(err("receipts"))?;
+    let mut gate = std::collections::BTreeMap::new();
+    let mut lost = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Ok(r) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let b = &r["body"];
+        let (Some(kind), Some(rid)) = (b["kind"].as_str(), b["response"].as_str()) else {
+            continue;
+        };
+        let at = r["at_ns"].as_u64().unwrap_or(0).saturating_add(offset);
+        match kind {
+            "gate" if b["outcome"] == "dispatched" => {
+                gate.entry(rid.to_string()).or_insert(at);
+            }
+            "support_lost" => {
+                lost.entry(rid.to_string()).or_insert(at);
+            }
+            _ => {}
+        }
+    }
+    for s in samples.iter_mut() {
+        s.gate_at_ns = gate.get(&s.rid).copied().unwrap_or(0);
+        s.lost_at_ns = lost.get(&s.rid).copied();
+        let ordered = s.post_ns < s.gate_at_ns
+            && s.gate_at_ns < s.vehicle_ns
+            && s.lost_at_ns.is_some_and(|l| s.loss_ns < l)
+            && s.lost_at_ns.zip(s.hold_ns).is_none_or(|(l, h)| l < h);
+        if !ordered {
+            let ms = |t: u64| format!("{:.3} ms", t as f64 / 1e6);
+            return Err(DemoError(format!(
+                "{}: the gateway's instants are out of order with the runner's, so the run is refused (POST {}, final gate {}, first vehicle setpoint {}, map update {}, support lost {}, hold {})",
+                s.rid,
+                ms(s.post_ns),
+                ms(s.gate_at_ns),
+                ms(s.vehicle_ns),
+                ms(s.loss_ns),
+                s.lost_at_ns.map_or_else(|| "none".into(), ms),
+                s.hold_ns.map_or_else(|| "none".into(), ms)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A fresh service for cold start `k` writing under `dir`, flying the peer: a fresh simulated
@@ -596,6 +675,9 @@ fn flight(
             loss_ns,
             hold_ns,
             stale_after_hold,
+            rid: rid.clone(),
+            gate_at_ns: 0,
+            lost_at_ns: None,
         };
         // A run whose order does not hold is the harness's error, not a result.
         let ordered = s.post_ns < s.reply_ns
