@@ -355,8 +355,9 @@ fn px4_panels(
         return EXIT_ERROR;
     };
     let on = peer_text(peer);
+    let cs = crate::px4_panels::cold_starts_text(cold_starts);
     println!(
-        "px4 panels: {cold_starts} cold starts x {per_start} actions through the running service on {on} ({})",
+        "px4 panels: {cs} x {per_start} actions through the running service on {on} ({})",
         out.display()
     );
     match rt.block_on(crate::px4_panels::run(
@@ -368,6 +369,10 @@ fn px4_panels(
     )) {
         Ok(r) => {
             r.print();
+            picture(
+                r.plot(&out.join("px4-panels.svg")),
+                &out.join("px4-panels.svg"),
+            );
             if r.deny_hold_matched() == r.samples.len() {
                 EXIT_OK
             } else {
@@ -396,14 +401,19 @@ fn px4_profiles(cold_starts: usize, out: &Path, peer: &crate::px4_panels::Peer) 
     let Some(rt) = tokio_runtime() else {
         return EXIT_ERROR;
     };
+    let cs = crate::px4_panels::cold_starts_text(cold_starts);
     println!(
-        "px4-profiles: {cold_starts} cold starts of 41 conditions through the running service on {} ({})",
+        "px4-profiles: {cs} of 41 conditions through the running service on {} ({})",
         peer_text(peer),
         out.display()
     );
     match rt.block_on(crate::px4_profiles::run(cat, out, cold_starts, peer)) {
         Ok(r) => {
             r.print();
+            picture(
+                r.plot(&out.join("px4-profiles.svg")),
+                &out.join("px4-profiles.svg"),
+            );
             let (m, n) = r.matched();
             if m == n { EXIT_OK } else { 2 }
         }
@@ -434,8 +444,9 @@ fn px4_mechanisms(
     let Some(rt) = tokio_runtime() else {
         return EXIT_ERROR;
     };
+    let cs = crate::px4_panels::cold_starts_text(cold_starts);
     println!(
-        "px4-mechanisms: {cold_starts} cold starts x 12 conditions x {} variants through the running service on {} ({})",
+        "px4-mechanisms: {cs} x 12 conditions x {} variants through the running service on {} ({})",
         variants.len(),
         peer_text(peer),
         out.display()
@@ -449,6 +460,10 @@ fn px4_mechanisms(
     )) {
         Ok(r) => {
             r.print();
+            picture(
+                r.plot(&out.join("px4-mechanisms.svg")),
+                &out.join("px4-mechanisms.svg"),
+            );
             let (m, n) = r.matched();
             if m == n { EXIT_OK } else { 2 }
         }
@@ -467,8 +482,9 @@ fn recovery_routes(cold_starts: usize, out: &Path, peer: &crate::px4_panels::Pee
     let Some(rt) = tokio_runtime() else {
         return EXIT_ERROR;
     };
+    let cs = crate::px4_panels::cold_starts_text(cold_starts);
     println!(
-        "recovery-routes: {cold_starts} cold starts of 48 routes and 6 controls through the running service on {} ({})",
+        "recovery-routes: {cs} of 48 routes and 6 controls through the running service on {} ({})",
         peer_text(peer),
         out.display()
     );
@@ -480,6 +496,10 @@ fn recovery_routes(cold_starts: usize, out: &Path, peer: &crate::px4_panels::Pee
     )) {
         Ok(r) => {
             r.print();
+            picture(
+                r.plot(&out.join("recovery-routes.svg")),
+                &out.join("recovery-routes.svg"),
+            );
             let (m, n) = r.matched();
             let (c, cn) = r.controls_refused();
             if m == n && c == cn { EXIT_OK } else { 2 }
@@ -488,6 +508,14 @@ fn recovery_routes(cold_starts: usize, out: &Path, peer: &crate::px4_panels::Pee
             eprintln!("error: {e}");
             EXIT_ERROR
         }
+    }
+}
+
+/// Says where a panel's picture went, or why there is none (the panel's result stands).
+fn picture(r: Result<(), crate::demo::DemoError>, path: &Path) {
+    match r {
+        Ok(()) => println!("picture: {}", path.display()),
+        Err(e) => eprintln!("warning: no picture: {e}"),
     }
 }
 

@@ -34,6 +34,7 @@ pub mod cli;
 pub mod demo;
 pub mod embedded;
 pub mod fuzzing;
+pub mod plots;
 pub mod px4_mechanisms;
 pub mod px4_panels;
 pub mod px4_profiles;

@@ -217,12 +217,38 @@ impl Report {
         (full.iter().filter(|r| r.exact()).count(), full.len())
     }
 
+    /// Draws the table as grouped bars per variant, an SVG at `path`.
+    ///
+    /// # Errors
+    /// [`DemoError`] when the file cannot be written.
+    pub fn plot(&self, path: &Path) -> Result<(), DemoError> {
+        let groups: Vec<(String, Vec<(usize, usize)>)> = self
+            .variants
+            .iter()
+            .map(|v| (v.name().to_string(), self.cells(*v).to_vec()))
+            .collect();
+        crate::plots::grouped_shares(
+            path,
+            &format!(
+                "px4-mechanisms through the running service ({})",
+                crate::px4_panels::cold_starts_text(self.cold_starts)
+            ),
+            &[
+                "supported kept",
+                "stale setpoints at the vehicle",
+                "orphan leaks",
+                "supported blocked",
+            ],
+            &groups,
+        )
+    }
+
     /// Prints the table with its denominators.
     pub fn print(&self) {
         let (m, n) = self.matched();
         println!(
-            "px4-mechanisms: {m}/{n} matched (Full: exactly the supported components proceeded; {} cold starts x 12 conditions x {} variants through the running service; {:.0} s wall)",
-            self.cold_starts,
+            "px4-mechanisms: {m}/{n} matched (Full: exactly the supported components proceeded; {} x 12 conditions x {} variants through the running service; {:.0} s wall)",
+            crate::px4_panels::cold_starts_text(self.cold_starts),
             self.variants.len(),
             self.wall_s
         );

@@ -226,6 +226,45 @@ impl Report {
             .count()
     }
 
+    /// Draws the deny-hold and latency distributions as an SVG at `path`.
+    ///
+    /// # Errors
+    /// [`DemoError`] when the file cannot be written.
+    pub fn plot(&self, path: &Path) -> Result<(), DemoError> {
+        let ms = |f: &dyn Fn(&Sample) -> Option<u64>| -> Vec<f64> {
+            self.samples
+                .iter()
+                .filter_map(f)
+                .map(|t| t as f64 / 1e6)
+                .collect()
+        };
+        crate::plots::distribution(
+            path,
+            &format!(
+                "deny-hold and px4-latency through the running service ({})",
+                crate::px4_panels::cold_starts_text(self.cold_starts)
+            ),
+            &[
+                (
+                    "admission + final gate, the gateway's own",
+                    ms(&|s| Some(s.admission_ns + s.gate_ns)),
+                ),
+                (
+                    "map update to the first hold setpoint",
+                    ms(&|s| s.hold_ns.map(|h| h - s.loss_ns)),
+                ),
+                (
+                    "gate's receipt to the first vehicle setpoint",
+                    ms(&|s| Some(s.vehicle_ns - s.gate_at_ns)),
+                ),
+                (
+                    "agent POST to the first vehicle setpoint",
+                    ms(&|s| Some(s.vehicle_ns - s.post_ns)),
+                ),
+            ],
+        )
+    }
+
     /// Prints both panels with their denominators.
     pub fn print(&self) {
         let n = self.samples.len();
@@ -236,9 +275,9 @@ impl Report {
             .filter_map(|s| s.hold_ns.map(|h| (h - s.loss_ns) as f64 / 1e6))
             .collect();
         println!(
-            "deny-hold: {}/{n} matched ({} cold starts; map epoch moved while the action streamed: loss to the first hold setpoint taken by the vehicle p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; setpoints of the action taken after the hold: {})",
+            "deny-hold: {}/{n} matched ({}; map epoch moved while the action streamed: loss to the first hold setpoint taken by the vehicle p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; setpoints of the action taken after the hold: {})",
             self.deny_hold_matched(),
-            self.cold_starts,
+            crate::px4_panels::cold_starts_text(self.cold_starts),
             ms(&mut loss, 0.5),
             ms(&mut loss, 0.99),
             ms(&mut loss, 1.0),
@@ -307,6 +346,11 @@ pub(crate) fn quantile(v: &mut [f64], q: f64) -> f64 {
     )]
     let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
     v.get(rank - 1).copied().unwrap_or(0.0)
+}
+
+/// "1 cold start", "10 cold starts".
+pub(crate) fn cold_starts_text(n: usize) -> String {
+    format!("{n} cold start{}", if n == 1 { "" } else { "s" })
 }
 
 pub(crate) fn ns_since(origin: Instant) -> u64 {

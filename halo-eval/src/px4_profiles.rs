@@ -299,13 +299,41 @@ impl Report {
         )
     }
 
+    /// Draws the panel per subset as an SVG at `path`.
+    ///
+    /// # Errors
+    /// [`DemoError`] when the file cannot be written.
+    pub fn plot(&self, path: &Path) -> Result<(), DemoError> {
+        let profiles: BTreeSet<&str> = self.outcomes.iter().map(|o| o.profile.as_str()).collect();
+        let groups: Vec<(String, Vec<(usize, usize)>)> = profiles
+            .into_iter()
+            .map(|p| {
+                let c = counts(self.outcomes.iter().filter(|o| o.profile == p));
+                (p.to_string(), vec![(c.2, c.3), (c.4, c.5), (c.6, c.7)])
+            })
+            .collect();
+        crate::plots::grouped_shares(
+            path,
+            &format!(
+                "px4-profiles through the running service ({})",
+                crate::px4_panels::cold_starts_text(self.cold_starts)
+            ),
+            &[
+                "admitted, taken by the vehicle",
+                "denied, taken by the vehicle",
+                "fresh recoveries",
+            ],
+            &groups,
+        )
+    }
+
     /// Prints the panel with its denominators.
     pub fn print(&self) {
         let (m, n) = self.matched();
         let skipped = self.outcomes.iter().filter(|o| o.skipped).count();
         println!(
-            "px4-profiles: {m}/{n} matched ({} cold starts of {} AoI and {} Part 107-informed conditions{}; {:.0} s wall)",
-            self.cold_starts,
+            "px4-profiles: {m}/{n} matched ({} of {} AoI and {} Part 107-informed conditions{}; {:.0} s wall)",
+            crate::px4_panels::cold_starts_text(self.cold_starts),
             self.per_class("aoi"),
             self.per_class("part107"),
             if skipped > 0 {

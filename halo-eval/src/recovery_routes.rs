@@ -221,6 +221,39 @@ impl Report {
         )
     }
 
+    /// Draws the panel as an SVG at `path`.
+    ///
+    /// # Errors
+    /// [`DemoError`] when the file cannot be written.
+    pub fn plot(&self, path: &Path) -> Result<(), DemoError> {
+        let taken = |exec: bool| {
+            let r: Vec<&RouteOutcome> = self
+                .routes
+                .iter()
+                .filter(|r| r.executable == exec)
+                .collect();
+            (r.iter().filter(|r| r.outcome.seen).count(), r.len())
+        };
+        let (c, cn) = self.controls_refused();
+        let seen = self.controls.iter().filter(|c| c.seen).count();
+        crate::plots::grouped_shares(
+            path,
+            &format!(
+                "recovery-routes through the running service ({})",
+                crate::px4_panels::cold_starts_text(self.cold_starts)
+            ),
+            &[
+                "as expected (recovered fresh / no authority / refused)",
+                "withheld target taken by the vehicle",
+            ],
+            &[
+                ("executable".into(), vec![self.executable(), taken(true)]),
+                ("terminal".into(), vec![self.terminal(), taken(false)]),
+                ("controls".into(), vec![(c, cn), (seen, cn)]),
+            ],
+        )
+    }
+
     /// Prints the panel with its denominators.
     pub fn print(&self) {
         let (m, n) = self.matched();
@@ -228,8 +261,9 @@ impl Report {
         let (t, tn) = self.terminal();
         let (c, cn) = self.controls_refused();
         println!(
-            "recovery-routes: {m}/{n} matched ({} cold starts; {:.0} s wall)",
-            self.cold_starts, self.wall_s
+            "recovery-routes: {m}/{n} matched ({}; {:.0} s wall)",
+            crate::px4_panels::cold_starts_text(self.cold_starts),
+            self.wall_s
         );
         println!("  fresh executable recovery   {e}/{en}");
         println!("  terminal, no authority      {t}/{tn}");

@@ -36,6 +36,10 @@ async fn deny_hold_and_latency_through_the_running_service() {
         // The gateway's own protocol computation is a small part of what the agent waits for.
         assert!(s.admission_ns + s.gate_ns < s.reply_ns - s.post_ns, "{s:?}");
     }
+    // Its picture is drawn (the runner writes it next to the logs).
+    let svg = out.join("px4-panels.svg");
+    report.plot(&svg).unwrap();
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -65,6 +69,10 @@ async fn support_profiles_through_the_running_service() {
         report.counts(Some("part107")),
         (30, 30, 10, 10, 0, 20, 5, 5)
     );
+    // Its picture is drawn (the runner writes it next to the logs).
+    let svg = out.join("px4-profiles.svg");
+    report.plot(&svg).unwrap();
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -134,6 +142,10 @@ async fn recovery_routes_through_the_running_service() {
             "OUT_OF_SCOPE"
         ]
     );
+    // Its picture is drawn (the runner writes it next to the logs).
+    let svg = out.join("recovery-routes.svg");
+    report.plot(&svg).unwrap();
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -212,5 +224,9 @@ async fn mechanism_variants_through_the_running_service() {
         ]
     );
     assert_eq!(halo_eval::px4_mechanisms::TABLE_12[3], Variant::Full);
+    // Its picture is drawn (the runner writes it next to the logs).
+    let svg = out.join("px4-mechanisms.svg");
+    report.plot(&svg).unwrap();
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     let _ = std::fs::remove_dir_all(&out);
 }
