@@ -202,6 +202,8 @@ pub struct Sample {
     pub rid: String,
     /// The gateway's final gate dispatched the action (its receipt).
     pub gate_at_ns: u64,
+    /// The bridge first sent the action's target (its setpoint log).
+    pub sent_at_ns: u64,
     /// The gateway recorded the action's support lost (its receipt).
     pub lost_at_ns: Option<u64>,
 }
@@ -288,15 +290,18 @@ impl Report {
         );
         println!("px4-latency: {n}/{n} matched (ordering held in every run)");
         println!("  segment (ms)                                   p50      p95      p99");
-        let rows: [Row; 9] = [
+        let rows: [Row; 10] = [
             ("admission (gateway's own)", |s| s.admission_ns),
             ("final gate (gateway's own)", |s| s.gate_ns),
             ("agent POST to reply (+ HTTP)", |s| s.reply_ns - s.post_ns),
             ("agent POST to the gate's receipt", |s| {
                 s.gate_at_ns - s.post_ns
             }),
-            ("gate's receipt to first vehicle setpoint", |s| {
-                s.vehicle_ns - s.gate_at_ns
+            ("gate's receipt to the bridge's first send", |s| {
+                s.sent_at_ns - s.gate_at_ns
+            }),
+            ("bridge's first send to first vehicle setpoint", |s| {
+                s.vehicle_ns - s.sent_at_ns
             }),
             ("agent POST to first vehicle setpoint", |s| {
                 s.vehicle_ns - s.post_ns
@@ -323,7 +328,7 @@ impl Report {
             );
         }
         println!(
-            "  protocol computation (admission + gate) is the first two rows; the rest is HTTP and the service's queue (POST to the gate's receipt), the release to the bridge after the receipt, UDP and PX4's 20 ms control tick (receipt to first vehicle setpoint), the vehicle's flight; the deny path splits at the gateway's support-lost receipt ({:.0} s wall)",
+            "  protocol computation (admission + gate) is the first two rows; the rest is HTTP and the service's queue (POST to the gate's receipt), the receipt's write and the release to the bridge's stream (receipt to the bridge's first send), UDP and PX4's 20 ms control tick (send to first vehicle setpoint), the vehicle's flight; the deny path splits at the gateway's support-lost receipt ({:.0} s wall)",
             self.wall_s
         );
     }
@@ -482,7 +487,12 @@ async fn cold_starts_run(
         let receipts = svc.receipts_path().to_path_buf();
         stop_service(svc, &dir).await?;
         let mut samples = samples?;
-        gateway_instants(&receipts, offset, &mut samples)?;
+        gateway_instants(
+            &receipts,
+            &dir.join("bridge-setpoints.jsonl"),
+            offset,
+            &mut samples,
+        )?;
         all.extend(samples);
         println!(
             "  cold start {}/{cold_starts}: {} actions, {:.0} s so far",
@@ -494,15 +504,35 @@ async fn cold_starts_run(
     Ok(all)
 }
 
-/// Fills in each sample's instants from the gateway's own receipts (`at_ns` on its clock,
-/// `offset` ns after the runner's origin): its final gate for the action and the support loss
-/// it recorded, then refuses a run whose order does not hold (POST < gate < first vehicle
-/// setpoint; map update < support lost < first hold setpoint).
+/// Fills in each sample's instants from the gateway's own records, on its clock (`offset` ns
+/// after the runner's origin): its final gate for the action and the support loss (its
+/// receipts), the bridge's first send of the action's target (its setpoint log, by binding);
+/// then refuses a run whose order does not hold (POST < gate < send < first vehicle setpoint;
+/// map update < support lost < first hold setpoint).
 ///
 /// # Errors
-/// [`DemoError`] when the receipts cannot be read or an order does not hold.
-fn gateway_instants(receipts: &Path, offset: u64, samples: &mut [Sample]) -> Result<(), DemoError> {
+/// [`DemoError`] when the records cannot be read or an order does not hold.
+fn gateway_instants(
+    receipts: &Path,
+    bridge_log: &Path,
+    offset: u64,
+    samples: &mut [Sample],
+) -> Result<(), DemoError> {
     let text = std::fs::read_to_string(receipts).map_err(err("receipts"))?;
+    let mut sent = std::collections::BTreeMap::new();
+    for line in std::fs::read_to_string(bridge_log)
+        .map_err(err("the bridge's setpoint log"))?
+        .lines()
+    {
+        let Ok(r) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if let (Some(b), Some(t)) = (r["binding"].as_str(), r["t_ns"].as_u64()) {
+            sent.entry(b.to_string())
+                .or_insert(t.saturating_add(offset));
+        }
+    }
+    let mut binding = std::collections::BTreeMap::new();
     let mut gate = std::collections::BTreeMap::new();
     let mut lost = std::collections::BTreeMap::new();
     for line in text.lines() {
@@ -517,6 +547,9 @@ fn gateway_instants(receipts: &Path, offset: u64, samples: &mut [Sample]) -> Res
         match kind {
             "gate" if b["outcome"] == "dispatched" => {
                 gate.entry(rid.to_string()).or_insert(at);
+                if let Some(x) = b["binding"].as_str() {
+                    binding.entry(rid.to_string()).or_insert(x.to_string());
+                }
             }
             "support_lost" => {
                 lost.entry(rid.to_string()).or_insert(at);
@@ -526,18 +559,25 @@ fn gateway_instants(receipts: &Path, offset: u64, samples: &mut [Sample]) -> Res
     }
     for s in samples.iter_mut() {
         s.gate_at_ns = gate.get(&s.rid).copied().unwrap_or(0);
+        s.sent_at_ns = binding
+            .get(&s.rid)
+            .and_then(|b| sent.get(b))
+            .copied()
+            .unwrap_or(0);
         s.lost_at_ns = lost.get(&s.rid).copied();
         let ordered = s.post_ns < s.gate_at_ns
-            && s.gate_at_ns < s.vehicle_ns
+            && s.gate_at_ns <= s.sent_at_ns
+            && s.sent_at_ns < s.vehicle_ns
             && s.lost_at_ns.is_some_and(|l| s.loss_ns < l)
             && s.lost_at_ns.zip(s.hold_ns).is_none_or(|(l, h)| l < h);
         if !ordered {
             let ms = |t: u64| format!("{:.3} ms", t as f64 / 1e6);
             return Err(DemoError(format!(
-                "{}: the gateway's instants are out of order with the runner's, so the run is refused (POST {}, final gate {}, first vehicle setpoint {}, map update {}, support lost {}, hold {})",
+                "{}: the gateway's instants are out of order with the runner's, so the run is refused (POST {}, final gate {}, the bridge's first send {}, first vehicle setpoint {}, map update {}, support lost {}, hold {})",
                 s.rid,
                 ms(s.post_ns),
                 ms(s.gate_at_ns),
+                ms(s.sent_at_ns),
                 ms(s.vehicle_ns),
                 ms(s.loss_ns),
                 s.lost_at_ns.map_or_else(|| "none".into(), ms),
@@ -721,6 +761,7 @@ fn flight(
             stale_after_hold,
             rid: rid.clone(),
             gate_at_ns: 0,
+            sent_at_ns: 0,
             lost_at_ns: None,
         };
         // A run whose order does not hold is the harness's error, not a result.
