@@ -110,7 +110,7 @@ pub fn grouped_shares(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(50)
-        .build_cartesian_2d(0.0..width, 0.0..1.15)
+        .build_cartesian_2d(0.0..width, 0.0..1.45)
         .map_err(failed)?;
     let names: Vec<String> = groups.iter().map(|(g, _)| g.clone()).collect();
     chart
