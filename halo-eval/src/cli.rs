@@ -287,7 +287,18 @@ where
                 Some(url) => crate::px4_panels::Peer::Px4 { url, gcs_port },
                 None => crate::px4_panels::Peer::Sim,
             };
-            px4_panels(cold_starts, per_start, &out, &peer)
+            if per_start == 0 {
+                eprintln!("error: --per-start must be at least 1");
+                return EXIT_ERROR;
+            }
+            panel(
+                "px4-panels",
+                &format!("{per_start} route actions"),
+                cold_starts,
+                &out,
+                &peer,
+                |cat| crate::px4_panels::run(cat, &out, cold_starts, per_start, &peer),
+            )
         }
         Cmd::Px4Profiles {
             cold_starts,
@@ -299,7 +310,14 @@ where
                 Some(url) => crate::px4_panels::Peer::Px4 { url, gcs_port },
                 None => crate::px4_panels::Peer::Sim,
             };
-            px4_profiles(cold_starts, &out, &peer)
+            panel(
+                "px4-profiles",
+                "41 conditions",
+                cold_starts,
+                &out,
+                &peer,
+                |cat| crate::px4_profiles::run(cat, &out, cold_starts, &peer),
+            )
         }
         Cmd::Px4Mechanisms {
             cold_starts,
@@ -317,7 +335,14 @@ where
             } else {
                 &crate::px4_mechanisms::TABLE_12
             };
-            px4_mechanisms(cold_starts, variants, &out, &peer)
+            panel(
+                "px4-mechanisms",
+                &format!("12 conditions x {} variants", variants.len()),
+                cold_starts,
+                &out,
+                &peer,
+                |cat| crate::px4_mechanisms::run(cat, &out, cold_starts, variants, &peer),
+            )
         }
         Cmd::RecoveryRoutes {
             cold_starts,
@@ -329,19 +354,42 @@ where
                 Some(url) => crate::px4_panels::Peer::Px4 { url, gcs_port },
                 None => crate::px4_panels::Peer::Sim,
             };
-            recovery_routes(cold_starts, &out, &peer)
+            panel(
+                "recovery-routes",
+                "48 routes and 6 controls",
+                cold_starts,
+                &out,
+                &peer,
+                |_| {
+                    crate::recovery_routes::run(
+                        halo_gateway::io::EMBEDDED_CATALOG,
+                        &out,
+                        cold_starts,
+                        &peer,
+                    )
+                },
+            )
         }
     }
 }
 
-fn px4_panels(
+/// Runs one PX4 panel: checks the count, loads the embedded catalog, says what runs where,
+/// prints the result and draws its picture under `out`. Exit 0 when every run matched, 2 when
+/// not, 3 when the panel could not run.
+fn panel<R, F>(
+    name: &str,
+    what: &str,
     cold_starts: usize,
-    per_start: usize,
     out: &Path,
     peer: &crate::px4_panels::Peer,
-) -> i32 {
-    if cold_starts == 0 || per_start == 0 {
-        eprintln!("error: --cold-starts and --per-start must be at least 1");
+    run: impl FnOnce(crate::core::Catalog) -> F,
+) -> i32
+where
+    R: crate::px4_panels::PanelReport,
+    F: std::future::Future<Output = Result<R, crate::demo::DemoError>>,
+{
+    if cold_starts == 0 {
+        eprintln!("error: --cold-starts must be at least 1");
         return EXIT_ERROR;
     }
     let cat = match catalog_or_embedded(None) {
@@ -354,168 +402,26 @@ fn px4_panels(
     let Some(rt) = tokio_runtime() else {
         return EXIT_ERROR;
     };
-    let on = peer_text(peer);
-    let cs = crate::px4_panels::cold_starts_text(cold_starts);
     println!(
-        "px4 panels: {cs} x {per_start} actions through the running service on {on} ({})",
+        "{name}: {} of {what} through the running service on {} ({})",
+        crate::px4_panels::cold_starts_text(cold_starts),
+        peer_text(peer),
         out.display()
     );
-    match rt.block_on(crate::px4_panels::run(
-        cat,
-        out,
-        cold_starts,
-        per_start,
-        peer,
-    )) {
+    match rt.block_on(run(cat)) {
         Ok(r) => {
             r.print();
-            picture(
-                r.plot(&out.join("px4-panels.svg")),
-                &out.join("px4-panels.svg"),
-            );
-            if r.deny_hold_matched() == r.samples.len() {
-                EXIT_OK
-            } else {
-                2
+            let svg = out.join(format!("{name}.svg"));
+            match r.plot(&svg) {
+                Ok(()) => println!("picture: {}", svg.display()),
+                Err(e) => eprintln!("warning: no picture: {e}"),
             }
+            if r.passed() { EXIT_OK } else { 2 }
         }
         Err(e) => {
             eprintln!("error: {e}");
             EXIT_ERROR
         }
-    }
-}
-
-fn px4_profiles(cold_starts: usize, out: &Path, peer: &crate::px4_panels::Peer) -> i32 {
-    if cold_starts == 0 {
-        eprintln!("error: --cold-starts must be at least 1");
-        return EXIT_ERROR;
-    }
-    let cat = match catalog_or_embedded(None) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_ERROR;
-        }
-    };
-    let Some(rt) = tokio_runtime() else {
-        return EXIT_ERROR;
-    };
-    let cs = crate::px4_panels::cold_starts_text(cold_starts);
-    println!(
-        "px4-profiles: {cs} of 41 conditions through the running service on {} ({})",
-        peer_text(peer),
-        out.display()
-    );
-    match rt.block_on(crate::px4_profiles::run(cat, out, cold_starts, peer)) {
-        Ok(r) => {
-            r.print();
-            picture(
-                r.plot(&out.join("px4-profiles.svg")),
-                &out.join("px4-profiles.svg"),
-            );
-            let (m, n) = r.matched();
-            if m == n { EXIT_OK } else { 2 }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            EXIT_ERROR
-        }
-    }
-}
-
-fn px4_mechanisms(
-    cold_starts: usize,
-    variants: &[crate::core::Variant],
-    out: &Path,
-    peer: &crate::px4_panels::Peer,
-) -> i32 {
-    if cold_starts == 0 {
-        eprintln!("error: --cold-starts must be at least 1");
-        return EXIT_ERROR;
-    }
-    let cat = match catalog_or_embedded(None) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_ERROR;
-        }
-    };
-    let Some(rt) = tokio_runtime() else {
-        return EXIT_ERROR;
-    };
-    let cs = crate::px4_panels::cold_starts_text(cold_starts);
-    println!(
-        "px4-mechanisms: {cs} x 12 conditions x {} variants through the running service on {} ({})",
-        variants.len(),
-        peer_text(peer),
-        out.display()
-    );
-    match rt.block_on(crate::px4_mechanisms::run(
-        cat,
-        out,
-        cold_starts,
-        variants,
-        peer,
-    )) {
-        Ok(r) => {
-            r.print();
-            picture(
-                r.plot(&out.join("px4-mechanisms.svg")),
-                &out.join("px4-mechanisms.svg"),
-            );
-            let (m, n) = r.matched();
-            if m == n { EXIT_OK } else { 2 }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            EXIT_ERROR
-        }
-    }
-}
-
-fn recovery_routes(cold_starts: usize, out: &Path, peer: &crate::px4_panels::Peer) -> i32 {
-    if cold_starts == 0 {
-        eprintln!("error: --cold-starts must be at least 1");
-        return EXIT_ERROR;
-    }
-    let Some(rt) = tokio_runtime() else {
-        return EXIT_ERROR;
-    };
-    let cs = crate::px4_panels::cold_starts_text(cold_starts);
-    println!(
-        "recovery-routes: {cs} of 48 routes and 6 controls through the running service on {} ({})",
-        peer_text(peer),
-        out.display()
-    );
-    match rt.block_on(crate::recovery_routes::run(
-        halo_gateway::io::EMBEDDED_CATALOG,
-        out,
-        cold_starts,
-        peer,
-    )) {
-        Ok(r) => {
-            r.print();
-            picture(
-                r.plot(&out.join("recovery-routes.svg")),
-                &out.join("recovery-routes.svg"),
-            );
-            let (m, n) = r.matched();
-            let (c, cn) = r.controls_refused();
-            if m == n && c == cn { EXIT_OK } else { 2 }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            EXIT_ERROR
-        }
-    }
-}
-
-/// Says where a panel's picture went, or why there is none (the panel's result stands).
-fn picture(r: Result<(), crate::demo::DemoError>, path: &Path) {
-    match r {
-        Ok(()) => println!("picture: {}", path.display()),
-        Err(e) => eprintln!("warning: no picture: {e}"),
     }
 }
 

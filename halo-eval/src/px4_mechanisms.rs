@@ -34,7 +34,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -43,7 +42,7 @@ use serde_json::{Value, json};
 use crate::core::Variant;
 use crate::core::catalog::Catalog;
 use crate::demo::{DemoError, Eval, err};
-use crate::px4_panels::{GcsObserver, Peer, fingerprint, ns_since};
+use crate::px4_panels::{Peer, PeerObserver, fingerprint, ns_since};
 use crate::px4_profiles::{ActionSpec, Agent, DWELL, one_cold_start};
 
 /// The shared conditions, compiled in.
@@ -304,10 +303,7 @@ pub async fn run(
 ) -> Result<Report, DemoError> {
     let conds = conditions()?;
     let origin = Instant::now();
-    let observer = match peer {
-        Peer::Px4 { gcs_port, .. } => Some(GcsObserver::start(*gcs_port, origin)?),
-        Peer::Sim => None,
-    };
+    let observer = PeerObserver::start(peer, origin)?;
     let mut report = Report {
         cold_starts,
         variants: variants.to_vec(),
@@ -329,7 +325,7 @@ pub async fn run(
                 k * variants.len() + vi,
                 peer,
                 origin,
-                observer.as_ref().map(|(o, _)| o),
+                observer.get(),
                 &eval,
                 move |agent, svc| {
                     let offset = svc.origin().saturating_duration_since(origin);
@@ -360,10 +356,7 @@ pub async fn run(
             );
         }
     }
-    if let Some((o, thread)) = observer {
-        o.stop.store(true, Ordering::Relaxed);
-        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-    }
+    observer.stop().await;
     result?;
     report.wall_s = origin.elapsed().as_secs_f64();
     Ok(report)
@@ -567,4 +560,17 @@ fn check_order(receipts: &Path, offset: u64, runs: &[(Run, Instants)]) -> Result
         }
     }
     Ok(())
+}
+
+impl crate::px4_panels::PanelReport for Report {
+    fn print(&self) {
+        Report::print(self);
+    }
+    fn plot(&self, path: &Path) -> Result<(), DemoError> {
+        Report::plot(self, path)
+    }
+    fn passed(&self) -> bool {
+        let (m, n) = self.matched();
+        m == n
+    }
 }

@@ -47,6 +47,31 @@ use crate::core::catalog::Catalog;
 use crate::demo::{Client, DemoError, demo_config, err, feed, stop_service};
 use crate::service::Service;
 
+/// What the command line needs of a PX4 panel's result.
+pub trait PanelReport {
+    /// Prints the panel with its denominators.
+    fn print(&self);
+    /// Draws its picture as an SVG at `path`.
+    ///
+    /// # Errors
+    /// [`DemoError`] when the file cannot be written.
+    fn plot(&self, path: &Path) -> Result<(), DemoError>;
+    /// Every run matched.
+    fn passed(&self) -> bool;
+}
+
+impl PanelReport for Report {
+    fn print(&self) {
+        Report::print(self);
+    }
+    fn plot(&self, path: &Path) -> Result<(), DemoError> {
+        Report::plot(self, path)
+    }
+    fn passed(&self) -> bool {
+        self.deny_hold_matched() == self.samples.len()
+    }
+}
+
 /// Whose setpoints are the evidence.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Peer {
@@ -91,6 +116,36 @@ impl Evidence for sitl::sim::udp::SimControl {
     }
     fn set_battery(&self, pct: f64) -> bool {
         self.set_battery.lock().map(|mut b| *b = Some(pct)).is_ok()
+    }
+}
+
+/// The ground-station observer a panel needs for its peer: none for the simulator (its own
+/// record is the evidence), a [`GcsObserver`] on the ground-station port for a real PX4.
+pub(crate) struct PeerObserver(Option<(Arc<GcsObserver>, std::thread::JoinHandle<()>)>);
+
+impl PeerObserver {
+    /// Starts the observer `peer` needs, on the runner's clock (`origin`).
+    ///
+    /// # Errors
+    /// [`DemoError`] when the ground-station port cannot be bound.
+    pub(crate) fn start(peer: &Peer, origin: Instant) -> Result<PeerObserver, DemoError> {
+        Ok(PeerObserver(match peer {
+            Peer::Px4 { gcs_port, .. } => Some(GcsObserver::start(*gcs_port, origin)?),
+            Peer::Sim => None,
+        }))
+    }
+
+    /// The observer, for a real PX4.
+    pub(crate) fn get(&self) -> Option<&Arc<GcsObserver>> {
+        self.0.as_ref().map(|(o, _)| o)
+    }
+
+    /// Stops its thread and waits for it.
+    pub(crate) async fn stop(self) {
+        if let Some((o, thread)) = self.0 {
+            o.stop.store(true, Ordering::Relaxed);
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
     }
 }
 
@@ -419,10 +474,7 @@ pub async fn run(
     // One clock for the whole run: the simulator's records, PX4's reports and the agent's
     // instants are all nanoseconds since `origin`.
     let origin = t0;
-    let observer = match peer {
-        Peer::Px4 { gcs_port, .. } => Some(GcsObserver::start(*gcs_port, origin)?),
-        Peer::Sim => None,
-    };
+    let observer = PeerObserver::start(peer, origin)?;
     let result = cold_starts_run(
         &catalog,
         out,
@@ -430,13 +482,10 @@ pub async fn run(
         per_start,
         peer,
         origin,
-        observer.as_ref().map(|(o, _)| o),
+        observer.get(),
     )
     .await;
-    if let Some((o, thread)) = observer {
-        o.stop.store(true, Ordering::Relaxed);
-        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-    }
+    observer.stop().await;
     report.samples = result?;
     report.wall_s = t0.elapsed().as_secs_f64();
     Ok(report)

@@ -39,7 +39,9 @@ use serde_json::{Value, json};
 
 use crate::core::catalog::Catalog;
 use crate::demo::{Client, DemoError, err, feed, stop_service};
-use crate::px4_panels::{Evidence, GcsObserver, Peer, cold_start, fingerprint, ns_since};
+use crate::px4_panels::{
+    Evidence, GcsObserver, Peer, PeerObserver, cold_start, fingerprint, ns_since,
+};
 use crate::service::Service;
 
 /// The data file, compiled in so the binary runs from any directory.
@@ -451,10 +453,7 @@ pub async fn run_selected(
         return Err(DemoError("no condition selected".into()));
     }
     let origin = Instant::now();
-    let observer = match peer {
-        Peer::Px4 { gcs_port, .. } => Some(GcsObserver::start(*gcs_port, origin)?),
-        Peer::Sim => None,
-    };
+    let observer = PeerObserver::start(peer, origin)?;
     let mut report = Report {
         cold_starts,
         ..Report::default()
@@ -469,7 +468,7 @@ pub async fn run_selected(
             k,
             peer,
             origin,
-            observer.as_ref().map(|(o, _)| o),
+            observer.get(),
             &crate::demo::Eval::default(),
             move |agent, _| {
                 script_conds
@@ -494,10 +493,7 @@ pub async fn run_selected(
             origin.elapsed().as_secs_f64()
         );
     }
-    if let Some((o, thread)) = observer {
-        o.stop.store(true, Ordering::Relaxed);
-        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-    }
+    observer.stop().await;
     result?;
     report.wall_s = origin.elapsed().as_secs_f64();
     Ok(report)
@@ -952,4 +948,17 @@ fn flight<T>(
         .c
         .wait(40, |c| c.status()["vehicle"]["armed"] == false);
     result
+}
+
+impl crate::px4_panels::PanelReport for Report {
+    fn print(&self) {
+        Report::print(self);
+    }
+    fn plot(&self, path: &Path) -> Result<(), DemoError> {
+        Report::plot(self, path)
+    }
+    fn passed(&self) -> bool {
+        let (m, n) = self.matched();
+        m == n
+    }
 }

@@ -23,7 +23,6 @@
 )]
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -31,7 +30,7 @@ use serde_json::{Value, json};
 
 use crate::core::catalog::Catalog;
 use crate::demo::{DemoError, err};
-use crate::px4_panels::{GcsObserver, Peer, fingerprint, ns_since};
+use crate::px4_panels::{Peer, PeerObserver, fingerprint, ns_since};
 use crate::px4_profiles::{ActionSpec, Agent, Condition, DWELL, Step, one_cold_start};
 
 /// The data file, compiled in so the binary runs from any directory.
@@ -355,10 +354,7 @@ pub async fn run_with(
         return Err(DemoError("no route selected".into()));
     }
     let origin = Instant::now();
-    let observer = match peer {
-        Peer::Px4 { gcs_port, .. } => Some(GcsObserver::start(*gcs_port, origin)?),
-        Peer::Sim => None,
-    };
+    let observer = PeerObserver::start(peer, origin)?;
     let mut report = Report {
         cold_starts,
         ..Report::default()
@@ -373,7 +369,7 @@ pub async fn run_with(
             k,
             peer,
             origin,
-            observer.as_ref().map(|(o, _)| o),
+            observer.get(),
             &crate::demo::Eval::default(),
             move |agent, _| {
                 let mut outcomes = Vec::new();
@@ -407,10 +403,7 @@ pub async fn run_with(
             origin.elapsed().as_secs_f64()
         );
     }
-    if let Some((o, thread)) = observer {
-        o.stop.store(true, Ordering::Relaxed);
-        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-    }
+    observer.stop().await;
     result?;
     report.wall_s = origin.elapsed().as_secs_f64();
     Ok(report)
@@ -634,4 +627,18 @@ fn controls(agent: &mut Agent<'_>, k: usize) -> Result<Vec<Control>, DemoError> 
         answer,
     );
     Ok(out)
+}
+
+impl crate::px4_panels::PanelReport for Report {
+    fn print(&self) {
+        Report::print(self);
+    }
+    fn plot(&self, path: &Path) -> Result<(), DemoError> {
+        Report::plot(self, path)
+    }
+    fn passed(&self) -> bool {
+        let (m, n) = self.matched();
+        let (c, cn) = self.controls_refused();
+        m == n && c == cn
+    }
 }
