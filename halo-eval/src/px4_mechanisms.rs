@@ -42,7 +42,7 @@ use serde_json::{Value, json};
 use crate::core::Variant;
 use crate::core::catalog::Catalog;
 use crate::demo::{DemoError, Eval, err};
-use crate::px4_panels::{Peer, PeerObserver, fingerprint, ns_since};
+use crate::px4_panels::{Peer, PeerObserver, ns_since};
 use crate::px4_profiles::{ActionSpec, Agent, DWELL, one_cold_start};
 
 /// The shared conditions, compiled in.
@@ -399,6 +399,7 @@ fn condition(
     if c.gate_at.is_some() {
         pause(agent, "traffic", 1500);
     }
+    let fp = agent.claim(target)?;
     let rid = format!("mech-{k}-{n}");
     let cert = c
         .post_revoke
@@ -454,7 +455,6 @@ fn condition(
     let dispatched = rep["components"].as_array().into_iter().flatten().any(|x| {
         x["id"] == "e3" && (x["phase"] == "DISPATCHED" || x["phase"] == "OBSERVED_SUCCESS")
     });
-    let fp = fingerprint(target);
     let wait = if dispatched {
         Duration::from_secs(3)
     } else {

@@ -557,6 +557,9 @@ pub(crate) struct Agent<'a> {
     pub(crate) sequences: HashSet<String>,
     /// Where the flight's targets start from: the hover point one metre up, local NED m.
     pub(crate) hover: [f64; 3],
+    /// Every target fingerprint the agent sent in this flight: each is sent once, so the
+    /// vehicle's record (and PX4's log) can tell every action apart.
+    pub(crate) targets: HashSet<String>,
 }
 
 impl Agent<'_> {
@@ -689,6 +692,22 @@ impl Agent<'_> {
         }
     }
 
+    /// Claims `target` for one action of this flight: a target sent twice is the harness's
+    /// error (its evidence would be ambiguous), not a result.
+    ///
+    /// # Errors
+    /// [`DemoError`] when the target was sent before in this flight.
+    pub(crate) fn claim(&mut self, target: [f64; 4]) -> Result<String, DemoError> {
+        let fp = fingerprint(target);
+        if self.targets.insert(fp.clone()) {
+            Ok(fp)
+        } else {
+            Err(DemoError(format!(
+                "the target {fp} was sent twice in one flight, so the run is refused"
+            )))
+        }
+    }
+
     /// Whether the vehicle took `fp` after `after`, waiting up to `wait` for it.
     pub(crate) fn taken(&self, fp: &str, after: u64, wait: Duration) -> bool {
         let deadline = Instant::now() + wait;
@@ -747,9 +766,12 @@ impl Agent<'_> {
         };
         // A target of its own a few metres from the hover point, so its fingerprint is its own.
         #[allow(clippy::cast_precision_loss, reason = "small indices")]
+        // Whole metres on a grid six wide (distinct for every condition of a flight, so no
+        // target is flown twice and PX4's log can tell them apart); a recovery goes half a
+        // metre east of its condition's target, off the grid.
         let own = [
             (hover[0] + 1.0 + (n % 6) as f64).round(),
-            (hover[1] + 1.0 + (n / 6 % 7) as f64 * 0.8).round(),
+            (hover[1] + 1.0 + (n / 6) as f64).round(),
             (hover[2] * 10.0).round() / 10.0,
             0.0,
         ];
@@ -808,6 +830,7 @@ impl Agent<'_> {
             self.publish("traffic", &intruder, 41, "utm-feed-a");
             std::thread::sleep(Duration::from_millis(250));
         }
+        let fp = self.claim(target)?;
         let rid = format!("profile-{k}-{n}");
         let cert = format!("cert-{k}-{n}");
         let env = self.envelope(&rid, target, &cond.action, &cert, cond.dependent);
@@ -851,7 +874,6 @@ impl Agent<'_> {
         if cond.dependent {
             outcome.dependent = Some(Self::decision(&rep["components"][1]).0);
         }
-        let fp = fingerprint(target);
         outcome.seen = if kind != "route_action" {
             // A report or a hold has no target of its own to find among the setpoints.
             std::thread::sleep(DWELL);
@@ -888,6 +910,7 @@ impl Agent<'_> {
             return Ok(Recovery::default());
         };
         let fresh = [own[0], own[1] + 0.5, own[2], own[3]];
+        let fresh_fp = self.claim(fresh)?;
         let cert = format!("{cert}-fresh");
         let env = self.envelope(rid, fresh, &ActionSpec::default(), &cert, dependent);
         self.certify(&env, &cert, 30_000)?;
@@ -916,7 +939,7 @@ impl Agent<'_> {
         Ok(Recovery {
             dispatched,
             fresh_sequence,
-            seen: dispatched && self.taken(&fingerprint(fresh), post_ns, Duration::from_secs(3)),
+            seen: dispatched && self.taken(&fresh_fp, post_ns, Duration::from_secs(3)),
         })
     }
 }
@@ -941,6 +964,7 @@ fn flight<T>(
         generation: 0,
         sequences: HashSet::new(),
         hover: [hover[0], hover[1], hover[2] - 1.0],
+        targets: HashSet::new(),
     };
     let result = script(&mut agent);
     let _ = agent.c.operator("land", &json!({}));

@@ -78,12 +78,17 @@ fn routes(recoverable: &dyn Fn(&str, &str) -> bool) -> Result<Vec<Condition>, De
                 return Err(DemoError(format!("route `{}` repeats", r.name)));
             }
             let kind = r.action.kind.as_deref().unwrap_or("route_action");
+            let mut action = r.action.clone();
+            if dependent {
+                // A target of its own in the second pass too (one metre east).
+                action.target_m = action.target_m.map(|t| [t[0], t[1] + 1.0, t[2]]);
+            }
             out.push(Condition {
                 name: r.name.clone(),
                 class: "route".into(),
                 profile: if dependent { "with status" } else { "alone" }.into(),
                 setup: r.setup.clone(),
-                action: r.action.clone(),
+                action,
                 expect: r.expect.clone(),
                 recover: recoverable(kind, &r.expect),
                 dependent,
@@ -416,6 +421,7 @@ fn withheld(
     rid: &str,
     target: [f64; 4],
 ) -> Result<(Value, u64, String), DemoError> {
+    agent.claim(target)?;
     let cert = format!("cert-{rid}");
     let stale = ActionSpec {
         claims: serde_json::from_value(json!({"map": {"epoch": 6}})).ok(),
@@ -523,6 +529,7 @@ fn controls(agent: &mut Agent<'_>, k: usize) -> Result<Vec<Control>, DemoError> 
     let t = at(1.0);
     let rid = format!("ctl-{k}-2");
     let (_, oid, _) = withheld(agent, &rid, at(6.0))?;
+    agent.claim(t)?;
     let cert = format!("cert-{rid}-fresh");
     let fresh = agent.envelope(&rid, t, &ActionSpec::default(), &cert, false);
     agent.certify(&fresh, &cert, 30_000)?;
@@ -536,6 +543,7 @@ fn controls(agent: &mut Agent<'_>, k: usize) -> Result<Vec<Control>, DemoError> 
     }
     // Another target streams first, so a second flight of `t` would show.
     let other = at(7.0);
+    agent.claim(other)?;
     let rid_b = format!("ctl-{k}-2b");
     let cert_b = format!("cert-{rid_b}");
     let env_b = agent.envelope(&rid_b, other, &ActionSpec::default(), &cert_b, false);
@@ -559,6 +567,7 @@ fn controls(agent: &mut Agent<'_>, k: usize) -> Result<Vec<Control>, DemoError> 
     let t = at(2.0);
     let rid = format!("ctl-{k}-3");
     let (env, oid, _) = withheld(agent, &rid, at(8.0))?;
+    agent.claim(t)?;
     let cert = format!("cert-{rid}-fresh");
     let mut cand = agent.envelope(&rid, t, &ActionSpec::default(), &cert, false);
     cand["generation"] = env["generation"].clone();
@@ -578,6 +587,7 @@ fn controls(agent: &mut Agent<'_>, k: usize) -> Result<Vec<Control>, DemoError> 
     let t = at(3.0);
     let rid = format!("ctl-{k}-4");
     let (_, oid, old_cert) = withheld(agent, &rid, at(9.0))?;
+    agent.claim(t)?;
     let cand = agent.envelope(&rid, t, &ActionSpec::default(), &old_cert, false);
     let post = ns_since(agent.origin);
     let answer = send_candidate(agent, oid, &as_candidate(cand, oid));
@@ -612,6 +622,7 @@ fn controls(agent: &mut Agent<'_>, k: usize) -> Result<Vec<Control>, DemoError> 
     let t = at(5.0);
     let rid = format!("ctl-{k}-6");
     let (_, oid, _) = withheld(agent, &rid, at(10.0))?;
+    agent.claim(t)?;
     let cert = format!("cert-{rid}-fresh");
     let mut cand = agent.envelope(&rid, t, &ActionSpec::default(), &cert, false);
     cand["components"][0]["id"] = json!("b");
