@@ -11,12 +11,17 @@
 //!   sequence on the simulated Crazyflie, each through the service's own HTTP interfaces;
 //! - [`replay`]: the replay panel over recorded agent responses, through every mechanism
 //!   variant, judged by `sitl`'s independent oracle;
+//! - [`px4_panels`], [`px4_profiles`], [`recovery_routes`], [`px4_mechanisms`]: the PX4 panels
+//!   through the running service (deny-hold and latency, the support profiles, the recovery
+//!   routes, the mechanism variants), against the simulated PX4 or a real one, with
+//!   [`plots`] drawing each one's picture;
 //! - [`transfer`]: the Git-merge transfer study (the core outside flight);
 //! - [`fuzzing`]: the entry points the libFuzzer targets in `fuzz/` and the stable smoke run
 //!   call.
 //!
-//! The binary `halo-eval` (its [`cli`]) offers `run`, `demo`, `replay`, `check --variant` and
-//! `contract audit`; docs/run.md says which binary provides each command.
+//! The binary `halo-eval` (its [`cli`]) offers `run`, `demo`, `replay`, `check --variant`,
+//! `contract audit` and the four PX4 panels; docs/run.md says which binary provides each
+//! command.
 //!
 //! # Features
 //!
