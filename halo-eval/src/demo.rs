@@ -259,6 +259,17 @@ impl Client {
         component: &str,
         id: &str,
     ) -> Result<(), DemoError> {
+        self.certify_for(envelope, component, id, 30_000)
+    }
+
+    /// The tube verifier certifies one exact component for `valid_ms`.
+    pub(crate) fn certify_for(
+        &self,
+        envelope: &Value,
+        component: &str,
+        id: &str,
+        valid_ms: u64,
+    ) -> Result<(), DemoError> {
         let text = envelope.to_string();
         let raw = crate::core::envelope::parse_envelope(text.as_bytes()).map_err(err("certify"))?;
         let v = crate::core::graph::validate(&self.cat, &raw).map_err(err("certify"))?;
@@ -269,15 +280,16 @@ impl Client {
             .and_then(|i| v.graph.component(i))
             .map(|c| c.digest)
             .ok_or_else(|| DemoError(format!("no component {component}")))?;
-        let body =
-            json!({"id": id, "covers": digest, "valid_for_ms": 30000, "issuer": "tube-verifier"});
+        let body = json!({"id": id, "covers": digest, "valid_for_ms": valid_ms,
+            "issuer": "tube-verifier"});
         let (st, r) = self.call("POST", "/v1/certificates", &self.provider, &body);
         if st != 200 {
             return Err(DemoError(format!("certificate refused: {r}")));
         }
         self.say(&format!(
-            "tube verifier certifies {component} (digest {}) for 30 s as `{id}`",
-            digest.short()
+            "tube verifier certifies {component} (digest {}) for {:.1} s as `{id}`",
+            digest.short(),
+            valid_ms as f64 / 1000.0
         ));
         Ok(())
     }

@@ -389,8 +389,10 @@ impl Report {
                 o.decided,
                 if o.seen { "took" } else { "never took" },
                 o.recovery.as_ref().map_or(String::new(), |r| format!(
-                    "; recovery dispatched {}, fresh sequence {}, taken {}",
-                    r.dispatched, r.fresh_sequence, r.seen
+                    "; its recovery {}dispatched, {}a new sequence, {}taken",
+                    if r.dispatched { "" } else { "not " },
+                    if r.fresh_sequence { "" } else { "not " },
+                    if r.seen { "" } else { "not " }
                 ))
             );
         }
@@ -665,31 +667,16 @@ impl Agent<'_> {
     }
 
     pub(crate) fn certify(&self, env: &Value, id: &str, valid_ms: u64) -> Result<(), DemoError> {
-        let mut env = env.clone();
         // Only the action is certified: its digest does not depend on its siblings.
+        let mut env = env.clone();
         if let Some(c) = env["components"].as_array_mut() {
             c.truncate(1);
         }
-        let text = env.to_string();
-        let raw = crate::core::envelope::parse_envelope(text.as_bytes()).map_err(err("certify"))?;
-        let v = crate::core::graph::validate(&self.c.cat, &raw).map_err(err("certify"))?;
-        let first = env["components"][0]["id"].as_str().unwrap_or("a");
-        let digest = v
-            .graph
-            .index_of(&first.parse().map_err(err("certify"))?)
-            .and_then(|i| v.graph.component(i))
-            .map(|c| c.digest)
-            .ok_or_else(|| DemoError(format!("no component {first}")))?;
-        let body = json!({"id": id, "covers": digest, "valid_for_ms": valid_ms,
-            "issuer": "tube-verifier"});
-        let (st, r) = self
-            .c
-            .call("POST", "/v1/certificates", &self.c.provider, &body);
-        if st == 200 {
-            Ok(())
-        } else {
-            Err(DemoError(format!("certificate refused: {r}")))
-        }
+        let first = env["components"][0]["id"]
+            .as_str()
+            .unwrap_or("a")
+            .to_string();
+        self.c.certify_for(&env, &first, id, valid_ms)
     }
 
     /// Claims `target` for one action of this flight: a target sent twice is the harness's
