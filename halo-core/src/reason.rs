@@ -205,6 +205,7 @@ reasons! {
     METHOD_NOT_ALLOWED(816) "the route does not take this method";
     REQUEST_TIMEOUT(817) "the request did not arrive or complete within the timeout";
     VEHICLE_NOT_ARMED(818) "the vehicle is disarmed; arm it before this command";
+    UNKNOWN_TOOL(819) "no MCP tool of that name; list the tools";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -13,6 +13,13 @@ pub enum AgentLink {
     Stdio,
 }
 
+/// The MCP server on standard input and output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum McpLink {
+    /// One MCP session on standard input and output, for an agent host that spawns the gateway.
+    Stdio,
+}
+
 /// `run`'s options (the evaluation binary's `run` takes the same).
 #[derive(clap::Args, Clone, Debug)]
 pub struct RunArgs {
@@ -46,6 +53,11 @@ pub struct RunArgs {
     /// output for an agent that spawns the gateway; end of input stops the gateway.
     #[arg(long, value_enum, default_value = "http")]
     pub agent: AgentLink,
+    /// `stdio`: serve the Model Context Protocol on standard input and output (an MCP host
+    /// spawns the gateway; standard output carries only MCP, logs go to stderr; the session's
+    /// end stops the gateway). MCP over streamable HTTP is always at `/mcp` on the listener.
+    #[arg(long, value_enum, conflicts_with = "agent")]
+    pub mcp: Option<McpLink>,
 }
 
 impl RunArgs {
@@ -127,7 +139,8 @@ where
     let Some(rt) = tokio_runtime() else {
         return EXIT_ERROR;
     };
-    let stdio = a.agent == AgentLink::Stdio;
+    let mcp_stdio = a.mcp == Some(McpLink::Stdio);
+    let stdio = a.agent == AgentLink::Stdio || mcp_stdio;
     rt.block_on(async move {
         let (cfg, embedded) = match embed(cfg).await {
             Ok(x) => x,
@@ -160,7 +173,16 @@ where
         };
         use std::io::IsTerminal as _;
         tell(&banner(&svc, !stdio && std::io::stdout().is_terminal()));
-        if stdio {
+        if mcp_stdio {
+            let link = svc.serve_mcp_stdio();
+            tokio::select! {
+                () = wait_for_signal() => {}
+                r = link => match r {
+                    Ok(Err(e)) => eprintln!("error: {e}"),
+                    _ => tell("the MCP client closed the session\n"),
+                },
+            }
+        } else if stdio {
             let link = svc.serve_stdio();
             tokio::select! {
                 () = wait_for_signal() => {}

@@ -269,6 +269,9 @@ pub struct ListenConfig {
     pub write_timeout_ms: u64,
     /// Open event streams per role (agent, operator) at most.
     pub max_event_streams: usize,
+    /// MCP sessions on `/mcp` at once (streamable HTTP); one more `initialize` is refused
+    /// `429 TOO_MANY_STREAMS`. A session idle for five minutes is closed.
+    pub max_mcp_sessions: usize,
 }
 
 impl Default for ListenConfig {
@@ -284,6 +287,7 @@ impl Default for ListenConfig {
             request_timeout_ms: 30_000,
             write_timeout_ms: 10_000,
             max_event_streams: 32,
+            max_mcp_sessions: 16,
         }
     }
 }
@@ -572,6 +576,12 @@ impl Config {
                 l.max_event_streams as u64,
                 1,
                 65_536,
+            ),
+            (
+                "listen.max_mcp_sessions",
+                l.max_mcp_sessions as u64,
+                1,
+                4096,
             ),
             (
                 "listen.header_timeout_ms",

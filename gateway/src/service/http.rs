@@ -82,6 +82,10 @@ pub struct AppState {
     /// Each catalog source's owner, so a write from the wrong party is refused before its
     /// body is read.
     pub(crate) owners: Arc<std::collections::BTreeMap<String, crate::core::catalog::Owner>>,
+    /// The loaded catalog (`POST /v1/digest`).
+    pub(crate) catalog: Arc<crate::core::catalog::Catalog>,
+    /// The MCP server's shared part (`/mcp` on the main listener), and the most sessions.
+    pub(crate) mcp: Option<(Arc<super::mcp::Shared>, usize)>,
 }
 
 /// Open event streams per role, against a cap per role.
@@ -163,7 +167,11 @@ pub fn router(state: AppState, layers: &Layers) -> Router {
     use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
     let operator_only = state.operator_only;
     let guard_state = state.clone();
-    let routes = routes(state);
+    let mcp = (!operator_only).then(|| state.mcp.clone()).flatten();
+    let mut routes = routes(state);
+    if let Some((shared, max_sessions)) = mcp {
+        routes = routes.merge(mcp_routes(guard_state.clone(), &shared, max_sessions));
+    }
     let routes = if operator_only {
         routes.layer(axum::middleware::from_fn_with_state(
             guard_state,
@@ -221,6 +229,7 @@ fn handler(r: &Route) -> Option<MethodRouter<AppState>> {
         ("POST", "/v1/state/{source}") => post(post_state),
         ("POST", "/v1/certificates") => post(post_certificate),
         ("DELETE", "/v1/certificates/{id}") => delete(delete_certificate),
+        ("POST", "/v1/digest") => post(post_digest),
         ("POST", "/v1/operator/{action}") => post(post_operator),
         ("POST", "/v1/contract") => post(post_contract),
         ("GET", "/v1/contract") => get(get_contract),
@@ -253,6 +262,38 @@ fn routes(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+}
+
+/// `/mcp`: the MCP server over streamable HTTP ([`super::mcp`]), for the agent credential
+/// only (401 / 403 as every route). An `initialize` (a POST without `Mcp-Session-Id`) while
+/// `max_sessions` sessions are open is `429 TOO_MANY_STREAMS`; a session idle for five minutes
+/// is closed.
+fn mcp_routes(state: AppState, shared: &Arc<super::mcp::Shared>, max_sessions: usize) -> Router {
+    let (service, sessions) = super::mcp::http_service(shared, RESPONSE_LIMIT + SMALL_LIMIT);
+    let guard = move |req: Request, next: axum::middleware::Next| {
+        let state = state.clone();
+        let sessions = Arc::clone(&sessions);
+        async move {
+            if let Err(e) = authorize(&state, req.headers(), &[Role::Agent], "use the MCP server") {
+                return error_response(&e);
+            }
+            let opens =
+                req.method() == Method::POST && !req.headers().contains_key("mcp-session-id");
+            if opens && sessions.sessions.read().await.len() >= max_sessions {
+                return error_response(&ApiError::new(
+                    429,
+                    ReasonCode::TOO_MANY_STREAMS,
+                    format!(
+                        "{max_sessions} MCP sessions are open (listen.max_mcp_sessions); close one (DELETE /mcp with its Mcp-Session-Id) or wait for an idle one to end"
+                    ),
+                ));
+            }
+            next.run(req).await
+        }
+    };
+    Router::new()
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn(guard))
 }
 
 fn error_response(e: &ApiError) -> Response {
@@ -525,6 +566,18 @@ pub const ROUTES: &[Route] = &[
         what: "issue certificates",
         endpoint: Some("certificates"),
         body: SMALL,
+        note: "",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/digest",
+        access: Access::Roles(&[Provider, Operator]),
+        what: "compute digests",
+        endpoint: Some("digest"),
+        body: Some(BodyCap {
+            bytes: RESPONSE_LIMIT,
+            too_large: ReasonCode::RESPONSE_TOO_LARGE,
+        }),
         note: "",
     },
     Route {
@@ -967,6 +1020,56 @@ async fn post_certificate(State(st): State<AppState>, c: Caller, body: JsonBody)
         reply,
     })
     .await
+}
+
+async fn post_digest(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
+    let a = digests(&st.catalog, &body.0);
+    answer(&st, &c, a)
+}
+
+/// `POST /v1/digest`: the exact digest the gate checks a certificate against, for each
+/// component of a response envelope, or of `{"component": {...}}` alone (a certifier in any
+/// language needs nothing else). The envelope is validated as `POST /v1/responses` validates it
+/// (the same reason codes); nothing is admitted.
+///
+/// # Errors
+/// The envelope's rejection.
+pub fn digests(cat: &crate::core::catalog::Catalog, bytes: &[u8]) -> Answer {
+    let one = serde_json::from_slice::<serde_json::Value>(bytes)
+        .ok()
+        .filter(|v| {
+            v.as_object()
+                .is_some_and(|m| m.len() == 1 && m.contains_key("component"))
+        });
+    let wrapped;
+    let bytes = match one {
+        Some(v) => {
+            wrapped = serde_json::json!({
+                "response_id": "digest", "agent_id": "digest", "generation": 0,
+                "catalog": {"id": cat.id().as_str(), "version": cat.version()},
+                "components": [v["component"]],
+            })
+            .to_string();
+            wrapped.as_bytes()
+        }
+        None => bytes,
+    };
+    let raw = crate::core::envelope::parse_envelope(bytes).map_err(|r| ApiError::rejection(&r))?;
+    let v = crate::core::graph::validate(cat, &raw).map_err(|r| ApiError::rejection(&r))?;
+    let components: Vec<serde_json::Value> = v
+        .graph
+        .components()
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "id": c.id.as_str(),
+                "type": cat.type_spec(c.ty).map(|t| t.name.as_str()),
+                "digest": c.digest.to_hex(),
+                "certificate": c.certificate.as_ref().map(|x| x.as_str()),
+            })
+        })
+        .collect();
+    Ok(serde_json::json!({ "components": components }))
 }
 
 async fn delete_certificate(

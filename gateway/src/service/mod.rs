@@ -16,6 +16,7 @@ pub mod config;
 pub mod http;
 pub mod hub;
 pub mod listener;
+pub mod mcp;
 pub mod metrics;
 pub mod receipts;
 pub mod schema;
@@ -153,6 +154,8 @@ pub struct Service {
     shutdown_rx: watch::Receiver<bool>,
     cmds: mpsc::Sender<task::Cmd>,
     hub: hub::Hub,
+    /// The MCP server's shared part (`/mcp`, `--mcp stdio`).
+    mcp: Arc<mcp::Shared>,
     stop_bridge: broadcast::Sender<()>,
     task: JoinHandle<Task>,
     http: JoinHandle<()>,
@@ -590,6 +593,7 @@ impl Service {
         );
         let hub = hub::Hub::new(boot_epoch);
         let metrics = Arc::new(metrics::Metrics::new());
+        let mcp_catalog = Arc::new(catalog.clone());
         let task = build_task(
             &cfg,
             catalog,
@@ -611,6 +615,14 @@ impl Service {
         );
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (cmd_tx, cmd_rx) = mpsc::channel(256);
+        let mcp = mcp::Shared::new(
+            cmd_tx.clone(),
+            hub.clone(),
+            Arc::clone(&mcp_catalog),
+            Arc::clone(&envelope_schema),
+            origin,
+            shutdown_rx.clone(),
+        );
         let task = tokio::spawn(task.run(
             cmd_rx,
             bridge_rx,
@@ -631,6 +643,8 @@ impl Service {
                 streams: Arc::new(http::StreamCaps::new(cfg.listen.max_event_streams)),
                 operator_only: false,
                 owners,
+                catalog: Arc::clone(&mcp_catalog),
+                mcp: Some((Arc::clone(&mcp), cfg.listen.max_mcp_sessions)),
             },
             boot_epoch,
         );
@@ -651,6 +665,7 @@ impl Service {
             shutdown_rx,
             cmds: cmd_tx,
             hub,
+            mcp,
             stop_bridge,
             task,
             http,
@@ -724,6 +739,16 @@ impl Service {
             self.cmds.clone(),
             self.hub.clone(),
             self.shutdown_rx.clone(),
+        ))
+    }
+
+    /// Serves one MCP session on this process's standard input and output ([`mcp`],
+    /// `halo-gateway run --mcp stdio`); the task ends when the client closes it.
+    pub fn serve_mcp_stdio(&self) -> JoinHandle<Result<(), String>> {
+        tokio::spawn(mcp::serve_stdio(
+            Arc::clone(&self.mcp),
+            tokio::io::stdin(),
+            tokio::io::stdout(),
         ))
     }
 

@@ -31,7 +31,8 @@ fn schema_of<T: JsonSchema>() -> Value {
     v
 }
 
-fn payload_schema(kind: PayloadKind) -> Value {
+/// The JSON Schema of a payload kind (generated from the core's payload types).
+pub(crate) fn payload_schema(kind: PayloadKind) -> Value {
     match kind {
         PayloadKind::Notice | PayloadKind::Status => schema_of::<TextPayload>(),
         PayloadKind::Report => schema_of::<ReportPayload>(),
@@ -43,7 +44,8 @@ fn payload_schema(kind: PayloadKind) -> Value {
     }
 }
 
-fn id_schema() -> Value {
+/// The JSON Schema of an id.
+pub(crate) fn id_schema() -> Value {
     schema_of::<crate::core::ids::Id>()
 }
 

@@ -9,6 +9,7 @@
 mod cli;
 mod common;
 mod faults;
+mod mcp;
 mod service;
 mod supervisor_schedules;
 mod vehicle_sources;

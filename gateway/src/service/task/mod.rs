@@ -94,6 +94,26 @@ impl ApiError {
         }
     }
 
+    /// An error naming the offending ids.
+    pub fn with_ids(
+        status: u16,
+        code: ReasonCode,
+        message: impl Into<String>,
+        ids: Vec<String>,
+    ) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            ids,
+        }
+    }
+
+    /// The offending ids.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
     /// The HTTP status.
     pub fn status(&self) -> u16 {
         self.status
@@ -129,7 +149,8 @@ impl ApiError {
         ApiError::new(status, r.code, r.message)
     }
 
-    fn rejection(r: &Rejection) -> ApiError {
+    /// A core rejection, with its HTTP status.
+    pub(crate) fn rejection(r: &Rejection) -> ApiError {
         let status = match r.code() {
             ReasonCode::RESPONSE_TOO_LARGE => 413,
             ReasonCode::DUPLICATE_RESPONSE => 409,

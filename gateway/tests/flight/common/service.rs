@@ -314,7 +314,13 @@ impl Providers {
         let refused = Arc::new(AtomicU64::new(0));
         let r = Arc::clone(&refused);
         let thread = std::thread::spawn(move || {
+            let addr = url.trim_start_matches("http://").to_string();
             while !s.load(Ordering::Relaxed) {
+                // A gateway that stopped (an MCP client closed the session it spawned) ends
+                // the publishing; every request of a test still checks its own answer.
+                if std::net::TcpStream::connect(&addr).is_err() {
+                    break;
+                }
                 if strict {
                     Providers::publish_once(&url, &token, m.load(Ordering::Relaxed));
                 } else {
@@ -371,7 +377,12 @@ impl Drop for Providers {
 /// The operator arms (retrying until PX4 is ready) and takes off to 5 m; returns once PX4 is in
 /// HOLD there (it leaves AUTO.TAKEOFF for HOLD, and offboard targets are taken from HOLD).
 pub fn take_off(g: &Gateway, sim: &Sim) {
-    let u = &g.url;
+    take_off_at(&g.url, &g.operator, sim);
+}
+
+/// As [`take_off`], for a gateway at `u` with the operator credential `operator` (one the test
+/// did not start itself: an MCP client spawned it).
+pub fn take_off_at(u: &str, operator: &str, sim: &Sim) {
     wait_until(20, "the vehicle link", || {
         get(&format!("{u}/v1/status"), None).1["vehicle"]["link_up"] == true
     });
@@ -379,7 +390,7 @@ pub fn take_off(g: &Gateway, sim: &Sim) {
     // moment it is armed: the gateway refuses it before it reaches the vehicle.
     let (st, v) = post(
         &format!("{u}/v1/operator/takeoff"),
-        Some(&g.operator),
+        Some(operator),
         br#"{"altitude_m": 5.0}"#,
     );
     assert_eq!(
@@ -394,7 +405,7 @@ pub fn take_off(g: &Gateway, sim: &Sim) {
         "the takeoff reached the vehicle"
     );
     wait_until(20, "arming", || {
-        let ok = post(&format!("{u}/v1/operator/arm"), Some(&g.operator), b"{}").0 == 200;
+        let ok = post(&format!("{u}/v1/operator/arm"), Some(operator), b"{}").0 == 200;
         if !ok {
             std::thread::sleep(Duration::from_millis(500));
         }
@@ -402,7 +413,7 @@ pub fn take_off(g: &Gateway, sim: &Sim) {
     });
     let (st, v) = post(
         &format!("{u}/v1/operator/takeoff"),
-        Some(&g.operator),
+        Some(operator),
         br#"{"altitude_m": 5.0}"#,
     );
     assert_eq!(st, 200, "{v}");

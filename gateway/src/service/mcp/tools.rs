@@ -1,0 +1,550 @@
+//! The MCP tools, generated from the loaded catalog: one per component type (its input schema
+//! from the type's payload kind, with the catalog's limits as `minimum`/`maximum`), and the
+//! fixed tools around them. Pure functions of the catalog, so a test reads them without a
+//! running gateway.
+//!
+//! A component tool's call becomes a one-component response envelope
+//! ([`component_envelope`]); everything in it but the type, the response's identity and the
+//! catalog is the caller's, and the core validates it exactly as it validates `POST
+//! /v1/responses` (an unknown field, a payload of the wrong shape, a claim on a source outside
+//! the type's footprint: each its own reason code).
+
+use std::sync::Arc;
+
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use serde_json::{Map, Value, json};
+
+use crate::core::catalog::{Catalog, Class, Rule, TypeSpec};
+use crate::core::envelope::FORMAT_VERSION;
+use crate::core::payload::{MAX_DURATION_S, MAX_LOCAL_COORD_M, PayloadKind};
+use crate::core::reason::ReasonCode;
+use crate::service::schema::{id_schema, payload_schema};
+use crate::service::task::ApiError;
+
+/// What a tool does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolKind {
+    /// Sends one component of this catalog type (by name) as a one-component response.
+    Component(String),
+    /// Sends a whole response envelope.
+    SubmitResponse,
+    /// Lists the obligations.
+    Obligations,
+    /// Answers an obligation with a fresh candidate.
+    SubmitCandidate,
+    /// The vehicle and the sources' ages.
+    VehicleStatus,
+    /// Why a component was withheld.
+    Explain,
+}
+
+/// The fixed tools' names (a catalog type of the same name gets the `component_` prefix).
+pub const FIXED: [&str; 5] = [
+    "submit_response",
+    "obligations",
+    "submit_candidate",
+    "vehicle_status",
+    "explain",
+];
+
+/// The agent the component tools speak as; a fresh candidate must come from the same agent.
+pub const MCP_AGENT: &str = "mcp-agent";
+
+fn object(v: Value) -> Arc<JsonObject> {
+    Arc::new(match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    })
+}
+
+fn ms(ns: u64) -> u64 {
+    ns / 1_000_000
+}
+
+/// The type's payload schema with the catalog's and the core's limits as numeric ranges.
+pub fn bounded_payload_schema(cat: &Catalog, t: &TypeSpec) -> Value {
+    let mut s = payload_schema(t.payload);
+    let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) else {
+        return s;
+    };
+    let mut set = |field: &str, extra: Value| {
+        if let (Some(Value::Object(p)), Value::Object(e)) = (props.get_mut(field), extra) {
+            p.extend(e);
+        }
+    };
+    match t.payload {
+        PayloadKind::RouteAction => {
+            let max_alt = t
+                .rules
+                .iter()
+                .filter_map(|r| match r.rule {
+                    Rule::MaxAltitude { max_m } => Some(max_m),
+                    _ => None,
+                })
+                .fold(MAX_LOCAL_COORD_M, f64::min);
+            let max_distance = t.rules.iter().find_map(|r| match r.rule {
+                Rule::MaxDistance { source, max_m } => {
+                    cat.source(source).map(|s| (s.name.to_string(), max_m))
+                }
+                _ => None,
+            });
+            let horizontal = match &max_distance {
+                Some((src, m)) => format!(
+                    "metres in PX4's local NED frame; the target must be within {m} m (horizontal) of `{src}`"
+                ),
+                None => "metres in PX4's local NED frame".to_string(),
+            };
+            for f in ["north_m", "east_m"] {
+                set(
+                    f,
+                    json!({"minimum": -MAX_LOCAL_COORD_M, "maximum": MAX_LOCAL_COORD_M, "description": format!("{} ({horizontal})", if f == "north_m" { "north" } else { "east" })}),
+                );
+            }
+            set(
+                "down_m",
+                json!({"minimum": -max_alt, "maximum": MAX_LOCAL_COORD_M,
+                       "description": format!("down, metres (negative is up; at most {max_alt} m above the origin)")}),
+            );
+            set(
+                "yaw_deg",
+                json!({"minimum": -360.0, "maximum": 360.0, "description": "heading, degrees clockwise from north"}),
+            );
+            let max_s = if t.requires_certificate {
+                (cat.max_certificate().0 as f64 / 1e9).min(MAX_DURATION_S)
+            } else {
+                MAX_DURATION_S
+            };
+            set(
+                "duration_s",
+                json!({"exclusiveMinimum": 0.0, "maximum": max_s,
+                       "description": "how long to fly and hold the target, seconds (the interval the certificate must cover)"}),
+            );
+        }
+        PayloadKind::Hold => set(
+            "duration_s",
+            json!({"exclusiveMinimum": 0.0, "maximum": MAX_DURATION_S, "description": "how long to hold, seconds"}),
+        ),
+        PayloadKind::RefreshRequest => {
+            let names: Vec<&str> = cat.sources().iter().map(|s| s.name.as_str()).collect();
+            set(
+                "sources",
+                json!({"minItems": 1, "maxItems": 64, "items": {"enum": names}, "uniqueItems": true}),
+            );
+        }
+        _ => {}
+    }
+    s
+}
+
+fn claim_schema() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "epoch": {"type": "integer", "minimum": 0},
+            "provenance": id_schema(),
+        },
+        "description": "the source's epoch and/or provenance you planned against (vehicle_status shows the current ones)",
+    })
+}
+
+/// The input schema of the tool for type `t`.
+pub fn component_input_schema(cat: &Catalog, t: &TypeSpec) -> Value {
+    let payload = bounded_payload_schema(cat, t);
+    let payload_required = payload
+        .get("required")
+        .and_then(Value::as_array)
+        .is_some_and(|r| !r.is_empty());
+    let mut props = Map::new();
+    let mut required = Vec::new();
+    let mut id = id_schema();
+    if let Some(m) = id.as_object_mut() {
+        m.insert(
+            "description".into(),
+            json!(format!(
+                "the component's id (default `{}`); a certificate covers the id too",
+                t.name
+            )),
+        );
+    }
+    props.insert("id".into(), id);
+    props.insert("payload".into(), payload);
+    if payload_required {
+        required.push(json!("payload"));
+    }
+    if !t.footprint.is_empty() {
+        let mut sp = Map::new();
+        let mut sreq = Vec::new();
+        for (s, _) in &t.footprint {
+            if let Some(spec) = cat.source(*s) {
+                sp.insert(spec.name.to_string(), claim_schema());
+                if t.claims_required & (1u64 << s.0) != 0 {
+                    sreq.push(json!(spec.name.as_str()));
+                }
+            }
+        }
+        if !sreq.is_empty() {
+            required.push(json!("support"));
+        }
+        props.insert(
+            "support".into(),
+            json!({"type": "object", "additionalProperties": false, "properties": sp, "required": sreq,
+                   "description": "what you planned against: source name → {epoch, provenance}"}),
+        );
+    }
+    if t.requires_certificate {
+        let mut c = id_schema();
+        if let Some(m) = c.as_object_mut() {
+            m.insert(
+                "description".into(),
+                json!("the id of a certificate a certifier issued for this exact component (its digest)"),
+            );
+        }
+        props.insert("certificate".into(), c);
+        required.push(json!("certificate"));
+    }
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": required,
+        "properties": props,
+    })
+}
+
+/// A description a model can act on: what the type does, what it depends on, what can stop it.
+fn component_description(cat: &Catalog, t: &TypeSpec) -> String {
+    let what = match t.payload {
+        PayloadKind::RouteAction => {
+            "Fly to a position target in PX4's local NED frame and hold it for `duration_s`."
+        }
+        PayloadKind::Hold => "Hold the current position for `duration_s`.",
+        PayloadKind::Land => "Land where the vehicle is.",
+        PayloadKind::Notice => "Send a notice to the operator.",
+        PayloadKind::Status => "Send a status message to the operator.",
+        PayloadKind::Report => "Report a sensor reading.",
+        PayloadKind::RefreshRequest => "Ask the providers to refresh the named sources.",
+        PayloadKind::Merge => "Merge one branch into another.",
+    };
+    let mut d = format!(
+        "{what} Sends one `{}` component as a response of its own.",
+        t.name
+    );
+    if t.class == Class::Action {
+        d.push_str(
+            " An action: it passes admission and the final dispatch gate, which re-checks it against the current state right before the vehicle gets it.",
+        );
+    }
+    if !t.footprint.is_empty() {
+        let deps: Vec<String> = t
+            .footprint
+            .iter()
+            .filter_map(|(s, age)| {
+                cat.source(*s)
+                    .map(|spec| format!("{} (at most {} ms old)", spec.name, ms(age.0)))
+            })
+            .collect();
+        d.push_str(&format!(" Depends on: {}.", deps.join(", ")));
+    }
+    if !t.rules.is_empty() {
+        let codes: Vec<&str> = t.rules.iter().map(|r| r.code.name()).collect();
+        d.push_str(&format!(" Can be withheld with: {}.", codes.join(", ")));
+    }
+    if t.requires_certificate {
+        d.push_str(" Needs `certificate`: a certificate issued for this exact component.");
+    }
+    if !t.recovery.recoverable.is_empty() {
+        d.push_str(
+            " When it is withheld the result carries an obligation: refresh what it names, then answer it with `submit_candidate`.",
+        );
+    }
+    d
+}
+
+fn annotations(title: &str, moves_vehicle: bool) -> ToolAnnotations {
+    if moves_vehicle {
+        ToolAnnotations::with_title(title)
+            .read_only(false)
+            .destructive(true)
+            .idempotent(false)
+            .open_world(true)
+    } else {
+        ToolAnnotations::with_title(title).read_only(true)
+    }
+}
+
+/// The component object `schema` of a candidate's or an envelope's components.
+fn any_component() -> Value {
+    json!({"type": "object", "description": "a component: {id, type, payload, support?, certificate?, requires?}, as in the envelope schema (resource halo://schema/envelope)"})
+}
+
+/// Every tool for `cat`, with what it does.
+pub fn tools(cat: &Catalog) -> Vec<(Tool, ToolKind)> {
+    let mut out = Vec::new();
+    for t in cat.types() {
+        let name = if FIXED.contains(&t.name.as_str()) {
+            format!("component_{}", t.name)
+        } else {
+            t.name.to_string()
+        };
+        let moves = t.class == Class::Action;
+        let tool = Tool::new(
+            name.clone(),
+            component_description(cat, t),
+            object(component_input_schema(cat, t)),
+        )
+        .with_title(format!("send {}", t.name))
+        .with_annotations(annotations(&format!("send {}", t.name), moves));
+        out.push((tool, ToolKind::Component(t.name.to_string())));
+    }
+    out.push((
+        Tool::new(
+            "submit_response",
+            "Send a whole response envelope (several components with prerequisites between them). The envelope is the one `POST /v1/responses` takes (schema: resource halo://schema/envelope); the answer gives each component's phase, and each withheld action's obligation.",
+            object(json!({
+                "type": "object", "additionalProperties": false, "required": ["response"],
+                "properties": {"response": {"type": "object", "description": "the response envelope"}},
+            })),
+        )
+        .with_annotations(annotations("send a response", true)),
+        ToolKind::SubmitResponse,
+    ));
+    out.push((
+        Tool::new(
+            "obligations",
+            "List the obligations: what each withheld action waits for (the sources to refresh), its scope, how long it stays open and how many attempts are left.",
+            object(json!({
+                "type": "object", "additionalProperties": false,
+                "properties": {"state": {"enum": ["open", "all"], "description": "`open` (the default): the ones a candidate may still answer"}},
+            })),
+        )
+        .with_annotations(annotations("list obligations", false)),
+        ToolKind::Obligations,
+    ));
+    out.push((
+        Tool::new(
+            "submit_candidate",
+            "Answer an obligation with fresh components planned against the current state: the same component ids as the withheld ones (within the obligation's scope), new support claims and, for an action, a new certificate. It goes through full admission and the gate again.",
+            object(json!({
+                "type": "object", "additionalProperties": false, "required": ["obligation", "components"],
+                "properties": {
+                    "obligation": {"type": "integer", "minimum": 1},
+                    "components": {"type": "array", "minItems": 1, "maxItems": crate::core::envelope::MAX_COMPONENTS, "items": any_component()},
+                },
+            })),
+        )
+        .with_annotations(annotations("answer an obligation", true)),
+        ToolKind::SubmitCandidate,
+    ));
+    out.push((
+        Tool::new(
+            "vehicle_status",
+            "The vehicle (PX4 mode, armed, link, height above home, battery, who has control) and every source's epoch, provenance and age: what to claim in `support`.",
+            object(json!({"type": "object", "additionalProperties": false, "properties": {}})),
+        )
+        .with_annotations(annotations("vehicle status", false)),
+        ToolKind::VehicleStatus,
+    ));
+    out.push((
+        Tool::new(
+            "explain",
+            "Why a component was withheld: the reason, the sources it depends on with their age against their limit, and what to refresh.",
+            object(json!({
+                "type": "object", "additionalProperties": false, "required": ["response_id", "component"],
+                "properties": {"response_id": id_schema(), "component": id_schema()},
+            })),
+        )
+        .with_annotations(annotations("explain a decision", false)),
+        ToolKind::Explain,
+    ));
+    out
+}
+
+/// `INVALID_REQUEST` for people.
+pub fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::new(400, ReasonCode::INVALID_REQUEST, message)
+}
+
+/// The one-component response a component tool sends: `args` is the component without its
+/// type (`id` defaults to the type's name).
+///
+/// # Errors
+/// `UNKNOWN_FIELD` when `args` names the type (the tool does); nothing else is checked here:
+/// the core validates the envelope as it validates every response.
+pub fn component_envelope(
+    cat: &Catalog,
+    type_name: &str,
+    response_id: &str,
+    generation: u64,
+    args: &JsonObject,
+) -> Result<Vec<u8>, ApiError> {
+    if args.contains_key("type") {
+        return Err(ApiError::with_ids(
+            400,
+            ReasonCode::UNKNOWN_FIELD,
+            format!(
+                "`type` is not an argument: the tool `{type_name}` sends a `{type_name}`; use that type's own tool or submit_response"
+            ),
+            vec!["type".into()],
+        ));
+    }
+    let mut c = Map::new();
+    c.insert(
+        "id".into(),
+        args.get("id").cloned().unwrap_or_else(|| json!(type_name)),
+    );
+    c.insert("type".into(), json!(type_name));
+    let kind = cat
+        .type_ix(type_name)
+        .and_then(|ix| cat.type_spec(ix))
+        .map(|t| t.payload);
+    let empty_payload = matches!(kind, Some(PayloadKind::Land));
+    match args.get("payload") {
+        Some(p) => {
+            c.insert("payload".into(), p.clone());
+        }
+        None if empty_payload => {
+            c.insert("payload".into(), json!({}));
+        }
+        None => {}
+    }
+    for (k, v) in args {
+        if !matches!(k.as_str(), "id" | "payload") {
+            c.insert(k.clone(), v.clone());
+        }
+    }
+    let env = json!({
+        "format": FORMAT_VERSION,
+        "response_id": response_id,
+        "agent_id": MCP_AGENT,
+        "generation": generation,
+        "catalog": {"id": cat.id().as_str(), "version": cat.version()},
+        "components": [Value::Object(c)],
+    });
+    serde_json::to_vec(&env).map_err(|e| invalid(e.to_string()))
+}
+
+/// The candidate `submit_candidate` sends for obligation `obligation` of `response_id`.
+///
+/// # Errors
+/// None today; a `Result` so a caller treats it as the other builders.
+pub fn candidate_envelope(
+    cat: &Catalog,
+    obligation: u64,
+    response_id: &str,
+    agent_id: &str,
+    generation: u64,
+    components: &Value,
+) -> Result<Vec<u8>, ApiError> {
+    let env = json!({
+        "obligation": obligation,
+        "response_id": response_id,
+        "agent_id": agent_id,
+        "generation": generation,
+        "catalog": {"id": cat.id().as_str(), "version": cat.version()},
+        "components": components,
+    });
+    serde_json::to_vec(&env).map_err(|e| invalid(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cat() -> Catalog {
+        Catalog::parse(crate::io::EMBEDDED_CATALOG, "uav-px4.toml").unwrap()
+    }
+
+    #[test]
+    fn one_tool_per_type_and_the_fixed_ones() {
+        let c = cat();
+        let t = tools(&c);
+        let names: Vec<&str> = t.iter().map(|(t, _)| t.name.as_ref()).collect();
+        for ty in c.types() {
+            assert!(names.contains(&ty.name.as_str()), "{names:?}");
+        }
+        for f in FIXED {
+            assert!(names.contains(&f), "{names:?}");
+        }
+        assert_eq!(t.len(), c.types().len() + FIXED.len());
+        // Nothing reaches parameters, modes, arming or raw MAVLink.
+        for bad in [
+            "arm",
+            "takeoff",
+            "set_mode",
+            "param_set",
+            "mavlink",
+            "fence",
+        ] {
+            assert!(!names.iter().any(|n| n.contains(bad)), "{bad} in {names:?}");
+        }
+        let route = &t.iter().find(|(t, _)| t.name == "route_action").unwrap().0;
+        let a = route.annotations.as_ref().unwrap();
+        assert_eq!(
+            (a.destructive_hint, a.read_only_hint),
+            (Some(true), Some(false))
+        );
+        let notice = &t.iter().find(|(t, _)| t.name == "notice").unwrap().0;
+        assert_eq!(
+            notice.annotations.as_ref().unwrap().read_only_hint,
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn the_route_schema_carries_the_catalog_limits() {
+        let c = cat();
+        let t = c
+            .types()
+            .iter()
+            .find(|t| t.name.as_str() == "route_action")
+            .unwrap();
+        let s = component_input_schema(&c, t);
+        assert_eq!(s["required"], json!(["payload", "support", "certificate"]));
+        let p = &s["properties"]["payload"]["properties"];
+        // max_altitude 120 m in the catalog; max_certificate 600 s bounds the duration.
+        assert_eq!(p["down_m"]["minimum"], json!(-120.0));
+        assert_eq!(p["duration_s"]["maximum"], json!(600.0));
+        assert_eq!(p["north_m"]["maximum"], json!(MAX_LOCAL_COORD_M));
+        assert!(
+            p["north_m"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("500 m")
+        );
+        assert_eq!(
+            s["properties"]["support"]["required"],
+            json!(["bounds", "map", "traffic"])
+        );
+        // The land tool needs no payload.
+        let land = c
+            .types()
+            .iter()
+            .find(|t| t.name.as_str() == "land")
+            .unwrap();
+        assert_eq!(component_input_schema(&c, land)["required"], json!([]));
+    }
+
+    #[test]
+    fn a_component_call_is_a_one_component_response() {
+        let c = cat();
+        let args: JsonObject = serde_json::from_value(json!({
+            "payload": {"text": "hello"}
+        }))
+        .unwrap();
+        let b = component_envelope(&c, "notice", "mcp-1-1", 4, &args).unwrap();
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(
+            v["components"],
+            json!([{"id": "notice", "type": "notice", "payload": {"text": "hello"}}])
+        );
+        assert_eq!(v["generation"], 4);
+        // The core takes it as it is.
+        let raw = crate::core::envelope::parse_envelope(&b).unwrap();
+        crate::core::graph::validate(&c, &raw).unwrap();
+        // `type` is the tool's.
+        let bad: JsonObject =
+            serde_json::from_value(json!({"type": "route_action", "payload": {}})).unwrap();
+        let e = component_envelope(&c, "notice", "mcp-1-2", 5, &bad).unwrap_err();
+        assert_eq!(e.code, ReasonCode::UNKNOWN_FIELD);
+    }
+}
