@@ -686,14 +686,13 @@ impl Pacer {
                 }
             }
         }
-        if self.link_up {
-            if let Some(w) = self.next_watchdog {
-                if now >= w {
-                    self.out.push_back(Out::EstopWatchdog);
-                    self.stats.watchdog_refreshes += 1;
-                    self.next_watchdog = Some(now.add_ms(self.cfg.watchdog_refresh_ms));
-                }
-            }
+        if self.link_up
+            && let Some(w) = self.next_watchdog
+            && now >= w
+        {
+            self.out.push_back(Out::EstopWatchdog);
+            self.stats.watchdog_refreshes += 1;
+            self.next_watchdog = Some(now.add_ms(self.cfg.watchdog_refresh_ms));
         }
     }
 
@@ -745,7 +744,7 @@ mod tests {
         let mut out = Vec::new();
         let mut t = from;
         while t <= until {
-            if t % 20_000_000 == 0 {
+            if t.is_multiple_of(20_000_000) {
                 p.on_telemetry(Mono(t), &Telemetry::Ping { latency_ms: 2.0 });
             }
             if p.poll_timeout() <= Mono(t) {

@@ -44,10 +44,10 @@ pub fn check(uri: &str) -> Result<(), UriError> {
         if !matches!(rate, "250K" | "1M" | "2M") {
             return err(format!("rate `{rate}` is not 250K, 1M or 2M"));
         }
-        if let Some(a) = address {
-            if a.len() != 10 || !a.chars().all(|c| c.is_ascii_hexdigit()) {
-                return err(format!("address `{a}` is not 10 hex digits"));
-            }
+        if let Some(a) = address
+            && (a.len() != 10 || !a.chars().all(|c| c.is_ascii_hexdigit()))
+        {
+            return err(format!("address `{a}` is not 10 hex digits"));
         }
         return Ok(());
     }

@@ -88,13 +88,13 @@ impl Checker {
                         self.link_up, self.armed, self.locked
                     ));
                 }
-                if let Some(t) = self.last_position {
-                    if now - t > PERIOD_NS + MAX_STEP_NS {
-                        return Err(format!(
-                            "rule 3: {} ms between packets",
-                            (now - t) / 1_000_000
-                        ));
-                    }
+                if let Some(t) = self.last_position
+                    && now - t > PERIOD_NS + MAX_STEP_NS
+                {
+                    return Err(format!(
+                        "rule 3: {} ms between packets",
+                        (now - t) / 1_000_000
+                    ));
                 }
                 self.last_position = Some(now);
                 self.streamed = true;
@@ -126,15 +126,15 @@ impl Checker {
             self.slot = None;
             self.last_position = None;
         }
-        if self.ever_armed && self.link_up {
-            if let Some(w) = self.last_watchdog {
-                if now - w > 250_000_000 + MAX_STEP_NS {
-                    return Err(format!(
-                        "rule 4: no watchdog refresh for {} ms",
-                        (now - w) / 1_000_000
-                    ));
-                }
-            }
+        if self.ever_armed
+            && self.link_up
+            && let Some(w) = self.last_watchdog
+            && now - w > 250_000_000 + MAX_STEP_NS
+        {
+            return Err(format!(
+                "rule 4: no watchdog refresh for {} ms",
+                (now - w) / 1_000_000
+            ));
         }
         Ok(())
     }

@@ -332,17 +332,17 @@ pub fn check_private(path: &Path, what: &str) -> Result<(), String> {
                 "{name}: the {what} is readable or writable by others (mode {mode:o}); run `chmod 600 {name}`"
             ));
         }
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if let Ok(m) = std::fs::metadata(dir) {
-                let dmode = m.permissions().mode() & 0o777;
-                let sticky = m.permissions().mode() & 0o1000 != 0;
-                if dmode & 0o002 != 0 && !sticky {
-                    return Err(format!(
-                        "{name}: the {what} is in {}, which anyone can write to (mode {dmode:o}), so it could be replaced; run `chmod o-w {}`",
-                        dir.display(),
-                        dir.display()
-                    ));
-                }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && let Ok(m) = std::fs::metadata(dir)
+        {
+            let dmode = m.permissions().mode() & 0o777;
+            let sticky = m.permissions().mode() & 0o1000 != 0;
+            if dmode & 0o002 != 0 && !sticky {
+                return Err(format!(
+                    "{name}: the {what} is in {}, which anyone can write to (mode {dmode:o}), so it could be replaced; run `chmod o-w {}`",
+                    dir.display(),
+                    dir.display()
+                ));
             }
         }
     }

@@ -381,10 +381,10 @@ impl Ledger {
 
     /// Revokes a token if it is still unused.
     pub fn revoke(&mut self, seq: Seq) {
-        if let Some(e) = self.entries.get_mut(&seq.n) {
-            if e.state == TokenState::Unused {
-                e.state = TokenState::Revoked;
-            }
+        if let Some(e) = self.entries.get_mut(&seq.n)
+            && e.state == TokenState::Unused
+        {
+            e.state = TokenState::Revoked;
         }
     }
 

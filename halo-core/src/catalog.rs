@@ -1105,14 +1105,14 @@ fn type_recovery(
     t: &RawType,
     class: Class,
 ) -> Result<Recovery, CatalogError> {
-    if class == Class::NonAction {
-        if let Some(r) = &t.recovery {
-            return Err(cx.err(
-                r.span(),
-                format!("{base}.recovery"),
-                "recovery routes apply to actions; a withheld non-action returns when its support does",
-            ));
-        }
+    if class == Class::NonAction
+        && let Some(r) = &t.recovery
+    {
+        return Err(cx.err(
+            r.span(),
+            format!("{base}.recovery"),
+            "recovery routes apply to actions; a withheld non-action returns when its support does",
+        ));
     }
     let recovery = match &t.recovery {
         None => Recovery {

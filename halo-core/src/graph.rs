@@ -647,10 +647,11 @@ fn duplicate_ids(comps: &[Component], index: &IdIndex) -> Rejection {
             if h2 != h {
                 break;
             }
-            if let (Some(x), Some(y)) = (id_at(a), id_at(b)) {
-                if x == y && !dups.contains(&x.to_string()) {
-                    dups.push(x.to_string());
-                }
+            if let (Some(x), Some(y)) = (id_at(a), id_at(b))
+                && x == y
+                && !dups.contains(&x.to_string())
+            {
+                dups.push(x.to_string());
             }
         }
     }

@@ -236,26 +236,26 @@ impl Gateway {
             if let Some(seq) = old.seq {
                 self.sh.ledger.revoke(seq);
             }
-            if let Some(o) = old.obligation {
-                if o != oid {
-                    superseded.push(o);
-                }
+            if let Some(o) = old.obligation
+                && o != oid
+            {
+                superseded.push(o);
             }
             let mut x = Inst::new(old.class, generation, now);
             x.generation = old.generation.saturating_add(1);
             *old = x;
         }
         for o in superseded {
-            if let Some(ob) = self.sh.obligations.get_mut(&o) {
-                if ob.state.is_live() {
-                    ob.state = ObligationState::Discharged;
-                    self.sh
-                        .events
-                        .push_back(super::engine::Event::ObligationChanged {
-                            id: o,
-                            state: ObligationState::Discharged,
-                        });
-                }
+            if let Some(ob) = self.sh.obligations.get_mut(&o)
+                && ob.state.is_live()
+            {
+                ob.state = ObligationState::Discharged;
+                self.sh
+                    .events
+                    .push_back(super::engine::Event::ObligationChanged {
+                        id: o,
+                        state: ObligationState::Discharged,
+                    });
             }
         }
         if let Some(o) = self.sh.obligations.get_mut(&oid) {

@@ -164,13 +164,13 @@ impl Snapshot {
                 ),
             ));
         }
-        if let Some(cur) = self.source(u.source) {
-            if u.state.generated_at < cur.generated_at {
-                return Err(UpdateError::new(
-                    ReasonCode::OUT_OF_ORDER_UPDATE,
-                    format!("update of `{}` is older than the one held", spec.name),
-                ));
-            }
+        if let Some(cur) = self.source(u.source)
+            && u.state.generated_at < cur.generated_at
+        {
+            return Err(UpdateError::new(
+                ReasonCode::OUT_OF_ORDER_UPDATE,
+                format!("update of `{}` is older than the one held", spec.name),
+            ));
         }
         Ok(())
     }

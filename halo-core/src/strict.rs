@@ -70,35 +70,35 @@ pub fn explain(bytes: &[u8], e: &serde_json::Error) -> String {
         );
     }
     let msg = e.to_string();
-    if let Some(rest) = msg.strip_prefix("invalid type: floating point `") {
-        if let Some((parsed, tail)) = rest.split_once('`') {
-            // The number as written: the numeric characters that end at the error's column.
-            let written = bytes
-                .split(|b| *b == b'\n')
-                .nth(e.line().saturating_sub(1))
-                .and_then(|l| l.get(..e.column().min(l.len())))
-                .map(|l| {
-                    let n = l
-                        .iter()
-                        .rev()
-                        .take_while(|b| {
-                            b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E')
-                        })
-                        .count();
-                    String::from_utf8_lossy(l.get(l.len() - n..).unwrap_or_default()).to_string()
-                })
-                .filter(|w| !w.is_empty());
-            let number = written.as_deref().unwrap_or(parsed);
-            if let Some(at) = tail.strip_prefix(", expected u64") {
-                return format!("{number} is not a whole number from 0 to {}{at}", u64::MAX);
-            }
-            if let Some(at) = tail.strip_prefix(", expected i64") {
-                return format!(
-                    "{number} is not a whole number from {} to {}{at}",
-                    i64::MIN,
-                    i64::MAX
-                );
-            }
+    if let Some(rest) = msg.strip_prefix("invalid type: floating point `")
+        && let Some((parsed, tail)) = rest.split_once('`')
+    {
+        // The number as written: the numeric characters that end at the error's column.
+        let written = bytes
+            .split(|b| *b == b'\n')
+            .nth(e.line().saturating_sub(1))
+            .and_then(|l| l.get(..e.column().min(l.len())))
+            .map(|l| {
+                let n = l
+                    .iter()
+                    .rev()
+                    .take_while(|b| {
+                        b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E')
+                    })
+                    .count();
+                String::from_utf8_lossy(l.get(l.len() - n..).unwrap_or_default()).to_string()
+            })
+            .filter(|w| !w.is_empty());
+        let number = written.as_deref().unwrap_or(parsed);
+        if let Some(at) = tail.strip_prefix(", expected u64") {
+            return format!("{number} is not a whole number from 0 to {}{at}", u64::MAX);
+        }
+        if let Some(at) = tail.strip_prefix(", expected i64") {
+            return format!(
+                "{number} is not a whole number from {} to {}{at}",
+                i64::MIN,
+                i64::MAX
+            );
         }
     }
     msg

@@ -150,10 +150,10 @@ pub fn local_ok_with(
                 }
             }
         }
-        if let Timing::RollingRenewal { since } = timing {
-            if st.generated_at <= since {
-                v.fail(ReasonCode::ROLLING_NOT_REFRESHED, Some(s));
-            }
+        if let Timing::RollingRenewal { since } = timing
+            && st.generated_at <= since
+        {
+            v.fail(ReasonCode::ROLLING_NOT_REFRESHED, Some(s));
         }
     }
 

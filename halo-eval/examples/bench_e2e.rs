@@ -379,7 +379,7 @@ fn memory(seconds: u64, binary: &str) {
         }
         if let Some((rss, ticks)) = proc_sample(pid) {
             samples.push((t0.elapsed().as_secs_f64(), rss, ticks));
-            if samples.len() % 60 == 0 {
+            if samples.len().is_multiple_of(60) {
                 eprintln!(
                     "bench_e2e memory: {:>4.0} s  RSS {:.1} MB",
                     t0.elapsed().as_secs_f64(),

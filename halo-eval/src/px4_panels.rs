@@ -204,10 +204,10 @@ impl GcsObserver {
                     0.0
                 };
                 let fp = sitl::sim::px4::fingerprint(p.x, p.y, p.z, yaw);
-                if let Ok(mut v) = self.targets.lock() {
-                    if v.len() < MAX_REPORTS {
-                        v.push((t, fp));
-                    }
+                if let Ok(mut v) = self.targets.lock()
+                    && v.len() < MAX_REPORTS
+                {
+                    v.push((t, fp));
                 }
             }
             MavMessage::LOCAL_POSITION_NED(p) => {

@@ -643,10 +643,10 @@ impl Agent<'_> {
                                 "down_m": target[2], "yaw_deg": target[3],
                                 "duration_s": spec.duration_s.unwrap_or(10.0)},
                     "support": support, "certificate": cert});
-                if spec.certificate.as_deref() == Some("none") {
-                    if let Some(o) = a.as_object_mut() {
-                        o.remove("certificate");
-                    }
+                if spec.certificate.as_deref() == Some("none")
+                    && let Some(o) = a.as_object_mut()
+                {
+                    o.remove("certificate");
                 }
                 a
             }

@@ -397,27 +397,27 @@ impl Replay {
             let _ = gw.handle_certificate(t0, c.clone());
         }
         // The tube verifier certifies each certified action's exact digest, as issued.
-        if let Ok(raw) = crate::core::envelope::parse_envelope(env_text.as_bytes()) {
-            if let Ok(val) = crate::core::graph::validate(gw.catalog(), &raw) {
-                for (cid, cert) in certs {
-                    let (Ok(cid), Ok(cert)) = (cid.parse::<Id>(), cert.parse::<Id>()) else {
-                        continue;
-                    };
-                    if let Some(c) = val
-                        .graph
-                        .index_of(&cid)
-                        .and_then(|i| val.graph.component(i))
-                    {
-                        let _ = gw.handle_certificate(
-                            t0,
-                            Certificate {
-                                id: cert,
-                                covers: c.digest,
-                                valid_until: Nanos::from_ms(self.now + CERT_VALID_MS),
-                                issuer: self.issuer.clone(),
-                            },
-                        );
-                    }
+        if let Ok(raw) = crate::core::envelope::parse_envelope(env_text.as_bytes())
+            && let Ok(val) = crate::core::graph::validate(gw.catalog(), &raw)
+        {
+            for (cid, cert) in certs {
+                let (Ok(cid), Ok(cert)) = (cid.parse::<Id>(), cert.parse::<Id>()) else {
+                    continue;
+                };
+                if let Some(c) = val
+                    .graph
+                    .index_of(&cid)
+                    .and_then(|i| val.graph.component(i))
+                {
+                    let _ = gw.handle_certificate(
+                        t0,
+                        Certificate {
+                            id: cert,
+                            covers: c.digest,
+                            valid_until: Nanos::from_ms(self.now + CERT_VALID_MS),
+                            issuer: self.issuer.clone(),
+                        },
+                    );
                 }
             }
         }
@@ -604,10 +604,10 @@ impl Replay {
         let original = rec.envelope.to_string();
         let mut changed = rec.envelope.clone();
         for c in changed["components"].as_array_mut().into_iter().flatten() {
-            if c.get("certificate").is_some() {
-                if let Some(n) = c["payload"]["north_m"].as_f64() {
-                    c["payload"]["north_m"] = Value::from(n + 1.0);
-                }
+            if c.get("certificate").is_some()
+                && let Some(n) = c["payload"]["north_m"].as_f64()
+            {
+                c["payload"]["north_m"] = Value::from(n + 1.0);
             }
         }
         // Certificates for the original digests, then the modified response.

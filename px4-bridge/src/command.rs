@@ -280,10 +280,10 @@ impl CommandTracker {
     }
 
     fn start_queued(&mut self, now: Mono, cmd: MavCmd, target: (u8, u8)) {
-        if let Some(k) = self.queued.iter().position(|(_, c)| c.encode().0 == cmd) {
-            if let Some((id, c)) = self.queued.remove(k) {
-                self.send(now, id, c, 0, target);
-            }
+        if let Some(k) = self.queued.iter().position(|(_, c)| c.encode().0 == cmd)
+            && let Some((id, c)) = self.queued.remove(k)
+        {
+            self.send(now, id, c, 0, target);
         }
     }
 

@@ -763,26 +763,26 @@ impl Offboard {
         outcome: CommandOutcome,
     ) {
         let since = self.submitted_at(id).unwrap_or(now);
-        if let Some((hold, arm)) = self.arm_after_hold {
-            if hold == id {
-                self.arm_after_hold = None;
-                self.report(now, id, command, outcome, since);
-                if outcome == CommandOutcome::Accepted && !self.armed {
-                    let target = self.target_ids();
-                    self.commands.submit_as(now, arm, Command::Arm, target);
-                    while let Some(c) = self.commands.poll_transmit() {
-                        self.outbox.push_back(MavMessage::COMMAND_LONG(c));
-                    }
-                } else if outcome == CommandOutcome::Accepted {
-                    // Armed meanwhile (another link): the arm asked for holds.
-                    let since = self.submitted_at(arm).unwrap_or(since);
-                    self.report(now, arm, Command::Arm, outcome, since);
-                } else {
-                    let since = self.submitted_at(arm).unwrap_or(since);
-                    self.report(now, arm, Command::Arm, outcome, since);
+        if let Some((hold, arm)) = self.arm_after_hold
+            && hold == id
+        {
+            self.arm_after_hold = None;
+            self.report(now, id, command, outcome, since);
+            if outcome == CommandOutcome::Accepted && !self.armed {
+                let target = self.target_ids();
+                self.commands.submit_as(now, arm, Command::Arm, target);
+                while let Some(c) = self.commands.poll_transmit() {
+                    self.outbox.push_back(MavMessage::COMMAND_LONG(c));
                 }
-                return;
+            } else if outcome == CommandOutcome::Accepted {
+                // Armed meanwhile (another link): the arm asked for holds.
+                let since = self.submitted_at(arm).unwrap_or(since);
+                self.report(now, arm, Command::Arm, outcome, since);
+            } else {
+                let since = self.submitted_at(arm).unwrap_or(since);
+                self.report(now, arm, Command::Arm, outcome, since);
             }
+            return;
         }
         self.report(now, id, command, outcome, since);
     }
@@ -971,22 +971,22 @@ impl Offboard {
     pub fn handle_message(&mut self, now: Mono, header: &MavHeader, msg: &MavMessage) {
         self.stats.messages += 1;
         let sys = u8::try_from(header.system_id).unwrap_or(0);
-        if self.autopilot.is_none() {
-            if let MavMessage::HEARTBEAT(hb) = msg {
-                let is_autopilot = hb.autopilot != MavAutopilot::MAV_AUTOPILOT_INVALID
-                    && !matches!(
-                        hb.mavtype,
-                        MavType::MAV_TYPE_GCS | MavType::MAV_TYPE_ONBOARD_CONTROLLER
-                    );
-                let wanted = self.cfg.autopilot_system.is_none_or(|s| s == sys);
-                if is_autopilot && wanted {
-                    self.autopilot = Some((sys, header.component_id));
-                    self.events.push_back(Event::AutopilotDiscovered {
-                        system_id: sys,
-                        component_id: header.component_id,
-                    });
-                    self.next_timesync = now;
-                }
+        if self.autopilot.is_none()
+            && let MavMessage::HEARTBEAT(hb) = msg
+        {
+            let is_autopilot = hb.autopilot != MavAutopilot::MAV_AUTOPILOT_INVALID
+                && !matches!(
+                    hb.mavtype,
+                    MavType::MAV_TYPE_GCS | MavType::MAV_TYPE_ONBOARD_CONTROLLER
+                );
+            let wanted = self.cfg.autopilot_system.is_none_or(|s| s == sys);
+            if is_autopilot && wanted {
+                self.autopilot = Some((sys, header.component_id));
+                self.events.push_back(Event::AutopilotDiscovered {
+                    system_id: sys,
+                    component_id: header.component_id,
+                });
+                self.next_timesync = now;
             }
         }
         let Some((ap_sys, ap_comp)) = self.autopilot else {
@@ -1292,17 +1292,16 @@ impl Offboard {
                 if yaw_deg.is_finite() { yaw_deg } else { 0.0 },
             )
         });
-        if let (Some(fp), Some(active)) = (fingerprint, self.target.as_mut()) {
-            if !active.observed
-                && self.mode == Some(Px4Mode::OFFBOARD)
-                && fp == active.sp.fingerprint()
-            {
-                active.observed = true;
-                self.events.push_back(Event::TargetObserved {
-                    binding: active.binding,
-                    fingerprint: fp,
-                });
-            }
+        if let (Some(fp), Some(active)) = (fingerprint, self.target.as_mut())
+            && !active.observed
+            && self.mode == Some(Px4Mode::OFFBOARD)
+            && fp == active.sp.fingerprint()
+        {
+            active.observed = true;
+            self.events.push_back(Event::TargetObserved {
+                binding: active.binding,
+                fingerprint: fp,
+            });
         }
         self.telemetry(
             t,
@@ -1426,22 +1425,22 @@ impl Offboard {
 
     fn stream_tick(&mut self, now: Mono) {
         let period = clamp_rate_ns(self.cfg.stream_hz);
-        if let Some(t) = self.target {
-            if now >= self.hold_at(t.valid_until) {
-                // INVARIANT (no stale target): from `hold_margin_ms` before the end of its
-                // certified interval a target is never sent again.
-                self.target = None;
-                self.events.push_back(Event::TargetExpired {
-                    binding: t.binding,
-                    fingerprint: t.sp.fingerprint(),
-                });
-                self.enter_hold(now, HoldReason::TargetExpired);
-            }
+        if let Some(t) = self.target
+            && now >= self.hold_at(t.valid_until)
+        {
+            // INVARIANT (no stale target): from `hold_margin_ms` before the end of its
+            // certified interval a target is never sent again.
+            self.target = None;
+            self.events.push_back(Event::TargetExpired {
+                binding: t.binding,
+                fingerprint: t.sp.fingerprint(),
+            });
+            self.enter_hold(now, HoldReason::TargetExpired);
         }
-        if let Some(h) = self.hold {
-            if now.since(h.since) >= h.max_ns {
-                self.px4_hold(now, HoldReason::HoldStreamLimit);
-            }
+        if let Some(h) = self.hold
+            && now.since(h.since) >= h.max_ns
+        {
+            self.px4_hold(now, HoldReason::HoldStreamLimit);
         }
         let sp = self.target.map(|t| t.sp).or(self.hold.map(|h| h.sp));
         let Some(sp) = sp else {
@@ -1525,10 +1524,10 @@ impl Offboard {
         if self.autopilot.is_some() {
             t = t.min(self.next_timesync);
         }
-        if self.link_up {
-            if let Some(h) = self.last_heartbeat {
-                t = t.min(h.add_ms(self.cfg.link_timeout_ms).add_ns(1));
-            }
+        if self.link_up
+            && let Some(h) = self.last_heartbeat
+        {
+            t = t.min(h.add_ms(self.cfg.link_timeout_ms).add_ns(1));
         }
         if let Some(c) = self.commands.poll_timeout() {
             t = t.min(c);

@@ -645,14 +645,13 @@ impl Driver {
                 binding,
                 valid_until,
             } => {
-                if let Err(reason) = self.sm.try_enqueue(t, sp, binding, valid_until) {
-                    if self
+                if let Err(reason) = self.sm.try_enqueue(t, sp, binding, valid_until)
+                    && self
                         .tx_ev
                         .try_send(Event::EnqueueDropped { binding, reason })
                         .is_err()
-                    {
-                        self.sh.dropped_events.fetch_add(1, Ordering::Relaxed);
-                    }
+                {
+                    self.sh.dropped_events.fetch_add(1, Ordering::Relaxed);
                 }
             }
             Input::Hold => self.sm.hold(t),
@@ -673,10 +672,10 @@ impl Driver {
                     let before = lock.peer();
                     match lock.receive(from, &bytes) {
                         Received::Frames(frames, errors) => {
-                            if before.is_none() {
-                                if let Some(p) = lock.peer() {
-                                    tracing::info!(vehicle = %p, "vehicle link locked onto the first autopilot heard; datagrams from any other address are ignored");
-                                }
+                            if before.is_none()
+                                && let Some(p) = lock.peer()
+                            {
+                                tracing::info!(vehicle = %p, "vehicle link locked onto the first autopilot heard; datagrams from any other address are ignored");
                             }
                             let t = self.now();
                             for (h, m) in &frames {

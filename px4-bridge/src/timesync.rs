@@ -88,11 +88,11 @@ impl TimeSync {
             offset: tc1_ns as f64 - local,
             rtt,
         };
-        if let Some(pred) = self.offset_at(local) {
-            if (sample.offset - pred).abs() >= RESET_JUMP_NS as f64 {
-                self.window.clear();
-                self.resets += 1;
-            }
+        if let Some(pred) = self.offset_at(local)
+            && (sample.offset - pred).abs() >= RESET_JUMP_NS as f64
+        {
+            self.window.clear();
+            self.resets += 1;
         }
         self.last_rtt_ns = Some(rtt);
         if self.window.len() == WINDOW {

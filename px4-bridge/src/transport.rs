@@ -91,12 +91,12 @@ impl UdpLock {
 
     /// Sorts one datagram from `from`.
     pub fn receive(&mut self, from: SocketAddr, bytes: &[u8]) -> Received {
-        if let Some(p) = self.locked {
-            if p != from {
-                self.foreign_datagrams = self.foreign_datagrams.saturating_add(1);
-                let first = self.foreign.len() < FOREIGN_REMEMBERED && self.foreign.insert(from);
-                return Received::Foreign { from, first };
-            }
+        if let Some(p) = self.locked
+            && p != from
+        {
+            self.foreign_datagrams = self.foreign_datagrams.saturating_add(1);
+            let first = self.foreign.len() < FOREIGN_REMEMBERED && self.foreign.insert(from);
+            return Received::Foreign { from, first };
         }
         let (frames, errors) = decode(bytes);
         if self.locked.is_none()

@@ -553,15 +553,16 @@ fn timesync_maps_generation_time_within_a_few_milliseconds() {
     let mut checked = 0;
     let mut worst = 0i64;
     for (t, e) in &p.a.events {
-        if let Event::Telemetry(u) = e {
-            if *t > first_sync + S && matches!(u.data, Telemetry::LocalPosition { .. }) {
-                assert_eq!(u.time_source, TimeSource::Mapped);
-                // Truth: generated one link delay before it arrived.
-                let truth = u.received_at.0 as i64 - (15 * MS) as i64;
-                let err = u.generated_at.0 as i64 - truth;
-                worst = worst.max(err.abs());
-                checked += 1;
-            }
+        if let Event::Telemetry(u) = e
+            && *t > first_sync + S
+            && matches!(u.data, Telemetry::LocalPosition { .. })
+        {
+            assert_eq!(u.time_source, TimeSource::Mapped);
+            // Truth: generated one link delay before it arrived.
+            let truth = u.received_at.0 as i64 - (15 * MS) as i64;
+            let err = u.generated_at.0 as i64 - truth;
+            worst = worst.max(err.abs());
+            checked += 1;
         }
     }
     assert!(checked > 100, "{checked}");
@@ -1085,18 +1086,19 @@ fn timesync_follows_a_drifting_autopilot_clock() {
     let mut worst = 0i64;
     let mut worst_over_uncertainty = i64::MIN;
     for (t, e) in &p.a.events {
-        if let Event::Telemetry(u) = e {
-            if *t > settled_from && matches!(u.data, Telemetry::LocalPosition { .. }) {
-                assert_eq!(u.time_source, TimeSource::Mapped);
-                assert!(u.generated_at <= u.received_at, "mapped into the future");
-                let truth = u.received_at.0 as i64 - (4 * MS) as i64;
-                let err = (u.generated_at.0 as i64 - truth).abs();
-                worst = worst.max(err);
-                // time_boot_ms is whole milliseconds: allow its truncation on top.
-                worst_over_uncertainty =
-                    worst_over_uncertainty.max(err - u.uncertainty_ns as i64 - MS as i64);
-                checked += 1;
-            }
+        if let Event::Telemetry(u) = e
+            && *t > settled_from
+            && matches!(u.data, Telemetry::LocalPosition { .. })
+        {
+            assert_eq!(u.time_source, TimeSource::Mapped);
+            assert!(u.generated_at <= u.received_at, "mapped into the future");
+            let truth = u.received_at.0 as i64 - (4 * MS) as i64;
+            let err = (u.generated_at.0 as i64 - truth).abs();
+            worst = worst.max(err);
+            // time_boot_ms is whole milliseconds: allow its truncation on top.
+            worst_over_uncertainty =
+                worst_over_uncertainty.max(err - u.uncertainty_ns as i64 - MS as i64);
+            checked += 1;
         }
     }
     assert!(checked > 1000, "{checked}");

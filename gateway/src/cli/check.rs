@@ -217,24 +217,24 @@ fn print_report(
                 c.seq.map(|s| s.to_string()).unwrap_or_default()
             );
         }
-        if let Some(oid) = c.obligation {
-            if let Some(o) = obligations.iter().find(|o| o.id == oid) {
-                let req: Vec<&str> = o.required.iter().map(|s| s.as_str()).collect();
-                let scope: Vec<&str> = o.scope.iter().map(|s| s.as_str()).collect();
-                println!(
-                    "  {:<8} {:<16} {:<18} {oid}: route `{}` to `{}`, refresh [{}], may replace [{}], expires in {} ms",
-                    "",
-                    "",
-                    "",
-                    o.route,
-                    o.assignee,
-                    req.join(", "),
-                    scope.join(", "),
-                    o.expiry
-                        .saturating_sub(crate::core::Nanos::from_ms(now_ms))
-                        .as_ms()
-                );
-            }
+        if let Some(oid) = c.obligation
+            && let Some(o) = obligations.iter().find(|o| o.id == oid)
+        {
+            let req: Vec<&str> = o.required.iter().map(|s| s.as_str()).collect();
+            let scope: Vec<&str> = o.scope.iter().map(|s| s.as_str()).collect();
+            println!(
+                "  {:<8} {:<16} {:<18} {oid}: route `{}` to `{}`, refresh [{}], may replace [{}], expires in {} ms",
+                "",
+                "",
+                "",
+                o.route,
+                o.assignee,
+                req.join(", "),
+                scope.join(", "),
+                o.expiry
+                    .saturating_sub(crate::core::Nanos::from_ms(now_ms))
+                    .as_ms()
+            );
         }
     }
 }

@@ -118,14 +118,12 @@ pub(crate) fn contract_run(
         .transpose()
     {
         Ok(s) => s.map(|(s, created)| {
-            if created {
-                if let Some(k) = signing_key {
-                    println!(
-                        "created the audit key {} (public key in {})",
-                        k.display(),
-                        crate::audit::public_path(k).display()
-                    );
-                }
+            if created && let Some(k) = signing_key {
+                println!(
+                    "created the audit key {} (public key in {})",
+                    k.display(),
+                    crate::audit::public_path(k).display()
+                );
             }
             s
         }),

@@ -1034,6 +1034,10 @@ async fn post_digest(State(st): State<AppState>, c: Caller, body: JsonBody) -> R
 ///
 /// # Errors
 /// The envelope's rejection.
+#[allow(
+    clippy::indexing_slicing,
+    reason = "a serde_json::Value read by key never panics"
+)]
 pub fn digests(cat: &crate::core::catalog::Catalog, bytes: &[u8]) -> Answer {
     let one = serde_json::from_slice::<serde_json::Value>(bytes)
         .ok()

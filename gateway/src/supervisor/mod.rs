@@ -760,10 +760,9 @@ impl Supervisor {
                     .pending
                     .iter()
                     .position(|p| p.command.same_kind(&command))
+                    && let Some(p) = self.pending.remove(i)
                 {
-                    if let Some(p) = self.pending.remove(i) {
-                        self.finish_command(now, p, accepted, &outcome, reason, vehicle);
-                    }
+                    self.finish_command(now, p, accepted, &outcome, reason, vehicle);
                 }
             }
             Observation::TargetEchoed { binding } => self.out.push_back(Output::Observed(binding)),
@@ -822,11 +821,11 @@ impl Supervisor {
         effects: &mut dyn EffectGate,
     ) {
         // A bad request is refused as such first, whatever the link.
-        if let OperatorOp::Takeoff { altitude_m } = op {
-            if let Err(r) = self.check_altitude(altitude_m) {
-                self.answer(ticket, Err(r));
-                return;
-            }
+        if let OperatorOp::Takeoff { altitude_m } = op
+            && let Err(r) = self.check_altitude(altitude_m)
+        {
+            self.answer(ticket, Err(r));
+            return;
         }
         match op {
             OperatorOp::Hold => return self.operator_hold(ticket, vehicle),

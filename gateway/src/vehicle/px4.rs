@@ -98,10 +98,10 @@ pub fn observed_binding(ev: &BridgeEvent) -> Option<Digest> {
 /// one. Conservative: a newer sample was generated no earlier than the previous one,
 /// whose stamp was already no later than its own true generation time.
 pub fn monotonic(snapshot: &Snapshot, mut u: SourceUpdate) -> SourceUpdate {
-    if let Some(cur) = snapshot.source(u.source) {
-        if u.state.generated_at < cur.generated_at {
-            u.state.generated_at = cur.generated_at;
-        }
+    if let Some(cur) = snapshot.source(u.source)
+        && u.state.generated_at < cur.generated_at
+    {
+        u.state.generated_at = cur.generated_at;
     }
     u
 }

@@ -234,12 +234,11 @@ impl Run {
     fn drain(&mut self) -> (Vec<Output>, Vec<Call>) {
         let mut outs = Vec::new();
         while let Some(o) = self.sup.poll_output() {
-            if self.defect == Some(Defect::DropTakeoffAnswer) {
-                if let Output::Answer(_, Ok(v)) = &o {
-                    if v["action"] == "takeoff" {
-                        continue;
-                    }
-                }
+            if self.defect == Some(Defect::DropTakeoffAnswer)
+                && let Output::Answer(_, Ok(v)) = &o
+                && v["action"] == "takeoff"
+            {
+                continue;
             }
             outs.push(o);
         }
@@ -556,10 +555,10 @@ impl Run {
             }
         }
         for t in &answered {
-            if let Some((_, at)) = before.get(t) {
-                if self.now.saturating_sub(*at) < Nanos::from_ms(15_000) {
-                    self.err(format!("{t:?} timed out before its deadline"));
-                }
+            if let Some((_, at)) = before.get(t)
+                && self.now.saturating_sub(*at) < Nanos::from_ms(15_000)
+            {
+                self.err(format!("{t:?} timed out before its deadline"));
             }
         }
         // Silence: a warning after 3 s without a heartbeat, then at most every 5 s.

@@ -112,19 +112,19 @@ fn ten_minutes_with_drift_and_jitter_and_no_refused_vehicle_update() {
             let now = Nanos(t);
             let mut batch = telemetry_updates(&cat, &ev, now);
             // The service's `link` refresh from any telemetry, at most every 100 ms.
-            if let Event::Telemetry(u) = &ev {
-                if t.saturating_sub(last_link) >= 100 * MS {
-                    last_link = t;
-                    let at = link_stamp(now, u.generated_at.0, u.uncertainty_ns);
-                    batch.extend(source_update(
-                        &cat,
-                        "link",
-                        at,
-                        halo_gateway::core::state::Value::Flag(true),
-                        "px4",
-                        1,
-                    ));
-                }
+            if let Event::Telemetry(u) = &ev
+                && t.saturating_sub(last_link) >= 100 * MS
+            {
+                last_link = t;
+                let at = link_stamp(now, u.generated_at.0, u.uncertainty_ns);
+                batch.extend(source_update(
+                    &cat,
+                    "link",
+                    at,
+                    halo_gateway::core::state::Value::Flag(true),
+                    "px4",
+                    1,
+                ));
             }
             for u in batch {
                 updates += 1;

@@ -698,10 +698,10 @@ impl Domain {
                 Assign::Add(var, k) => {
                     let slot = out.get_mut(usize::from(var))?;
                     let n = slot.checked_add(k)?;
-                    if let VarKind::Int { min, max } = self.vars.get(usize::from(var))?.kind {
-                        if n < min || n > max {
-                            return None;
-                        }
+                    if let VarKind::Int { min, max } = self.vars.get(usize::from(var))?.kind
+                        && (n < min || n > max)
+                    {
+                        return None;
                     }
                     *slot = n;
                 }

@@ -74,11 +74,11 @@ impl Shared {
                 Timing::BeforeEffect
             };
             let mut v = local_ok_with(&self.cat, spec, c, &self.snap, now, timing, self.claims());
-            if timing != Timing::Proceeded {
-                if let Some((code, s)) = snapshot {
-                    v.fail(code, Some(s));
-                    v.changes_at = Nanos::MAX;
-                }
+            if timing != Timing::Proceeded
+                && let Some((code, s)) = snapshot
+            {
+                v.fail(code, Some(s));
+                v.changes_at = Nanos::MAX;
             }
             let first = x.phase == Phase::Proposed;
             // INVARIANT (deny-hold): an action still streaming under its certified interval
@@ -293,16 +293,15 @@ impl Shared {
         x.member = false;
         let obl = x.obligation;
         self.set_phase(r, i, Phase::Invalidated, Some(reason), now);
-        if let Some(oid) = obl {
-            if let Some(o) = self.obligations.get_mut(&oid) {
-                if o.state.is_live() {
-                    o.state = ObligationState::Failed;
-                    self.events.push_back(Event::ObligationChanged {
-                        id: oid,
-                        state: ObligationState::Failed,
-                    });
-                }
-            }
+        if let Some(oid) = obl
+            && let Some(o) = self.obligations.get_mut(&oid)
+            && o.state.is_live()
+        {
+            o.state = ObligationState::Failed;
+            self.events.push_back(Event::ObligationChanged {
+                id: oid,
+                state: ObligationState::Failed,
+            });
         }
         self.cascade_terminal(r, i, now);
     }
@@ -335,16 +334,15 @@ impl Shared {
                     Some(ReasonCode::PARENT_FAILED),
                     now,
                 );
-                if let Some(oid) = obl {
-                    if let Some(o) = self.obligations.get_mut(&oid) {
-                        if o.state.is_live() {
-                            o.state = ObligationState::Failed;
-                            self.events.push_back(Event::ObligationChanged {
-                                id: oid,
-                                state: ObligationState::Failed,
-                            });
-                        }
-                    }
+                if let Some(oid) = obl
+                    && let Some(o) = self.obligations.get_mut(&oid)
+                    && o.state.is_live()
+                {
+                    o.state = ObligationState::Failed;
+                    self.events.push_back(Event::ObligationChanged {
+                        id: oid,
+                        state: ObligationState::Failed,
+                    });
                 }
             }
         }

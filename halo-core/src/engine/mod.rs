@@ -946,12 +946,10 @@ impl Gateway {
                         r.done_at
                             .is_some_and(|d| d.saturating_add(self.sh.cfg.done_retention) <= now)
                     });
-                    if gone {
-                        if let Some(r) = self.responses.remove(&rid) {
-                            for x in &r.inst {
-                                if let Some(seq) = x.seq {
-                                    self.sh.ledger.retire(seq);
-                                }
+                    if gone && let Some(r) = self.responses.remove(&rid) {
+                        for x in &r.inst {
+                            if let Some(seq) = x.seq {
+                                self.sh.ledger.retire(seq);
                             }
                         }
                     }
@@ -1008,14 +1006,14 @@ impl Gateway {
         let ev = self.sh.events.pop_front()?;
         if let Event::ObligationCreated { obligation } = &ev {
             // Handing the event to the shell is what sends the refresh request.
-            if let Some(o) = self.sh.obligations.get_mut(&obligation.id) {
-                if o.state == ObligationState::Created {
-                    o.state = if o.required_mask == 0 {
-                        ObligationState::ReadyForReadmission
-                    } else {
-                        ObligationState::Dispatched
-                    };
-                }
+            if let Some(o) = self.sh.obligations.get_mut(&obligation.id)
+                && o.state == ObligationState::Created
+            {
+                o.state = if o.required_mask == 0 {
+                    ObligationState::ReadyForReadmission
+                } else {
+                    ObligationState::Dispatched
+                };
             }
         }
         Some(ev)

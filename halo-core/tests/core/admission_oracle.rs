@@ -143,13 +143,13 @@ fn run_case(c: &Case) -> Result<(), String> {
                         return Err(format!("`{}` reason {got}, expected {reason}", comp.id));
                     }
                 }
-                if let Some(o) = exp.obligation {
-                    if comp.obligation.is_some() != o {
-                        return Err(format!(
-                            "`{}` obligation {:?}, expected {o}",
-                            comp.id, comp.obligation
-                        ));
-                    }
+                if let Some(o) = exp.obligation
+                    && comp.obligation.is_some() != o
+                {
+                    return Err(format!(
+                        "`{}` obligation {:?}, expected {o}",
+                        comp.id, comp.obligation
+                    ));
                 }
                 if let Some(route) = &exp.route {
                     let got = comp

@@ -78,10 +78,10 @@ fn contract_explorer() {
             t.label, t.from
         );
         agree += 1;
-        if let Some(to) = t.to {
-            if intact.reached_by[to] == Some(ix) {
-                monitors[to] = Some(m);
-            }
+        if let Some(to) = t.to
+            && intact.reached_by[to] == Some(ix)
+        {
+            monitors[to] = Some(m);
         }
         // Configurations whose every outgoing trial is done can be dropped.
         if intact.trials.get(ix + 1).is_none_or(|n| n.from != t.from) {

@@ -318,10 +318,10 @@ fn step(w: &mut World, s: &Value) -> Result<(), String> {
                 .filter(|r| r.0 == 0)
                 .map(|r| outcome_str(&r.1))
                 .collect();
-            if let Some(code) = s.get("expect_loser").and_then(Value::as_str) {
-                if refused != [code.to_string()] {
-                    return Err(format!("race loser: {refused:?}, expected {code}"));
-                }
+            if let Some(code) = s.get("expect_loser").and_then(Value::as_str)
+                && refused != [code.to_string()]
+            {
+                return Err(format!("race loser: {refused:?}, expected {code}"));
             }
         }
         "restart" => {
@@ -428,14 +428,14 @@ fn step(w: &mut World, s: &Value) -> Result<(), String> {
             }
         }
     }
-    if let Some(n) = s.get("expect_adapter_calls") {
-        if w.adapter.calls.len() as u64 != n.as_u64().unwrap() {
-            return Err(format!(
-                "{} adapter calls, expected {}",
-                w.adapter.calls.len(),
-                n
-            ));
-        }
+    if let Some(n) = s.get("expect_adapter_calls")
+        && w.adapter.calls.len() as u64 != n.as_u64().unwrap()
+    {
+        return Err(format!(
+            "{} adapter calls, expected {}",
+            w.adapter.calls.len(),
+            n
+        ));
     }
     if let Some(list) = s.get("expect_emitted") {
         let want: Vec<String> = list
@@ -509,10 +509,11 @@ fn step(w: &mut World, s: &Value) -> Result<(), String> {
             }
         }
     }
-    if let Some(v) = s.get("expect_no_token") {
-        if v.as_bool() == Some(true) && w.gw.poll_dispatch().is_some() {
-            return Err("a token was ready".into());
-        }
+    if let Some(v) = s.get("expect_no_token")
+        && v.as_bool() == Some(true)
+        && w.gw.poll_dispatch().is_some()
+    {
+        return Err("a token was ready".into());
     }
     if let Some(b) = s.get("expect_binding_unchanged") {
         let rid = b["response"].as_str().unwrap();

@@ -718,10 +718,10 @@ impl Sim {
             if allowed.contains(k) {
                 continue;
             }
-            if let Some(w) = after.get(k) {
-                if v != w {
-                    return Err(format!("locality: {}/{} changed {v:?} -> {w:?}", k.0, k.1));
-                }
+            if let Some(w) = after.get(k)
+                && v != w
+            {
+                return Err(format!("locality: {}/{} changed {v:?} -> {w:?}", k.0, k.1));
             }
         }
         Ok(())

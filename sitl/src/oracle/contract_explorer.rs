@@ -621,24 +621,24 @@ pub fn explore_until(
                         let t = configs.len();
                         seen.insert(k, t);
                         let committed = label.starts_with("commit");
-                        if let Some(inv) = broken(&next, d, committed) {
-                            if violated.insert(inv) {
-                                let mut path = vec![label.clone()];
-                                let mut at = ix;
-                                while let Some(Some(tr)) = out.reached_by.get(at) {
-                                    let Some(t) = out.trials.get(*tr) else { break };
-                                    path.push(t.label.clone());
-                                    at = t.from;
-                                }
-                                path.reverse();
-                                out.violations.push(Violation {
-                                    invariant: inv,
-                                    path,
-                                });
-                                if first_violation {
-                                    out.states = configs.len() + 1;
-                                    return Ok(out);
-                                }
+                        if let Some(inv) = broken(&next, d, committed)
+                            && violated.insert(inv)
+                        {
+                            let mut path = vec![label.clone()];
+                            let mut at = ix;
+                            while let Some(Some(tr)) = out.reached_by.get(at) {
+                                let Some(t) = out.trials.get(*tr) else { break };
+                                path.push(t.label.clone());
+                                at = t.from;
+                            }
+                            path.reverse();
+                            out.violations.push(Violation {
+                                invariant: inv,
+                                path,
+                            });
+                            if first_violation {
+                                out.states = configs.len() + 1;
+                                return Ok(out);
                             }
                         }
                         configs.push(next);

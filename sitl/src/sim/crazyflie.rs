@@ -924,10 +924,11 @@ impl CfSim {
 
     fn step(&mut self, dt: f32) {
         // The emergency-stop watchdog.
-        if let Some(t) = self.estop_last_ms {
-            if self.now_ms > t + ESTOP_WATCHDOG_MS && !self.locked {
-                self.lock("emergency-stop watchdog");
-            }
+        if let Some(t) = self.estop_last_ms
+            && self.now_ms > t + ESTOP_WATCHDOG_MS
+            && !self.locked
+        {
+            self.lock("emergency-stop watchdog");
         }
         // The commander watchdog, for streamed control.
         if let Some(t) = self.stream_valid_until_ms {
@@ -982,10 +983,10 @@ impl CfSim {
             *p += v * dt;
         }
         // A landing planner touches down (the firmware's land ends on the ground, motors idle).
-        if let Control::Planner { land: true, .. } = self.control {
-            if self.pos[2] < 0.03 {
-                self.pos[2] = 0.0;
-            }
+        if let Control::Planner { land: true, .. } = self.control
+            && self.pos[2] < 0.03
+        {
+            self.pos[2] = 0.0;
         }
         if self.pos[2] <= 0.0 {
             self.pos[2] = 0.0;
@@ -1086,10 +1087,10 @@ pub struct SimShared {
 impl SimShared {
     fn drain(&mut self) {
         while let Some(r) = self.sim.poll_setpoint() {
-            if let Some(f) = self.setpoint_log.as_mut() {
-                if let Ok(line) = serde_json::to_string(&r) {
-                    let _ = writeln!(f, "{line}");
-                }
+            if let Some(f) = self.setpoint_log.as_mut()
+                && let Ok(line) = serde_json::to_string(&r)
+            {
+                let _ = writeln!(f, "{line}");
             }
             self.setpoints.push(r);
         }
@@ -1221,14 +1222,14 @@ pub struct SimLink {
 impl SimLink {
     /// Gives the receiver back so a later link can open.
     fn give_back(&self) {
-        if let Ok(mut g) = self.rx.try_lock() {
-            if let Some(rx) = g.take() {
-                *self
-                    .vehicle
-                    .down
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(rx);
-            }
+        if let Ok(mut g) = self.rx.try_lock()
+            && let Some(rx) = g.take()
+        {
+            *self
+                .vehicle
+                .down
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(rx);
         }
     }
 }

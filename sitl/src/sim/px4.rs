@@ -968,15 +968,15 @@ impl Px4Sim {
     fn step(&mut self, now: u64, dt: f64) {
         // The control tick takes the setpoint that arrived since the last one.
         let period = self.cfg.control_period_ms.max(1) * MS;
-        if now % period < 5 * MS {
-            if let Some((sp, mut record)) = self.pending.take() {
-                self.sp = Some(sp);
-                if self.main == MAIN_OFFBOARD {
-                    self.stats.setpoints_accepted += 1;
-                    record.t_ns = now;
-                    record.time_boot_ms = self.boot_time_ns(now) / MS;
-                    self.log.push_back(record);
-                }
+        if now % period < 5 * MS
+            && let Some((sp, mut record)) = self.pending.take()
+        {
+            self.sp = Some(sp);
+            if self.main == MAIN_OFFBOARD {
+                self.stats.setpoints_accepted += 1;
+                record.t_ns = now;
+                record.time_boot_ms = self.boot_time_ns(now) / MS;
+                self.log.push_back(record);
             }
         }
         // Offboard-loss failsafe.
@@ -1127,14 +1127,15 @@ impl Px4Sim {
                     "Disarmed: no takeoff (COM_DISARM_PRFLT)",
                 );
                 self.disarm();
-            } else if let Some(l) = self.landed_at {
-                if self.flew && now.saturating_sub(l) > self.cfg.disarm_land_ms * MS {
-                    self.status_text(
-                        MavSeverity::MAV_SEVERITY_INFO,
-                        "Landing detected: disarmed (COM_DISARM_LAND)",
-                    );
-                    self.disarm();
-                }
+            } else if let Some(l) = self.landed_at
+                && self.flew
+                && now.saturating_sub(l) > self.cfg.disarm_land_ms * MS
+            {
+                self.status_text(
+                    MavSeverity::MAV_SEVERITY_INFO,
+                    "Landing detected: disarmed (COM_DISARM_LAND)",
+                );
+                self.disarm();
             }
         }
         // Battery.

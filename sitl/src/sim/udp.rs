@@ -239,11 +239,11 @@ pub async fn run_with_origin(
             }
         }
         while let Some(r) = sim.poll_setpoint() {
-            if let Some(w) = log.as_mut() {
-                if let Ok(line) = serde_json::to_string(&r) {
-                    writeln!(w, "{line}")?;
-                    w.flush()?;
-                }
+            if let Some(w) = log.as_mut()
+                && let Ok(line) = serde_json::to_string(&r)
+            {
+                writeln!(w, "{line}")?;
+                w.flush()?;
             }
             // Appended in place: the view never copies the whole record list.
             if let Ok(mut v) = control.view.lock() {

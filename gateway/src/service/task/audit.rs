@@ -224,11 +224,11 @@ impl Task {
         }
         let n = lines.len() as u64;
         let ok = self.append(&lines);
-        if n > 0 {
-            if let Some(a) = self.audit.as_mut() {
-                a.since += n;
-                a.since_at.get_or_insert_with(Instant::now);
-            }
+        if n > 0
+            && let Some(a) = self.audit.as_mut()
+        {
+            a.since += n;
+            a.since_at.get_or_insert_with(Instant::now);
         }
         ok
     }
@@ -343,10 +343,10 @@ impl Task {
         last: bool,
     ) -> bool {
         if let Err(e) = &r {
-            if let Some(log) = self.receipts.as_mut() {
-                if log.health() == &crate::service::receipts::Health::Ok {
-                    log.sync_failed(e);
-                }
+            if let Some(log) = self.receipts.as_mut()
+                && log.health() == &crate::service::receipts::Health::Ok
+            {
+                log.sync_failed(e);
             }
             return false;
         }

@@ -68,14 +68,14 @@ impl Task {
 
     pub(super) fn candidate(&mut self, obligation: u64, bytes: &[u8]) -> Answer {
         let named = crate::core::envelope::parse_candidate(bytes).map(|c| c.obligation);
-        if let Ok(n) = named {
-            if n != obligation {
-                return Err(ApiError::new(
-                    400,
-                    ReasonCode::OBLIGATION_MISMATCH,
-                    format!("the URL names obligation {obligation}, the candidate names {n}"),
-                ));
-            }
+        if let Ok(n) = named
+            && n != obligation
+        {
+            return Err(ApiError::new(
+                400,
+                ReasonCode::OBLIGATION_MISMATCH,
+                format!("the URL names obligation {obligation}, the candidate names {n}"),
+            ));
         }
         let now = self.now();
         let r = self.gw.handle_candidate(now, bytes);

@@ -527,28 +527,27 @@ impl Monitor {
             } => Some((key.clone(), (req.caller, effect.clone(), *reservation))),
             _ => None,
         };
-        if let Some((key, body)) = &commit {
-            if let Some((b, d)) = self.idempotency.get(key).cloned() {
-                let (verdict, reason, replay_of) = if b == *body {
-                    (d.verdict, d.reason, Some(d.receipt))
+        if let Some((key, body)) = &commit
+            && let Some((b, d)) = self.idempotency.get(key).cloned()
+        {
+            let (verdict, reason, replay_of) = if b == *body {
+                (d.verdict, d.reason, Some(d.receipt))
+            } else {
+                (Verdict::Deny, Some(ReasonCode::IDEMPOTENCY_CONFLICT), None)
+            };
+            let receipt = self.record(req, before, verdict, reason, None, d.reservation, replay_of);
+            return Decision {
+                verdict,
+                reason,
+                detail: if replay_of.is_some() {
+                    "exact retry: the retained decision".into()
                 } else {
-                    (Verdict::Deny, Some(ReasonCode::IDEMPOTENCY_CONFLICT), None)
-                };
-                let receipt =
-                    self.record(req, before, verdict, reason, None, d.reservation, replay_of);
-                return Decision {
-                    verdict,
-                    reason,
-                    detail: if replay_of.is_some() {
-                        "exact retry: the retained decision".into()
-                    } else {
-                        "the key was used with a different request".into()
-                    },
-                    reservation: d.reservation,
-                    receipt,
-                    replayed: replay_of.is_some(),
-                };
-            }
+                    "the key was used with a different request".into()
+                },
+                reservation: d.reservation,
+                receipt,
+                replayed: replay_of.is_some(),
+            };
         }
         let result = self.dispatch(&req);
         let (verdict, reason, detail, edit, reservation) = match result {

@@ -58,13 +58,13 @@ impl Monitor {
         let mut depth = 0usize;
         let mut prev: &[u32] = &[];
         for (ix, t) in order {
-            if let Some(max) = self.policy.max_len {
-                if self.trace.len() + t.len() > max {
-                    return Err(deny(
-                        ReasonCode::POLICY_VIOLATION,
-                        format!("the policy allows {max} effects in all"),
-                    ));
-                }
+            if let Some(max) = self.policy.max_len
+                && self.trace.len() + t.len() > max
+            {
+                return Err(deny(
+                    ReasonCode::POLICY_VIOLATION,
+                    format!("the policy allows {max} effects in all"),
+                ));
             }
             depth = prev
                 .iter()

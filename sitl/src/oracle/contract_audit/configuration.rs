@@ -374,10 +374,10 @@ impl<'d> Replay<'d> {
     ) -> Result<(), String> {
         self.bad_state(w, frames)?;
         for t in traces {
-            if let Some(m) = rules.max_len {
-                if self.trace.len() + t.len() > m {
-                    return Err("policy length".into());
-                }
+            if let Some(m) = rules.max_len
+                && self.trace.len() + t.len() > m
+            {
+                return Err("policy length".into());
             }
             let mut cur = w.clone();
             for e in t {
@@ -609,10 +609,10 @@ impl<'d> Replay<'d> {
         {
             return Err("resources exceed the envelope".into());
         }
-        if let Some(b) = extra_resource_bound.filter(|_| check_resources) {
-            if !resources.is_subset(b) {
-                return Err("joined resources exceed the sources'".into());
-            }
+        if let Some(b) = extra_resource_bound.filter(|_| check_resources)
+            && !resources.is_subset(b)
+        {
+            return Err("joined resources exceed the sources'".into());
         }
         let obligations: BTreeSet<String> = strings(&g["obligations"]).into_iter().collect();
         let check_obligations = self.defect != Some(Defect::NoObligationCheck);

@@ -93,7 +93,7 @@ pub(super) fn checkpoint_message(body: &Value) -> Option<Vec<u8>> {
 }
 
 pub(super) fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || !s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }
     (0..s.len())
@@ -217,27 +217,26 @@ pub fn audit_signed(
         }
         let before = r.snapshot();
         // Idempotent replays of a commit key.
-        if op["op"] == "commit_effect" {
-            if let Some(key) = op["key"].as_str() {
-                if let Some((orig, idx, v)) = r.keys.get(key).cloned() {
-                    let exact = orig == *req;
-                    let ok = if exact {
-                        verdict == v && body["replay_of"].as_u64() == Some(idx as u64)
-                    } else {
-                        verdict == "deny" && body["replay_of"].is_null()
-                    };
-                    if !ok || claimed(body) != before {
-                        return Err(fail(
-                            "an idempotency-key reuse that is not an exact, inert replay".into(),
-                        ));
-                    }
-                    if exact {
-                        r.report.replays += 1;
-                    }
-                    r.report.receipts += 1;
-                    continue;
-                }
+        if op["op"] == "commit_effect"
+            && let Some(key) = op["key"].as_str()
+            && let Some((orig, idx, v)) = r.keys.get(key).cloned()
+        {
+            let exact = orig == *req;
+            let ok = if exact {
+                verdict == v && body["replay_of"].as_u64() == Some(idx as u64)
+            } else {
+                verdict == "deny" && body["replay_of"].is_null()
+            };
+            if !ok || claimed(body) != before {
+                return Err(fail(
+                    "an idempotency-key reuse that is not an exact, inert replay".into(),
+                ));
             }
+            if exact {
+                r.report.replays += 1;
+            }
+            r.report.receipts += 1;
+            continue;
         }
         if !body["replay_of"].is_null() {
             return Err(fail("a replay with no original".into()));
@@ -265,11 +264,11 @@ pub fn audit_signed(
                         r.snapshot()
                     )));
                 }
-                if op["op"] == "commit_effect" {
-                    if let Some(k) = op["key"].as_str() {
-                        r.keys
-                            .insert(k.to_string(), (req.clone(), i, verdict.to_string()));
-                    }
+                if op["op"] == "commit_effect"
+                    && let Some(k) = op["key"].as_str()
+                {
+                    r.keys
+                        .insert(k.to_string(), (req.clone(), i, verdict.to_string()));
                 }
                 r.report.allowed += 1;
             }
