@@ -206,6 +206,7 @@ reasons! {
     REQUEST_TIMEOUT(817) "the request did not arrive or complete within the timeout";
     VEHICLE_NOT_ARMED(818) "the vehicle is disarmed; arm it before this command";
     UNKNOWN_TOOL(819) "no MCP tool of that name; list the tools";
+    CERTIFIER_DISABLED(820) "the reference certifier is off (`[certifier] enabled`)";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -39,6 +39,8 @@ pub struct Config {
     pub log: LogConfig,
     /// Limits of the protocol core.
     pub limits: LimitsConfig,
+    /// The reference certifier (off by default).
+    pub certifier: super::certifier::CertifierConfig,
 }
 
 /// `[limits]`.

@@ -230,6 +230,7 @@ fn handler(r: &Route) -> Option<MethodRouter<AppState>> {
         ("POST", "/v1/certificates") => post(post_certificate),
         ("DELETE", "/v1/certificates/{id}") => delete(delete_certificate),
         ("POST", "/v1/digest") => post(post_digest),
+        ("POST", "/v1/certify") => post(post_certify),
         ("POST", "/v1/operator/{action}") => post(post_operator),
         ("POST", "/v1/contract") => post(post_contract),
         ("GET", "/v1/contract") => get(get_contract),
@@ -567,6 +568,18 @@ pub const ROUTES: &[Route] = &[
         endpoint: Some("certificates"),
         body: SMALL,
         note: "",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/certify",
+        access: Access::Roles(&[Agent, Provider, Operator]),
+        what: "ask the reference certifier",
+        endpoint: Some("certify"),
+        body: Some(BodyCap {
+            bytes: RESPONSE_LIMIT,
+            too_large: ReasonCode::RESPONSE_TOO_LARGE,
+        }),
+        note: "when `[certifier] enabled`",
     },
     Route {
         method: "POST",
@@ -1015,6 +1028,16 @@ async fn post_state(
 async fn post_certificate(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
     let wall_ms = wall_now_ms();
     ask_core(&st, &c, |reply| Cmd::Certificate {
+        bytes: body.0,
+        wall_ms,
+        reply,
+    })
+    .await
+}
+
+async fn post_certify(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
+    let wall_ms = wall_now_ms();
+    ask_core(&st, &c, |reply| Cmd::Certify {
         bytes: body.0,
         wall_ms,
         reply,

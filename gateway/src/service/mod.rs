@@ -12,6 +12,7 @@
 //! the answer. The gate's critical section is the core's synchronous `final_gate`, whose adapter
 //! call is the bridge's non-blocking `try_enqueue`.
 
+pub mod certifier;
 pub mod config;
 pub mod http;
 pub mod hub;
@@ -432,6 +433,7 @@ fn build_task(
     .with_previous_head(p.previous_head)
     .with_vehicle_url(&p.vehicle_url)
     .with_gate_delay(p.gate_delay)
+    .with_certifier(cfg.certifier.clone())
 }
 
 /// Serves the main listener with `state` and the operator's own listener with the same routes
@@ -622,6 +624,7 @@ impl Service {
             Arc::clone(&envelope_schema),
             origin,
             shutdown_rx.clone(),
+            cfg.certifier.enabled,
         );
         let task = tokio::spawn(task.run(
             cmd_rx,

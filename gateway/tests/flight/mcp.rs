@@ -110,8 +110,27 @@ async fn rust_flow(
     url: &str,
     provider_token: impl Fn() -> String,
     tag: &str,
+    auto: bool,
     c: &mut Checks,
 ) -> Vec<[f64; 4]> {
+    // `auto`: the gateway's reference certifier certifies (no `certificate` in the call);
+    // otherwise the test certifies as an external certifier would.
+    let route_args = |r: &Value| {
+        if auto {
+            json!({"id": r["id"], "payload": r["payload"], "support": r["support"]})
+        } else {
+            json!({"id": r["id"], "payload": r["payload"], "support": r["support"], "certificate": r["certificate"]})
+        }
+    };
+    let certified = |id: &str, t: [f64; 4], support: &Value, cert: &str| {
+        if auto {
+            json!({"id": id, "type": "route_action",
+                "payload": {"frame": "local_ned", "north_m": t[0], "east_m": t[1], "down_m": t[2], "yaw_deg": t[3], "duration_s": 8.0},
+                "support": support})
+        } else {
+            certified_route(url, &provider_token(), id, t, support, cert)
+        }
+    };
     let call = |name: &str, a: Value| {
         let p = CallToolRequestParams::new(name.to_string()).with_arguments(args(a));
         async move { client.call_tool(p).await.unwrap() }
@@ -160,19 +179,8 @@ async fn rust_flow(
     );
     let support = claims(&status);
     let t1 = [10.0, -2.0, -9.0, 45.0];
-    let r = certified_route(
-        url,
-        &provider_token(),
-        "a1",
-        t1,
-        &support,
-        &format!("cert-rs-{tag}-1"),
-    );
-    let res = call(
-        "route_action",
-        json!({"id": "a1", "payload": r["payload"], "support": r["support"], "certificate": r["certificate"]}),
-    )
-    .await;
+    let r = certified("a1", t1, &support, &format!("cert-rs-{tag}-1"));
+    let res = call("route_action", route_args(&r)).await;
     let s = res.structured_content.clone().unwrap_or_default();
     c.check(
         "rmcp: route action dispatched",
@@ -184,19 +192,8 @@ async fn rust_flow(
     let mut stale = support.clone();
     stale["map"]["epoch"] = json!(support["map"]["epoch"].as_u64().unwrap() - 1);
     let t2 = [14.0, 2.0, -9.0, 0.0];
-    let r = certified_route(
-        url,
-        &provider_token(),
-        "a2",
-        t2,
-        &stale,
-        &format!("cert-rs-{tag}-2"),
-    );
-    let res = call(
-        "route_action",
-        json!({"id": "a2", "payload": r["payload"], "support": r["support"], "certificate": r["certificate"]}),
-    )
-    .await;
+    let r = certified("a2", t2, &stale, &format!("cert-rs-{tag}-2"));
+    let res = call("route_action", route_args(&r)).await;
     let s = res.structured_content.clone().unwrap_or_default();
     let ob = s["components"][0]["obligation"].clone();
     c.check(
@@ -229,14 +226,7 @@ async fn rust_flow(
         .await
         .structured_content
         .unwrap_or_default();
-    let fresh = certified_route(
-        url,
-        &provider_token(),
-        "a2",
-        t2,
-        &claims(&status),
-        &format!("cert-rs-{tag}-3"),
-    );
+    let fresh = certified("a2", t2, &claims(&status), &format!("cert-rs-{tag}-3"));
     let res = call(
         "submit_candidate",
         json!({"obligation": oid, "components": [fresh]}),
@@ -353,7 +343,7 @@ fn mcp_peers_fly_through_the_gate() {
     // Streamable HTTP: one gateway, both peers.
     {
         let dir = tmp("mcp-http");
-        let g = Gateway::start(&dir, "sim", "");
+        let g = Gateway::start(&dir, "sim", "[certifier]\nenabled = true\n");
         let sim = g.own_sim.as_ref().unwrap();
         let _providers = Providers::start(&g.url, &g.provider);
         take_off(&g, sim);
@@ -379,7 +369,16 @@ fn mcp_peers_fly_through_the_gate() {
             );
             let client = notes.clone().serve(transport).await.unwrap();
             let provider = g.provider.clone();
-            let t = rust_flow(&client, &notes, &g.url, || provider.clone(), "http", &mut c).await;
+            let t = rust_flow(
+                &client,
+                &notes,
+                &g.url,
+                || provider.clone(),
+                "http",
+                true,
+                &mut c,
+            )
+            .await;
             let _ = client.cancel().await;
             t
         });
@@ -402,6 +401,41 @@ fn mcp_peers_fly_through_the_gate() {
             "python over http",
         );
         flew(sim, &targets, t0, &mut c, "python over http");
+        // The reference certifier refuses what its tube check does not pass, with the rule's code.
+        let status = get(&format!("{}/v1/status", g.url), None).1;
+        let support = claims(&status);
+        let ask = |t: [f64; 4], dur: f64, cert: &str| {
+            let comp = json!({"id": "q", "type": "route_action",
+                "payload": {"frame": "local_ned", "north_m": t[0], "east_m": t[1], "down_m": t[2], "yaw_deg": t[3], "duration_s": dur},
+                "support": support, "certificate": cert});
+            post(
+                &format!("{}/v1/certify", g.url),
+                Some(&g.agent),
+                json!({ "component": comp }).to_string().as_bytes(),
+            )
+        };
+        let (st, v) = ask([200.0, 0.0, -10.0, 0.0], 8.0, "q-1");
+        c.check(
+            "certifier: a target outside the corridor is OUT_OF_BOUNDS",
+            st == 422 && v["error"]["code"] == "OUT_OF_BOUNDS",
+            &v,
+        );
+        // The intruder at (300, -200, -40) m: 251 m from this target, within 30 m of
+        // separation plus 20 s at 15 m/s.
+        let (st, v) = ask([99.0, -49.0, -40.0, 0.0], 20.0, "q-2");
+        c.check(
+            "certifier: an intruder's reach is SEPARATION_LOST",
+            st == 422 && v["error"]["code"] == "SEPARATION_LOST",
+            &v,
+        );
+        let (st, v) = ask([99.0, -49.0, -40.0, 0.0], 8.0, "q-3");
+        c.check(
+            "certifier: the same target over 8 s is certified",
+            st == 200
+                && v["certificate"] == "q-3"
+                && v["covers"].as_str().is_some_and(|d| d.len() == 64),
+            &v,
+        );
         g.stop();
     }
 
@@ -431,7 +465,19 @@ fn mcp_peers_fly_through_the_gate() {
                         .trim()
                         .to_string()
                 };
-                let t = rust_flow(&client, &notes, &url, provider, "stdio", &mut c).await;
+                let t = rust_flow(&client, &notes, &url, provider, "stdio", false, &mut c).await;
+                // This gateway's reference certifier is off (the default).
+                let agent = std::fs::read_to_string(state.join("credentials/agent.token")).unwrap();
+                let (st, v) = post(
+                    &format!("{url}/v1/certify"),
+                    Some(agent.trim()),
+                    br#"{"component": {"id": "q", "type": "notice", "payload": {"text": "x"}}}"#,
+                );
+                c.check(
+                    "certifier: off by default, CERTIFIER_DISABLED",
+                    st == 409 && v["error"]["code"] == "CERTIFIER_DISABLED",
+                    &v,
+                );
                 let _ = client.cancel().await;
                 t
             });
@@ -490,6 +536,7 @@ fn mcp_peers_fly_through_the_gate() {
 }
 
 /// The suite's checks: the HTTP credential checks (2), the rmcp peer's 6 checks and 2 flown
-/// targets on each transport (16), the Python peer's 17 checks, its end line and 2 flown
-/// targets on each transport (40).
-const EXPECTED: usize = 2 + 16 + 40;
+/// targets on each transport (16; over HTTP the gateway's reference certifier certifies), the
+/// Python peer's 17 checks, its end line and 2 flown targets on each transport (40), the
+/// reference certifier's refusals, a pass, and its default off (4).
+const EXPECTED: usize = 2 + 16 + 40 + 4;

@@ -98,6 +98,10 @@ pub struct Shared {
     /// Response id → (agent id, generation), newest last.
     sent: Mutex<VecDeque<(String, String, u64)>>,
     shutdown: watch::Receiver<bool>,
+    /// The reference certifier is on: a component that needs a certificate and names none
+    /// is certified by it before it is sent.
+    certifier: bool,
+    next_certificate: AtomicU64,
 }
 
 impl Shared {
@@ -109,8 +113,9 @@ impl Shared {
         schema: Arc<String>,
         origin: Instant,
         shutdown: watch::Receiver<bool>,
+        certifier: bool,
     ) -> Arc<Shared> {
-        let generated = tools::tools(&catalog);
+        let generated = tools::tools(&catalog, certifier);
         let kinds = generated
             .iter()
             .map(|(t, k)| (t.name.to_string(), k.clone()))
@@ -133,6 +138,8 @@ impl Shared {
             generation: AtomicU64::new(start),
             sent: Mutex::new(VecDeque::new()),
             shutdown,
+            certifier,
+            next_certificate: AtomicU64::new(1),
         })
     }
 
@@ -234,15 +241,53 @@ impl McpServer {
         let n = sh.next_response.fetch_add(1, Ordering::Relaxed);
         let response_id = format!("mcp-{}-{n}", sh.hub.boot());
         let generation = sh.next_generation(0);
+        let mut component = match tools::component_object(&sh.catalog, type_name, args) {
+            Ok(c) => c,
+            Err(e) => return refused(&e),
+        };
+        if let Err(e) = self.auto_certify(&mut component).await {
+            return refused(&e);
+        }
         let bytes =
-            match tools::component_envelope(&sh.catalog, type_name, &response_id, generation, args)
-            {
+            match tools::component_envelope(&sh.catalog, component, &response_id, generation) {
                 Ok(b) => b,
                 Err(e) => return refused(&e),
             };
         sh.remember(&response_id, MCP_AGENT, generation);
         let answer = self.ask(|reply| Cmd::Response { bytes, reply }).await;
         self.decision(answer, MCP_AGENT, generation).await
+    }
+
+    /// With the reference certifier on, a component that needs a certificate and names none
+    /// gets one: a fresh id, then the certifier's check of this exact component (its refusal
+    /// is the tool's answer).
+    async fn auto_certify(&self, component: &mut JsonObject) -> Result<(), ApiError> {
+        let sh = &self.shared;
+        let ty = component
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !sh.certifier
+            || component.contains_key("certificate")
+            || !tools::needs_certificate(&sh.catalog, ty)
+        {
+            return Ok(());
+        }
+        let n = sh.next_certificate.fetch_add(1, Ordering::Relaxed);
+        component.insert(
+            "certificate".into(),
+            json!(format!("mcp-cert-{}-{n}", sh.hub.boot())),
+        );
+        let bytes = serde_json::to_vec(&json!({ "component": component }))
+            .map_err(|e| tools::invalid(e.to_string()))?;
+        let wall_ms = wall_now_ms();
+        self.ask(|reply| Cmd::Certify {
+            bytes,
+            wall_ms,
+            reply,
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn submit_response(&self, args: &JsonObject) -> CallToolResult {
@@ -287,11 +332,20 @@ impl McpServer {
                 "`submit_candidate` needs `obligation`, the obligation's number",
             ));
         };
-        let Some(components) = args.get("components").filter(|c| c.is_array()) else {
+        let Some(mut components) = args.get("components").filter(|c| c.is_array()).cloned() else {
             return refused(&tools::invalid(
                 "`submit_candidate` needs `components`, an array of components",
             ));
         };
+        if let Some(list) = components.as_array_mut() {
+            for c in list.iter_mut() {
+                if let Some(m) = c.as_object_mut()
+                    && let Err(e) = self.auto_certify(m).await
+                {
+                    return refused(&e);
+                }
+            }
+        }
         let all = match self.ask(|reply| Cmd::Obligations { reply }).await {
             Ok(v) => v,
             Err(e) => return refused(&e),
@@ -336,7 +390,7 @@ impl McpServer {
             &response_id,
             &agent,
             generation,
-            components,
+            &components,
         ) {
             Ok(b) => b,
             Err(e) => return refused(&e),

@@ -149,7 +149,7 @@ fn claim_schema() -> Value {
 }
 
 /// The input schema of the tool for type `t`.
-pub fn component_input_schema(cat: &Catalog, t: &TypeSpec) -> Value {
+pub fn component_input_schema(cat: &Catalog, t: &TypeSpec, certifier: bool) -> Value {
     let payload = bounded_payload_schema(cat, t);
     let payload_required = payload
         .get("required")
@@ -200,8 +200,18 @@ pub fn component_input_schema(cat: &Catalog, t: &TypeSpec) -> Value {
                 json!("the id of a certificate a certifier issued for this exact component (its digest)"),
             );
         }
-        props.insert("certificate".into(), c);
-        required.push(json!("certificate"));
+        if certifier {
+            if let Some(m) = c.as_object_mut() {
+                m.insert(
+                    "description".into(),
+                    json!("the id of a certificate issued for this exact component; leave it out and the gateway's reference certifier checks the path and certifies it"),
+                );
+            }
+            props.insert("certificate".into(), c);
+        } else {
+            props.insert("certificate".into(), c);
+            required.push(json!("certificate"));
+        }
     }
     json!({
         "type": "object",
@@ -212,7 +222,7 @@ pub fn component_input_schema(cat: &Catalog, t: &TypeSpec) -> Value {
 }
 
 /// A description a model can act on: what the type does, what it depends on, what can stop it.
-fn component_description(cat: &Catalog, t: &TypeSpec) -> String {
+fn component_description(cat: &Catalog, t: &TypeSpec, certifier: bool) -> String {
     let what = match t.payload {
         PayloadKind::RouteAction => {
             "Fly to a position target in PX4's local NED frame and hold it for `duration_s`."
@@ -249,7 +259,9 @@ fn component_description(cat: &Catalog, t: &TypeSpec) -> String {
         let codes: Vec<&str> = t.rules.iter().map(|r| r.code.name()).collect();
         d.push_str(&format!(" Can be withheld with: {}.", codes.join(", ")));
     }
-    if t.requires_certificate {
+    if t.requires_certificate && certifier {
+        d.push_str(" Needs a certificate for this exact component: name one in `certificate`, or leave it out and the gateway's reference certifier checks the path from the vehicle and certifies it (or refuses with the reason).");
+    } else if t.requires_certificate {
         d.push_str(" Needs `certificate`: a certificate issued for this exact component.");
     }
     if !t.recovery.recoverable.is_empty() {
@@ -278,7 +290,7 @@ fn any_component() -> Value {
 }
 
 /// Every tool for `cat`, with what it does.
-pub fn tools(cat: &Catalog) -> Vec<(Tool, ToolKind)> {
+pub fn tools(cat: &Catalog, certifier: bool) -> Vec<(Tool, ToolKind)> {
     let mut out = Vec::new();
     for t in cat.types() {
         let name = if FIXED.contains(&t.name.as_str()) {
@@ -289,8 +301,8 @@ pub fn tools(cat: &Catalog) -> Vec<(Tool, ToolKind)> {
         let moves = t.class == Class::Action;
         let tool = Tool::new(
             name.clone(),
-            component_description(cat, t),
-            object(component_input_schema(cat, t)),
+            component_description(cat, t, certifier),
+            object(component_input_schema(cat, t, certifier)),
         )
         .with_title(format!("send {}", t.name))
         .with_annotations(annotations(&format!("send {}", t.name), moves));
@@ -364,19 +376,17 @@ pub fn invalid(message: impl Into<String>) -> ApiError {
     ApiError::new(400, ReasonCode::INVALID_REQUEST, message)
 }
 
-/// The one-component response a component tool sends: `args` is the component without its
-/// type (`id` defaults to the type's name).
+/// The component a component tool sends: `args` is the component without its type (`id`
+/// defaults to the type's name; a `land` may leave out its empty payload).
 ///
 /// # Errors
 /// `UNKNOWN_FIELD` when `args` names the type (the tool does); nothing else is checked here:
 /// the core validates the envelope as it validates every response.
-pub fn component_envelope(
+pub fn component_object(
     cat: &Catalog,
     type_name: &str,
-    response_id: &str,
-    generation: u64,
     args: &JsonObject,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<JsonObject, ApiError> {
     if args.contains_key("type") {
         return Err(ApiError::with_ids(
             400,
@@ -397,12 +407,11 @@ pub fn component_envelope(
         .type_ix(type_name)
         .and_then(|ix| cat.type_spec(ix))
         .map(|t| t.payload);
-    let empty_payload = matches!(kind, Some(PayloadKind::Land));
     match args.get("payload") {
         Some(p) => {
             c.insert("payload".into(), p.clone());
         }
-        None if empty_payload => {
+        None if matches!(kind, Some(PayloadKind::Land)) => {
             c.insert("payload".into(), json!({}));
         }
         None => {}
@@ -412,15 +421,35 @@ pub fn component_envelope(
             c.insert(k.clone(), v.clone());
         }
     }
+    Ok(c)
+}
+
+/// The one-component response around `component`.
+///
+/// # Errors
+/// None in practice (serialising a JSON value); a `Result` for the callers' `?`.
+pub fn component_envelope(
+    cat: &Catalog,
+    component: JsonObject,
+    response_id: &str,
+    generation: u64,
+) -> Result<Vec<u8>, ApiError> {
     let env = json!({
         "format": FORMAT_VERSION,
         "response_id": response_id,
         "agent_id": MCP_AGENT,
         "generation": generation,
         "catalog": {"id": cat.id().as_str(), "version": cat.version()},
-        "components": [Value::Object(c)],
+        "components": [Value::Object(component)],
     });
     serde_json::to_vec(&env).map_err(|e| invalid(e.to_string()))
+}
+
+/// Whether a component of `type_name` needs a certificate.
+pub fn needs_certificate(cat: &Catalog, type_name: &str) -> bool {
+    cat.type_ix(type_name)
+        .and_then(|ix| cat.type_spec(ix))
+        .is_some_and(|t| t.requires_certificate)
 }
 
 /// The candidate `submit_candidate` sends for obligation `obligation` of `response_id`.
@@ -457,7 +486,7 @@ mod tests {
     #[test]
     fn one_tool_per_type_and_the_fixed_ones() {
         let c = cat();
-        let t = tools(&c);
+        let t = tools(&c, false);
         let names: Vec<&str> = t.iter().map(|(t, _)| t.name.as_ref()).collect();
         for ty in c.types() {
             assert!(names.contains(&ty.name.as_str()), "{names:?}");
@@ -498,7 +527,7 @@ mod tests {
             .iter()
             .find(|t| t.name.as_str() == "route_action")
             .unwrap();
-        let s = component_input_schema(&c, t);
+        let s = component_input_schema(&c, t, false);
         assert_eq!(s["required"], json!(["payload", "support", "certificate"]));
         let p = &s["properties"]["payload"]["properties"];
         // max_altitude 120 m in the catalog; max_certificate 600 s bounds the duration.
@@ -521,7 +550,15 @@ mod tests {
             .iter()
             .find(|t| t.name.as_str() == "land")
             .unwrap();
-        assert_eq!(component_input_schema(&c, land)["required"], json!([]));
+        assert_eq!(
+            component_input_schema(&c, land, false)["required"],
+            json!([])
+        );
+        // With the reference certifier on, a route action may leave its certificate out.
+        assert_eq!(
+            component_input_schema(&c, t, true)["required"],
+            json!(["payload", "support"])
+        );
     }
 
     #[test]
@@ -531,7 +568,8 @@ mod tests {
             "payload": {"text": "hello"}
         }))
         .unwrap();
-        let b = component_envelope(&c, "notice", "mcp-1-1", 4, &args).unwrap();
+        let comp = component_object(&c, "notice", &args).unwrap();
+        let b = component_envelope(&c, comp, "mcp-1-1", 4).unwrap();
         let v: Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(
             v["components"],
@@ -544,7 +582,7 @@ mod tests {
         // `type` is the tool's.
         let bad: JsonObject =
             serde_json::from_value(json!({"type": "route_action", "payload": {}})).unwrap();
-        let e = component_envelope(&c, "notice", "mcp-1-2", 5, &bad).unwrap_err();
+        let e = component_object(&c, "notice", &bad).unwrap_err();
         assert_eq!(e.code, ReasonCode::UNKNOWN_FIELD);
     }
 }

@@ -241,6 +241,15 @@ pub enum Cmd {
         /// Answer.
         reply: Reply,
     },
+    /// `POST /v1/certify`: the reference certifier checks a route action and certifies it.
+    Certify {
+        /// `{"component": {...}}` or a one-component envelope.
+        bytes: Vec<u8>,
+        /// Arrival time, Unix ms.
+        wall_ms: u64,
+        /// Answer.
+        reply: Reply,
+    },
     /// `DELETE /v1/certificates/{id}`.
     Revoke {
         /// Certificate id.
@@ -403,6 +412,8 @@ pub struct Task {
     next_sync: u64,
     /// The epoch of the vehicle's own sources: 1 for PX4; a Crazyflie's connection count.
     vehicle_epoch: u64,
+    /// The reference certifier (`[certifier]`).
+    certifier: super::certifier::CertifierConfig,
     /// Evaluation only: how long after a token is polled its final gate runs.
     gate_delay: Option<Duration>,
     /// Evaluation only: tokens waiting for their gate, in polling order (bounded by the core's
@@ -489,6 +500,7 @@ impl Task {
             next_sync: 0,
             vehicle_epoch: 1,
             gate_delay: None,
+            certifier: super::certifier::CertifierConfig::default(),
             deferred: std::collections::VecDeque::new(),
         }
     }
@@ -512,6 +524,13 @@ impl Task {
     #[must_use]
     pub fn with_full_action(mut self, action: FullAction) -> Task {
         self.sup = self.sup.with_full_action(action);
+        self
+    }
+
+    /// The reference certifier's settings.
+    #[must_use]
+    pub fn with_certifier(mut self, c: super::certifier::CertifierConfig) -> Task {
+        self.certifier = c;
         self
     }
 
@@ -883,6 +902,7 @@ impl Task {
                 Cmd::Response { reply, .. }
                 | Cmd::Candidate { reply, .. }
                 | Cmd::Certificate { reply, .. }
+                | Cmd::Certify { reply, .. }
                 | Cmd::Contract { reply, .. },
             ) => {
                 let _ = reply.send(Err(e));
@@ -920,6 +940,15 @@ impl Task {
                 reply,
             } => {
                 let answer = self.certificate(&bytes, wall_ms);
+                self.pump();
+                let _ = reply.send(answer);
+            }
+            Cmd::Certify {
+                bytes,
+                wall_ms,
+                reply,
+            } => {
+                let answer = self.certify(&bytes, wall_ms);
                 self.pump();
                 let _ = reply.send(answer);
             }
@@ -1204,6 +1233,7 @@ fn refuse(cmd: Cmd) {
         | Cmd::Candidate { reply, .. }
         | Cmd::State { reply, .. }
         | Cmd::Certificate { reply, .. }
+        | Cmd::Certify { reply, .. }
         | Cmd::Revoke { reply, .. }
         | Cmd::GetResponse { reply, .. }
         | Cmd::Obligations { reply }

@@ -148,6 +148,83 @@ impl Task {
         }
     }
 
+    /// `POST /v1/certify`: the reference certifier ([`super::super::certifier`]) checks the
+    /// route action against the current state and the vehicle's position and, when it passes,
+    /// issues a certificate for its exact digest through [`Task::certificate`] (a receipt like
+    /// any other). The component names the certificate's id in its `certificate` field (the
+    /// digest covers it).
+    pub(super) fn certify(&mut self, bytes: &[u8], wall_ms: u64) -> Answer {
+        use crate::core::payload::Payload;
+        let cfg = self.certifier.clone();
+        if !cfg.enabled {
+            return Err(ApiError::new(
+                409,
+                ReasonCode::CERTIFIER_DISABLED,
+                "the reference certifier is off; enable it with `[certifier] enabled = true`, or certify with your own (POST /v1/digest, POST /v1/certificates)",
+            ));
+        }
+        let cat = self.gw.catalog();
+        let envelope = certify_envelope(cat, bytes);
+        let raw = crate::core::envelope::parse_envelope(&envelope)
+            .map_err(|r| ApiError::rejection(&r))?;
+        let v = crate::core::graph::validate(cat, &raw).map_err(|r| ApiError::rejection(&r))?;
+        let [c] = v.graph.components() else {
+            return Err(ApiError::new(
+                400,
+                ReasonCode::INVALID_REQUEST,
+                "the certifier takes one component: {\"component\": {...}}",
+            ));
+        };
+        let c = c.clone();
+        let digest = c.digest.to_hex();
+        let Payload::RouteAction(target) = c.payload.as_ref() else {
+            return Err(ApiError::new(
+                422,
+                ReasonCode::INVALID_REQUEST,
+                "the reference certifier certifies route actions only",
+            ));
+        };
+        let Some(cert_id) = c.certificate.clone() else {
+            return Err(ApiError::with_ids(
+                422,
+                ReasonCode::INVALID_REQUEST,
+                "name the certificate to issue in the component's `certificate` field (the digest covers it)",
+                vec![c.id.to_string()],
+            ));
+        };
+        let Some(from) = self.vehicle.position_ned_m else {
+            return Err(ApiError::new(
+                409,
+                ReasonCode::NO_VEHICLE_LINK,
+                "the vehicle's position is not known yet: the certifier sweeps the path from it",
+            ));
+        };
+        let from = from.map(f64::from);
+        let Some(spec) = cat.type_spec(c.ty) else {
+            return Err(ApiError::new(400, ReasonCode::UNKNOWN_TYPE, "unknown type"));
+        };
+        super::super::certifier::check(&cfg, cat, spec, self.gw.snapshot(), from, target)
+            .map_err(|r| ApiError::with_ids(422, r.code, r.message, vec![c.id.to_string()]))?;
+        let valid_for_ms = super::super::certifier::valid_for_ms(&cfg, cat, target.duration_s);
+        let body = json!({
+            "id": cert_id.as_str(),
+            "covers": digest,
+            "valid_for_ms": valid_for_ms,
+            "issuer": cfg.issuer,
+        });
+        let issued = self.certificate(body.to_string().as_bytes(), wall_ms)?;
+        Ok(json!({
+            "certificate": cert_id.as_str(),
+            "component": c.id.as_str(),
+            "covers": digest,
+            "valid_for_ms": valid_for_ms,
+            "valid_until_unix_ms": wall_ms + valid_for_ms,
+            "issuer": cfg.issuer,
+            "checked": "corridor, altitude limit and intruder separation along the straight path from the vehicle, over the action's duration",
+            "issued": issued,
+        }))
+    }
+
     pub(super) fn certificate(&mut self, bytes: &[u8], wall_ms: u64) -> Answer {
         let (body, covers) = read_certificate(bytes)?;
         let now = self.now();
@@ -246,4 +323,18 @@ pub fn read_contract_op(bytes: &[u8]) -> Result<Op, ApiError> {
         ));
     }
     Ok(op)
+}
+
+/// `{"component": {...}}` as a one-component envelope of `cat` (an envelope as it is).
+fn certify_envelope(cat: &crate::core::catalog::Catalog, bytes: &[u8]) -> Vec<u8> {
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(serde_json::Value::Object(m)) if m.len() == 1 && m.contains_key("component") => json!({
+            "response_id": "certify", "agent_id": "certify", "generation": 0,
+            "catalog": {"id": cat.id().as_str(), "version": cat.version()},
+            "components": [m.get("component")],
+        })
+        .to_string()
+        .into_bytes(),
+        _ => bytes.to_vec(),
+    }
 }
