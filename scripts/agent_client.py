@@ -8,11 +8,18 @@ action with an obligation it answers with a fresh candidate planned against curr
 The agent side is `Agent` below: three HTTP calls (POST a response, POST a candidate, GET the
 SSE stream) with the agent credential. Wire your model in `plan_route()` and `replan()`.
 
+Each route action needs a certificate over its exact digest. The client asks the gateway's
+reference certifier (`POST /v1/certify`, on with `[certifier] enabled = true`), which checks the
+path from the vehicle and certifies the exact action or refuses with the reason. When it is off,
+`--demo` plays a stand-in certifier with the provider credential (the digest from `POST
+/v1/digest`, then `POST /v1/certificates`); without `--demo` the client stops before anything
+flies. It needs no binary on PATH.
+
 So that the example runs against the service on the embedded simulated PX4 (`scripts/run_sim.sh`),
-`--demo`
-also plays the other parties with their own credentials: the operator (arm, takeoff, land), the
-state providers (traffic, map, corridor, authority ...) and the certificate issuer (a tube
-verifier that certifies each exact route action). In a deployment those are separate services.
+`--demo` also plays the other parties with their own credentials: the operator (arm, takeoff,
+land) and the state providers (traffic, map, corridor, authority ...). In a deployment those
+are separate services. Every prerequisite (credentials, a certifier) is checked before anything
+is armed.
 
     scripts/run_sim.sh &                     # prints the URL and writes the credentials
     python3 scripts/agent_client.py --demo   # reads them from the default state directory
@@ -34,9 +41,6 @@ import os
 import sys
 import threading
 import time
-
-import shutil
-import subprocess
 
 import httpx
 
@@ -152,6 +156,30 @@ class Agent:
         r = self.http.post("/v1/responses", json=envelope)
         return r.status_code, r.json()
 
+    def certifier_on(self):
+        """Whether the gateway's reference certifier is on: it answers a component that is not
+        a route action with INVALID_REQUEST, and CERTIFIER_DISABLED when it is off."""
+        r = self.http.post("/v1/certify", json={"component": {
+            "id": "probe", "type": "notice", "payload": {"text": "probe"}}})
+        code = (r.json().get("error") or {}).get("code") if r.status_code != 200 else None
+        if code not in ("CERTIFIER_DISABLED", "INVALID_REQUEST"):
+            raise SetupError(f"unexpected answer from POST /v1/certify: {r.status_code} {r.text}")
+        return code != "CERTIFIER_DISABLED"
+
+    def certify(self, component):
+        """The reference certifier checks the path to the component's target and certifies that
+        exact component under the certificate id it names; False (and why) when it refuses."""
+        r = self.http.post("/v1/certify", json={"component": component})
+        if r.status_code != 200:
+            err = r.json().get("error", {})
+            say(step="certificate", component=component["id"], refused=err.get("code"),
+                why=err.get("message"))
+            return False
+        v = r.json()
+        say(step="certificate", component=component["id"], id=v["certificate"],
+            covers=v["covers"][:16], by="reference certifier")
+        return True
+
     def candidate(self, obligation, candidate):
         r = self.http.post(f"/v1/obligations/{obligation}/candidates", json=candidate)
         return r.status_code, r.json()
@@ -244,36 +272,22 @@ class DemoWorld:
         raise SystemExit(f"the vehicle did not reach {metres} m above home: {json.dumps(v)}")
 
     def certify(self, component, cert_id):
-        """The tube verifier certifies one exact component: the digest is SHA-256 over the
-        gateway's canonical form, which it returns in every decision; this stand-in issuer asks
-        the gateway's `digest` command instead of reimplementing the canonical encoding."""
-        env = {"response_id": "probe", "agent_id": "planner-1", "generation": 1,
-               "catalog": CATALOG, "components": [component]}
-        out = subprocess.run([gateway_binary(), "digest", "--json", "-"], input=json.dumps(env),
-                             capture_output=True, text=True, check=True).stdout
-        digest = json.loads(out)[component["id"]]
-        r = self.prov.post("/v1/certificates", json={
-            "id": cert_id, "covers": digest, "valid_for_ms": 30000, "issuer": "tube-verifier"})
+        """A stand-in certifier (when the gateway's reference certifier is off): the exact
+        digest from `POST /v1/digest`, then a certificate with the provider credential. It
+        certifies without checking anything: a deployment brings a real one."""
+        r = self.prov.post("/v1/digest", json={"component": component})
         r.raise_for_status()
-        say(step="certificate", component=component["id"], id=cert_id, covers=digest[:16])
+        digest = r.json()["components"][0]["digest"]
+        r = self.prov.post("/v1/certificates", json={
+            "id": cert_id, "covers": digest, "valid_for_ms": 30000, "issuer": "stand-in"})
+        r.raise_for_status()
+        say(step="certificate", component=component["id"], id=cert_id, covers=digest[:16],
+            by="stand-in")
+        return True
 
     def land(self):
         r = self.op.post("/v1/operator/land")
         say(step="operator", did="land", status=r.status_code)
-
-
-def gateway_binary():
-    """The `halo-gateway` binary the stand-in certifier asks for digests: `$HALO_GATEWAY`, then
-    PATH, then this checkout's release and debug builds."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    candidates = [os.environ.get("HALO_GATEWAY"), shutil.which("halo-gateway"),
-                  os.path.join(here, "target", "release", "halo-gateway"),
-                  os.path.join(here, "target", "debug", "halo-gateway")]
-    for c in candidates:
-        if c and os.access(c, os.X_OK):
-            return c
-    raise SetupError("the stand-in certifier needs the `halo-gateway` binary: set HALO_GATEWAY, "
-                     "put it on PATH, or build it (`cargo build --release -p halo-gateway`)")
 
 
 class SetupError(Exception):
@@ -298,9 +312,8 @@ def main():
         description=__doc__.split("\n")[0],
         epilog="Exit status: 0 every dispatched action reached the vehicle and the fresh "
                "candidate flew; 1 one did not, or a step failed; 2 a set-up error (no "
-               "credentials, no gateway binary for the stand-in certifier). Environment: "
-               "HALO_STATE_DIR (credentials), HALO_GATEWAY (the binary the stand-in "
-               "certifier runs for digests).")
+               "credentials, no certifier), found before anything is armed. Environment: "
+               "HALO_STATE_DIR (credentials).")
     ap.add_argument("--url", default="http://127.0.0.1:8640",
                     help="the gateway's HTTP listener (default: %(default)s)")
     ap.add_argument("--state-dir", default=default_state_dir(),
@@ -308,9 +321,10 @@ def main():
                          "tokens (default: $HALO_STATE_DIR, else $XDG_STATE_HOME/halo-gateway, "
                          "else ~/.local/state/halo-gateway; now %(default)s)")
     ap.add_argument("--demo", action="store_true",
-                    help="also play the operator (arm, takeoff, land), the state providers and "
-                         "a stand-in certificate issuer, against the service on the simulated "
-                         "vehicle (scripts/run_sim.sh); the vehicle is landed on the way out")
+                    help="also play the operator (arm, takeoff, land), the state providers and, "
+                         "when the gateway's reference certifier is off, a stand-in certificate "
+                         "issuer, against the service on the simulated vehicle "
+                         "(scripts/run_sim.sh); the vehicle is landed on the way out")
     ap.add_argument("--reach-timeout", type=float, default=10.0, metavar="S",
                     help="how long a dispatched action may take to reach the vehicle, s "
                          "(default: %(default)s; PX4 needs about 1.1 s to enter OFFBOARD)")
@@ -338,8 +352,17 @@ def run(url, agent_token, world, reach_timeout):
     stream = EventStream(url, agent_token)
     stream.start()
     agent = Agent(url, agent_token)
+    # Every prerequisite before anything is armed: a certifier for the route actions.
+    reference = agent.certifier_on()
+    if not reference and not world:
+        raise SetupError("the gateway's reference certifier is off ([certifier] enabled = true) "
+                         "and no other certifier is wired in: nothing would fly")
+    say(step="certifier", reference=reference)
+
+    def certify(component, cert_id):
+        return agent.certify(component) if reference else world.certify(component, cert_id)
+
     if world:
-        gateway_binary()  # fail before taking off, not with the vehicle in the air
         world.fly_to_altitude(5.0)
         world.thread.start()
         time.sleep(0.6)
@@ -352,8 +375,8 @@ def run(url, agent_token, world, reach_timeout):
 
     # 1. The running example.
     e3 = route_action("e3", 12.0, 3.5, -10.0, 90.0, epoch, f"cert-py-1-{tag}")
-    if world:
-        world.certify(e3, f"cert-py-1-{tag}")
+    if not certify(e3, f"cert-py-1-{tag}"):
+        return 1
     r1 = {"response_id": r1_id, "agent_id": "planner-1", "generation": 1,
           "catalog": CATALOG, "components": [
               {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
@@ -377,8 +400,8 @@ def run(url, agent_token, world, reach_timeout):
         world.map_epoch = epoch + 1
         world.publish()
     e5 = route_action("e5", 30.0, 20.0, -10.0, 45.0, epoch, f"cert-py-2-{tag}")
-    if world:
-        world.certify(e5, f"cert-py-2-{tag}")
+    if not certify(e5, f"cert-py-2-{tag}"):
+        return 1
     r2 = {"response_id": r2_id, "agent_id": "planner-1", "generation": 2,
           "catalog": CATALOG, "components": [e5]}
     status, rep = agent.submit(r2)
@@ -397,8 +420,8 @@ def run(url, agent_token, world, reach_timeout):
     say(step="obligation", id=obl["id"], reason=obl["reason"], refresh=obl["required"],
         scope=obl["scope"], event_id=ev["id"])
     fresh = route_action("e5", 30.0, 18.0, -10.0, 45.0, epoch + 1, f"cert-py-3-{tag}")
-    if world:
-        world.certify(fresh, f"cert-py-3-{tag}")
+    if not certify(fresh, f"cert-py-3-{tag}"):
+        return 1
     cand = {"obligation": obl["id"], "response_id": r2_id, "agent_id": "planner-1",
             "generation": 3, "catalog": CATALOG, "components": [fresh]}
     status, rep = agent.candidate(obl["id"], cand)

@@ -252,6 +252,43 @@ impl Client {
         }
     }
 
+    /// The gateway's reference certifier (`POST /v1/certify`, asked with the agent credential)
+    /// checks the path to `component`'s target and certifies that exact component under the
+    /// certificate id it names.
+    ///
+    /// # Errors
+    /// [`DemoError`] with the certifier's refusal.
+    pub(crate) fn certify_by_reference(
+        &self,
+        envelope: &Value,
+        component: &str,
+    ) -> Result<(), DemoError> {
+        let c = envelope["components"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["id"] == component))
+            .ok_or_else(|| DemoError(format!("no component {component}")))?;
+        let (st, r) = self.call(
+            "POST",
+            "/v1/certify",
+            &self.agent,
+            &json!({ "component": c }),
+        );
+        if st != 200 {
+            return Err(DemoError(format!(
+                "the reference certifier refused {component}: {} {}",
+                r["error"]["code"].as_str().unwrap_or(""),
+                r["error"]["message"].as_str().unwrap_or("")
+            )));
+        }
+        self.say(&format!(
+            "reference certifier checks {component}'s path (corridor, altitude, traffic) and certifies it (digest {}) for {:.1} s as `{}`",
+            r["covers"].as_str().unwrap_or("").get(..16).unwrap_or(""),
+            r["valid_for_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+            r["certificate"].as_str().unwrap_or("")
+        ));
+        Ok(())
+    }
+
     /// The tube verifier certifies one exact component for 30 s.
     pub(crate) fn certify(
         &self,
@@ -585,7 +622,7 @@ fn script(
         route("e3", e3, 8.0, 7, "cert-9f2c"),
         {"id": "e4", "type": "status", "payload": {"text": "En route to WP3"}, "requires": [{"id": "e3", "phase": "dispatched"}]}
     ]});
-    c.certify(&r1, "e3", "cert-9f2c")?;
+    c.certify_by_reference(&r1, "e3")?;
     c.say("agent sends resp-0007: notice e1, report e2, route action e3 to (12, 3.5, -10), status e4 after e3 dispatched");
     let rep = c.submit("/v1/responses", &r1)?;
     c.say(&format!("gateway answers: {}", phases(&rep)));
@@ -610,7 +647,7 @@ fn script(
         route("e5", stale, 8.0, 7, "cert-a001"),
         {"id": "e6", "type": "status", "payload": {"text": "En route to WP4"}, "requires": [{"id": "e5", "phase": "dispatched"}]}
     ]});
-    c.certify(&r2, "e5", "cert-a001")?;
+    c.certify_by_reference(&r2, "e5")?;
     c.say("agent sends resp-0008: route action e5 to (30, 20, -10) planned against map epoch 7, status e6");
     let rep = c.submit("/v1/responses", &r2)?;
     c.say(&format!("gateway answers: {}", phases(&rep)));
@@ -625,7 +662,7 @@ fn script(
     let cand_route = route("e5", fresh, 8.0, 8, "cert-a002");
     let as_response = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
         "catalog": {"id": "uav-px4", "version": 5}, "components": [cand_route.clone()]});
-    c.certify(&as_response, "e5", "cert-a002")?;
+    c.certify_by_reference(&as_response, "e5")?;
     let cand = json!({"obligation": oid, "response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
         "catalog": {"id": "uav-px4", "version": 5}, "components": [cand_route]});
     c.say(&format!(
@@ -715,6 +752,8 @@ pub(crate) fn demo_config(out: &Path) -> Result<Config, DemoError> {
     cfg.listen.http = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     cfg.state.dir = Some(out.join("state"));
     cfg.receipts.path = Some(out.join("receipts.jsonl"));
+    // The PX4 demo's route actions are certified by the gateway's reference certifier.
+    cfg.certifier.enabled = true;
     Ok(cfg)
 }
 

@@ -996,14 +996,40 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
 #[test]
 fn the_python_example_client_runs_against_the_service() {
     let _timing = common::shared();
-    let dir = tmp("python");
-    let g = Gateway::start(&dir, "sim", "");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/agent_client.py");
+    // Without a certifier and without --demo's stand-in, nothing is armed: exit 2 at once.
+    {
+        let dir = tmp("python-no-certifier");
+        let g = Gateway::start(&dir, "sim", "");
+        let out = Command::new("python3")
+            .arg(&script)
+            .args(["--url", &g.url, "--state-dir"])
+            .arg(&g.state)
+            .output()
+            .expect("python3");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("certifier is off"), "{stderr}");
+        let v = get(&format!("{}/v1/status", g.url), None).1;
+        assert_eq!(v["vehicle"]["armed"], false, "{v}");
+        assert_eq!(g.stop(), 0);
+    }
+    let dir = tmp("python");
+    let g = Gateway::start(&dir, "sim", "[certifier]\nenabled = true\n");
+    // No `halo-gateway` on the client's PATH: it needs none.
     let out = Command::new("python3")
         .arg(&script)
         .args(["--demo", "--url", &g.url, "--state-dir"])
         .arg(&g.state)
-        .env("HALO_GATEWAY", env!("CARGO_BIN_EXE_halo-gateway"))
+        .env(
+            "PATH",
+            std::env::var("PATH")
+                .unwrap_or_default()
+                .split(':')
+                .filter(|d| !std::path::Path::new(d).join("halo-gateway").exists())
+                .collect::<Vec<_>>()
+                .join(":"),
+        )
         .output()
         .expect("python3 is needed for the example-client test (scripts/test.sh installs httpx)");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -1031,6 +1057,13 @@ fn the_python_example_client_runs_against_the_service() {
         "the running example fits /v1/schema"
     );
     assert_eq!(find("schema")["rejects_extra"], true);
+    assert_eq!(find("certifier")["reference"], true, "{stdout}");
+    let by: Vec<&str> = steps
+        .iter()
+        .filter(|v| v["step"] == "certificate")
+        .map(|v| v["by"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(by, vec!["reference certifier"; 3], "{stdout}");
     assert_eq!(find("obligation")["reason"], "EPOCH_CHANGED");
     assert_eq!(find("candidate")["status"], 200);
     assert_eq!(find("gate")["dispatched"], true);
