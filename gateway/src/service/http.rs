@@ -289,7 +289,13 @@ fn mcp_routes(state: AppState, shared: &Arc<super::mcp::Shared>, max_sessions: u
                     ),
                 ));
             }
-            next.run(req).await
+            let delete = req.method() == Method::DELETE;
+            let mut resp = next.run(req).await;
+            // A closed session: rmcp answers 202, the MCP SDKs expect 200 or 204.
+            if delete && resp.status() == StatusCode::ACCEPTED {
+                *resp.status_mut() = StatusCode::NO_CONTENT;
+            }
+            resp
         }
     };
     Router::new()
@@ -982,8 +988,38 @@ async fn get_response(State(st): State<AppState>, c: Caller, Path(id): Path<Stri
     ask_core(&st, &c, |reply| Cmd::GetResponse { id, reply }).await
 }
 
-async fn get_obligations(State(st): State<AppState>, c: Caller) -> Response {
-    ask_core(&st, &c, |reply| Cmd::Obligations { reply }).await
+/// `GET /v1/obligations[?state=open|all]`: every obligation (the default, `all`) or the open
+/// ones, a candidate may still answer; any other filter is `400 INVALID_REQUEST`.
+async fn get_obligations(State(st): State<AppState>, c: Caller, uri: axum::http::Uri) -> Response {
+    let mut open_only = false;
+    for pair in uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        match pair {
+            "state=open" => open_only = true,
+            "state=all" => open_only = false,
+            other => {
+                let e = ApiError::new(
+                    400,
+                    ReasonCode::INVALID_REQUEST,
+                    format!("unknown filter `{other}`; `state=open` or `state=all`"),
+                );
+                return answer(&st, &c, Err(e));
+            }
+        }
+    }
+    let a = ask(&st.cmds, |reply| Cmd::Obligations { reply })
+        .await
+        .map(|v| match v {
+            serde_json::Value::Array(all) if open_only => {
+                serde_json::Value::Array(all.into_iter().filter(|o| o["open"] == true).collect())
+            }
+            v => v,
+        });
+    answer(&st, &c, a)
 }
 
 async fn post_candidate(

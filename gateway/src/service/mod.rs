@@ -622,7 +622,6 @@ impl Service {
             hub.clone(),
             Arc::clone(&mcp_catalog),
             Arc::clone(&envelope_schema),
-            origin,
             shutdown_rx.clone(),
             cfg.certifier.enabled,
         );

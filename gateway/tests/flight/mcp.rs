@@ -401,6 +401,52 @@ fn mcp_peers_fly_through_the_gate() {
             "python over http",
         );
         flew(sim, &targets, t0, &mut c, "python over http");
+        // Obligations on the HTTP API: snake case, a `kind` tag, Unix milliseconds, a filter.
+        let (st, all) = get(
+            &format!("{}/v1/obligations?state=all", g.url),
+            Some(&g.agent),
+        );
+        let now = unix_ms();
+        let shaped = all.as_array().is_some_and(|a| {
+            a.len() >= 2
+                && a.iter().all(|o| {
+                    o["discharge"]["kind"] == "fresh_candidate"
+                        && o["state"]
+                            .as_str()
+                            .is_some_and(|s| s == s.to_ascii_lowercase())
+                        && o["created_at_unix_ms"]
+                            .as_u64()
+                            .is_some_and(|t| t <= now && t + 600_000 > now)
+                        && o["expires_at_unix_ms"].as_u64() > o["created_at_unix_ms"].as_u64()
+                })
+        });
+        c.check(
+            "http: obligations in snake case with Unix milliseconds",
+            st == 200 && shaped,
+            &all,
+        );
+        let (st, open) = get(
+            &format!("{}/v1/obligations?state=open", g.url),
+            Some(&g.agent),
+        );
+        let expected: Vec<&Value> = all
+            .as_array()
+            .map(|a| a.iter().filter(|o| o["open"] == true).collect())
+            .unwrap_or_default();
+        c.check(
+            "http: ?state=open keeps the open ones",
+            st == 200 && open.as_array().map(|a| a.iter().collect::<Vec<_>>()) == Some(expected),
+            &open,
+        );
+        let (st, v) = get(
+            &format!("{}/v1/obligations?state=maybe", g.url),
+            Some(&g.agent),
+        );
+        c.check(
+            "http: an unknown filter is INVALID_REQUEST",
+            st == 400 && v["error"]["code"] == "INVALID_REQUEST",
+            &v,
+        );
         // The reference certifier refuses what its tube check does not pass, with the rule's code.
         let status = get(&format!("{}/v1/status", g.url), None).1;
         let support = claims(&status);
@@ -538,5 +584,6 @@ fn mcp_peers_fly_through_the_gate() {
 /// The suite's checks: the HTTP credential checks (2), the rmcp peer's 6 checks and 2 flown
 /// targets on each transport (16; over HTTP the gateway's reference certifier certifies), the
 /// Python peer's 17 checks, its end line and 2 flown targets on each transport (40), the
-/// reference certifier's refusals, a pass, and its default off (4).
-const EXPECTED: usize = 2 + 16 + 40 + 4;
+/// reference certifier's refusals, a pass, and its default off (4), the obligations' shape and
+/// filter on the HTTP API (3).
+const EXPECTED: usize = 2 + 16 + 40 + 4 + 3;

@@ -27,7 +27,6 @@ use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -91,8 +90,6 @@ pub struct Shared {
     kinds: HashMap<String, ToolKind>,
     schema: Arc<String>,
     catalog_json: String,
-    /// The instant the service's monotonic clock counts from (obligation expiries).
-    origin: Instant,
     next_response: AtomicU64,
     generation: AtomicU64,
     /// Response id → (agent id, generation), newest last.
@@ -111,7 +108,6 @@ impl Shared {
         hub: Hub,
         catalog: Arc<Catalog>,
         schema: Arc<String>,
-        origin: Instant,
         shutdown: watch::Receiver<bool>,
         certifier: bool,
     ) -> Arc<Shared> {
@@ -133,7 +129,6 @@ impl Shared {
             kinds,
             schema,
             catalog_json,
-            origin,
             next_response: AtomicU64::new(1),
             generation: AtomicU64::new(start),
             sent: Mutex::new(VecDeque::new()),
@@ -166,10 +161,6 @@ impl Shared {
                 .find(|(r, _, _)| r == response)
                 .map(|(_, a, g)| (a.clone(), *g))
         })
-    }
-
-    fn now_ns(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }
 
@@ -562,11 +553,10 @@ impl McpServer {
     /// Obligations in the agent's words: lower-case states, the time left in milliseconds and
     /// as wall time.
     fn render_obligations(&self, v: &Value, all: bool) -> Vec<Value> {
-        let now = self.shared.now_ns();
         v.as_array()
             .into_iter()
             .flatten()
-            .map(|o| render_obligation(o, now))
+            .map(render_obligation)
             .filter(|o| all || o["open"] == true)
             .collect()
     }
@@ -602,7 +592,6 @@ impl McpServer {
     /// Forwards the hub's events from now on to this session's peer until it goes away.
     fn start_forwarder(&self, peer: Peer<RoleServer>) {
         let hub = self.shared.hub.clone();
-        let shared = Arc::clone(&self.shared);
         let subscribed = Arc::clone(&self.session.subscribed);
         let level = Arc::clone(&self.session.level);
         let mut shutdown = self.shared.shutdown.clone();
@@ -632,7 +621,7 @@ impl McpServer {
                 let min = level.lock().map(|l| *l).unwrap_or(LoggingLevel::Info);
                 if rank(lvl) >= rank(min) {
                     let data: Value = serde_json::from_str(&data).unwrap_or(Value::String(data));
-                    let data = notification_data(name, &data, shared.now_ns());
+                    let data = notification_data(name, &data);
                     let p = LoggingMessageNotificationParam::new(
                         lvl,
                         json!({"event": name, "event_id": hub.wire_id(id), "data": data}),
@@ -667,14 +656,15 @@ impl McpServer {
 
 /// An obligation in the agent's words: a lower-case state, the time left in milliseconds and
 /// as wall time (`now_ns` on the service's clock).
-fn render_obligation(o: &Value, now_ns: u64) -> Value {
-    let state = o["state"].as_str().unwrap_or_default().to_ascii_lowercase();
-    let open = !matches!(state.as_str(), "discharged" | "failed" | "expired");
-    let left_ms = o["expiry"].as_u64().unwrap_or(0).saturating_sub(now_ns) / 1_000_000;
-    let wall = wall_now_ms();
+fn render_obligation(o: &Value) -> Value {
+    let open = o["open"] == true;
+    let left_ms = o["expires_at_unix_ms"]
+        .as_u64()
+        .unwrap_or(0)
+        .saturating_sub(wall_now_ms());
     json!({
-                "id": o["id"],
-        "state": state,
+        "id": o["id"],
+        "state": o["state"],
         "open": open,
         "response_id": o["response"],
         "component": o["component"],
@@ -686,19 +676,18 @@ fn render_obligation(o: &Value, now_ns: u64) -> Value {
         "attempts": o["attempts"],
         "retry_limit": o["retry_limit"],
         "expires_in_ms": if open { json!(left_ms) } else { Value::Null },
-        "expires_at_unix_ms": if open { json!(wall + left_ms) } else { Value::Null },
+        "expires_at_unix_ms": if open { o["expires_at_unix_ms"].clone() } else { Value::Null },
     })
 }
 
 /// An event's data in the agent's words: obligations as the tools render them, phases in lower
 /// case, no monotonic instants.
-fn notification_data(name: &str, raw: &Value, now_ns: u64) -> Value {
+fn notification_data(name: &str, raw: &Value) -> Value {
     match name {
-        "obligation_created" => render_obligation(&raw["obligation"], now_ns),
-        "obligation_changed" => json!({
-            "id": raw["id"],
-            "state": raw["state"].as_str().map(str::to_ascii_lowercase),
-        }),
+        "obligation_created" => render_obligation(&raw["obligation"]),
+        "obligation_changed" => {
+            json!({"id": raw["id"], "state": raw["state"], "open": raw["open"]})
+        }
         "phase" => json!({
             "response_id": raw["response"],
             "component": raw["component"],

@@ -562,6 +562,37 @@ impl Task {
         Nanos(u64::try_from(t.clamp(0, i128::from(u64::MAX))).unwrap_or(0))
     }
 
+    /// Unix milliseconds of an instant on the service's monotonic clock.
+    fn wall_ms(&self, at: Nanos) -> u64 {
+        self.origin_wall_ms.saturating_add(at.as_ms())
+    }
+
+    /// An obligation as the HTTP, stdio and MCP interfaces show it: states and the discharge
+    /// condition in snake case (the discharge with a `kind` tag), instants as Unix
+    /// milliseconds, and whether a candidate may still answer it (`open`).
+    fn obligation_view(&self, o: &crate::core::obligation::Obligation) -> serde_json::Value {
+        let now = self.now();
+        let crate::core::obligation::Discharge::FreshCandidate { after } = o.discharge;
+        json!({
+            "id": o.id.0,
+            "response": o.response,
+            "component": o.component,
+            "reason": o.reason,
+            "required": o.required,
+            "scope": o.scope,
+            "assignee": o.assignee,
+            "route": o.route,
+            "state": o.state.name().to_ascii_lowercase(),
+            "open": o.state.is_live(),
+            "discharge": {"kind": "fresh_candidate", "after_unix_ms": self.wall_ms(after)},
+            "attempts": o.attempts,
+            "retry_limit": o.retry_limit,
+            "created_at_unix_ms": self.wall_ms(o.created_at),
+            "expires_at_unix_ms": self.wall_ms(o.expiry),
+            "expires_in_ms": o.state.is_live().then(|| o.expiry.0.saturating_sub(now.0) / 1_000_000),
+        })
+    }
+
     fn publish(&self, name: &'static str, data: &impl Serialize) {
         if let Ok(s) = serde_json::to_string(data) {
             self.hub.publish(name, s);
@@ -737,9 +768,16 @@ impl Task {
                     reason = %obligation.reason,
                     "obligation created: refresh requested"
                 );
-                self.publish("obligation_created", e);
+                self.publish(
+                    "obligation_created",
+                    &json!({"event": "obligation_created", "obligation": self.obligation_view(obligation)}),
+                );
             }
-            Event::ObligationChanged { .. } => self.publish("obligation_changed", e),
+            Event::ObligationChanged { id, state } => self.publish(
+                "obligation_changed",
+                &json!({"event": "obligation_changed", "id": id.0,
+                        "state": state.name().to_ascii_lowercase(), "open": state.is_live()}),
+            ),
             Event::SupportLost {
                 response,
                 component,
@@ -971,8 +1009,12 @@ impl Task {
                 let _ = reply.send(answer);
             }
             Cmd::Obligations { reply } => {
-                let all: Vec<_> = self.gw.obligations().collect();
-                let _ = reply.send(serde_json::to_value(&all).map_err(internal));
+                let all: Vec<_> = self
+                    .gw
+                    .obligations()
+                    .map(|o| self.obligation_view(o))
+                    .collect();
+                let _ = reply.send(Ok(serde_json::Value::Array(all)));
             }
             Cmd::Status { reply } => {
                 let _ = reply.send(Ok(self.status()));
