@@ -571,7 +571,6 @@ impl Task {
     /// condition in snake case (the discharge with a `kind` tag), instants as Unix
     /// milliseconds, and whether a candidate may still answer it (`open`).
     fn obligation_view(&self, o: &crate::core::obligation::Obligation) -> serde_json::Value {
-        let now = self.now();
         let crate::core::obligation::Discharge::FreshCandidate { after } = o.discharge;
         json!({
             "id": o.id.0,
@@ -589,7 +588,6 @@ impl Task {
             "retry_limit": o.retry_limit,
             "created_at_unix_ms": self.wall_ms(o.created_at),
             "expires_at_unix_ms": self.wall_ms(o.expiry),
-            "expires_in_ms": o.state.is_live().then(|| o.expiry.0.saturating_sub(now.0) / 1_000_000),
         })
     }
 
