@@ -976,12 +976,31 @@ fn answer(st: &AppState, caller: &Caller, a: Answer) -> Response {
     resp
 }
 
-async fn post_response(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
-    ask_core(&st, &c, |reply| Cmd::Response {
-        bytes: body.0,
-        reply,
-    })
-    .await
+/// The body as the core reads it: `?form=strict` is the strict structured-output form (a `null`
+/// member is absent, [`super::schema::from_strict_form`]); no query, the body as sent.
+fn body_form(uri: &axum::http::Uri, body: Vec<u8>) -> Result<Vec<u8>, ApiError> {
+    match uri.query() {
+        None | Some("") => Ok(body),
+        Some("form=strict") => super::schema::from_strict_form(&body),
+        Some(q) => Err(ApiError::new(
+            400,
+            ReasonCode::INVALID_REQUEST,
+            format!("unknown query `{q}`; `form=strict` reads the strict structured-output form"),
+        )),
+    }
+}
+
+async fn post_response(
+    State(st): State<AppState>,
+    c: Caller,
+    uri: axum::http::Uri,
+    body: JsonBody,
+) -> Response {
+    let bytes = match body_form(&uri, body.0) {
+        Ok(b) => b,
+        Err(e) => return answer(&st, &c, Err(e)),
+    };
+    ask_core(&st, &c, |reply| Cmd::Response { bytes, reply }).await
 }
 
 async fn get_response(State(st): State<AppState>, c: Caller, Path(id): Path<String>) -> Response {
@@ -1026,8 +1045,13 @@ async fn post_candidate(
     State(st): State<AppState>,
     c: Caller,
     Path(id): Path<String>,
+    uri: axum::http::Uri,
     body: JsonBody,
 ) -> Response {
+    let bytes = match body_form(&uri, body.0) {
+        Ok(b) => b,
+        Err(e) => return answer(&st, &c, Err(e)),
+    };
     let Ok(obligation) = id.parse::<u64>() else {
         let e = ApiError::new(
             404,
@@ -1038,7 +1062,7 @@ async fn post_candidate(
     };
     ask_core(&st, &c, |reply| Cmd::Candidate {
         obligation,
-        bytes: body.0,
+        bytes,
         reply,
     })
     .await
@@ -1255,12 +1279,23 @@ async fn get_metrics(State(st): State<AppState>, _: Caller) -> Response {
         .into_response()
 }
 
-async fn get_schema(State(st): State<AppState>, _: Caller) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/schema+json")],
-        st.schema.as_str().to_string(),
-    )
-        .into_response()
+/// `GET /v1/schema`, and `?strict=true`: the strict structured-output form.
+async fn get_schema(State(st): State<AppState>, c: Caller, uri: axum::http::Uri) -> Response {
+    let body = match uri.query() {
+        None | Some("") | Some("strict=false") => st.schema.as_str().to_string(),
+        Some("strict=true") => super::schema::strict_envelope_schema(&st.catalog).to_string(),
+        Some(q) => {
+            let e = ApiError::new(
+                400,
+                ReasonCode::INVALID_REQUEST,
+                format!(
+                    "unknown query `{q}`; `strict=true` gives the strict structured-output form"
+                ),
+            );
+            return answer(&st, &c, Err(e));
+        }
+    };
+    ([(header::CONTENT_TYPE, "application/schema+json")], body).into_response()
 }
 
 async fn not_found(req: Request<Body>) -> Response {

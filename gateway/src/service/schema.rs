@@ -67,7 +67,10 @@ pub fn envelope_schema(cat: &Catalog) -> Value {
         let mut required = vec![json!("id"), json!("type"), json!("payload")];
         props.insert("id".into(), id_schema());
         props.insert("type".into(), json!({"const": t.name.as_str()}));
-        props.insert("payload".into(), payload_schema(t.payload));
+        props.insert(
+            "payload".into(),
+            super::mcp::tools::bounded_payload_schema(cat, t),
+        );
         if !t.prerequisites.is_empty() {
             props.insert(
                 "requires".into(),
@@ -141,6 +144,164 @@ pub fn envelope_schema(cat: &Catalog) -> Value {
     })
 }
 
+/// Keywords a strict structured-output mode documents as supported (OpenAI's strict mode, the
+/// strictest of them): anything else is left out of the strict form.
+const STRICT_KEYWORDS: &[&str] = &[
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "enum",
+    "anyOf",
+    "description",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minItems",
+    "maxItems",
+    "pattern",
+];
+
+/// `schema` with `null` allowed.
+fn nullable(mut schema: Value) -> Value {
+    let Some(m) = schema.as_object_mut() else {
+        return schema;
+    };
+    if let Some(e) = m.get_mut("enum").and_then(Value::as_array_mut) {
+        if !e.contains(&Value::Null) {
+            e.push(Value::Null);
+        }
+    }
+    match m.get("type").cloned() {
+        Some(Value::String(t)) => {
+            m.insert("type".into(), json!([t, "null"]));
+        }
+        Some(Value::Array(mut ts)) => {
+            if !ts.contains(&json!("null")) {
+                ts.push(json!("null"));
+            }
+            m.insert("type".into(), Value::Array(ts));
+        }
+        _ if m.contains_key("enum") => {}
+        _ => {
+            let inner = Value::Object(std::mem::take(m));
+            return json!({"anyOf": [inner, {"type": "null"}]});
+        }
+    }
+    schema
+}
+
+fn strictify(v: &Value) -> Value {
+    let Some(m) = v.as_object() else {
+        return v.clone();
+    };
+    let mut out = serde_json::Map::new();
+    for (k, x) in m {
+        match k.as_str() {
+            "const" => {
+                out.insert("enum".into(), json!([x]));
+            }
+            "properties" => {
+                let required: Vec<&str> = m
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let mut props = serde_json::Map::new();
+                for (name, p) in x.as_object().into_iter().flatten() {
+                    let sp = strictify(p);
+                    props.insert(
+                        name.clone(),
+                        if required.contains(&name.as_str()) {
+                            sp
+                        } else {
+                            nullable(sp)
+                        },
+                    );
+                }
+                let all: Vec<Value> = props.keys().map(|k| json!(k)).collect();
+                out.insert("properties".into(), Value::Object(props));
+                out.insert("required".into(), Value::Array(all));
+                out.insert("additionalProperties".into(), json!(false));
+            }
+            "required" | "additionalProperties" => {}
+            "items" => {
+                out.insert(k.clone(), strictify(x));
+            }
+            "anyOf" | "oneOf" => {
+                let alts: Vec<Value> = x.as_array().into_iter().flatten().map(strictify).collect();
+                out.insert("anyOf".into(), Value::Array(alts));
+            }
+            k if STRICT_KEYWORDS.contains(&k) => {
+                out.insert(k.to_string(), x.clone());
+            }
+            _ => {}
+        }
+    }
+    if out.get("type") == Some(&json!("object")) && !out.contains_key("properties") {
+        out.insert("properties".into(), json!({}));
+        out.insert("required".into(), json!([]));
+        out.insert("additionalProperties".into(), json!(false));
+    }
+    Value::Object(out)
+}
+
+/// `GET /v1/schema?strict=true`: the envelope schema in the form a strict structured-output
+/// mode accepts: every property required (an optional field is nullable instead, and a `null`
+/// means "absent": send the output to `POST /v1/responses?form=strict`), closed objects, no
+/// `oneOf`, `const` as a one-value `enum`, only the keywords those modes document. The
+/// catalog's numeric ranges are kept.
+pub fn strict_envelope_schema(cat: &Catalog) -> Value {
+    let mut s = strictify(&envelope_schema(cat));
+    if let Some(m) = s.as_object_mut() {
+        m.insert(
+            "description".into(),
+            json!(format!(
+                "halo-gateway response envelope, strict form, catalog {} v{}: a null field is absent; POST it to /v1/responses?form=strict",
+                cat.id(),
+                cat.version()
+            )),
+        );
+    }
+    s
+}
+
+/// A strict-form document (a response or a candidate) as the core reads it: every member whose
+/// value is `null` left out, at any depth. Repeated keys are refused first, as everywhere.
+///
+/// # Errors
+/// `DUPLICATE_KEY` or `MALFORMED_JSON` (400).
+pub fn from_strict_form(bytes: &[u8]) -> Result<Vec<u8>, super::task::ApiError> {
+    use super::task::ApiError;
+    use crate::core::reason::ReasonCode;
+    crate::core::strict::check_keys(bytes).map_err(|e| {
+        let code = if e.duplicate {
+            ReasonCode::DUPLICATE_KEY
+        } else {
+            ReasonCode::MALFORMED_JSON
+        };
+        ApiError::new(400, code, e.message)
+    })?;
+    let mut v: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::new(400, ReasonCode::MALFORMED_JSON, e.to_string()))?;
+    strip_nulls(&mut v);
+    serde_json::to_vec(&v)
+        .map_err(|e| ApiError::new(400, ReasonCode::MALFORMED_JSON, e.to_string()))
+}
+
+fn strip_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +359,106 @@ mod tests {
         );
         let status = alts.iter().find(|a| a["title"] == "status").unwrap();
         assert!(status["properties"].get("requires").is_some());
+        // The catalog's limits: 120 m altitude.
+        assert_eq!(payload["properties"]["down_m"]["minimum"], json!(-120.0));
+    }
+
+    /// The rules strict structured-output modes document: the root is an object; every object
+    /// lists every property as required and is closed; no `oneOf`, `allOf`, `not`,
+    /// conditionals or `const`; only supported keywords.
+    fn strict_violations(v: &Value, path: &str, bad: &mut Vec<String>) {
+        if let Some(m) = v.as_object() {
+            for k in m.keys() {
+                if !STRICT_KEYWORDS.contains(&k.as_str()) {
+                    bad.push(format!("{path}: keyword `{k}`"));
+                }
+            }
+            if let Some(props) = m.get("properties").and_then(Value::as_object) {
+                let mut keys: Vec<&str> = props.keys().map(String::as_str).collect();
+                keys.sort_unstable();
+                let mut req: Vec<&str> = m
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                req.sort_unstable();
+                if keys != req {
+                    bad.push(format!(
+                        "{path}: required {req:?} is not every property {keys:?}"
+                    ));
+                }
+                if m.get("additionalProperties") != Some(&json!(false)) {
+                    bad.push(format!("{path}: open object"));
+                }
+                for (k, x) in props {
+                    strict_violations(x, &format!("{path}/{k}"), bad);
+                }
+            } else if m.get("type") == Some(&json!("object")) {
+                bad.push(format!("{path}: object without properties"));
+            }
+            if let Some(x) = m.get("items") {
+                strict_violations(x, &format!("{path}/items"), bad);
+            }
+            for (i, x) in m
+                .get("anyOf")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                strict_violations(x, &format!("{path}/anyOf/{i}"), bad);
+            }
+        }
+    }
+
+    #[test]
+    fn the_strict_form_follows_the_structured_output_rules() {
+        let cat = Catalog::parse(crate::io::EMBEDDED_CATALOG, "uav-px4.toml").unwrap();
+        let s = strict_envelope_schema(&cat);
+        assert_eq!(s["type"], "object");
+        let mut bad = Vec::new();
+        strict_violations(&s, "", &mut bad);
+        assert!(bad.is_empty(), "{bad:#?}");
+        // The checker catches what it is for: the present form breaks these rules.
+        let mut loose = Vec::new();
+        strict_violations(&envelope_schema(&cat), "", &mut loose);
+        assert!(
+            loose.iter().any(|b| b.contains("keyword `const`"))
+                && loose.iter().any(|b| b.contains("is not every property")),
+            "{loose:#?}"
+        );
+        // Optional fields are nullable, the ranges kept.
+        let route = s["properties"]["components"]["items"]["anyOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["properties"]["type"]["enum"] == json!(["route_action"]))
+            .unwrap();
+        assert_eq!(
+            route["properties"]["payload"]["properties"]["down_m"]["minimum"],
+            json!(-120.0)
+        );
+        let vehicle_claim = &route["properties"]["support"]["properties"]["vehicle"];
+        assert_eq!(vehicle_claim["type"], json!(["object", "null"]));
+        assert_eq!(
+            vehicle_claim["properties"]["epoch"]["type"],
+            json!(["integer", "null"])
+        );
+        assert_eq!(s["properties"]["format"]["enum"], json!([1, null]));
+    }
+
+    #[test]
+    fn a_strict_form_document_reads_as_the_envelope_without_its_nulls() {
+        let b = br#"{"response_id":"r","components":[{"id":"e1","requires":null,"payload":{"text":"x","unit":null}}],"format":null}"#;
+        let v: Value = serde_json::from_slice(&from_strict_form(b).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            json!({"response_id":"r","components":[{"id":"e1","payload":{"text":"x"}}]})
+        );
+        let dup = br#"{"a":null,"a":1}"#;
+        assert_eq!(
+            from_strict_form(dup).unwrap_err().code(),
+            crate::core::reason::ReasonCode::DUPLICATE_KEY
+        );
     }
 }

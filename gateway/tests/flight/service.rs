@@ -991,6 +991,125 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
     );
 }
 
+/// The strict structured-output form: the running example written as such a mode writes it
+/// (every property present, `null` for absent) validates against `GET /v1/schema?strict=true`
+/// with Python's `jsonschema`, an independent validator; `POST /v1/responses?form=strict` takes
+/// it; the same bytes without `form=strict` are refused and change nothing.
+#[test]
+fn the_strict_form_validates_and_is_taken() {
+    let _timing = common::shared();
+    let dir = tmp("strict-form");
+    let g = Gateway::start(&dir, "sim", "");
+    let (st, schema) = get(&format!("{}/v1/schema?strict=true", g.url), None);
+    assert_eq!(st, 200, "{schema}");
+    let null_sources = |keep: &[(&str, Value)]| {
+        let mut m = serde_json::Map::new();
+        for s in [
+            "traffic",
+            "map",
+            "bounds",
+            "vehicle",
+            "home",
+            "battery",
+            "link",
+            "authority",
+            "airspace",
+            "preflight",
+            "wind",
+            "control",
+        ] {
+            m.insert(s.into(), Value::Null);
+        }
+        for (k, v) in keep {
+            m.insert((*k).into(), v.clone());
+        }
+        Value::Object(m)
+    };
+    let doc = json!({
+        "format": null, "response_id": "resp-strict", "agent_id": "planner-1", "generation": 1,
+        "catalog": {"id": "uav-px4", "version": 5},
+        "components": [
+            {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
+            {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 1.42, "unit": null},
+             "support": {"z_range": null}},
+            {"id": "e3", "type": "route_action",
+             "payload": {"frame": "local_ned", "north_m": 12.0, "east_m": 3.5, "down_m": -10.0, "yaw_deg": 90.0, "duration_s": 8.0},
+             "support": null_sources(&[
+                 ("map", json!({"epoch": 7, "provenance": null})),
+                 ("traffic", json!({"epoch": 41, "provenance": null})),
+                 ("bounds", json!({"epoch": 3, "provenance": "corridor-12"})),
+             ]),
+             "certificate": "cert-9f2c"},
+            {"id": "e4", "type": "status", "payload": {"text": "En route to WP3"},
+             "requires": [{"id": "e3", "phase": "dispatched"}]},
+        ]
+    });
+    let sf = dir.join("strict-schema.json");
+    let df = dir.join("strict-doc.json");
+    std::fs::write(&sf, schema.to_string()).unwrap();
+    std::fs::write(&df, doc.to_string()).unwrap();
+    let check = |d: &Path| {
+        Command::new("python3")
+            .args([
+                "-c",
+                "import json,sys,jsonschema; jsonschema.validate(json.load(open(sys.argv[2])), json.load(open(sys.argv[1])))",
+            ])
+            .arg(&sf)
+            .arg(d)
+            .output()
+            .expect("python3 with jsonschema (scripts/test.sh installs it)")
+    };
+    let out = check(&df);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The validator is not a rubber stamp: a member left out fails the strict form.
+    let mut missing = doc.clone();
+    missing["components"][1]["payload"]
+        .as_object_mut()
+        .unwrap()
+        .remove("unit");
+    let mf = dir.join("strict-missing.json");
+    std::fs::write(&mf, missing.to_string()).unwrap();
+    assert!(!check(&mf).status.success(), "a missing member validated");
+    let body = doc.to_string();
+    let (st, v) = post(
+        &format!("{}/v1/responses", g.url),
+        Some(&g.agent),
+        body.as_bytes(),
+    );
+    assert!((400..500).contains(&st), "{v}");
+    let (st, v) = post(
+        &format!("{}/v1/responses?form=strict", g.url),
+        Some(&g.agent),
+        body.as_bytes(),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["response"], "resp-strict", "{v}");
+    let ids: Vec<&str> = v["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["e1", "e2", "e3", "e4"], "{v}");
+    assert_eq!(v["components"][0]["phase"], "EMITTED", "{v}");
+    let (st, v) = post(
+        &format!("{}/v1/responses?form=loose", g.url),
+        Some(&g.agent),
+        body.as_bytes(),
+    );
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (400, Some("INVALID_REQUEST")),
+        "{v}"
+    );
+    assert_eq!(g.stop(), 0);
+    println!("service-strict-form: 1/1 matched");
+}
+
 /// The example Python client, an independent peer, runs the running example against the
 /// real service: submit, follow the event stream, answer the obligation with a fresh candidate.
 #[test]

@@ -205,7 +205,9 @@ impl McpServer {
         ask(&self.shared.cmds, make).await
     }
 
-    async fn call(&self, name: &str, args: JsonObject) -> Result<CallToolResult, McpError> {
+    async fn call(&self, name: &str, mut args: JsonObject) -> Result<CallToolResult, McpError> {
+        // A model's strict structured output sends an absent argument as null.
+        args.retain(|_, v| !v.is_null());
         let Some(kind) = self.shared.kinds.get(name).cloned() else {
             let listed: Vec<&str> = self.shared.tools.iter().map(|t| t.name.as_ref()).collect();
             return Ok(refused(&ApiError::new(
@@ -299,9 +301,13 @@ impl McpServer {
         if let Some(r) = env.get("response_id").and_then(Value::as_str) {
             self.shared.remember(r, &agent, generation);
         }
-        let bytes = match serde_json::to_vec(env) {
+        // A model's strict structured output: a null member is absent.
+        let bytes = match serde_json::to_vec(env)
+            .map_err(|e| tools::invalid(e.to_string()))
+            .and_then(|b| super::schema::from_strict_form(&b))
+        {
             Ok(b) => b,
-            Err(e) => return refused(&tools::invalid(e.to_string())),
+            Err(e) => return refused(&e),
         };
         let answer = self.ask(|reply| Cmd::Response { bytes, reply }).await;
         self.decision(answer, &agent, generation).await
