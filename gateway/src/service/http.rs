@@ -241,6 +241,7 @@ fn handler(r: &Route) -> Option<MethodRouter<AppState>> {
         ("POST", "/v1/audit/exported") => post(post_head_exported),
         ("GET", "/metrics") => get(get_metrics),
         ("GET", "/v1/schema") => get(get_schema),
+        ("GET", "/v1/openapi.json") => get(get_openapi),
         _ => return None,
     })
 }
@@ -685,6 +686,15 @@ pub const ROUTES: &[Route] = &[
         path: "/v1/schema",
         access: Access::Read,
         what: "read the schema",
+        endpoint: None,
+        body: None,
+        note: "",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/openapi.json",
+        access: Access::Read,
+        what: "read the OpenAPI document",
         endpoint: None,
         body: None,
         note: "",
@@ -1277,6 +1287,11 @@ async fn get_metrics(State(st): State<AppState>, _: Caller) -> Response {
         st.metrics.render(),
     )
         .into_response()
+}
+
+/// `GET /v1/openapi.json` ([`super::openapi`]).
+async fn get_openapi(State(st): State<AppState>, _: Caller) -> Response {
+    axum::Json(super::openapi::openapi(&st.catalog)).into_response()
 }
 
 /// `GET /v1/schema`, and `?strict=true`: the strict structured-output form.

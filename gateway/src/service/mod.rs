@@ -19,6 +19,7 @@ pub mod hub;
 pub mod listener;
 pub mod mcp;
 pub mod metrics;
+pub mod openapi;
 pub mod receipts;
 pub mod schema;
 pub mod statedir;

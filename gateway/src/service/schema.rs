@@ -169,10 +169,10 @@ fn nullable(mut schema: Value) -> Value {
     let Some(m) = schema.as_object_mut() else {
         return schema;
     };
-    if let Some(e) = m.get_mut("enum").and_then(Value::as_array_mut) {
-        if !e.contains(&Value::Null) {
-            e.push(Value::Null);
-        }
+    if let Some(e) = m.get_mut("enum").and_then(Value::as_array_mut)
+        && !e.contains(&Value::Null)
+    {
+        e.push(Value::Null);
     }
     match m.get("type").cloned() {
         Some(Value::String(t)) => {

@@ -991,6 +991,56 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
     );
 }
 
+/// `GET /v1/openapi.json` is a valid OpenAPI 3.1 document (checked by `openapi-spec-validator`,
+/// an independent validator, shown to refuse a broken one) with every route of the
+/// table the router is built from.
+#[test]
+fn the_openapi_document_is_valid_and_names_every_route() {
+    let _timing = common::shared();
+    let dir = tmp("openapi");
+    let g = Gateway::start(&dir, "sim", "");
+    let (st, doc) = get(&format!("{}/v1/openapi.json", g.url), None);
+    assert_eq!(st, 200, "{doc}");
+    for r in halo_gateway::service::http::ROUTES {
+        assert!(
+            doc["paths"][r.path][r.method.to_ascii_lowercase()].is_object(),
+            "{} {} is not in the document",
+            r.method,
+            r.path
+        );
+    }
+    let validate = |v: &Value, name: &str| {
+        let f = dir.join(name);
+        std::fs::write(&f, v.to_string()).unwrap();
+        Command::new("python3")
+            .args([
+                "-c",
+                "import json,sys; from openapi_spec_validator import validate; validate(json.load(open(sys.argv[1])))",
+            ])
+            .arg(&f)
+            .output()
+            .expect("python3 with openapi-spec-validator (scripts/test.sh installs it)")
+    };
+    let out = validate(&doc, "openapi.json");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A path parameter must be required: the validator refuses one that is not.
+    let mut broken = doc.clone();
+    broken["paths"]["/v1/responses/{id}"]["get"]["parameters"][0]["required"] = json!(false);
+    assert!(
+        !validate(&broken, "broken.json").status.success(),
+        "the validator took an optional path parameter"
+    );
+    assert_eq!(g.stop(), 0);
+    println!(
+        "service-openapi: 1/1 matched ({} operations)",
+        halo_gateway::service::http::ROUTES.len()
+    );
+}
+
 /// The strict structured-output form: the running example written as such a mode writes it
 /// (every property present, `null` for absent) validates against `GET /v1/schema?strict=true`
 /// with Python's `jsonschema`, an independent validator; `POST /v1/responses?form=strict` takes
