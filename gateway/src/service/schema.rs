@@ -49,6 +49,34 @@ pub(crate) fn id_schema() -> Value {
     schema_of::<crate::core::ids::Id>()
 }
 
+/// The `support` object a component of type `t` takes (each source of its footprint a `claim`,
+/// the catalog's required claims required) and whether it is required itself; none for a type
+/// without a footprint.
+pub(crate) fn support_schema(
+    cat: &Catalog,
+    t: &crate::core::catalog::TypeSpec,
+    claim: &Value,
+) -> Option<(Value, bool)> {
+    if t.footprint.is_empty() {
+        return None;
+    }
+    let mut sp = serde_json::Map::new();
+    let mut sreq = Vec::new();
+    for (s, _) in &t.footprint {
+        if let Some(spec) = cat.source(*s) {
+            sp.insert(spec.name.to_string(), claim.clone());
+            if t.claims_required & (1u64 << s.0) != 0 {
+                sreq.push(json!(spec.name.as_str()));
+            }
+        }
+    }
+    let needed = !sreq.is_empty();
+    Some((
+        json!({"type": "object", "additionalProperties": false, "properties": sp, "required": sreq}),
+        needed,
+    ))
+}
+
 /// The envelope schema for `cat`.
 pub fn envelope_schema(cat: &Catalog) -> Value {
     let claim = json!({
@@ -86,24 +114,11 @@ pub fn envelope_schema(cat: &Catalog) -> Value {
                 }),
             );
         }
-        if !t.footprint.is_empty() {
-            let mut sp = serde_json::Map::new();
-            let mut sreq = Vec::new();
-            for (s, _) in &t.footprint {
-                if let Some(spec) = cat.source(*s) {
-                    sp.insert(spec.name.to_string(), claim.clone());
-                    if t.claims_required & (1u64 << s.0) != 0 {
-                        sreq.push(json!(spec.name.as_str()));
-                    }
-                }
-            }
-            if !sreq.is_empty() {
+        if let Some((support, needed)) = support_schema(cat, t, &claim) {
+            if needed {
                 required.push(json!("support"));
             }
-            props.insert(
-                "support".into(),
-                json!({"type": "object", "additionalProperties": false, "properties": sp, "required": sreq}),
-            );
+            props.insert("support".into(), support);
         }
         if t.requires_certificate {
             props.insert("certificate".into(), id_schema());

@@ -943,7 +943,7 @@ fn catalog_summary(cat: &Catalog) -> Value {
     let sources: Vec<Value> = cat
         .sources()
         .iter()
-        .map(|s| json!({"name": s.name.as_str(), "owner": format!("{:?}", s.owner).to_ascii_lowercase()}))
+        .map(|s| json!({"name": s.name.as_str(), "owner": s.owner.name()}))
         .collect();
     let types: Vec<Value> = cat
         .types()

@@ -172,25 +172,19 @@ pub fn component_input_schema(cat: &Catalog, t: &TypeSpec, certifier: bool) -> V
     if payload_required {
         required.push(json!("payload"));
     }
-    if !t.footprint.is_empty() {
-        let mut sp = Map::new();
-        let mut sreq = Vec::new();
-        for (s, _) in &t.footprint {
-            if let Some(spec) = cat.source(*s) {
-                sp.insert(spec.name.to_string(), claim_schema());
-                if t.claims_required & (1u64 << s.0) != 0 {
-                    sreq.push(json!(spec.name.as_str()));
-                }
-            }
-        }
-        if !sreq.is_empty() {
+    if let Some((mut support, needed)) =
+        crate::service::schema::support_schema(cat, t, &claim_schema())
+    {
+        if needed {
             required.push(json!("support"));
         }
-        props.insert(
-            "support".into(),
-            json!({"type": "object", "additionalProperties": false, "properties": sp, "required": sreq,
-                   "description": "what you planned against: source name → {epoch, provenance}"}),
-        );
+        if let Some(m) = support.as_object_mut() {
+            m.insert(
+                "description".into(),
+                json!("what you planned against: source name → {epoch, provenance}"),
+            );
+        }
+        props.insert("support".into(), support);
     }
     if t.requires_certificate {
         let mut c = id_schema();
