@@ -583,7 +583,7 @@ fn mcp_peers_fly_through_the_gate() {
 
 /// The suite's checks: the HTTP credential checks (2), the rmcp peer's 6 checks and 2 flown
 /// targets on each transport (16; over HTTP the gateway's reference certifier certifies), the
-/// Python peer's 17 checks, its end line and 2 flown targets on each transport (40), the
+/// Python peer's 18 checks, its end line and 2 flown targets on each transport (42), the
 /// reference certifier's refusals, a pass, and its default off (4), the obligations' shape and
 /// filter on the HTTP API (3).
-const EXPECTED: usize = 2 + 16 + 40 + 4 + 3;
+const EXPECTED: usize = 2 + 16 + 42 + 4 + 3;

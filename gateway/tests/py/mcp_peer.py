@@ -91,7 +91,7 @@ def claims(status):
     }
 
 
-async def flow(session, cert, notes, tag):
+async def flow(session, cert, notes, updated, tag):
     await session.initialize()
     tools = {t.name: t for t in (await session.list_tools()).tools}
     expected = {"route_action", "hold", "land", "notice", "report", "status", "refresh_request",
@@ -167,6 +167,10 @@ async def flow(session, cert, notes, tag):
         await asyncio.sleep(0.1)
     check("obligation notified", any(
         n.get("event") == "obligation_created" and n.get("data", {}).get("id") == ob.get("id") for n in notes))
+    deadline = time.time() + 5
+    while time.time() < deadline and "halo://obligations" not in updated:
+        await asyncio.sleep(0.1)
+    check("subscribed resource updated", "halo://obligations" in updated, updated=sorted(updated))
     ex = structured(await session.call_tool("explain", {"response_id": r.get("response_id"), "component": "r1"}))
     check("explain names the reason", ex.get("reason") == "EPOCH_CHANGED"
           and any(s["source"] == "map" for s in ex.get("sources", [])))
@@ -216,23 +220,29 @@ async def main():
     p.add_argument("--stdio", nargs=argparse.REMAINDER, help="the gateway's command line")
     a = p.parse_args()
     notes = []
+    updated = set()
 
     async def on_log(params):
         if isinstance(params.data, dict):
             notes.append(params.data)
 
+    async def on_message(message):
+        params = getattr(message, "params", None)
+        if getattr(message, "method", None) == "notifications/resources/updated" and params is not None:
+            updated.add(str(params.uri))
+
     cert = Certifier(a.gateway, a.state)
     if a.stdio:
         server = StdioServerParameters(command=a.stdio[0], args=a.stdio[1:])
         async with stdio_client(server) as (r, w):
-            async with ClientSession(r, w, logging_callback=on_log) as s:
-                await flow(s, cert, notes, a.tag)
+            async with ClientSession(r, w, logging_callback=on_log, message_handler=on_message) as s:
+                await flow(s, cert, notes, updated, a.tag)
     else:
         client = create_mcp_http_client(headers={"Authorization": f"Bearer {a.token}"})
         async with client:
             async with streamable_http_client(a.http, http_client=client) as (r, w, *_):
-                async with ClientSession(r, w, logging_callback=on_log) as s:
-                    await flow(s, cert, notes, a.tag)
+                async with ClientSession(r, w, logging_callback=on_log, message_handler=on_message) as s:
+                    await flow(s, cert, notes, updated, a.tag)
     say(done=True, matched=sum(RESULTS), total=len(RESULTS))
     return 0 if all(RESULTS) else 1
 
