@@ -1132,26 +1132,8 @@ async fn post_digest(State(st): State<AppState>, c: Caller, body: JsonBody) -> R
     reason = "a serde_json::Value read by key never panics"
 )]
 pub fn digests(cat: &crate::core::catalog::Catalog, bytes: &[u8]) -> Answer {
-    let one = serde_json::from_slice::<serde_json::Value>(bytes)
-        .ok()
-        .filter(|v| {
-            v.as_object()
-                .is_some_and(|m| m.len() == 1 && m.contains_key("component"))
-        });
-    let wrapped;
-    let bytes = match one {
-        Some(v) => {
-            wrapped = serde_json::json!({
-                "response_id": "digest", "agent_id": "digest", "generation": 0,
-                "catalog": {"id": cat.id().as_str(), "version": cat.version()},
-                "components": [v["component"]],
-            })
-            .to_string();
-            wrapped.as_bytes()
-        }
-        None => bytes,
-    };
-    let raw = crate::core::envelope::parse_envelope(bytes).map_err(|r| ApiError::rejection(&r))?;
+    let bytes = one_component_envelope(cat, bytes);
+    let raw = crate::core::envelope::parse_envelope(&bytes).map_err(|r| ApiError::rejection(&r))?;
     let v = crate::core::graph::validate(cat, &raw).map_err(|r| ApiError::rejection(&r))?;
     let components: Vec<serde_json::Value> = v
         .graph
@@ -1167,6 +1149,23 @@ pub fn digests(cat: &crate::core::catalog::Catalog, bytes: &[u8]) -> Answer {
         })
         .collect();
     Ok(serde_json::json!({ "components": components }))
+}
+
+/// `{"component": {...}}` as a one-component envelope of `cat`, the form `POST /v1/digest` and
+/// `POST /v1/certify` take besides a whole envelope (which is returned as it is).
+pub(crate) fn one_component_envelope(cat: &crate::core::catalog::Catalog, bytes: &[u8]) -> Vec<u8> {
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(serde_json::Value::Object(m)) if m.len() == 1 && m.contains_key("component") => {
+            serde_json::json!({
+                "response_id": "one-component", "agent_id": "one-component", "generation": 0,
+                "catalog": {"id": cat.id().as_str(), "version": cat.version()},
+                "components": [m.get("component")],
+            })
+            .to_string()
+            .into_bytes()
+        }
+        _ => bytes.to_vec(),
+    }
 }
 
 async fn delete_certificate(

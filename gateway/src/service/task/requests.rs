@@ -164,7 +164,7 @@ impl Task {
             ));
         }
         let cat = self.gw.catalog();
-        let envelope = certify_envelope(cat, bytes);
+        let envelope = super::super::http::one_component_envelope(cat, bytes);
         let raw = crate::core::envelope::parse_envelope(&envelope)
             .map_err(|r| ApiError::rejection(&r))?;
         let v = crate::core::graph::validate(cat, &raw).map_err(|r| ApiError::rejection(&r))?;
@@ -323,18 +323,4 @@ pub fn read_contract_op(bytes: &[u8]) -> Result<Op, ApiError> {
         ));
     }
     Ok(op)
-}
-
-/// `{"component": {...}}` as a one-component envelope of `cat` (an envelope as it is).
-fn certify_envelope(cat: &crate::core::catalog::Catalog, bytes: &[u8]) -> Vec<u8> {
-    match serde_json::from_slice::<serde_json::Value>(bytes) {
-        Ok(serde_json::Value::Object(m)) if m.len() == 1 && m.contains_key("component") => json!({
-            "response_id": "certify", "agent_id": "certify", "generation": 0,
-            "catalog": {"id": cat.id().as_str(), "version": cat.version()},
-            "components": [m.get("component")],
-        })
-        .to_string()
-        .into_bytes(),
-        _ => bytes.to_vec(),
-    }
 }
