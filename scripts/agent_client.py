@@ -44,7 +44,7 @@ import time
 
 import httpx
 
-CATALOG = {"id": "uav-px4", "version": 5}
+CATALOG = {"id": "uav-px4", "version": 6}
 
 
 def default_state_dir():
@@ -299,7 +299,7 @@ def reached_vehicle(stream, component, response, timeout):
     its exact target); says so either way."""
     ev = stream.wait_for(lambda e: e["event"] == "phase" and e["data"].get("response") == response
                          and e["data"].get("component") == component
-                         and e["data"].get("phase") == "OBSERVED_SUCCESS", timeout)
+                         and e["data"].get("phase") == "observed_success", timeout)
     say(step="vehicle", response=response, component=component, reached=ev is not None)
     if ev is None:
         print(f"agent_client: {response}/{component} was dispatched but never reached the "
@@ -390,7 +390,7 @@ def run(url, agent_token, world, reach_timeout):
     status, rep = agent.submit(r1)
     say(step="submit", response=r1_id, status=status,
         phases={c["id"]: c["phase"] for c in rep.get("components", [])})
-    ok = status == 200 and all(c["phase"] in ("EMITTED", "DISPATCHED", "OBSERVED_SUCCESS")
+    ok = status == 200 and all(c["phase"] in ("emitted", "dispatched", "observed_success")
                                for c in rep["components"])
     # e3 must fly before the world moves on.
     ok = reached_vehicle(stream, "e3", r1_id, reach_timeout) and ok
@@ -427,7 +427,7 @@ def run(url, agent_token, world, reach_timeout):
     status, rep = agent.candidate(obl["id"], cand)
     phase = rep.get("current", {}).get("components", [{}])[0].get("phase") if status == 200 else None
     say(step="candidate", status=status, phase=phase)
-    ok = ok and status == 200 and phase in ("DISPATCHED", "OBSERVED_SUCCESS")
+    ok = ok and status == 200 and phase in ("dispatched", "observed_success")
 
     # 4. The gate's outcome for the fresh instance, as the stream reports it.
     ev = stream.wait_for(lambda e: e["event"] == "gate" and e["data"].get("component") == "e5"

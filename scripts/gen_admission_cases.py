@@ -8,10 +8,11 @@ say which rule they exercise); nothing is produced by running the gateway. Re-ru
 """
 import copy
 import json
+import math
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "gateway", "tests", "data", "admission")
+OUT = os.path.join(ROOT, "halo-core", "tests", "data", "admission")
 
 NOW = 10_100
 GEN = 10_000
@@ -19,6 +20,37 @@ GEN = 10_000
 
 def src(value, epoch, prov, at=GEN):
     return {"value": value, "epoch": epoch, "provenance": prov, "generated_at_ms": at}
+
+
+# PX4 SITL's default home, where the local frame's origin sits (catalog v6's `origin` source).
+ORIGIN = {"lat_deg": 47.397742, "lon_deg": 8.545594, "alt_m": 488.0, "home_alt_m": 488.0}
+EARTH_R = 6_371_000.0
+
+
+def latlon_at(north, east, origin=ORIGIN):
+    """The latitude and longitude `north`, `east` metres from the origin on a sphere of PX4's
+    radius: the great-circle destination at distance hypot(north, east) along bearing
+    atan2(east, north) (the spherical "direct" problem; the gateway projects the other way)."""
+    d = math.hypot(north, east) / EARTH_R
+    theta = math.atan2(east, north)
+    p1, l1 = math.radians(origin["lat_deg"]), math.radians(origin["lon_deg"])
+    p2 = math.asin(math.sin(p1) * math.cos(d) + math.cos(p1) * math.sin(d) * math.cos(theta))
+    l2 = l1 + math.atan2(math.sin(theta) * math.sin(d) * math.cos(p1), math.cos(d) - math.sin(p1) * math.sin(p2))
+    return math.degrees(p2), math.degrees(l2)
+
+
+def global_route(north, east, alt_m, frame="global"):
+    lat, lon = latlon_at(north, east)
+    return {"frame": frame, "lat_deg": lat, "lon_deg": lon, "alt_m": alt_m, "yaw_deg": 90.0, "duration_s": 8.0}
+
+
+def global_running(north=12.0, east=3.5, alt_m=498.0, frame="global", origin_claim={"epoch": 1}):
+    r = running()
+    e3 = comp(r, "e3")
+    e3["payload"] = global_route(north, east, alt_m, frame)
+    if origin_claim is not None:
+        e3["support"]["origin"] = origin_claim
+    return r
 
 
 BOUNDS = {"north_min": -50.0, "north_max": 100.0, "east_min": -50.0, "east_max": 100.0,
@@ -34,6 +66,7 @@ def healthy_state():
             "bounds": src(dict(BOUNDS), 3, "corridor-12"),
             "vehicle": src("airborne", 1, "px4"),
             "home": src({"north_m": 0.0, "east_m": 0.0, "down_m": 0.0}, 1, "px4"),
+            "origin": src(dict(ORIGIN), 1, "px4"),
             "battery": src(80.0, 1, "px4"),
             "link": src(True, 1, "link-monitor"),
             "authority": src(True, 1, "operator"),
@@ -57,7 +90,7 @@ SUPPORT = {"map": {"epoch": 7}, "traffic": {"epoch": 41},
 def running(**over):
     r = {
         "response_id": "resp-0007", "agent_id": "planner-1", "generation": 12,
-        "catalog": {"id": "uav-px4", "version": 5},
+        "catalog": {"id": "uav-px4", "version": 6},
         "components": [
             {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
             {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 1.42, "unit": "m"}},
@@ -278,9 +311,56 @@ case("local", "land-with-stale-vehicle-state", comps({"l1": W("STALE_SOURCE", Tr
 r = running(components=[{"id": "q1", "type": "refresh_request", "payload": {"sources": ["traffic", "map"]}}])
 case("local", "refresh-request-emits", comps({"q1": E}), response=r)
 
+# Global targets (catalog v6): converted through `origin`, whose epoch they claim; the rules see
+# the converted point. 498 m AMSL is 10 m above the origin: the running example's e3 again.
+case("local", "global-target-converted-inside-corridor", comps(ok_running()), response=global_running())
+
+case("local", "global-target-converted-outside-corridor",
+     comps(e3_blocked("OUT_OF_BOUNDS", route="corrected_scope")), response=global_running(north=120.0))
+
+# Home 10 m below the origin: 70 m above home is 60 m above the origin, the corridor's top edge;
+# 71 m is above it.
+s = healthy_state(); s["sources"]["origin"]["value"]["home_alt_m"] = 478.0
+case("local", "global-relative-altitude-counts-from-home", comps(ok_running()), state=s,
+     response=global_running(alt_m=70.0, frame="global_relative_alt"))
+
+s = healthy_state(); s["sources"]["origin"]["value"]["home_alt_m"] = 478.0
+case("local", "global-relative-altitude-above-corridor",
+     comps(e3_blocked("OUT_OF_BOUNDS", route="corrected_scope")), state=s,
+     response=global_running(alt_m=71.0, frame="global_relative_alt"))
+
+case("local", "global-target-without-origin-claim-terminal",
+     comps(e3_blocked("CLAIM_MISSING", recoverable=False)), response=global_running(origin_claim=None))
+
+case("local", "global-target-origin-claim-without-epoch-terminal",
+     comps(e3_blocked("CLAIM_MISSING", recoverable=False)),
+     response=global_running(origin_claim={"provenance": "px4"}))
+
+s = healthy_state(); s["sources"]["origin"]["epoch"] = 2
+s["sources"]["origin"]["value"]["lat_deg"] = 47.398742
+case("local", "global-target-planned-against-an-old-origin",
+     comps(e3_blocked("EPOCH_CHANGED", route="replan")), state=s, response=global_running())
+
+s = healthy_state(); del s["sources"]["origin"]
+case("local", "global-target-origin-never-received", comps(e3_blocked("SOURCE_MISSING")), state=s,
+     response=global_running())
+
+s = healthy_state(); del s["sources"]["origin"]
+case("local", "local-target-origin-never-received", comps(e3_blocked("SOURCE_MISSING")), state=s)
+
+# About 111 km north of the origin: past the local frame's 100 km, no local point to fly.
+case("local", "global-target-beyond-the-local-frame",
+     comps(e3_blocked("OUT_OF_BOUNDS", route="corrected_scope")), response=global_running(north=111_000.0))
+
 # ---------------------------------------------------------------- structure (rejected whole)
 r = running(); r["components"][1]["id"] = "e1"
 case("structure", "duplicate-id", rejected("DUPLICATE_ID", ["e1"]), response=r)
+
+r = global_running(); comp(r, "e3")["payload"]["lat_deg"] = 90.0
+case("structure", "global-target-latitude-at-the-pole", rejected("INVALID_PAYLOAD", ["e3"]), response=r)
+
+r = global_running(); comp(r, "e3")["payload"]["north_m"] = 12.0
+case("structure", "global-target-with-a-local-field", rejected("UNKNOWN_FIELD", ["e3"]), response=r)
 
 r = running(); r["components"][0]["type"] = "poem"
 case("structure", "unknown-type", rejected("UNKNOWN_TYPE", ["e1"]), response=r)

@@ -11,11 +11,11 @@ import json
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "gateway", "tests", "data", "protocol", "cases.json")
+OUT = os.path.join(ROOT, "halo-core", "tests", "data", "protocol", "cases.json")
 
 ROUTE = {"frame": "local_ned", "north_m": 12.0, "east_m": 3.5, "down_m": -10.0, "yaw_deg": 90.0, "duration_s": 8.0}
 SUPPORT = {"map": {"epoch": 7}, "traffic": {"epoch": 41}, "bounds": {"epoch": 3, "provenance": "corridor-12"}}
-CAT = {"id": "uav-px4", "version": 5}
+CAT = {"id": "uav-px4", "version": 6}
 
 
 def e3(**payload_over):

@@ -21,7 +21,7 @@ import random
 SEED = 20261201
 PER_FAMILY = 15
 rng = random.Random(SEED)
-CATALOG = {"id": "uav-px4", "version": 5}
+CATALOG = {"id": "uav-px4", "version": 6}
 CLAIMS = {"map": {"epoch": 7}, "traffic": {"epoch": 41}, "bounds": {"epoch": 3, "provenance": "corridor-12"}}
 
 

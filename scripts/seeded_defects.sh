@@ -9,4 +9,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --release -p halo-core --features __seeded-defects \
-    --test core schedules::seeded_defects -- --nocapture
+    --test core -- --nocapture schedules::seeded_defects admission_oracle_catches

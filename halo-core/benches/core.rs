@@ -257,7 +257,7 @@ fn readmission(c: &mut Criterion) {
     let support = serde_json::json!({"map": {"epoch": 7}, "traffic": {"epoch": 41}, "bounds": {"epoch": 3, "provenance": "corridor-12"}});
     let e3 = serde_json::json!({"id": "e3", "type": "route_action", "payload": route, "support": support, "certificate": "cert-9f2c"});
     let resp = serde_json::json!({"response_id": "r1", "agent_id": "planner-1", "generation": 12,
-        "catalog": {"id": "uav-px4", "version": 5}, "components": [
+        "catalog": {"id": "uav-px4", "version": 6}, "components": [
             {"id": "e1", "type": "notice", "payload": {"text": "Survey starts"}},
             e3.clone(),
             {"id": "e4", "type": "status", "payload": {"text": "En route"}, "requires": [{"id": "e3", "phase": "dispatched"}]}]})
@@ -307,6 +307,14 @@ fn readmission(c: &mut Criterion) {
             1,
             "px4",
         );
+        put(
+            gw,
+            at,
+            "origin",
+            json!({"lat_deg": 47.397742, "lon_deg": 8.545594, "alt_m": 488.0, "home_alt_m": 488.0}),
+            1,
+            "px4",
+        );
         put(gw, at, "battery", json!(80.0), 1, "px4");
         for f in ["link", "authority", "airspace", "preflight"] {
             put(gw, at, f, json!(true), 1, "op");
@@ -314,7 +322,7 @@ fn readmission(c: &mut Criterion) {
         put(gw, at, "wind", json!(3.0), 1, "wx");
     };
     let candidate = serde_json::json!({"obligation": 1, "response_id": "r1", "agent_id": "planner-1", "generation": 13,
-        "catalog": {"id": "uav-px4", "version": 5}, "components": [e3]})
+        "catalog": {"id": "uav-px4", "version": 6}, "components": [e3]})
     .to_string();
     c.bench_function("readmission/candidate", |b| {
         b.iter_batched(

@@ -106,7 +106,7 @@ fn response(rid: &str) -> String {
     }
     assert_eq!((comps.len(), edges), (32, 200));
     json!({"response_id": rid, "agent_id": "planner-1", "generation": 7,
-           "catalog": {"id": "uav-px4", "version": 5}, "components": comps})
+           "catalog": {"id": "uav-px4", "version": 6}, "components": comps})
     .to_string()
 }
 
@@ -356,11 +356,11 @@ fn user_path(c: &mut Criterion) {
     a0["support"]["traffic"]["epoch"] = json!(42);
     a0["certificate"] = json!("cert-fresh");
     let cand = json!({"obligation": oid, "response_id": "resp-bench", "agent_id": "planner-1",
-                      "generation": 8, "catalog": {"id": "uav-px4", "version": 5},
+                      "generation": 8, "catalog": {"id": "uav-px4", "version": 6},
                       "components": [a0.clone()]})
     .to_string();
     let cand_env = json!({"response_id": "x", "agent_id": "planner-1", "generation": 1,
-                          "catalog": {"id": "uav-px4", "version": 5}, "components": [a0]})
+                          "catalog": {"id": "uav-px4", "version": 6}, "components": [a0]})
     .to_string();
     let covers = {
         let raw = parse_envelope(cand_env.as_bytes()).unwrap();

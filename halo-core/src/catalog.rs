@@ -15,7 +15,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::ids::Id;
-use super::payload::{Payload, PayloadKind};
+use super::payload::{PayloadKind, RouteTarget};
 use super::phase::Phase;
 use super::reason::ReasonCode;
 use super::time::Nanos;
@@ -275,6 +275,9 @@ pub struct TypeSpec {
     pub recovery: Recovery,
     /// The mission-contract effect an action of this type normalizes to, if any.
     pub effect: Option<EffectMap>,
+    /// The `geo_origin` source a global route target of this type is converted through (in
+    /// the footprint). `None`: the type takes local targets only.
+    pub origin: Option<SourceIx>,
 }
 
 /// How an action names its mission-contract effect.
@@ -491,6 +494,8 @@ struct RawType {
     recovery: Option<Spanned<RawRecovery>>,
     #[serde(default)]
     effect: Option<Spanned<RawEffect>>,
+    #[serde(default)]
+    origin: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -875,6 +880,7 @@ fn parse_type(
     let prerequisites = type_prerequisites(cx, &base, t, type_ix, classes)?;
     let recovery = type_recovery(cx, &base, &span, t, class)?;
     let effect = type_effect(cx, &base, t, class, zones)?;
+    let origin = type_origin(cx, &base, t, sources, source_ix, mask)?;
 
     Ok(TypeSpec {
         name: tname,
@@ -891,7 +897,47 @@ fn parse_type(
         output,
         recovery,
         effect,
+        origin,
     })
+}
+
+/// The source a type's global route targets are converted through: a `geo_origin` source in
+/// its footprint, on a `route_action` type.
+fn type_origin(
+    cx: &Ctx<'_>,
+    base: &str,
+    t: &RawType,
+    sources: &[SourceSpec],
+    source_ix: &BTreeMap<String, SourceIx>,
+    mask: u64,
+) -> Result<Option<SourceIx>, CatalogError> {
+    let Some(o) = &t.origin else {
+        return Ok(None);
+    };
+    let f = format!("{base}.origin");
+    let name = o.get_ref();
+    if t.payload != PayloadKind::RouteAction {
+        return Err(cx.err(
+            o.span(),
+            f,
+            "only a `route_action` type converts global targets",
+        ));
+    }
+    let ix = *source_ix
+        .get(name)
+        .ok_or_else(|| cx.err(o.span(), &f, format!("unknown source `{name}`")))?;
+    if mask & (1u64 << ix.0) == 0 {
+        return Err(cx.err(o.span(), f, format!("`{name}` is not in the footprint")));
+    }
+    let kind = sources.get(usize::from(ix.0)).map(|s| s.value);
+    if kind != Some(ValueKind::GeoOrigin) {
+        return Err(cx.err(
+            o.span(),
+            f,
+            format!("`{name}` must carry `value = \"geo_origin\"`"),
+        ));
+    }
+    Ok(Some(ix))
 }
 
 /// Where a type's instances go: an action's adapter, a non-action's output path.
@@ -1281,16 +1327,17 @@ impl Catalog {
 
     /// The mission-contract effect an action normalizes to: `None` when its type names none,
     /// `ZONE_UNRESOLVED` when its target lies in no zone.
+    /// `target` is the action's local point ([`crate::support::route_target`]).
     pub fn effect_of(
         &self,
         spec: &TypeSpec,
-        payload: &Payload,
+        target: Option<&RouteTarget>,
     ) -> Option<Result<String, ReasonCode>> {
         let e = spec.effect.as_ref()?;
         Some(match e.arg {
             EffectArg::None => Ok(e.name.to_string()),
             EffectArg::Zone => {
-                let Some(t) = payload.target() else {
+                let Some(t) = target else {
                     return Some(Err(ReasonCode::ZONE_UNRESOLVED));
                 };
                 self.zones
@@ -1748,7 +1795,7 @@ routes = { LINK_UNHEALTHY = "refresh_link" }
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../catalogs/uav-px4.toml");
         let src = std::fs::read_to_string(path).unwrap();
         let c = Catalog::parse(&src, "uav-px4.toml").unwrap();
-        assert_eq!((c.id().as_str(), c.version()), ("uav-px4", 5));
+        assert_eq!((c.id().as_str(), c.version()), ("uav-px4", 6));
         for t in [
             "notice",
             "report",
@@ -1809,7 +1856,7 @@ routes = { LINK_UNHEALTHY = "refresh_link" }
         let c = Catalog::parse(&src, "uav-px4.toml").unwrap();
         let route = c.type_spec(c.type_ix("route_action").unwrap()).unwrap();
         let at = |n: f64, e: f64| {
-            Payload::RouteAction(crate::payload::RouteTarget {
+            Some(crate::payload::RouteTarget {
                 frame: crate::payload::Frame::LocalNed,
                 north_m: n,
                 east_m: e,
@@ -1819,24 +1866,21 @@ routes = { LINK_UNHEALTHY = "refresh_link" }
             })
         };
         assert_eq!(
-            c.effect_of(route, &at(12.0, 3.5)),
+            c.effect_of(route, at(12.0, 3.5).as_ref()),
             Some(Ok("goto(wp1)".into()))
         );
         assert_eq!(
-            c.effect_of(route, &at(30.0, 18.0)),
+            c.effect_of(route, at(30.0, 18.0).as_ref()),
             Some(Ok("goto(wp2)".into()))
         );
         assert_eq!(
-            c.effect_of(route, &at(-40.0, -40.0)),
+            c.effect_of(route, at(-40.0, -40.0).as_ref()),
             Some(Err(ReasonCode::ZONE_UNRESOLVED))
         );
         let land = c.type_spec(c.type_ix("land").unwrap()).unwrap();
-        assert_eq!(
-            c.effect_of(land, &Payload::Land(crate::payload::LandPayload {})),
-            Some(Ok("land".into()))
-        );
+        assert_eq!(c.effect_of(land, None), Some(Ok("land".into())));
         let notice = c.type_spec(c.type_ix("notice").unwrap()).unwrap();
-        assert_eq!(c.effect_of(notice, &at(0.0, 0.0)), None);
+        assert_eq!(c.effect_of(notice, at(0.0, 0.0).as_ref()), None);
         // Overlapping zones, or a zone effect on a type without a target, are load errors.
         let overlap = src.replace(
             "wp2   = { north_min = 20.0,  north_max = 40.0,  east_min = 10.0,",

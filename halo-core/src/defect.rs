@@ -19,17 +19,21 @@ pub enum Defect {
     NoLocalRecheckAtGate,
     /// The final gate does not bring time-driven support changes up to its instant first.
     NoTimersAtGate,
+    /// A global route target need not claim the origin's epoch: it is converted through
+    /// whatever origin is current, planned against it or not.
+    OriginNotClaimed,
 }
 
 impl Defect {
     /// Every defect.
-    pub const ALL: [Defect; 6] = [
+    pub const ALL: [Defect; 7] = [
         Defect::NoWitnessCheck,
         Defect::ForgetDependents,
         Defect::TokenNotSpent,
         Defect::NoClosureAtGate,
         Defect::NoLocalRecheckAtGate,
         Defect::NoTimersAtGate,
+        Defect::OriginNotClaimed,
     ];
 
     /// Display name.
@@ -41,6 +45,7 @@ impl Defect {
             Defect::NoClosureAtGate => "no-closure-at-gate",
             Defect::NoLocalRecheckAtGate => "no-local-recheck-at-gate",
             Defect::NoTimersAtGate => "no-timers-at-gate",
+            Defect::OriginNotClaimed => "origin-not-claimed",
         }
     }
 }

@@ -339,7 +339,8 @@ impl Gateway {
         let Some(spec) = self.sh.cat.type_spec(c.ty) else {
             return Ok(None);
         };
-        match self.sh.cat.effect_of(spec, &c.payload) {
+        let target = super::support::route_target(spec, &c.payload, &self.sh.snap);
+        match self.sh.cat.effect_of(spec, target.as_ref()) {
             None => Ok(None),
             Some(Err(code)) => Err(code),
             Some(Ok(effect)) => contract.authorize(&effect).map(|r| Some((r, effect))),
@@ -561,7 +562,8 @@ impl Shared {
                 code: ReasonCode::TOKEN_MISMATCH,
             };
         };
-        let Some(command) = c.payload.command() else {
+        let target = super::support::route_target(spec, &c.payload, &self.snap);
+        let Some(command) = c.payload.command(target.as_ref()) else {
             return GateOutcome::Refused {
                 code: ReasonCode::NOT_AN_ACTION,
             };

@@ -186,6 +186,17 @@ fn build_component_into<P: Parents + ?Sized>(
             format!("payload of `{}` as {}: {m}", raw.id, spec.payload.name()),
         )
     })?;
+    if matches!(payload, Payload::GlobalRoute(_)) && spec.origin.is_none() {
+        return Err(Rejection::new(
+            ReasonCode::INVALID_PAYLOAD,
+            me(),
+            format!(
+                "payload of `{}`: type `{}` takes `local_ned` targets only (its catalog names \
+                 no `origin` source to convert a global target through)",
+                raw.id, spec.name
+            ),
+        ));
+    }
 
     // Checked and resolved in the order sent (the first offence is the one reported); each
     // parent is looked up once, here, and the graph works with its index from then on.

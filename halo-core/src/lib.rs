@@ -43,6 +43,7 @@ pub mod digest;
 pub mod engine;
 pub mod envelope;
 pub mod gate;
+pub mod geo;
 pub mod graph;
 pub mod ids;
 pub mod obligation;

@@ -27,7 +27,7 @@ impl std::fmt::Display for ObligationId {
 
 /// Recovery state `ω_t(o_e)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[serde(rename_all = "snake_case")]
 pub enum ObligationState {
     /// Recorded.
     Created,
@@ -73,11 +73,13 @@ impl ObligationState {
 
 /// What discharges an obligation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Discharge {
     /// A candidate inside the scope, with a later agent generation, passes full admission
     /// against support generated after `after`.
     FreshCandidate {
-        /// The obligation's creation instant.
+        /// The obligation's creation instant (monotonic nanoseconds, `after_ns` when serialized).
+        #[serde(rename = "after_ns")]
         after: Nanos,
     },
 }
@@ -107,7 +109,8 @@ pub struct Obligation {
     pub assignee: Id,
     /// Route `ρ`.
     pub route: Id,
-    /// Expiry `τ`.
+    /// Expiry `τ` (monotonic nanoseconds, `expiry_ns` when serialized).
+    #[serde(rename = "expiry_ns")]
     pub expiry: Nanos,
     /// Discharge condition `d`.
     pub discharge: Discharge,
@@ -117,7 +120,8 @@ pub struct Obligation {
     pub attempts: u8,
     /// Most candidates it accepts for checking.
     pub retry_limit: u8,
-    /// Creation instant.
+    /// Creation instant (monotonic nanoseconds, `created_at_ns` when serialized).
+    #[serde(rename = "created_at_ns")]
     pub created_at: Nanos,
 }
 

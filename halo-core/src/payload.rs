@@ -91,6 +91,36 @@ pub struct RouteTarget {
     pub duration_s: f64,
 }
 
+/// The global frames a route target may be given in (MAVLink's names for them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GlobalFrame {
+    /// Latitude, longitude and altitude above mean sea level (MAV_FRAME_GLOBAL).
+    Global,
+    /// Latitude, longitude and altitude above home (MAV_FRAME_GLOBAL_RELATIVE_ALT).
+    GlobalRelativeAlt,
+}
+
+/// A position target on the globe. The gateway converts it to the local frame through the
+/// `origin` source of the action's type ([`crate::geo::to_local`]); the digest covers it as the
+/// agent wrote it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobalTarget {
+    /// Frame of the coordinates.
+    pub frame: GlobalFrame,
+    /// Latitude, degrees (WGS 84).
+    pub lat_deg: f64,
+    /// Longitude, degrees.
+    pub lon_deg: f64,
+    /// Altitude, metres: above mean sea level (`global`) or above home (`global_relative_alt`).
+    pub alt_m: f64,
+    /// Heading, degrees clockwise from north.
+    pub yaw_deg: f64,
+    /// How long the target is to be flown, seconds.
+    pub duration_s: f64,
+}
+
 /// Text of a notice or status; bounded by the payload byte limit.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -166,6 +196,9 @@ pub enum Payload {
     Status(TextPayload),
     /// See [`PayloadKind::Merge`].
     Merge(MergePayload),
+    /// A [`PayloadKind::RouteAction`] whose target is on the globe. (Last, so that every
+    /// other payload keeps its canonical bytes and digest.)
+    GlobalRoute(GlobalTarget),
 }
 
 /// The exact command an action hands to the adapter.
@@ -196,6 +229,64 @@ fn check_coord(name: &str, v: f64) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+fn check_yaw(v: f64) -> Result<(), String> {
+    if !v.is_finite() || v.abs() > 360.0 {
+        return Err("`yaw_deg` must be within ±360".into());
+    }
+    Ok(())
+}
+
+/// A route action's target: local NED (read first, the usual case) or global.
+fn parse_route(raw: &str) -> Result<Payload, String> {
+    let local = serde_json::from_str::<RouteTarget>(raw);
+    let t = match local {
+        Ok(t) => t,
+        Err(local_err) => {
+            // Not a local target: a global one, when it says so; otherwise the local reading's
+            // error (the frame the payload names decides which message is the useful one).
+            let global = serde_json::from_str::<GlobalTarget>(raw);
+            return match global {
+                Ok(g) => {
+                    if !g.lat_deg.is_finite() || g.lat_deg.abs() >= 90.0 {
+                        return Err("`lat_deg` must be within (-90, 90)".into());
+                    }
+                    if !g.lon_deg.is_finite() || g.lon_deg.abs() > 180.0 {
+                        return Err("`lon_deg` must be within ±180".into());
+                    }
+                    check_coord("alt_m", g.alt_m)?;
+                    check_yaw(g.yaw_deg)?;
+                    check_duration(g.duration_s)?;
+                    Ok(Payload::GlobalRoute(g))
+                }
+                Err(global_err) => {
+                    // The frame the payload names decides which reading's message helps.
+                    #[derive(Deserialize)]
+                    struct FrameOnly {
+                        frame: Option<String>,
+                    }
+                    let frame = serde_json::from_str::<FrameOnly>(raw)
+                        .ok()
+                        .and_then(|f| f.frame);
+                    Err(match frame.as_deref() {
+                        Some("local_ned") => local_err.to_string(),
+                        Some("global" | "global_relative_alt") => global_err.to_string(),
+                        Some(_) => "`frame` must be `local_ned` (north_m, east_m, down_m), \
+                                    `global` or `global_relative_alt` (lat_deg, lon_deg, alt_m)"
+                            .into(),
+                        None => local_err.to_string(),
+                    })
+                }
+            };
+        }
+    };
+    check_coord("north_m", t.north_m)?;
+    check_coord("east_m", t.east_m)?;
+    check_coord("down_m", t.down_m)?;
+    check_yaw(t.yaw_deg)?;
+    check_duration(t.duration_s)?;
+    Ok(Payload::RouteAction(t))
 }
 
 fn check_duration(v: f64) -> Result<(), String> {
@@ -242,17 +333,7 @@ impl Payload {
                 }
                 Payload::RefreshRequest(r)
             }
-            PayloadKind::RouteAction => {
-                let t: RouteTarget = de(raw)?;
-                check_coord("north_m", t.north_m)?;
-                check_coord("east_m", t.east_m)?;
-                check_coord("down_m", t.down_m)?;
-                if !t.yaw_deg.is_finite() || t.yaw_deg.abs() > 360.0 {
-                    return Err("`yaw_deg` must be within ±360".into());
-                }
-                check_duration(t.duration_s)?;
-                Payload::RouteAction(t)
-            }
+            PayloadKind::RouteAction => parse_route(raw)?,
             PayloadKind::Hold => {
                 let h: HoldPayload = de(raw)?;
                 check_duration(h.duration_s)?;
@@ -277,7 +358,7 @@ impl Payload {
             Payload::Notice(_) => PayloadKind::Notice,
             Payload::Report(_) => PayloadKind::Report,
             Payload::RefreshRequest(_) => PayloadKind::RefreshRequest,
-            Payload::RouteAction(_) => PayloadKind::RouteAction,
+            Payload::RouteAction(_) | Payload::GlobalRoute(_) => PayloadKind::RouteAction,
             Payload::Hold(_) => PayloadKind::Hold,
             Payload::Land(_) => PayloadKind::Land,
             Payload::Status(_) => PayloadKind::Status,
@@ -285,10 +366,13 @@ impl Payload {
         }
     }
 
-    /// The adapter command for an action payload, `None` for non-actions.
-    pub fn command(&self) -> Option<ActionCommand> {
+    /// The adapter command for an action payload, `None` for non-actions. A global target's
+    /// command is its local target under the origin in force (`local`, from
+    /// [`crate::support::route_target`]); without one there is no command.
+    pub fn command(&self, local: Option<&RouteTarget>) -> Option<ActionCommand> {
         match self {
             Payload::RouteAction(t) => Some(ActionCommand::Route(*t)),
+            Payload::GlobalRoute(_) => local.map(|t| ActionCommand::Route(*t)),
             Payload::Hold(h) => Some(ActionCommand::Hold {
                 duration_s: h.duration_s,
             }),
@@ -305,12 +389,14 @@ impl Payload {
     pub fn duration_s(&self) -> Option<f64> {
         match self {
             Payload::RouteAction(t) => Some(t.duration_s),
+            Payload::GlobalRoute(g) => Some(g.duration_s),
             Payload::Hold(h) => Some(h.duration_s),
             _ => None,
         }
     }
 
-    /// The position target, for rules that look at one.
+    /// The local position target as the agent wrote it. A global target has none here: its
+    /// local point depends on the origin in force ([`crate::support::route_target`]).
     pub const fn target(&self) -> Option<&RouteTarget> {
         match self {
             Payload::RouteAction(t) => Some(t),
@@ -384,7 +470,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            m.command(),
+            m.command(None),
             Some(ActionCommand::Merge {
                 source: "feature".parse().unwrap(),
                 target: "main".parse().unwrap()

@@ -7,28 +7,39 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The processing phase of one component instance.
+/// The processing phase of one component instance. On the wire (responses, events, receipts)
+/// in snake case (`observed_success`); the paper's upper-case spelling (`OBSERVED_SUCCESS`,
+/// [`Phase::name`], used in logs and the conformance corpora) is read too.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Validated, not yet admitted.
+    #[serde(alias = "PROPOSED")]
     Proposed,
     /// In the retained set `A*_t`; an action waits for the final gate.
+    #[serde(alias = "RETAINED")]
     Retained,
     /// In `A*_t` but a prerequisite has not reached its required phase.
+    #[serde(alias = "PENDING")]
     Pending,
     /// A non-action was handed to its output path.
+    #[serde(alias = "EMITTED")]
     Emitted,
     /// An action passed the final gate and was enqueued on its adapter.
+    #[serde(alias = "DISPATCHED")]
     Dispatched,
     /// The vehicle echoed the dispatched target (downstream observation).
+    #[serde(alias = "OBSERVED_SUCCESS")]
     ObservedSuccess,
     /// Prevented from reaching its output or adapter under the current state.
+    #[serde(alias = "WITHHELD")]
     Withheld,
     /// Passed the gate but failed to reach a required downstream milestone (a failed enqueue,
     /// a failed observation).
+    #[serde(alias = "FAILED")]
     Failed,
     /// An undispatched instance that cannot proceed under its current binding.
+    #[serde(alias = "INVALIDATED")]
     Invalidated,
 }
 
@@ -115,7 +126,22 @@ impl Phase {
         }
     }
 
-    /// Upper-case name.
+    /// The wire name: snake case, as serde writes it.
+    pub const fn wire_name(self) -> &'static str {
+        match self {
+            Phase::Proposed => "proposed",
+            Phase::Retained => "retained",
+            Phase::Pending => "pending",
+            Phase::Emitted => "emitted",
+            Phase::Dispatched => "dispatched",
+            Phase::ObservedSuccess => "observed_success",
+            Phase::Withheld => "withheld",
+            Phase::Failed => "failed",
+            Phase::Invalidated => "invalidated",
+        }
+    }
+
+    /// Upper-case name, the paper's spelling (logs, the conformance corpora).
     pub const fn name(self) -> &'static str {
         match self {
             Phase::Proposed => "PROPOSED",
@@ -151,6 +177,19 @@ mod tests {
             for q in [Phase::Emitted, Phase::Dispatched, Phase::ObservedSuccess] {
                 assert!(!off.at_or_beyond(q));
             }
+        }
+    }
+
+    #[test]
+    fn the_wire_name_is_serdes_and_the_paper_spelling_reads_too() {
+        for p in Phase::ALL {
+            assert_eq!(
+                serde_json::to_string(&p).unwrap(),
+                format!("\"{}\"", p.wire_name())
+            );
+            assert_eq!(p.wire_name().to_ascii_uppercase(), p.name());
+            let upper: Phase = serde_json::from_str(&format!("\"{}\"", p.name())).unwrap();
+            assert_eq!(upper, p);
         }
     }
 

@@ -16,9 +16,25 @@
 
 use super::catalog::{Catalog, Rule, SourceIx, Temporal, TypeSpec};
 use super::graph::Component;
+use super::payload::{Payload, RouteTarget};
 use super::reason::ReasonCode;
 use super::state::{Snapshot, Value};
 use super::time::Nanos;
+
+/// The local-NED target of a route action: the agent's own for a local target; for a global
+/// one, its conversion through the type's `origin` source as the state holds it now (`None`
+/// without an origin value, or when the point lies beyond the local frame). The agent's epoch
+/// claim on the origin pins which origin that is: a changed origin is `EPOCH_CHANGED`.
+pub fn route_target(spec: &TypeSpec, payload: &Payload, snap: &Snapshot) -> Option<RouteTarget> {
+    match payload {
+        Payload::RouteAction(t) => Some(*t),
+        Payload::GlobalRoute(g) => match snap.source(spec.origin?).map(|x| &x.value) {
+            Some(Value::Geo(o)) => super::geo::to_local(o, g),
+            _ => None,
+        },
+        _ => None,
+    }
+}
 
 /// The result of one local evaluation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +100,21 @@ pub enum Claims {
     Bound,
     /// Claimed epochs and provenance are not compared.
     Unbound,
+    /// Seeded defect `origin-not-claimed`: as `Bound`, but a global target need not claim the
+    /// origin's epoch.
+    #[cfg(feature = "__seeded-defects")]
+    BoundWithoutOrigin,
+}
+
+impl Claims {
+    /// Whether a global target must claim the epoch of the origin it is converted through.
+    const fn pin_origin(self) -> bool {
+        match self {
+            Claims::Bound | Claims::Unbound => true,
+            #[cfg(feature = "__seeded-defects")]
+            Claims::BoundWithoutOrigin => false,
+        }
+    }
 }
 
 /// Evaluates `LocalOK` for component `c` of type `spec` at `now`.
@@ -109,6 +140,7 @@ pub fn local_ok_with(
     claims: Claims,
 ) -> Verdict {
     let mut v = Verdict::pass();
+    let global = matches!(*c.payload, Payload::GlobalRoute(_));
     // The earliest instant raw support lapses (ROLLING coverage) and the certificate's end
     // (INTERVAL coverage).
     let mut fresh_end = Nanos::MAX;
@@ -126,7 +158,12 @@ pub fn local_ok_with(
         }
         fresh_end = fresh_end.min(last_fresh);
         v.lapse_at(last_fresh.saturating_add(Nanos(1)));
+        // A global target is planned against one origin: its claim must name that epoch.
+        let origin_claim = global && spec.origin == Some(s) && claims.pin_origin();
         match c.claim(s) {
+            Some(cl) if origin_claim && cl.epoch.is_none() => {
+                v.fail(ReasonCode::CLAIM_MISSING, Some(s));
+            }
             Some(_) if claims == Claims::Unbound => {}
             Some(cl) => {
                 if cl.epoch.is_some_and(|e| e != st.epoch) {
@@ -145,7 +182,7 @@ pub fn local_ok_with(
                 }
             }
             None => {
-                if spec.claims_required & (1u64 << s.0) != 0 {
+                if origin_claim || spec.claims_required & (1u64 << s.0) != 0 {
                     v.fail(ReasonCode::CLAIM_MISSING, Some(s));
                 }
             }
@@ -201,8 +238,14 @@ pub fn local_ok_with(
         }
     }
 
+    // Every rule sees the local point; a global target without one (no origin value, or a
+    // point beyond the local frame) is out of bounds of the frame it would be flown in.
+    let target = route_target(spec, &c.payload, snap);
+    if global && target.is_none() {
+        v.fail(ReasonCode::OUT_OF_BOUNDS, spec.origin);
+    }
     for r in &spec.rules {
-        if !rule_holds(&r.rule, c, snap) {
+        if !rule_holds(&r.rule, target.as_ref(), snap) {
             v.fail(r.code, r.rule.source());
         }
     }
@@ -213,15 +256,15 @@ pub fn local_ok_with(
     v
 }
 
-fn rule_holds(rule: &Rule, c: &Component, snap: &Snapshot) -> bool {
+fn rule_holds(rule: &Rule, target: Option<&RouteTarget>, snap: &Snapshot) -> bool {
     let value = |s: SourceIx| snap.source(s).map(|x| &x.value);
     match rule {
-        Rule::WithinBounds { source } => match (c.payload.target(), value(*source)) {
+        Rule::WithinBounds { source } => match (target, value(*source)) {
             (Some(t), Some(Value::Bounds(b))) => b.contains(t.north_m, t.east_m, t.down_m),
             _ => false,
         },
-        Rule::MaxAltitude { max_m } => c.payload.target().is_some_and(|t| -t.down_m <= *max_m),
-        Rule::MaxDistance { source, max_m } => match (c.payload.target(), value(*source)) {
+        Rule::MaxAltitude { max_m } => target.is_some_and(|t| -t.down_m <= *max_m),
+        Rule::MaxDistance { source, max_m } => match (target, value(*source)) {
             (Some(t), Some(Value::Position(p))) => {
                 (t.north_m - p.north_m).hypot(t.east_m - p.east_m) <= *max_m
             }
@@ -234,7 +277,7 @@ fn rule_holds(rule: &Rule, c: &Component, snap: &Snapshot) -> bool {
             matches!(value(*source), Some(Value::Number(x)) if *x <= *max)
         }
         Rule::Flag { source } => matches!(value(*source), Some(Value::Flag(true))),
-        Rule::Separation { source, min_m } => match (c.payload.target(), value(*source)) {
+        Rule::Separation { source, min_m } => match (target, value(*source)) {
             (Some(t), Some(Value::Traffic(v))) => v.iter().all(|p| {
                 let dn = t.north_m - p.north_m;
                 let de = t.east_m - p.east_m;

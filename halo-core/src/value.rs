@@ -26,6 +26,9 @@ pub enum ValueKind {
     Traffic,
     /// One local-NED position.
     Position,
+    /// Where the local frame sits on the globe: the EKF origin and the home altitude (the
+    /// frame global route targets are converted through).
+    GeoOrigin,
 }
 
 impl ValueKind {
@@ -39,6 +42,7 @@ impl ValueKind {
             ValueKind::Bounds => "bounds",
             ValueKind::Traffic => "traffic",
             ValueKind::Position => "position",
+            ValueKind::GeoOrigin => "geo_origin",
         }
     }
 }
@@ -53,6 +57,39 @@ pub struct Point {
     pub east_m: f64,
     /// Down.
     pub down_m: f64,
+}
+
+/// Where the local NED frame sits on the globe: the autopilot's EKF origin (PX4's
+/// `GPS_GLOBAL_ORIGIN`) and the home altitude (`HOME_POSITION`), both above mean sea level.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeoOrigin {
+    /// Latitude of the local origin, degrees (WGS 84).
+    pub lat_deg: f64,
+    /// Longitude of the local origin, degrees.
+    pub lon_deg: f64,
+    /// Altitude of the local origin above mean sea level, metres (`down_m = 0` there).
+    pub alt_m: f64,
+    /// Altitude of home above mean sea level, metres (what `global_relative_alt` counts from).
+    pub home_alt_m: f64,
+}
+
+impl GeoOrigin {
+    /// Checks the origin is usable: finite, latitude within ±90° (the poles excluded, where
+    /// the projection degenerates), longitude within ±180°.
+    ///
+    /// # Errors
+    /// A message for people.
+    pub fn check(&self) -> Result<(), String> {
+        let all = [self.lat_deg, self.lon_deg, self.alt_m, self.home_alt_m];
+        if !all.iter().all(|x| x.is_finite()) {
+            return Err("numbers must be finite".into());
+        }
+        if self.lat_deg.abs() >= 90.0 || self.lon_deg.abs() > 180.0 {
+            return Err("`lat_deg` must be within (-90, 90) and `lon_deg` within ±180".into());
+        }
+        Ok(())
+    }
 }
 
 /// An axis-aligned local-NED box, metres; bounds are inclusive.
@@ -124,6 +161,8 @@ pub enum Value {
     Traffic(Vec<Point>),
     /// See [`ValueKind::Position`].
     Position(Point),
+    /// See [`ValueKind::GeoOrigin`].
+    Geo(GeoOrigin),
 }
 
 impl Value {
@@ -137,6 +176,7 @@ impl Value {
             Value::Bounds(_) => ValueKind::Bounds,
             Value::Traffic(_) => ValueKind::Traffic,
             Value::Position(_) => ValueKind::Position,
+            Value::Geo(_) => ValueKind::GeoOrigin,
         }
     }
 
@@ -191,6 +231,11 @@ impl Value {
                 finite(p.east_m)?;
                 finite(p.down_m)?;
                 Value::Position(p)
+            }
+            ValueKind::GeoOrigin => {
+                let g: GeoOrigin = de(raw)?;
+                g.check()?;
+                Value::Geo(g)
             }
         })
     }

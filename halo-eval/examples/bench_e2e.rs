@@ -199,7 +199,7 @@ fn latency(n: usize) {
         ];
         let cert = format!("cert-{i}");
         let env = json!({"response_id": format!("b-{i}"), "agent_id": "bench", "generation": i + 1,
-            "catalog": {"id": "uav-px4", "version": 5}, "components": [route(t, 1.0, &cert)]});
+            "catalog": {"id": "uav-px4", "version": 6}, "components": [route(t, 1.0, &cert)]});
         let c = json!({"id": cert, "covers": digest(&cat, &env), "valid_for_ms": 1500, "issuer": "tube-verifier"});
         let (st, v) = post(
             &a,
@@ -217,7 +217,7 @@ fn latency(n: usize) {
         );
         assert_eq!(st, 200, "bundle {i}: {rep}");
         assert_eq!(
-            rep["components"][0]["phase"], "DISPATCHED",
+            rep["components"][0]["phase"], "dispatched",
             "bundle {i}: {rep}"
         );
         if i == warm - 1 {
@@ -364,7 +364,7 @@ fn memory(seconds: u64, binary: &str) {
             let cert = format!("cert-m{k}");
             let t = [10.0 + (k % 5) as f64, 3.0, -10.0, 90.0];
             let env = json!({"response_id": format!("m-{k}"), "agent_id": "bench", "generation": k + 1,
-                "catalog": {"id": "uav-px4", "version": 5}, "components": [route(t, 59.0, &cert)]});
+                "catalog": {"id": "uav-px4", "version": 6}, "components": [route(t, 59.0, &cert)]});
             let cat = halo_gateway::service::Config::default().catalog().unwrap();
             let c = json!({"id": cert, "covers": digest(&cat, &env), "valid_for_ms": 120000, "issuer": "tube-verifier"});
             post(
@@ -374,7 +374,7 @@ fn memory(seconds: u64, binary: &str) {
                 &c,
             );
             let (_, rep) = post(&a, &format!("{url}/v1/responses"), &token("agent"), &env);
-            assert_eq!(rep["components"][0]["phase"], "DISPATCHED", "{rep}");
+            assert_eq!(rep["components"][0]["phase"], "dispatched", "{rep}");
             k += 1;
         }
         if let Some((rss, ticks)) = proc_sample(pid) {

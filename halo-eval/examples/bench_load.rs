@@ -92,7 +92,7 @@ fn bundle(rid: &str, generation: u64) -> String {
                           "payload": {"text": format!("status {s}")}, "requires": req}));
     }
     json!({"response_id": rid, "agent_id": "load", "generation": generation,
-           "catalog": {"id": "uav-px4", "version": 5}, "components": comps})
+           "catalog": {"id": "uav-px4", "version": 6}, "components": comps})
     .to_string()
 }
 
@@ -278,7 +278,7 @@ fn run(seconds: u64, binary: &str, retention_ms: Option<u64>) {
     // One target streaming for the whole run.
     let cat = halo_gateway::service::Config::default().catalog().unwrap();
     let target = json!({"response_id": "stream", "agent_id": "load", "generation": 1,
-        "catalog": {"id": "uav-px4", "version": 5},
+        "catalog": {"id": "uav-px4", "version": 6},
         "components": [{"id": "t", "type": "route_action",
             "payload": {"frame": "local_ned", "north_m": 8.0, "east_m": 2.0, "down_m": -10.0, "yaw_deg": 0.0,
                         "duration_s": (seconds + 20) as f64},
@@ -298,7 +298,7 @@ fn run(seconds: u64, binary: &str, retention_ms: Option<u64>) {
     );
     assert_eq!(st, 200, "{v}");
     let (st, v) = post(&a, &format!("{url}/v1/responses"), &agent, &target);
-    assert_eq!(v["components"][0]["phase"], "DISPATCHED", "{st} {v}");
+    assert_eq!(v["components"][0]["phase"], "dispatched", "{st} {v}");
     std::thread::sleep(Duration::from_secs(2));
     let receipts = dir.join("state/receipts");
     let bytes0 = dir_bytes(&receipts);

@@ -207,8 +207,8 @@ pub fn play(
             .and_then(|a| a.iter().find(|x| x["id"] == id).cloned())
             .unwrap_or(Value::Null)
     };
-    out.withheld = comp(&rep2, "f2")["phase"] == "WITHHELD";
-    out.range_report = comp(&rep2, "r2")["phase"] == "EMITTED";
+    out.withheld = comp(&rep2, "f2")["phase"] == "withheld";
+    out.range_report = comp(&rep2, "r2")["phase"] == "emitted";
     let Some(oid) = comp(&rep2, "f2")["obligation"].as_u64() else {
         return Err(DemoError(format!("no obligation for f2: {rep2}")));
     };

@@ -512,7 +512,7 @@ pub(crate) fn narrator(
                 "phase"
                     if matches!(
                         d["phase"].as_str(),
-                        Some("WITHHELD" | "INVALIDATED" | "OBSERVED_SUCCESS")
+                        Some("withheld" | "invalidated" | "observed_success")
                     ) =>
                 {
                     let why = d["reason"]
@@ -615,7 +615,7 @@ fn script(
     // 2. The running example.
     let e3 = [12.0, 3.5, -10.0, 90.0];
     let r1 = json!({"response_id": "resp-0007", "agent_id": "planner-1", "generation": 12,
-    "catalog": {"id": "uav-px4", "version": 5},
+    "catalog": {"id": "uav-px4", "version": 6},
     "components": [
         {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
         {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 5.1, "unit": "m"}},
@@ -642,7 +642,7 @@ fn script(
     std::thread::sleep(Duration::from_millis(400));
     let stale = [30.0, 20.0, -10.0, 45.0];
     let r2 = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 13,
-    "catalog": {"id": "uav-px4", "version": 5},
+    "catalog": {"id": "uav-px4", "version": 6},
     "components": [
         route("e5", stale, 8.0, 7, "cert-a001"),
         {"id": "e6", "type": "status", "payload": {"text": "En route to WP4"}, "requires": [{"id": "e5", "phase": "dispatched"}]}
@@ -651,7 +651,7 @@ fn script(
     c.say("agent sends resp-0008: route action e5 to (30, 20, -10) planned against map epoch 7, status e6");
     let rep = c.submit("/v1/responses", &r2)?;
     c.say(&format!("gateway answers: {}", phases(&rep)));
-    let withheld = usize::from(rep["components"][0]["phase"] == "WITHHELD");
+    let withheld = usize::from(rep["components"][0]["phase"] == "withheld");
     let oid = rep["components"][0]["obligation"]
         .as_u64()
         .ok_or_else(|| DemoError("no obligation for e5".into()))?;
@@ -661,10 +661,10 @@ fn script(
     let fresh = [30.0, 18.0, -10.0, 45.0];
     let cand_route = route("e5", fresh, 8.0, 8, "cert-a002");
     let as_response = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
-        "catalog": {"id": "uav-px4", "version": 5}, "components": [cand_route.clone()]});
+        "catalog": {"id": "uav-px4", "version": 6}, "components": [cand_route.clone()]});
     c.certify_by_reference(&as_response, "e5")?;
     let cand = json!({"obligation": oid, "response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
-        "catalog": {"id": "uav-px4", "version": 5}, "components": [cand_route]});
+        "catalog": {"id": "uav-px4", "version": 6}, "components": [cand_route]});
     c.say(&format!(
         "agent answers obligation {oid} with a fresh e5 to (30, 18, -10) planned against map epoch 8 (generation 14)"
     ));
@@ -679,7 +679,7 @@ fn script(
 
     // 5. Land through the gate.
     let r3 = json!({"response_id": "resp-0009", "agent_id": "planner-1", "generation": 15,
-        "catalog": {"id": "uav-px4", "version": 5},
+        "catalog": {"id": "uav-px4", "version": 6},
         "components": [{"id": "l1", "type": "land", "payload": {}}]});
     c.say("agent sends resp-0009: land");
     let rep = c.submit("/v1/responses", &r3)?;

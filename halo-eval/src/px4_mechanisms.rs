@@ -453,7 +453,7 @@ fn condition(
         &Value::Null,
     );
     let dispatched = rep["components"].as_array().into_iter().flatten().any(|x| {
-        x["id"] == "e3" && (x["phase"] == "DISPATCHED" || x["phase"] == "OBSERVED_SUCCESS")
+        x["id"] == "e3" && (x["phase"] == "dispatched" || x["phase"] == "observed_success")
     });
     let wait = if dispatched {
         Duration::from_secs(3)
@@ -478,7 +478,7 @@ fn condition(
     let mut proceeded = Vec::new();
     for comp in rep["components"].as_array().into_iter().flatten() {
         let id = comp["id"].as_str().unwrap_or("");
-        if id != "e3" && comp["phase"] == "EMITTED" {
+        if id != "e3" && comp["phase"] == "emitted" {
             proceeded.push(id.to_string());
         }
     }

@@ -725,7 +725,7 @@ fn flight(
                         "bounds": {"epoch": 3, "provenance": "corridor-12"}},
             "certificate": cert});
         let env = json!({"response_id": rid, "agent_id": "planner-1", "generation": i + 1,
-            "catalog": {"id": "uav-px4", "version": 5}, "components": [comp]});
+            "catalog": {"id": "uav-px4", "version": 6}, "components": [comp]});
         c.certify(&env, "a", &cert)?;
         let (adm0, gate0) = (
             metric_sum(c, "admission_seconds"),
@@ -734,7 +734,7 @@ fn flight(
         let post_ns = ns_since(origin);
         let rep = c.submit("/v1/responses", &env)?;
         let reply_ns = ns_since(origin);
-        if rep["components"][0]["phase"] != "DISPATCHED" {
+        if rep["components"][0]["phase"] != "dispatched" {
             return Err(DemoError(format!("{rid} was not dispatched: {rep}")));
         }
         let (adm1, gate1) = (

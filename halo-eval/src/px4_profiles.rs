@@ -236,7 +236,7 @@ impl Outcome {
         let admitted = self.expect == "dispatched";
         // Every denial of this panel is recoverable: withheld, not invalidated.
         self.decided == self.expect
-            && self.phase == if admitted { "DISPATCHED" } else { "WITHHELD" }
+            && self.phase == if admitted { "dispatched" } else { "withheld" }
             && self.seen == admitted
             && self
                 .recovery
@@ -663,7 +663,7 @@ impl Agent<'_> {
                 "requires": [{"id": "a", "phase": phase}]}));
         }
         json!({"response_id": rid, "agent_id": "planner-1", "generation": self.generation,
-            "catalog": {"id": "uav-px4", "version": 5}, "components": components})
+            "catalog": {"id": "uav-px4", "version": 6}, "components": components})
     }
 
     pub(crate) fn certify(&self, env: &Value, id: &str, valid_ms: u64) -> Result<(), DemoError> {
@@ -719,9 +719,9 @@ impl Agent<'_> {
     pub(crate) fn decision(component: &Value) -> (String, Option<String>) {
         let phase = component["phase"].as_str().unwrap_or("none");
         match phase {
-            "DISPATCHED" => ("dispatched".into(), Some(component["seq"].to_string())),
-            "EMITTED" => ("emitted".into(), None),
-            "WITHHELD" | "INVALIDATED" | "FAILED" => (
+            "dispatched" => ("dispatched".into(), Some(component["seq"].to_string())),
+            "emitted" => ("emitted".into(), None),
+            "withheld" | "invalidated" | "failed" => (
                 component["reason"]
                     .as_str()
                     .map_or_else(|| format!("{phase} without a reason"), str::to_string),

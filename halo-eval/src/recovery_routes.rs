@@ -136,12 +136,12 @@ impl RouteOutcome {
         // An executable route is withheld and owed an obligation; a terminal one is withheld
         // (a non-action) or invalidated (an action) and owed nothing.
         let phase_ok = if self.executable {
-            o.phase == "WITHHELD"
+            o.phase == "withheld"
         } else {
-            o.phase == "WITHHELD" || o.phase == "INVALIDATED"
+            o.phase == "withheld" || o.phase == "invalidated"
         };
         let status_ok = o.dependent.as_deref()
-            == if self.executable || o.phase == "WITHHELD" {
+            == if self.executable || o.phase == "withheld" {
                 Some("PARENT_WITHHELD")
             } else {
                 Some("PARENT_FAILED")

@@ -19,7 +19,7 @@ use crate::core::payload::{
     RouteTarget, TextPayload,
 };
 
-fn schema_of<T: JsonSchema>() -> Value {
+pub(crate) fn schema_of<T: JsonSchema>() -> Value {
     let mut g = SchemaSettings::draft2020_12()
         .with(|s| s.inline_subschemas = true)
         .into_generator();

@@ -55,7 +55,7 @@ impl Checks {
 
 fn envelope(rid: &str, components: Vec<Value>) -> Value {
     json!({"response_id": rid, "agent_id": "planner-1", "generation": 1,
-           "catalog": {"id": "uav-px4", "version": 5}, "components": components})
+           "catalog": {"id": "uav-px4", "version": 6}, "components": components})
 }
 
 fn notice(rid: &str) -> Value {
@@ -96,7 +96,7 @@ fn fly_to(g: &Gateway, sim: &Sim, rid: &str, t: [f64; 4]) -> String {
     let (r, f) = certified(g, rid, t);
     let (st, v) = submit(g, &r);
     assert_eq!(st, 200, "{v}");
-    assert_eq!(v["components"][0]["phase"], "DISPATCHED", "{v}");
+    assert_eq!(v["components"][0]["phase"], "dispatched", "{v}");
     wait_until(15, "the vehicle to take the target", || {
         sim.taken_after(&f, 0) > 0
     });
@@ -648,7 +648,7 @@ fn kill_while_waiting() -> Outcome {
     certify(&g, &r, "e2", "cert-b2");
     let (st, rep) = submit(&g, &r);
     c.that(
-        st == 200 && rep["components"][1]["phase"] == "PENDING",
+        st == 200 && rep["components"][1]["phase"] == "pending",
         format!("e2 not waiting: {rep}"),
     );
     drop(providers);
@@ -901,7 +901,7 @@ fn wall_clock_jump() -> Outcome {
     let (r2, f2) = certified(&g, "r2", [0.0, 8.0, -10.0, 0.0]);
     let (_, v2) = submit(&g, &r2);
     c.that(
-        v2["components"][0]["phase"] != "DISPATCHED",
+        v2["components"][0]["phase"] != "dispatched",
         format!("r2 dispatched on hour-old support: {v2}"),
     );
     // An hour back from true: updates look an hour in the future, and are refused.

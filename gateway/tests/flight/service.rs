@@ -48,7 +48,7 @@ fn the_running_example_flies_over_http() {
     // resp-0007: notice and report go out, the route action passes the gate and flies, the
     // status follows its dispatch.
     let r1 = json!({"response_id": "resp-0007", "agent_id": "planner-1", "generation": 12,
-    "catalog": {"id": "uav-px4", "version": 5},
+    "catalog": {"id": "uav-px4", "version": 6},
     "components": [
         {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
         {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 5.1, "unit": "m"}},
@@ -65,10 +65,10 @@ fn the_running_example_flies_over_http() {
     assert_eq!(
         phases(&rep),
         [
-            ("e1".into(), "EMITTED".into()),
-            ("e2".into(), "EMITTED".into()),
-            ("e3".into(), "DISPATCHED".into()),
-            ("e4".into(), "EMITTED".into())
+            ("e1".into(), "emitted".into()),
+            ("e2".into(), "emitted".into()),
+            ("e3".into(), "dispatched".into()),
+            ("e4".into(), "emitted".into())
         ]
     );
     assert!(rep["components"][2]["binding"].as_str().unwrap().len() == 64);
@@ -111,7 +111,7 @@ fn the_running_example_flies_over_http() {
             .any(|s| s["source"] == "map" && s["epoch"] == 8)
     });
     let r2 = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 13,
-    "catalog": {"id": "uav-px4", "version": 5},
+    "catalog": {"id": "uav-px4", "version": 6},
     "components": [
         route("e5", [30.0, 20.0, -10.0, 45.0], 7, "cert-a001"),
         {"id": "e6", "type": "status", "payload": {"text": "En route to WP4"}, "requires": [{"id": "e5", "phase": "dispatched"}]}
@@ -123,9 +123,9 @@ fn the_running_example_flies_over_http() {
         r2.to_string().as_bytes(),
     );
     assert_eq!(st, 200, "{rep}");
-    assert_eq!(rep["components"][0]["phase"], "WITHHELD", "{rep}");
+    assert_eq!(rep["components"][0]["phase"], "withheld", "{rep}");
     assert_eq!(rep["components"][0]["reason"], "EPOCH_CHANGED", "{rep}");
-    assert_eq!(rep["components"][1]["phase"], "WITHHELD", "{rep}");
+    assert_eq!(rep["components"][1]["phase"], "withheld", "{rep}");
     let oid = rep["components"][0]["obligation"].as_u64().unwrap();
     let (st, obls) = get(&format!("{u}/v1/obligations"), Some(&g.agent));
     assert_eq!(st, 200);
@@ -141,10 +141,10 @@ fn the_running_example_flies_over_http() {
     // The agent answers with a fresh candidate planned against epoch 8.
     let cand_route = route("e5", [30.0, 18.0, -10.0, 45.0], 8, "cert-a002");
     let as_response = json!({"response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
-        "catalog": {"id": "uav-px4", "version": 5}, "components": [cand_route.clone()]});
+        "catalog": {"id": "uav-px4", "version": 6}, "components": [cand_route.clone()]});
     certify(&g, &as_response, "e5", "cert-a002");
     let cand = json!({"obligation": oid, "response_id": "resp-0008", "agent_id": "planner-1", "generation": 14,
-        "catalog": {"id": "uav-px4", "version": 5}, "components": [cand_route]});
+        "catalog": {"id": "uav-px4", "version": 6}, "components": [cand_route]});
     // Naming another obligation than the URL is refused and changes nothing.
     let (st, v) = post(
         &format!("{u}/v1/obligations/{}/candidates", oid + 100),
@@ -170,7 +170,7 @@ fn the_running_example_flies_over_http() {
 
     // Land through the gate.
     let r3 = json!({"response_id": "resp-0009", "agent_id": "planner-1", "generation": 15,
-        "catalog": {"id": "uav-px4", "version": 5},
+        "catalog": {"id": "uav-px4", "version": 6},
         "components": [{"id": "l1", "type": "land", "payload": {}}]});
     let (st, rep) = post(
         &format!("{u}/v1/responses"),
@@ -178,7 +178,7 @@ fn the_running_example_flies_over_http() {
         r3.to_string().as_bytes(),
     );
     assert_eq!(st, 200, "{rep}");
-    assert_eq!(rep["components"][0]["phase"], "DISPATCHED", "{rep}");
+    assert_eq!(rep["components"][0]["phase"], "dispatched", "{rep}");
     wait_until(60, "landed and disarmed", || {
         let v = sim.control.view();
         v.on_ground && !v.armed
@@ -631,7 +631,7 @@ fn roles_and_bad_input() {
     let before = observe();
     let big = vec![b' '; 600 * 1024];
     let mid = vec![b' '; 100 * 1024];
-    let r1 = json!({"response_id": "r1", "agent_id": "a", "generation": 1, "catalog": {"id": "uav-px4", "version": 5},
+    let r1 = json!({"response_id": "r1", "agent_id": "a", "generation": 1, "catalog": {"id": "uav-px4", "version": 6},
                     "components": [{"id": "e1", "type": "notice", "payload": {"text": "x"}}], "extra": 1}).to_string();
     /// (what, url, credential, body, expected status, expected code)
     type Case<'a> = (&'a str, String, Option<&'a str>, Vec<u8>, u16, &'a str);
@@ -668,7 +668,7 @@ fn roles_and_bad_input() {
         ("nested too deep", format!("{u}/v1/state/traffic"), Some(&g.provider),
             format!("{{\"value\":{}{},\"epoch\":1,\"provenance\":\"x\",\"generated_at_unix_ms\":{at}}}", "[".repeat(300), "]".repeat(300)).into_bytes(), 400, "INVALID_UPDATE"),
         ("generation past 2^53", format!("{u}/v1/responses"), Some(&g.agent),
-            json!({"response_id": "r-gen", "agent_id": "a", "generation": u64::MAX, "catalog": {"id": "uav-px4", "version": 5},
+            json!({"response_id": "r-gen", "agent_id": "a", "generation": u64::MAX, "catalog": {"id": "uav-px4", "version": 6},
                    "components": [{"id": "e1", "type": "notice", "payload": {"text": "x"}}]}).to_string().into_bytes(), 422, "GENERATION_OUT_OF_RANGE"),
         ("certificate for ever", format!("{u}/v1/certificates"), Some(&g.provider),
             format!("{{\"id\":\"c1\",\"covers\":\"{}\",\"valid_for_ms\":{},\"issuer\":\"geo\"}}", "0".repeat(64), u64::MAX).into_bytes(), 422, "CERTIFICATE_TOO_LONG"),
@@ -859,7 +859,7 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
     );
     let submit = |rid: &str, generation: u64, target: [f64; 4], cert: &str| {
         let env = json!({"response_id": rid, "agent_id": "planner-1", "generation": generation,
-            "catalog": {"id": "uav-px4", "version": 5}, "components": [route("a", target, 7, cert)]});
+            "catalog": {"id": "uav-px4", "version": 6}, "components": [route("a", target, 7, cert)]});
         certify(&g, &env, "a", cert);
         let (st, rep) = post(
             &format!("{u}/v1/responses"),
@@ -870,7 +870,7 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
         rep["components"][0].clone()
     };
     let c = submit("pilot-1", 1, [8.0, 2.0, -6.0, 0.0], "cert-p1");
-    assert_eq!(c["phase"], "DISPATCHED", "{c}");
+    assert_eq!(c["phase"], "dispatched", "{c}");
     wait_until(15, "OFFBOARD and the first target taken", || {
         status()["vehicle"]["mode"] == "OFFBOARD"
             && sim.fingerprints().contains(&fp(8.0, 2.0, -6.0, 0.0))
@@ -906,7 +906,7 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
     let c2 = submit("pilot-2", 2, [12.0, 3.0, -6.0, 0.0], "cert-p2");
     assert_eq!(
         (c2["phase"].as_str(), c2["reason"].as_str()),
-        (Some("WITHHELD"), Some("CONTROL_NOT_GRANTED")),
+        (Some("withheld"), Some("CONTROL_NOT_GRANTED")),
         "{c2}"
     );
     assert!(c2["obligation"].is_u64(), "{c2}");
@@ -925,7 +925,7 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
         status()["vehicle"]["control"] == "gateway"
     });
     let c3 = submit("pilot-3", 3, [10.0, 4.0, -6.0, 0.0], "cert-p3");
-    assert_eq!(c3["phase"], "DISPATCHED", "{c3}");
+    assert_eq!(c3["phase"], "dispatched", "{c3}");
     wait_until(15, "the fresh target taken in OFFBOARD", || {
         sim.fingerprints().contains(&fp(10.0, 4.0, -6.0, 0.0)) && sim.control.view().mode.0 == 6
     });
@@ -1077,7 +1077,7 @@ fn the_strict_form_validates_and_is_taken() {
     };
     let doc = json!({
         "format": null, "response_id": "resp-strict", "agent_id": "planner-1", "generation": 1,
-        "catalog": {"id": "uav-px4", "version": 5},
+        "catalog": {"id": "uav-px4", "version": 6},
         "components": [
             {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
             {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 1.42, "unit": null},
@@ -1145,7 +1145,7 @@ fn the_strict_form_validates_and_is_taken() {
         .filter_map(|c| c["id"].as_str())
         .collect();
     assert_eq!(ids, ["e1", "e2", "e3", "e4"], "{v}");
-    assert_eq!(v["components"][0]["phase"], "EMITTED", "{v}");
+    assert_eq!(v["components"][0]["phase"], "emitted", "{v}");
     let (st, v) = post(
         &format!("{}/v1/responses?form=loose", g.url),
         Some(&g.agent),
@@ -1318,7 +1318,7 @@ fn stdio_agent_link() {
         }
     };
     let notice = json!({"response_id": "r-stdio", "agent_id": "planner-1", "generation": 1,
-        "catalog": {"id": "uav-px4", "version": 5},
+        "catalog": {"id": "uav-px4", "version": 6},
         "components": [{"id": "n1", "type": "notice", "payload": {"text": "hello from stdio"}}]});
     writeln!(
         stdin,
@@ -1328,7 +1328,7 @@ fn stdio_agent_link() {
     .unwrap();
     let (mut events, r1) = next_reply(json!(1));
     assert_eq!(r1["ok"], true, "{r1}");
-    assert_eq!(r1["result"]["components"][0]["phase"], "EMITTED", "{r1}");
+    assert_eq!(r1["result"]["components"][0]["phase"], "emitted", "{r1}");
     writeln!(
         stdin,
         "{}",
@@ -1474,7 +1474,7 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
 
     let send = |rid: &str, generation: u64, t: [f64; 4], cert: &str| -> Value {
         let r = json!({"response_id": rid, "agent_id": "planner-1", "generation": generation,
-            "catalog": {"id": "uav-px4", "version": 5}, "components": [route("a", t, 7, cert)]});
+            "catalog": {"id": "uav-px4", "version": 6}, "components": [route("a", t, 7, cert)]});
         certify(&g, &r, "a", cert);
         let (st, rep) = post(
             &format!("{u}/v1/responses"),
@@ -1486,7 +1486,7 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
     };
     // goto(wp1): admitted by the approved plan.
     let c = send("c-1", 1, [12.0, 3.5, -10.0, 90.0], "cert-c1");
-    assert_eq!(c["phase"], "DISPATCHED", "{c}");
+    assert_eq!(c["phase"], "dispatched", "{c}");
     let wp1 = fp(12.0, 3.5, -10.0, 90.0);
     wait_until(20, "wp1 at the vehicle", || {
         sim.fingerprints().contains(&wp1)
@@ -1516,7 +1516,7 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
     );
     // It sends the new plan's action anyway: denied at the final gate, terminally.
     let c = send("c-2", 2, [50.0, -20.0, -10.0, 0.0], "cert-c2");
-    assert_eq!(c["phase"], "INVALIDATED", "{c}");
+    assert_eq!(c["phase"], "invalidated", "{c}");
     assert_eq!(c["reason"], "EFFECT_NOT_ADMITTED", "{c}");
     // An action whose target lies in no zone names no effect: denied too.
     let c = send("c-3", 3, [-30.0, -30.0, -10.0, 0.0], "cert-c3");
@@ -1531,7 +1531,7 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
     let c = send("c-4s", 4, [30.0, 18.0, -10.0, 45.0], "cert-c4s");
     assert_eq!(
         (c["phase"].as_str(), c["reason"].as_str()),
-        (Some("INVALIDATED"), Some("ROOT_SUSPENDED")),
+        (Some("invalidated"), Some("ROOT_SUSPENDED")),
         "{c}"
     );
     let (st, d) = post(
@@ -1542,7 +1542,7 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
     assert_eq!((st, d["verdict"].as_str()), (200, Some("allow")), "{d}");
     // The approved plan goes on: goto(wp2).
     let c = send("c-4", 5, [30.0, 18.0, -10.0, 45.0], "cert-c4");
-    assert_eq!(c["phase"], "DISPATCHED", "{c}");
+    assert_eq!(c["phase"], "dispatched", "{c}");
     let wp2 = fp(30.0, 18.0, -10.0, 45.0);
     wait_until(20, "wp2 at the vehicle", || {
         sim.fingerprints().contains(&wp2)
@@ -1602,7 +1602,7 @@ fn receipts_rotate_and_verify_across_files() {
         &format!("{}/v1/responses", g.url),
         Some(&g.agent),
         json!({"response_id": "late", "agent_id": "a", "generation": 1,
-               "catalog": {"id": "uav-px4", "version": 5},
+               "catalog": {"id": "uav-px4", "version": 6},
                "components": [{"id": "n1", "type": "notice", "payload": {"text": "x"}}]})
         .to_string()
         .as_bytes(),
@@ -1660,5 +1660,179 @@ fn receipts_rotate_and_verify_across_files() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     println!("service-receipt-rotation: 1/1 matched");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// PX4 SITL's default origin, as the simulator announces it.
+const ORIGIN: (f64, f64, f64) = (47.397_742, 8.545_594, 488.0);
+const EARTH_R: f64 = 6_371_000.0;
+
+/// The latitude and longitude `north`, `east` metres from `origin` (the spherical "direct"
+/// problem: the great-circle destination along the bearing), the test's own geometry.
+fn latlon_at(origin: (f64, f64), north: f64, east: f64) -> (f64, f64) {
+    let d = north.hypot(east) / EARTH_R;
+    let theta = east.atan2(north);
+    let (p1, l1) = (origin.0.to_radians(), origin.1.to_radians());
+    let p2 = (p1.sin() * d.cos() + p1.cos() * d.sin() * theta.cos()).asin();
+    let l2 = l1 + (theta.sin() * d.sin() * p1.cos()).atan2(d.cos() - p1.sin() * p2.sin());
+    (p2.to_degrees(), l2.to_degrees())
+}
+
+/// North and east of `(lat, lon)` from `origin`: haversine distance along the initial bearing.
+fn north_east_of(origin: (f64, f64), lat: f64, lon: f64) -> (f64, f64) {
+    let (p1, p2) = (origin.0.to_radians(), lat.to_radians());
+    let dl = (lon - origin.1).to_radians();
+    let a = ((p2 - p1) / 2.0).sin().powi(2) + p1.cos() * p2.cos() * (dl / 2.0).sin().powi(2);
+    let d = 2.0 * EARTH_R * a.sqrt().asin();
+    let bearing = (dl.sin() * p2.cos()).atan2(p1.cos() * p2.sin() - p1.sin() * p2.cos() * dl.cos());
+    (d * bearing.cos(), d * bearing.sin())
+}
+
+/// A route action to a point on the globe (altitude above mean sea level), planned against
+/// origin epoch `origin_epoch`.
+fn global_route(id: &str, lat: f64, lon: f64, alt_m: f64, origin_epoch: u64, cert: &str) -> Value {
+    json!({"id": id, "type": "route_action",
+           "payload": {"frame": "global", "lat_deg": lat, "lon_deg": lon, "alt_m": alt_m, "yaw_deg": 0.0, "duration_s": 8.0},
+           "support": {"map": {"epoch": 7}, "traffic": {"epoch": 41}, "bounds": {"epoch": 3, "provenance": "corridor-12"},
+                       "origin": {"epoch": origin_epoch}},
+           "certificate": cert})
+}
+
+#[test]
+fn global_targets_fly_through_the_origin_and_a_moved_origin_withholds_them() {
+    let _timing = common::shared();
+    let dir = tmp("global");
+    let sim = Sim::start(&dir.join("vehicle-setpoints.jsonl"));
+    let g = Gateway::start(&dir, &format!("udpout:{}", sim.addr), "");
+    let u = g.url.clone();
+    let providers = Providers::start(&u, &g.provider);
+    let origin_epoch = || {
+        get(&format!("{u}/v1/status"), None).1["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["source"] == "origin")
+            .and_then(|s| s["epoch"].as_u64())
+    };
+    take_off(&g, &sim);
+    wait_until(10, "the origin from PX4", || origin_epoch().is_some());
+    let e1 = origin_epoch().unwrap();
+    let mut outcomes: Vec<(&str, bool)> = Vec::new();
+    let submit = |env: &Value| {
+        let (st, rep) = post(
+            &format!("{u}/v1/responses"),
+            Some(&g.agent),
+            env.to_string().as_bytes(),
+        );
+        assert_eq!(st, 200, "{rep}");
+        rep["components"][0].clone()
+    };
+
+    // 8 m north, 2 m east, 6 m above the origin: flown at exactly that local point.
+    let (lat, lon) = latlon_at((ORIGIN.0, ORIGIN.1), 8.0, 2.0);
+    let r1 = json!({"response_id": "geo-1", "agent_id": "planner-1", "generation": 1,
+        "catalog": {"id": "uav-px4", "version": 6},
+        "components": [global_route("g1", lat, lon, ORIGIN.2 + 6.0, e1, "cert-g1")]});
+    certify(&g, &r1, "g1", "cert-g1");
+    let c1 = submit(&r1);
+    outcomes.push(("a global target dispatches", c1["phase"] == "dispatched"));
+    let first = fp(8.0, 2.0, -6.0, 0.0);
+    wait_until(15, "the converted target at the vehicle", || {
+        sim.fingerprints().contains(&first)
+    });
+    outcomes.push(("the vehicle takes its local point", true));
+
+    // A ground station moves the EKF origin 0.0001° north (about 11 m): a new origin epoch.
+    let port = sim.control.gcs_port.load(Ordering::Relaxed);
+    let moved = (ORIGIN.0 + 0.0001, ORIGIN.1, ORIGIN.2);
+    let before_move_ns = sim.now_ns();
+    let p = pilot(
+        port,
+        &[
+            "origin",
+            &moved.0.to_string(),
+            &moved.1.to_string(),
+            &moved.2.to_string(),
+        ],
+    );
+    assert_eq!(p["origin"]["confirmed"], true, "{p}");
+    wait_until(5, "the new origin epoch", || {
+        origin_epoch().is_some_and(|e| e != e1)
+    });
+    let e2 = origin_epoch().unwrap();
+    // The streaming target was planned in the old frame: the vehicle stops taking it.
+    std::thread::sleep(Duration::from_millis(600));
+    let after_ns = sim.now_ns();
+    std::thread::sleep(Duration::from_millis(1000));
+    outcomes.push((
+        "the target of the old frame streams until the origin moves, not after",
+        sim.taken_after(&first, before_move_ns) > 0 && sim.taken_after(&first, after_ns) == 0,
+    ));
+
+    // An action still planned against the old origin is withheld, with an obligation.
+    let (lat2, lon2) = latlon_at((ORIGIN.0, ORIGIN.1), 12.0, 3.0);
+    let r2 = json!({"response_id": "geo-2", "agent_id": "planner-1", "generation": 2,
+        "catalog": {"id": "uav-px4", "version": 6},
+        "components": [global_route("g2", lat2, lon2, ORIGIN.2 + 6.0, e1, "cert-g2")]});
+    certify(&g, &r2, "g2", "cert-g2");
+    let c2 = submit(&r2);
+    outcomes.push((
+        "planned against the old origin: withheld EPOCH_CHANGED",
+        c2["phase"] == "withheld" && c2["reason"] == "EPOCH_CHANGED" && c2["obligation"].is_u64(),
+    ));
+    let oid = c2["obligation"].as_u64().unwrap_or(0);
+
+    // The fresh candidate claims the new origin: the same place on the globe, new local numbers.
+    let fresh = global_route("g2", lat2, lon2, ORIGIN.2 + 6.0, e2, "cert-g3");
+    let as_response = json!({"response_id": "geo-2", "agent_id": "planner-1", "generation": 3,
+        "catalog": {"id": "uav-px4", "version": 6}, "components": [fresh.clone()]});
+    certify(&g, &as_response, "g2", "cert-g3");
+    let cand = json!({"obligation": oid, "response_id": "geo-2", "agent_id": "planner-1", "generation": 3,
+        "catalog": {"id": "uav-px4", "version": 6}, "components": [fresh]});
+    let (st, v) = post(
+        &format!("{u}/v1/obligations/{oid}/candidates"),
+        Some(&g.agent),
+        cand.to_string().as_bytes(),
+    );
+    outcomes.push(("the fresh candidate is readmitted", st == 200));
+    let (n, e) = north_east_of((moved.0, moved.1), lat2, lon2);
+    assert!((n - (12.0 - 11.119)).abs() < 0.05, "{n}");
+    let near = |r: &sitl::sim::px4::SetpointRecord| {
+        (f64::from(r.x) - n).abs() < 0.01
+            && (f64::from(r.y) - e).abs() < 0.01
+            && (f64::from(r.z) - -6.0).abs() < 0.01
+    };
+    let flew = {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if sim.control.view().setpoints.iter().any(near) {
+                break true;
+            }
+            if Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    outcomes.push((
+        "the vehicle takes the point converted through the new origin",
+        flew,
+    ));
+    // Never the old frame's numbers for g2.
+    outcomes.push((
+        "never the old frame's numbers",
+        !sim.fingerprints().contains(&fp(12.0, 3.0, -6.0, 0.0)),
+    ));
+    drop(providers);
+    for (name, good) in &outcomes {
+        println!("  {name:<70} {}", if *good { "ok" } else { "MISMATCH" });
+    }
+    let matched = outcomes.iter().filter(|(_, g)| *g).count();
+    println!(
+        "service-global-targets: {matched}/{} matched",
+        outcomes.len()
+    );
+    assert_eq!((matched, outcomes.len()), (7, 7), "{v}");
+    assert_eq!(g.stop(), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }

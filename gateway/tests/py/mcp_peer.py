@@ -129,7 +129,7 @@ async def flow(session, cert, notes, updated, tag):
     e3 = cert.route("e3", t1, support, tag)
     env = {
         "format": 1, "response_id": f"resp-py-{tag}", "agent_id": "py-peer", "generation": 1,
-        "catalog": {"id": "uav-px4", "version": 5},
+        "catalog": {"id": "uav-px4", "version": 6},
         "components": [
             {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
             {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 1.42, "unit": "m"}},
@@ -195,7 +195,7 @@ async def flow(session, cert, notes, updated, tag):
         ("notice", {"type": "route_action", "payload": {"text": "x"}}, "UNKNOWN_FIELD"),
         ("submit_response", {"response": {
             "response_id": f"resp-py-{tag}-esc", "agent_id": "py-peer", "generation": 9,
-            "catalog": {"id": "uav-px4", "version": 5},
+            "catalog": {"id": "uav-px4", "version": 6},
             "components": [{"id": "t1", "type": "takeoff", "payload": {"altitude_m": 30}}]}}, "UNKNOWN_TYPE"),
     ]
     for name, a, code in escapes:

@@ -5,6 +5,9 @@ heartbeat shows each mode. An independent MAVLink peer: it shares no code with t
 
 Usage: pilot.py GCS_PORT MODE [MODE ...]   (MODE: POSCTL, AUTO.LOITER, AUTO.RTL or AUTO.LAND)
        pilot.py GCS_PORT watch SECONDS      (only watch what the vehicle holds as its target)
+       pilot.py GCS_PORT origin LAT LON ALT (move the EKF origin as a ground station does:
+                                             SET_GPS_GLOBAL_ORIGIN, then wait for the vehicle's
+                                             GPS_GLOBAL_ORIGIN to announce it)
 Prints one JSON line: {"switched": [{"mode", "confirmed", "after_ms"}, ...]}; exit 0 when every
 switch was confirmed. Watching prints {"targets": [...]}: the position targets the vehicle
 reported in POSITION_TARGET_LOCAL_NED, as fingerprints (centimetres and tenths of a degree,
@@ -76,6 +79,21 @@ if sys.argv[2] == "watch":
             seen.append(fp)
     print(json.dumps({"targets": seen}), flush=True)
     sys.exit(0)
+
+if sys.argv[2] == "origin":
+    lat, lon, alt = (float(x) for x in sys.argv[3:6])
+    want = (round(lat * 1e7), round(lon * 1e7), round(alt * 1000))
+    t0, ok = time.time(), False
+    while not ok and time.time() < t0 + 5:
+        conn.mav.set_gps_global_origin_send(1, want[0], want[1], want[2])
+        end = time.time() + 0.5
+        while time.time() < end:
+            m = conn.recv_match(type="GPS_GLOBAL_ORIGIN", blocking=True, timeout=0.1)
+            if m is not None and (m.latitude, m.longitude, m.altitude) == want:
+                ok = True
+                break
+    print(json.dumps({"origin": {"confirmed": ok, "after_ms": round((time.time() - t0) * 1000)}}), flush=True)
+    sys.exit(0 if ok else 1)
 
 out = {"switched": []}
 for name in sys.argv[2:]:

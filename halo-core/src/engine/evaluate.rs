@@ -12,6 +12,10 @@ impl Shared {
 
     /// Whether claims bind in `LocalOK` (all variants but Local-Unbound).
     pub(crate) fn claims(&self) -> Claims {
+        #[cfg(feature = "__seeded-defects")]
+        if self.cfg.seeded(crate::defect::Defect::OriginNotClaimed) {
+            return Claims::BoundWithoutOrigin;
+        }
         if self.cfg.variant.binds_claims() {
             Claims::Bound
         } else {

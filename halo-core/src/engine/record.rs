@@ -81,7 +81,7 @@ fn write_component(out: &mut Vec<u8>, c: &ComponentReport) {
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"phase\":");
-    write_str(out, c.phase.name());
+    write_str(out, c.phase.wire_name());
     out.extend_from_slice(b",\"reason\":");
     match c.reason {
         Some(r) => write_str(out, r.name()),

@@ -67,12 +67,16 @@ struct ExpectComponent {
 }
 
 fn run_case(c: &Case) -> Result<(), String> {
+    run_case_with(c, Config::default())
+}
+
+fn run_case_with(c: &Case, cfg: Config) -> Result<(), String> {
     let text = match (&c.response, &c.response_text) {
         (Some(v), None) => serde_json::to_string(v).unwrap(),
         (None, Some(t)) => t.clone(),
         _ => return Err("a case has exactly one of `response` and `response_text`".into()),
     };
-    let mut gw = Gateway::new(catalog_named(&c.catalog), Config::default());
+    let mut gw = Gateway::new(catalog_named(&c.catalog), cfg);
     let resolvable = halo_core::envelope::parse_envelope(text.as_bytes())
         .and_then(|raw| halo_core::graph::validate(gw.catalog(), &raw))
         .is_ok();
@@ -179,41 +183,79 @@ fn run_case(c: &Case) -> Result<(), String> {
     }
 }
 
-#[test]
-fn admission_oracle() {
+/// Every case of the corpus, in file order.
+fn corpus() -> Vec<Case> {
     let dir = data_dir().join("admission");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
-    let mut total = 0usize;
-    let mut matched = 0usize;
-    let mut failures = Vec::new();
-    let mut names = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
     for f in files
         .iter()
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
     {
         let cf: CaseFile = serde_json::from_slice(&std::fs::read(f).unwrap())
             .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        for c in &cf.cases {
-            assert!(
-                names.insert(c.name.clone()),
-                "duplicate case name {}",
-                c.name
-            );
-            total += 1;
-            match run_case(c) {
-                Ok(()) => matched += 1,
-                Err(e) => failures.push(format!("{}: {e}", c.name)),
-            }
+        out.extend(cf.cases);
+    }
+    out
+}
+
+/// The corpus against a core with seeded defect `origin-not-claimed` (`--features
+/// __seeded-defects`, `scripts/seeded_defects.sh`): the global-target cases that expect
+/// `CLAIM_MISSING` flag it, and nothing else moves.
+#[cfg(feature = "__seeded-defects")]
+#[test]
+fn admission_oracle_catches_an_unclaimed_origin() {
+    let cfg = Config {
+        defects: vec![halo_core::defect::Defect::OriginNotClaimed],
+        ..Config::default()
+    };
+    let cases = corpus();
+    let flagged: Vec<&str> = cases
+        .iter()
+        .filter(|c| run_case_with(c, cfg.clone()).is_err())
+        .map(|c| c.name.as_str())
+        .collect();
+    println!(
+        "admission-oracle-planted-defect: {}/{} matched (origin-not-claimed flagged by {})",
+        cases.len() - flagged.len(),
+        cases.len(),
+        flagged.join(", ")
+    );
+    assert_eq!(
+        flagged,
+        [
+            "local/global-target-without-origin-claim-terminal",
+            "local/global-target-origin-claim-without-epoch-terminal"
+        ]
+    );
+}
+
+#[test]
+fn admission_oracle() {
+    let mut total = 0usize;
+    let mut matched = 0usize;
+    let mut failures = Vec::new();
+    let mut names = std::collections::BTreeSet::new();
+    for c in &corpus() {
+        assert!(
+            names.insert(c.name.clone()),
+            "duplicate case name {}",
+            c.name
+        );
+        total += 1;
+        match run_case(c) {
+            Ok(()) => matched += 1,
+            Err(e) => failures.push(format!("{}: {e}", c.name)),
         }
     }
     println!("admission-oracle: {matched}/{total} matched");
     for f in &failures {
         println!("  MISMATCH {f}");
     }
-    assert_eq!(total, 107, "the corpus: every case, pinned");
+    assert_eq!(total, 119, "the corpus: every case, pinned");
     assert!(failures.is_empty(), "{} mismatches", failures.len());
 }

@@ -49,13 +49,13 @@ fn telemetry_is_summarized_and_decisions_are_kept() {
     gw.handle_response(Nanos::from_ms(1_000), text.as_bytes())
         .unwrap();
     let mut all = drain(&mut gw);
-    // First updates of each source are recorded (13 sources in `uav-px4` v5).
+    // First updates of each source are recorded (14 sources in `uav-px4` v6).
     assert_eq!(
         kinds(&all)
             .iter()
             .filter(|k| k.starts_with("source_update"))
             .count(),
-        13
+        14
     );
     // 25 battery samples that change nothing: no receipt each.
     for i in 0..25u64 {

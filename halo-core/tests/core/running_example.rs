@@ -136,8 +136,8 @@ fn every_decision_leaves_a_hash_linked_receipt() {
     assert!(kinds.contains(&"admitted"));
     assert!(kinds.contains(&"gate"));
     assert!(kinds.contains(&"gate_refused"));
-    // One per source of `uav-px4` v5 (13).
-    assert_eq!(kinds.iter().filter(|k| **k == "source_update").count(), 13);
+    // One per source of `uav-px4` v6 (14).
+    assert_eq!(kinds.iter().filter(|k| **k == "source_update").count(), 14);
     // One JSON line per receipt, and a tampered line no longer verifies.
     let mut tampered = receipts.clone();
     let last = tampered.len() - 1;

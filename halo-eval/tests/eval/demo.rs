@@ -48,7 +48,7 @@ async fn the_demo_flies_and_every_check_holds() {
     let text = String::from_utf8_lossy(&shown.stdout);
     assert!(shown.status.success());
     assert!(text.contains("gate resp-0007/e3 dispatched"), "{text}");
-    assert!(text.contains("e5 WITHHELD (EPOCH_CHANGED)"), "{text}");
+    assert!(text.contains("e5 withheld (EPOCH_CHANGED)"), "{text}");
     assert!(text.contains("readmitted resp-0008: e5"), "{text}");
     assert!(
         !text.contains("source "),
@@ -170,7 +170,7 @@ fn the_crazyflie_demo_passes_as_a_user_runs_it() {
         .unwrap();
     let story = String::from_utf8_lossy(&shown.stdout);
     assert!(story.contains("gate cf-1-1/f1 dispatched"), "{story}");
-    assert!(story.contains("f2 WITHHELD (EPOCH_CHANGED)"), "{story}");
+    assert!(story.contains("f2 withheld (EPOCH_CHANGED)"), "{story}");
     assert!(story.contains("readmitted cf-1-2: f2"), "{story}");
     // The catalog flag is for the PX4 demo; mixing them is refused with a reason.
     let mixed = std::process::Command::new(common::BIN)

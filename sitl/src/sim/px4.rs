@@ -356,6 +356,11 @@ pub struct Px4Sim {
     ground_picks: u64,
     /// Home's local z: the ground where the vehicle was last armed (PX4 sets home on arming).
     home_down: f64,
+    /// Home's local north and east (0 until the origin moves).
+    home_ne: [f64; 2],
+    /// The EKF's global origin: latitude, longitude (degrees), altitude AMSL (m). A ground
+    /// station moves it with `SET_GPS_GLOBAL_ORIGIN`; the local frame moves with it.
+    origin: [f64; 3],
     /// Heartbeats sent, for their lateness.
     heartbeats: u64,
     /// The heartbeat's on-time slot (the late one is sent later, the slots stay 1 s apart).
@@ -413,6 +418,7 @@ impl Px4Sim {
             now_ns,
         );
         let battery = cfg.battery_pct;
+        let cfg_origin = (cfg.home_lat, cfg.home_lon, cfg.home_alt_m);
         let mut sim = Px4Sim {
             cfg,
             boot_ns: now_ns,
@@ -450,6 +456,8 @@ impl Px4Sim {
             ground: 0.0,
             ground_picks: 0,
             home_down: 0.0,
+            home_ne: [0.0; 2],
+            origin: [cfg_origin.0, cfg_origin.1, cfg_origin.2],
             heartbeats: 0,
             heartbeat_slot: [now_ns; 2],
             before_land: None,
@@ -459,6 +467,29 @@ impl Px4Sim {
         sim.pick_ground();
         sim.home_down = sim.ground;
         sim
+    }
+
+    /// A new EKF origin, as PX4 takes `SET_GPS_GLOBAL_ORIGIN`: the local frame moves with it,
+    /// so everything the vehicle knows by local coordinates (its position, home, where it
+    /// holds) gets new numbers for the same place, while a setpoint being flown keeps its
+    /// numbers (and so names another place). PX4 announces the new origin at once.
+    fn move_origin(&mut self, lat: f64, lon: f64, alt: f64) {
+        let [lat0, lon0, alt0] = self.origin;
+        let dn = (lat0 - lat) * 111_320.0;
+        let de = (lon0 - lon) * 111_320.0 * lat.to_radians().cos();
+        let dd = alt - alt0;
+        for p in [&mut self.body.pos, &mut self.hold_at] {
+            p[0] += dn;
+            p[1] += de;
+        }
+        self.home_ne[0] += dn;
+        self.home_ne[1] += de;
+        self.ground += dd;
+        self.home_down += dd;
+        self.origin = [lat, lon, alt];
+        if let Some(m) = self.stream_message(49, self.last_ns) {
+            self.broadcast(m);
+        }
     }
 
     /// A new place for the ground in the local frame (at boot and at each landing).
@@ -703,6 +734,19 @@ impl Px4Sim {
                 }
                 // Used from the next control tick; a newer one replaces one still waiting.
                 self.pending = Some((sp, record));
+            }
+            // Superseded in MAVLink by MAV_CMD_DO_SET_GLOBAL_ORIGIN (2025-04); the message is
+            // what PX4 v1.16 and today's ground stations use.
+            #[allow(deprecated, reason = "the message PX4 v1.16 takes")]
+            MavMessage::SET_GPS_GLOBAL_ORIGIN(o) => {
+                if !ours(o.target_system, self.cfg.component_id) {
+                    return;
+                }
+                self.move_origin(
+                    f64::from(o.latitude) / 1e7,
+                    f64::from(o.longitude) / 1e7,
+                    f64::from(o.altitude) / 1e3,
+                );
             }
             MavMessage::COMMAND_LONG(c) => {
                 if !ours(c.target_system, c.target_component) {
@@ -1361,9 +1405,9 @@ impl Px4Sim {
                 yawspeed: 0.0,
             }),
             33 => {
-                let lat = self.cfg.home_lat + b.pos[0] / 111_320.0;
-                let lon = self.cfg.home_lon
-                    + b.pos[1] / (111_320.0 * self.cfg.home_lat.to_radians().cos());
+                let [lat0, lon0, _] = self.origin;
+                let lat = lat0 + b.pos[0] / 111_320.0;
+                let lon = lon0 + b.pos[1] / (111_320.0 * lat0.to_radians().cos());
                 MavMessage::GLOBAL_POSITION_INT(GLOBAL_POSITION_INT_DATA {
                     time_boot_ms: boot_ms,
                     lat: (lat * 1e7) as i32,
@@ -1419,8 +1463,8 @@ impl Px4Sim {
                 latitude: (self.cfg.home_lat * 1e7) as i32,
                 longitude: (self.cfg.home_lon * 1e7) as i32,
                 altitude: (self.cfg.home_alt_m * 1000.0) as i32,
-                x: 0.0,
-                y: 0.0,
+                x: self.home_ne[0] as f32,
+                y: self.home_ne[1] as f32,
                 z: self.home_down as f32,
                 q: [1.0, 0.0, 0.0, 0.0],
                 approach_x: 0.0,
@@ -1429,9 +1473,9 @@ impl Px4Sim {
                 time_usec: self.boot_time_ns(now) / 1000,
             }),
             49 => MavMessage::GPS_GLOBAL_ORIGIN(GPS_GLOBAL_ORIGIN_DATA {
-                latitude: (self.cfg.home_lat * 1e7) as i32,
-                longitude: (self.cfg.home_lon * 1e7) as i32,
-                altitude: (self.cfg.home_alt_m * 1000.0) as i32,
+                latitude: (self.origin[0] * 1e7).round() as i32,
+                longitude: (self.origin[1] * 1e7).round() as i32,
+                altitude: (self.origin[2] * 1000.0).round() as i32,
                 time_usec: self.boot_time_ns(now) / 1000,
             }),
             436 => {

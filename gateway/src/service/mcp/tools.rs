@@ -119,6 +119,9 @@ pub fn bounded_payload_schema(cat: &Catalog, t: &TypeSpec) -> Value {
                 json!({"exclusiveMinimum": 0.0, "maximum": max_s,
                        "description": "how long to fly and hold the target, seconds (the interval the certificate must cover)"}),
             );
+            if let Some(origin) = t.origin.and_then(|o| cat.source(o)) {
+                return json!({"anyOf": [s, global_target_schema(origin.name.as_str(), max_s)]});
+            }
         }
         PayloadKind::Hold => set(
             "duration_s",
@@ -132,6 +135,48 @@ pub fn bounded_payload_schema(cat: &Catalog, t: &TypeSpec) -> Value {
             );
         }
         _ => {}
+    }
+    s
+}
+
+/// A route action's target on the globe, for a type with an `origin` source: converted to the
+/// local frame through it (claim its epoch).
+fn global_target_schema(origin: &str, max_s: f64) -> Value {
+    let mut s = crate::service::schema::schema_of::<crate::core::payload::GlobalTarget>();
+    if let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) {
+        let ranges = [
+            (
+                "lat_deg",
+                json!({"exclusiveMinimum": -90.0, "exclusiveMaximum": 90.0, "description": "latitude, degrees (WGS 84)"}),
+            ),
+            (
+                "lon_deg",
+                json!({"minimum": -180.0, "maximum": 180.0, "description": "longitude, degrees"}),
+            ),
+            (
+                "alt_m",
+                json!({"minimum": -MAX_LOCAL_COORD_M, "maximum": MAX_LOCAL_COORD_M, "description": "altitude, metres: above mean sea level for `global`, above home for `global_relative_alt`"}),
+            ),
+            (
+                "yaw_deg",
+                json!({"minimum": -360.0, "maximum": 360.0, "description": "heading, degrees clockwise from north"}),
+            ),
+            (
+                "duration_s",
+                json!({"exclusiveMinimum": 0.0, "maximum": max_s, "description": "how long to fly and hold the target, seconds (the interval the certificate must cover)"}),
+            ),
+        ];
+        for (field, extra) in ranges {
+            if let (Some(Value::Object(p)), Value::Object(e)) = (props.get_mut(field), extra) {
+                p.extend(e);
+            }
+        }
+    }
+    if let Some(m) = s.as_object_mut() {
+        m.insert(
+            "description".into(),
+            json!(format!("a target on the globe, converted to PX4's local frame through the `{origin}` source: claim its current epoch in `support`")),
+        );
     }
     s
 }

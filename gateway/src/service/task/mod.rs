@@ -412,6 +412,8 @@ pub struct Task {
     next_sync: u64,
     /// The epoch of the vehicle's own sources: 1 for PX4; a Crazyflie's connection count.
     vehicle_epoch: u64,
+    /// The `origin` source from PX4's global origin and home (its own epochs).
+    geo_origin: crate::vehicle::px4::OriginTrack,
     /// The reference certifier (`[certifier]`).
     certifier: super::certifier::CertifierConfig,
     /// Evaluation only: how long after a token is polled its final gate runs.
@@ -499,6 +501,7 @@ impl Task {
             synced,
             next_sync: 0,
             vehicle_epoch: 1,
+            geo_origin: crate::vehicle::px4::OriginTrack::default(),
             gate_delay: None,
             certifier: super::certifier::CertifierConfig::default(),
             deferred: std::collections::VecDeque::new(),
@@ -830,7 +833,22 @@ impl Task {
                 tracing::warn!(%response, %component, error = %error, "final gate: the vehicle adapter refused the enqueue");
             }
         }
-        self.publish("gate", out);
+        let view = self.gate_view(out);
+        self.publish("gate", &view);
+    }
+
+    /// A gate outcome as the event stream shows it: the outcome tag and fields as the core
+    /// names them, the end of a dispatched interval as Unix milliseconds.
+    fn gate_view(&self, out: &GateOutcome) -> serde_json::Value {
+        let mut v = serde_json::to_value(out).unwrap_or(serde_json::Value::Null);
+        if let (GateOutcome::Dispatched { valid_until, .. }, Some(m)) = (out, v.as_object_mut()) {
+            m.remove("valid_until");
+            m.insert(
+                "valid_until_unix_ms".into(),
+                json!(self.wall_ms(*valid_until)),
+            );
+        }
+        v
     }
 
     /// An update of one of the vehicle's own sources (provenance and epoch the vehicle's).

@@ -87,6 +87,9 @@ impl Task {
                     uncertainty: Nanos(u.uncertainty_ns),
                 });
                 self.on_telemetry(&u.data);
+                // Fail closed, as for every vehicle source: stamped as old as it may be.
+                let at = Nanos(u.generated_at.0.saturating_sub(u.uncertainty_ns));
+                self.on_origin_telemetry(at, &u.data);
             }
             BridgeEvent::AutopilotDiscovered {
                 system_id,
@@ -254,6 +257,38 @@ impl Task {
         }
     }
 
+    /// `GPS_GLOBAL_ORIGIN` and `HOME_POSITION` into the `origin` source (when the catalog has
+    /// one); its stamp renewed at each heartbeat, PX4 announcing the origin only when it moves.
+    fn on_origin_telemetry(&mut self, at: Nanos, t: &Telemetry) {
+        match t {
+            Telemetry::Origin {
+                lat_deg,
+                lon_deg,
+                alt_m,
+            } => self
+                .geo_origin
+                .origin(*lat_deg, *lon_deg, f64::from(*alt_m)),
+            Telemetry::Home { alt_m, .. } => self.geo_origin.home_alt(f64::from(*alt_m)),
+            Telemetry::Heartbeat { .. } => {}
+            _ => return,
+        }
+        let Some((value, epoch)) = self.geo_origin.value(self.boot_epoch) else {
+            return;
+        };
+        let now = self.now();
+        let provenance = self.adapter.provenance();
+        if let Some(u) = crate::vehicle::px4::source_update(
+            self.gw.catalog(),
+            "origin",
+            at,
+            crate::core::state::Value::Geo(value),
+            provenance,
+            epoch,
+        ) {
+            self.vehicle_update(now, u);
+        }
+    }
+
     /// The bridge streams a target.
     pub(super) fn target_started(
         &mut self,
@@ -261,10 +296,11 @@ impl Task {
         fingerprint: &str,
         valid_until_ns: u64,
     ) {
+        let valid_until_unix_ms = self.wall_ms(Nanos(valid_until_ns));
         self.publish(
             "vehicle_target",
             &json!({"state": "started", "binding": Digest(*binding), "fingerprint": fingerprint,
-                    "valid_until_ns": valid_until_ns}),
+                    "valid_until_unix_ms": valid_until_unix_ms}),
         );
     }
 

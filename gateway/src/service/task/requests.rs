@@ -177,13 +177,16 @@ impl Task {
         };
         let c = c.clone();
         let digest = c.digest.to_hex();
-        let Payload::RouteAction(target) = c.payload.as_ref() else {
+        if !matches!(
+            c.payload.as_ref(),
+            Payload::RouteAction(_) | Payload::GlobalRoute(_)
+        ) {
             return Err(ApiError::new(
                 422,
                 ReasonCode::INVALID_REQUEST,
                 "the reference certifier certifies route actions only",
             ));
-        };
+        }
         let Some(cert_id) = c.certificate.clone() else {
             return Err(ApiError::with_ids(
                 422,
@@ -203,6 +206,18 @@ impl Task {
         let Some(spec) = cat.type_spec(c.ty) else {
             return Err(ApiError::new(400, ReasonCode::UNKNOWN_TYPE, "unknown type"));
         };
+        // A global target is swept where the gate would fly it: converted through the origin
+        // in force now.
+        let Some(local) = crate::core::support::route_target(spec, &c.payload, self.gw.snapshot())
+        else {
+            return Err(ApiError::with_ids(
+                422,
+                ReasonCode::OUT_OF_BOUNDS,
+                "the global target has no local point: the vehicle's origin is not known yet, or the point lies beyond the local frame (±100 km)",
+                vec![c.id.to_string()],
+            ));
+        };
+        let target = &local;
         super::super::certifier::check(&cfg, cat, spec, self.gw.snapshot(), from, target)
             .map_err(|r| ApiError::with_ids(422, r.code, r.message, vec![c.id.to_string()]))?;
         let valid_for_ms = super::super::certifier::valid_for_ms(&cfg, cat, target.duration_s);

@@ -436,7 +436,7 @@ pub fn route(id: &str, t: [f64; 4], map_epoch: u64, cert: &str) -> Value {
 /// The embedded catalog with one change: a route action may wait for another's observed success.
 pub fn seq_catalog_text() -> String {
     let cat = halo_gateway::io::EMBEDDED_CATALOG
-        .replace("id = \"uav-px4\"\nversion = 5", "id = \"uav-px4-seq\"\nversion = 1")
+        .replace("id = \"uav-px4\"\nversion = 6", "id = \"uav-px4-seq\"\nversion = 1")
         .replace(
             "temporal = \"interval\"\nrules",
             "temporal = \"interval\"\nprerequisites = [{ type = \"route_action\", phases = [\"observed_success\"] }]\nrules",

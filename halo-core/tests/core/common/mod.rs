@@ -80,7 +80,7 @@ pub fn put(
 }
 
 /// Every UAV source fresh at `at_ms`, healthy values, map epoch 7, traffic epoch 41, corridor
-/// `corridor-12` epoch 3.
+/// `corridor-12` epoch 3, the local origin at PX4 SITL's default home (epoch 1).
 pub fn healthy_uav(gw: &mut Gateway, at_ms: u64) {
     use serde_json::json;
     put(
@@ -112,6 +112,15 @@ pub fn healthy_uav(gw: &mut Gateway, at_ms: u64) {
         "px4",
         at_ms,
     );
+    put(
+        gw,
+        at_ms,
+        "origin",
+        json!({"lat_deg": 47.397742, "lon_deg": 8.545594, "alt_m": 488.0, "home_alt_m": 488.0}),
+        1,
+        "px4",
+        at_ms,
+    );
     put(gw, at_ms, "battery", json!(80.0), 1, "px4", at_ms);
     put(gw, at_ms, "link", json!(true), 1, "link-monitor", at_ms);
     put(gw, at_ms, "authority", json!(true), 1, "operator", at_ms);
@@ -129,7 +138,7 @@ pub fn running_example(response_id: &str, generation: u64) -> String {
         "response_id": response_id,
         "agent_id": "planner-1",
         "generation": generation,
-        "catalog": {"id": "uav-px4", "version": 5},
+        "catalog": {"id": "uav-px4", "version": 6},
         "components": [
             {"id": "e1", "type": "notice", "payload": {"text": "Survey starts in 10 s"}},
             {"id": "e2", "type": "report", "payload": {"sensor": "z_range", "value": 10.2, "unit": "m"}},
