@@ -35,6 +35,17 @@ if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
   fi
 fi
 
+# The docs-examples suite runs docs/run.md's curl examples as written.
+if ! command -v curl >/dev/null 2>&1; then
+  echo "==> curl for the docs-examples suite"
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get install -y -qq curl >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq curl >/dev/null; } \
+      || echo "warning: could not install curl; the docs-examples suite will not match" >&2
+  else
+    echo "warning: install curl (apt-get install curl); the docs-examples suite needs it" >&2
+  fi
+fi
+
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 # Lints and tests use the release profile, the one the demo builds: the tests share its

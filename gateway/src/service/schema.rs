@@ -354,7 +354,7 @@ mod tests {
             route["required"],
             json!(["id", "type", "payload", "support", "certificate"])
         );
-        let payload = &route["properties"]["payload"];
+        let payload = &route["properties"]["payload"]["anyOf"][0];
         for f in [
             "frame",
             "north_m",
@@ -450,7 +450,7 @@ mod tests {
             .find(|a| a["properties"]["type"]["enum"] == json!(["route_action"]))
             .unwrap();
         assert_eq!(
-            route["properties"]["payload"]["properties"]["down_m"]["minimum"],
+            route["properties"]["payload"]["anyOf"][0]["properties"]["down_m"]["minimum"],
             json!(-120.0)
         );
         let vehicle_claim = &route["properties"]["support"]["properties"]["vehicle"];

@@ -8,6 +8,7 @@
 
 mod cli;
 mod common;
+mod docs_examples;
 mod faults;
 mod mcp;
 mod service;

@@ -199,7 +199,8 @@ pub fn component_input_schema(cat: &Catalog, t: &TypeSpec, certifier: bool) -> V
     let payload_required = payload
         .get("required")
         .and_then(Value::as_array)
-        .is_some_and(|r| !r.is_empty());
+        .is_some_and(|r| !r.is_empty())
+        || payload.get("anyOf").is_some();
     let mut props = Map::new();
     let mut required = Vec::new();
     let mut id = id_schema();
@@ -568,7 +569,16 @@ mod tests {
             .unwrap();
         let s = component_input_schema(&c, t, false);
         assert_eq!(s["required"], json!(["payload", "support", "certificate"]));
-        let p = &s["properties"]["payload"]["properties"];
+        // A local target or one on the globe (the catalog names an `origin` source).
+        let p = &s["properties"]["payload"]["anyOf"][0]["properties"];
+        let g = &s["properties"]["payload"]["anyOf"][1]["properties"];
+        let frames = g["frame"].to_string();
+        assert!(
+            frames.contains("\"global\"") && frames.contains("global_relative_alt"),
+            "{frames}"
+        );
+        assert_eq!(g["lat_deg"]["exclusiveMaximum"], json!(90.0));
+        assert_eq!(g["duration_s"]["maximum"], json!(600.0));
         // max_altitude 120 m in the catalog; max_certificate 600 s bounds the duration.
         assert_eq!(p["down_m"]["minimum"], json!(-120.0));
         assert_eq!(p["duration_s"]["maximum"], json!(600.0));
