@@ -1060,6 +1060,7 @@ fn the_strict_form_validates_and_is_taken() {
             "bounds",
             "vehicle",
             "home",
+            "origin",
             "battery",
             "link",
             "authority",

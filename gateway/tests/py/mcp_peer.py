@@ -103,10 +103,13 @@ async def flow(session, cert, notes, updated, tag):
         route is not None and route.annotations.destructive_hint is True
         and tools["vehicle_status"].annotations.read_only_hint is True,
     )
+    # The payload is a local target or one on the globe (the catalog names an origin source).
+    forms = (route.input_schema["properties"]["payload"].get("anyOf", []) if route is not None else [])
     check(
         "catalog limits in the schema",
-        route is not None
-        and route.input_schema["properties"]["payload"]["properties"]["down_m"]["minimum"] == -120.0,
+        len(forms) == 2
+        and forms[0]["properties"]["down_m"]["minimum"] == -120.0
+        and forms[1]["properties"]["lat_deg"]["exclusiveMaximum"] == 90.0,
     )
     # The operator hands the gateway a flying vehicle; the agent waits for it.
     deadline = time.time() + 90
