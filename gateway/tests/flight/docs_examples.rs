@@ -3,9 +3,9 @@
 //!
 //! docs/run.md: every `console` block is read as a shell session. Each `curl` command and each
 //! variable assignment runs in bash, in page order, with the assignments before it, `HOME` at a
-//! temporary home whose `~/.local/state/halo-gateway` is the gateway's state directory and
-//! `http://127.0.0.1:8640` pointed at the gateway (the one substitution: the test's port is
-//! free, not 8640). What the page shows after a command is what it must print: lines joined
+//! temporary home whose `~/.local/state/halo-gateway` is the gateway's state directory and the
+//! address the page's banner shows pointed at the gateway (the one substitution: the test's
+//! gateway listens on a port it was given, port 0). What the page shows after a command is what it must print: lines joined
 //! without their indentation, `…`, `...` and `<placeholders>` standing for anything; a command
 //! the page shows without output must answer without an `"error"`. Before the first command
 //! the gateway is in the state the page says an agent's first response needs: the providers
@@ -166,6 +166,14 @@ fn the_shows_matcher_reads_wildcards() {
 fn run_page(g: &Gateway, home: &Path, work: &Path, page: &str, c: &mut Vec<(String, bool)>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let text = std::fs::read_to_string(root.join(page)).unwrap();
+    // The address the page's examples use: the one its banner says the gateway listens on.
+    let page_url = text
+        .lines()
+        .find_map(|l| {
+            l.split_once(" listening on ")
+                .map(|(_, u)| u.trim().to_string())
+        })
+        .expect("the page shows the gateway's banner");
     let mut assignments = String::new();
     for ex in console_examples(&text) {
         let name = format!(
@@ -177,7 +185,7 @@ fn run_page(g: &Gateway, home: &Path, work: &Path, page: &str, c: &mut Vec<(Stri
             println!("  not run: {name:<80} — {why}");
             continue;
         }
-        let command = ex.command.replace("http://127.0.0.1:8640", &g.url);
+        let command = ex.command.replace(&page_url, &g.url);
         let script = format!("set -e -o pipefail\n{assignments}{command}\n");
         let out = Command::new("bash")
             .arg("-c")
