@@ -31,7 +31,8 @@ pub use command::{Command, CommandId, CommandOutcome};
 pub use mavlink;
 pub use mode::Px4Mode;
 pub use offboard::{
-    Config, EnqueueError, Event, HoldKind, HoldPolicy, HoldReason, Offboard, Stats,
+    Config, EnqueueError, Event, HoldKind, HoldPolicy, HoldReason, Offboard, STATUSTEXT_LEN, Stats,
+    StatusTextError,
 };
 pub use setpoint::{Fingerprint, Setpoint, TYPE_MASK_POSITION_YAW};
 pub use telemetry::{LandedState, Telemetry, TelemetryUpdate, TimeSource};

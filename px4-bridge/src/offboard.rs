@@ -238,6 +238,34 @@ pub enum HoldReason {
     HoldStreamLimit,
 }
 
+/// The longest `STATUSTEXT` text, bytes (MAVLink's `char[50]`).
+pub const STATUSTEXT_LEN: usize = 50;
+
+/// Why a `STATUSTEXT` was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusTextError {
+    /// Empty, or longer than [`STATUSTEXT_LEN`] bytes.
+    Length(usize),
+    /// The autopilot link is down.
+    LinkDown,
+    /// The bridge's status-text queue is full (the gateway rate-limits below it).
+    QueueFull,
+}
+
+impl std::fmt::Display for StatusTextError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StatusTextError::Length(n) => {
+                write!(f, "a status text must be 1 to 50 bytes, this one has {n}")
+            }
+            StatusTextError::LinkDown => f.write_str("the autopilot link is down"),
+            StatusTextError::QueueFull => f.write_str("the status-text queue is full"),
+        }
+    }
+}
+
+impl std::error::Error for StatusTextError {}
+
 /// How the bridge holds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "how", rename_all = "snake_case")]
@@ -400,6 +428,8 @@ pub struct Stats {
     pub max_heartbeat_gap_ms: u64,
     /// Sends the transport refused, counted by the shell.
     pub send_errors: u64,
+    /// `STATUSTEXT`s queued for the autopilot ([`Offboard::status_text`]).
+    pub status_texts_sent: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -1503,6 +1533,41 @@ impl Offboard {
             }
         }
         self.next_stream = now.add_ns(period);
+    }
+
+    /// Queues a `STATUSTEXT` from the gateway's own component for the autopilot, which
+    /// forwards it to the ground station (PX4 with `MAV_x_FORWARD` on both instances) and logs
+    /// it. Nothing is queued while the link is down: there is nobody to tell. `text` is at most
+    /// [`STATUSTEXT_LEN`] bytes (the caller composes it to fit; it is never cut here).
+    ///
+    /// # Errors
+    /// [`StatusTextError`] for a text that is empty or too long, or a link that is down.
+    pub fn status_text(&mut self, severity: u8, text: &str) -> Result<(), StatusTextError> {
+        if text.is_empty() || text.len() > STATUSTEXT_LEN {
+            return Err(StatusTextError::Length(text.len()));
+        }
+        if !self.link_up {
+            return Err(StatusTextError::LinkDown);
+        }
+        use mavlink::dialects::common::MavSeverity as S;
+        let severity = match severity {
+            0 => S::MAV_SEVERITY_EMERGENCY,
+            1 => S::MAV_SEVERITY_ALERT,
+            2 => S::MAV_SEVERITY_CRITICAL,
+            3 => S::MAV_SEVERITY_ERROR,
+            4 => S::MAV_SEVERITY_WARNING,
+            5 => S::MAV_SEVERITY_NOTICE,
+            6 => S::MAV_SEVERITY_INFO,
+            _ => S::MAV_SEVERITY_DEBUG,
+        };
+        let mut st = mavlink::dialects::common::STATUSTEXT_DATA {
+            severity,
+            ..mavlink::dialects::common::STATUSTEXT_DATA::DEFAULT
+        };
+        st.text = text.into();
+        self.outbox.push_back(MavMessage::STATUSTEXT(st));
+        self.stats.status_texts_sent += 1;
+        Ok(())
     }
 
     /// The next message to send, with [`Offboard::header`].

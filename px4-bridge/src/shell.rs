@@ -23,10 +23,13 @@ use tokio::task::JoinHandle;
 use crate::transport::{Received, UdpLock};
 
 use crate::command::Command;
-use crate::offboard::{Config, EnqueueError, Event, Offboard};
+use crate::offboard::{Config, EnqueueError, Event, Offboard, StatusTextError};
 use crate::setpoint::Setpoint;
 use crate::time::Mono;
 use crate::url::TransportUrl;
+
+/// Status texts waiting for the bridge's task at most; the gateway rate-limits well below.
+pub const STATUS_TEXT_QUEUE: usize = 8;
 
 /// Shell options.
 #[derive(Clone, Debug)]
@@ -166,6 +169,9 @@ struct Shared {
 #[derive(Clone)]
 pub struct BridgeHandle {
     tx: mpsc::Sender<Input>,
+    /// Status texts for the ground station: a queue of their own, so they never take a slot a
+    /// hold or a target needs.
+    texts: mpsc::Sender<(u8, String)>,
     shared: Arc<Shared>,
     origin: Instant,
 }
@@ -272,6 +278,25 @@ impl BridgeHandle {
     /// [`EnqueueError::QueueFull`].
     pub fn reserve_command(&self, c: Command) -> Result<Reserved, EnqueueError> {
         self.reserve(Input::Command(c))
+    }
+
+    /// Sends a `STATUSTEXT` (`severity` as MAVLink's `MAV_SEVERITY`, 0 emergency … 7 debug)
+    /// from the gateway's component to the autopilot, for the ground station. Returns at once;
+    /// a full queue ([`STATUS_TEXT_QUEUE`]) refuses it.
+    ///
+    /// # Errors
+    /// [`StatusTextError::Length`] for an empty text or one over 50 bytes (never cut),
+    /// [`StatusTextError::LinkDown`] as last seen, [`StatusTextError::QueueFull`].
+    pub fn status_text(&self, severity: u8, text: &str) -> Result<(), StatusTextError> {
+        if text.is_empty() || text.len() > crate::offboard::STATUSTEXT_LEN {
+            return Err(StatusTextError::Length(text.len()));
+        }
+        if !self.shared.link_up.load(Ordering::Acquire) {
+            return Err(StatusTextError::LinkDown);
+        }
+        self.texts
+            .try_send((severity, text.to_string()))
+            .map_err(|_| StatusTextError::QueueFull)
     }
 
     /// The operator hands the vehicle to the bridge (again), after a takeoff or an override.
@@ -398,6 +423,7 @@ pub async fn start(
     let wire = open_wire(&url, &opts).await?;
     let origin = opts.origin;
     let (tx, rx_cmd) = mpsc::channel::<Input>(opts.queue.max(1));
+    let (texts, rx_text) = mpsc::channel::<(u8, String)>(STATUS_TEXT_QUEUE);
     let (tx_ev, rx_ev) = mpsc::channel::<Event>(opts.event_queue.max(1));
     let (tx_in, rx_in) = mpsc::channel::<Rx>(1024);
     let shared = Arc::new(Shared {
@@ -430,8 +456,17 @@ pub async fn start(
             held: 0,
         },
     };
-    let task = tokio::spawn(driver.drive(rx_cmd, rx_in, shutdown, recv_task));
-    Ok((BridgeHandle { tx, shared, origin }, rx_ev, task))
+    let task = tokio::spawn(driver.drive(rx_cmd, rx_text, rx_in, shutdown, recv_task));
+    Ok((
+        BridgeHandle {
+            tx,
+            texts,
+            shared,
+            origin,
+        },
+        rx_ev,
+        task,
+    ))
 }
 
 /// As [`start`], on a thread of its own with a runtime of its own: the setpoint stream's timer
@@ -611,6 +646,7 @@ impl Driver {
     async fn drive(
         mut self,
         mut rx_cmd: mpsc::Receiver<Input>,
+        mut rx_text: mpsc::Receiver<(u8, String)>,
         mut rx_in: mpsc::Receiver<Rx>,
         mut shutdown: broadcast::Receiver<()>,
         recv_task: JoinHandle<()>,
@@ -624,6 +660,12 @@ impl Driver {
                 _ = shutdown.recv() => break,
                 () = tokio::time::sleep(wait) => self.sm.handle_timeout(self.now()),
                 Some(inp) = rx_cmd.recv() => self.input(inp),
+                Some((severity, text)) = rx_text.recv() => {
+                    // Refused only when the link went down meanwhile: nobody to tell.
+                    if let Err(e) = self.sm.status_text(severity, &text) {
+                        tracing::debug!(error = %e, "status text not sent");
+                    }
+                }
                 Some(item) = rx_in.recv() => {
                     if !self.receive(item) {
                         break;

@@ -112,6 +112,10 @@ pub struct VehicleConfig {
     /// vehicle with a takeoff through the gateway or `operator release`; a mode change the
     /// gateway did not command (the pilot, a ground station, a failsafe) takes it back.
     pub control_at_start: bool,
+    /// PX4: tell the pilot's ground station each withheld action, deny-hold, expiry hold,
+    /// override, operator hold and refresh request as a short `STATUSTEXT` (rate-limited), which
+    /// PX4 forwards to the ground station.
+    pub statustext: bool,
 }
 
 impl Default for VehicleConfig {
@@ -125,6 +129,7 @@ impl Default for VehicleConfig {
             link_timeout_ms: 1500,
             stream_hz: 20.0,
             control_at_start: false,
+            statustext: true,
         }
     }
 }

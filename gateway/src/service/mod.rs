@@ -20,6 +20,7 @@ pub mod listener;
 pub mod mcp;
 pub mod metrics;
 pub mod openapi;
+pub mod pilot_text;
 pub mod receipts;
 pub mod schema;
 pub mod statedir;
@@ -435,6 +436,7 @@ fn build_task(
     .with_vehicle_url(&p.vehicle_url)
     .with_gate_delay(p.gate_delay)
     .with_certifier(cfg.certifier.clone())
+    .with_pilot_texts(cfg.vehicle.statustext)
 }
 
 /// Serves the main listener with `state` and the operator's own listener with the same routes

@@ -991,6 +991,220 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
     );
 }
 
+/// A ground station on the simulator's GCS port (`pilot.py texts`, pymavlink) that collects
+/// every `STATUSTEXT`; `mode NAME` on its stdin switches the vehicle's mode as a pilot would.
+struct GroundStation {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl GroundStation {
+    fn start(port: u32) -> GroundStation {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/pilot.py");
+        let mut child = Command::new("python3")
+            .arg(&script)
+            .arg(port.to_string())
+            .arg("texts")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 with pymavlink is needed (scripts/test.sh installs it)");
+        let stdin = child.stdin.take().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(
+            line.trim(),
+            "READY",
+            "the ground station did not hear the vehicle"
+        );
+        GroundStation { child, stdin, out }
+    }
+
+    fn say(&mut self, line: &str) {
+        use std::io::Write;
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn finish(mut self) -> Value {
+        self.say("stop");
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        let _ = self.child.wait();
+        serde_json::from_str(line.trim()).unwrap()
+    }
+}
+
+/// The gateway's decisions reach the pilot's ground station as short `STATUSTEXT`s through
+/// PX4's forwarding: an expiry hold, a deny-hold, a withheld action and its refresh request,
+/// the operator's hold and release, and the pilot's own override, each in words, from the
+/// gateway's component, at most 50 bytes, one per 250 ms at most.
+#[test]
+fn the_pilots_ground_station_hears_the_gateways_decisions() {
+    let _timing = common::shared();
+    let dir = tmp("statustext");
+    let sim = Sim::start(&dir.join("vehicle-setpoints.jsonl"));
+    let g = Gateway::start(&dir, &format!("udpout:{}", sim.addr), "");
+    let u = g.url.clone();
+    let providers = Providers::start(&u, &g.provider);
+    let status = || get(&format!("{u}/v1/status"), None).1;
+    take_off(&g, &sim);
+    let mut gcs = GroundStation::start(sim.control.gcs_port.load(Ordering::Relaxed));
+    let submit = |rid: &str, generation: u64, comp: Value, cert: &str| {
+        let env = json!({"response_id": rid, "agent_id": "planner-1", "generation": generation,
+            "catalog": {"id": "uav-px4", "version": 6}, "components": [comp]});
+        let id = env["components"][0]["id"].as_str().unwrap().to_string();
+        certify(&g, &env, &id, cert);
+        let (st, rep) = post(
+            &format!("{u}/v1/responses"),
+            Some(&g.agent),
+            env.to_string().as_bytes(),
+        );
+        assert_eq!(st, 200, "{rep}");
+        rep["components"][0].clone()
+    };
+    let said = |text: &str| {
+        status()["last_decisions"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|x| x["text"] == text))
+    };
+
+    // A target certified for 1.5 s: flown, then held when its time ends.
+    let mut short = route("x", [6.0, 1.0, -6.0, 0.0], 7, "cert-x");
+    short["payload"]["duration_s"] = json!(1.5);
+    let c = submit("st-0", 1, short, "cert-x");
+    assert_eq!(c["phase"], "dispatched", "{c}");
+    wait_until(10, "the expiry hold", || {
+        said("HALO: target time ended, holding")
+    });
+    // A target streaming when the map epoch changes: deny-hold.
+    let c = submit(
+        "st-1",
+        2,
+        route("a", [8.0, 2.0, -6.0, 0.0], 7, "cert-a"),
+        "cert-a",
+    );
+    assert_eq!(c["phase"], "dispatched", "{c}");
+    wait_until(10, "the target at the vehicle", || {
+        sim.fingerprints().contains(&fp(8.0, 2.0, -6.0, 0.0))
+    });
+    providers.map_epoch.store(8, Ordering::Relaxed);
+    wait_until(10, "the deny-hold", || {
+        said("HALO: a lost support, hold: epoch changed")
+    });
+    // An action planned against the old map: withheld, with a refresh request.
+    let c = submit(
+        "st-2",
+        3,
+        route("b", [9.0, 2.0, -6.0, 0.0], 7, "cert-b"),
+        "cert-b",
+    );
+    assert_eq!(c["reason"], "EPOCH_CHANGED", "{c}");
+    for action in ["hold", "release"] {
+        let (st, v) = post(
+            &format!("{u}/v1/operator/{action}"),
+            Some(&g.operator),
+            b"{}",
+        );
+        assert_eq!(st, 200, "{v}");
+    }
+    // The pilot takes the vehicle from the ground station.
+    gcs.say("mode AUTO.LOITER");
+    wait_until(5, "the override", || {
+        status()["vehicle"]["override_mode"] == "AUTO.LOITER"
+    });
+    // Every line waiting has gone out (one per 250 ms).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && status()["statustext"]["sent"].as_u64() < Some(7) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let v = status();
+    let heard = gcs.finish();
+    drop(providers);
+    let ours: Vec<&Value> = heard["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["text"].as_str().unwrap_or("").starts_with("HALO:"))
+        .collect();
+    for t in &ours {
+        println!(
+            "  heard: severity {} \"{}\"",
+            t["severity"],
+            t["text"].as_str().unwrap_or("")
+        );
+    }
+    let heard_line = |text: &str, severity: u64| {
+        ours.iter()
+            .any(|t| t["text"] == text && t["severity"].as_u64() == Some(severity))
+    };
+    let times: Vec<u64> = ours.iter().filter_map(|t| t["t_ms"].as_u64()).collect();
+    let outcomes = [
+        (
+            "expiry hold: warning",
+            heard_line("HALO: target time ended, holding", 4),
+        ),
+        (
+            "deny-hold: error",
+            heard_line("HALO: a lost support, hold: epoch changed", 3),
+        ),
+        (
+            "withheld action: warning",
+            heard_line("HALO: b withheld: epoch changed", 4),
+        ),
+        (
+            "its refresh request: info",
+            ours.iter().any(|t| {
+                t["severity"] == 6
+                    && t["text"]
+                        .as_str()
+                        .is_some_and(|x| x.starts_with("HALO: b needs fresh ") && x.contains("map"))
+            }),
+        ),
+        (
+            "operator hold: notice",
+            heard_line("HALO: operator hold, no agent actions", 5),
+        ),
+        (
+            "operator release: notice",
+            heard_line("HALO: operator released the hold", 5),
+        ),
+        (
+            "pilot override: notice",
+            heard_line("HALO: pilot took over (AUTO.LOITER), gateway off", 5),
+        ),
+        (
+            "from the gateway's component (1/191), at most 50 bytes",
+            !ours.is_empty()
+                && ours.iter().all(|t| {
+                    t["sys"] == 1
+                        && t["comp"] == 191
+                        && t["text"].as_str().unwrap_or("").len() <= 50
+                }),
+        ),
+        (
+            "at most one line per 250 ms (150 ms apart at the ground station)",
+            times.windows(2).all(|w| w[1] >= w[0] + 150),
+        ),
+        (
+            "every line sent was heard, none dropped",
+            v["statustext"]["sent"].as_u64() == Some(ours.len() as u64)
+                && v["statustext"]["dropped"] == 0,
+        ),
+    ];
+    for (name, good) in &outcomes {
+        println!("  {name:<70} {}", if *good { "ok" } else { "MISMATCH" });
+    }
+    let matched = outcomes.iter().filter(|(_, g)| *g).count();
+    println!("service-statustext: {matched}/{} matched", outcomes.len());
+    assert_eq!((matched, outcomes.len()), (10, 10), "{heard}\n{v}");
+    assert_eq!(g.stop(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `GET /v1/openapi.json` is a valid OpenAPI 3.1 document (checked by `openapi-spec-validator`,
 /// an independent validator, shown to refuse a broken one) with every route of the
 /// table the router is built from.

@@ -8,6 +8,11 @@ Usage: pilot.py GCS_PORT MODE [MODE ...]   (MODE: POSCTL, AUTO.LOITER, AUTO.RTL 
        pilot.py GCS_PORT origin LAT LON ALT (move the EKF origin as a ground station does:
                                              SET_GPS_GLOBAL_ORIGIN, then wait for the vehicle's
                                              GPS_GLOBAL_ORIGIN to announce it)
+       pilot.py GCS_PORT texts              (a ground station's message list: prints READY,
+                                             then collects every STATUSTEXT until stdin says
+                                             `stop`; `mode NAME` on stdin switches the mode
+                                             meanwhile. Prints {"texts": [{"sys", "comp",
+                                             "severity", "text", "t_ms"}, ...], "switched": [...]})
 Prints one JSON line: {"switched": [{"mode", "confirmed", "after_ms"}, ...]}; exit 0 when every
 switch was confirmed. Watching prints {"targets": [...]}: the position targets the vehicle
 reported in POSITION_TARGET_LOCAL_NED, as fingerprints (centimetres and tenths of a degree,
@@ -94,6 +99,46 @@ if sys.argv[2] == "origin":
                 break
     print(json.dumps({"origin": {"confirmed": ok, "after_ms": round((time.time() - t0) * 1000)}}), flush=True)
     sys.exit(0 if ok else 1)
+
+def switch(name):
+    main, sub = MODES[name]
+    t0 = time.time()
+    conn.mav.command_long_send(1, 1, M.MAV_CMD_DO_SET_MODE, 0, 1, main, sub, 0, 0, 0, 0)
+    return {"mode": name, "main": main, "sub": sub, "t0": t0}
+
+
+if sys.argv[2] == "texts":
+    import select
+
+    texts, switched, pending = [], [], None
+    t_start, last_hb = time.time(), 0.0
+    print("READY", flush=True)
+    done = False
+    while not done:
+        if time.time() - last_hb > 0.5:
+            heartbeat()
+            last_hb = time.time()
+        ready, _, _ = select.select([sys.stdin], [], [], 0)
+        if ready:
+            line = sys.stdin.readline().split()
+            if not line or line[0] == "stop":
+                done = True
+            elif line[0] == "mode":
+                pending = switch(line[1])
+        m = conn.recv_match(blocking=True, timeout=0.02)
+        if m is None:
+            continue
+        if m.get_type() == "STATUSTEXT":
+            texts.append({"sys": m.get_srcSystem(), "comp": m.get_srcComponent(),
+                          "severity": m.severity, "text": m.text,
+                          "t_ms": round((time.time() - t_start) * 1000)})
+        elif (m.get_type() == "HEARTBEAT" and pending is not None and m.get_srcComponent() == 1
+              and mode_of(m) == (pending["main"], pending["sub"])):
+            switched.append({"mode": pending["mode"], "confirmed": True,
+                             "after_ms": round((time.time() - pending["t0"]) * 1000)})
+            pending = None
+    print(json.dumps({"texts": texts, "switched": switched}), flush=True)
+    sys.exit(0)
 
 out = {"switched": []}
 for name in sys.argv[2:]:

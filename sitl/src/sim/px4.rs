@@ -342,8 +342,9 @@ pub struct Px4Sim {
     /// The ground-station link's own streams (empty until [`Px4Sim::enable_gcs_link`]).
     gcs_streams: Vec<Stream>,
     gcs_outbox: VecDeque<MavMessage>,
-    /// Other systems' heartbeats heard on the offboard link, forwarded to the ground station
-    /// with their own header (measured: PX4 SITL forwards the companion's, sys 1 comp 191).
+    /// Other components' heartbeats and status texts heard on the offboard link, forwarded to
+    /// the ground station with their own header (measured: PX4 SITL forwards the companion's
+    /// heartbeat, sys 1 comp 191).
     gcs_forward: VecDeque<(MavHeader, MavMessage)>,
     /// The position target the hover error is measured from, and since when the vehicle has
     /// been near it (the error builds up only once it has settled there).
@@ -667,7 +668,13 @@ impl Px4Sim {
         self.advance(now_ns);
         let own = header.system_id == u32::from(self.cfg.system_id)
             && header.component_id == self.cfg.component_id;
-        if !gcs && !own && !self.gcs_streams.is_empty() && matches!(msg, MavMessage::HEARTBEAT(_)) {
+        // PX4 forwards what a companion broadcasts (its heartbeat, its STATUSTEXT) to the
+        // ground-station link (`MAV_x_FORWARD` on both instances, as PX4 SITL starts them).
+        if !gcs
+            && !own
+            && !self.gcs_streams.is_empty()
+            && matches!(msg, MavMessage::HEARTBEAT(_) | MavMessage::STATUSTEXT(_))
+        {
             if self.gcs_forward.len() >= 64 {
                 self.gcs_forward.pop_front();
             }

@@ -147,6 +147,9 @@ impl Task {
                 json!({"reason": why, "withheld": ids, "hold": done.hold, "was_streaming": done.was_streaming,
                        "action": action}),
             );
+            self.tell(&super::Told::ReceiptsFailed {
+                landing: done.landing,
+            });
             self.publish(
                 "receipts_unavailable",
                 &json!({"reason": why, "withheld": ids, "action": action}),

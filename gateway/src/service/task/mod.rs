@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::hub::Hub;
 use super::metrics::{Metrics, OutcomeLabel, SourceLabel};
+use super::pilot_text::Told;
 use crate::contract::{Monitor, Role as ContractRole};
 use crate::core::engine::{Event, Gateway};
 use crate::core::envelope::{MAX_RESPONSE_BYTES, Rejection};
@@ -421,7 +422,14 @@ pub struct Task {
     /// Evaluation only: tokens waiting for their gate, in polling order (bounded by the core's
     /// live tokens).
     deferred: std::collections::VecDeque<(Instant, crate::core::DispatchToken)>,
+    /// Lines for the pilot's ground station (`vehicle.statustext`, PX4 only).
+    pilot: Option<super::pilot_text::PilotTexts>,
+    /// The last decisions in words, newest last (at most [`RECENT`]), for `GET /v1/status`.
+    recent: std::collections::VecDeque<(u64, super::pilot_text::PilotLine)>,
 }
+
+/// Decisions kept in words for `GET /v1/status`.
+pub const RECENT: usize = 8;
 
 /// Unix ms now.
 pub fn wall_now_ms() -> u64 {
@@ -505,6 +513,68 @@ impl Task {
             gate_delay: None,
             certifier: super::certifier::CertifierConfig::default(),
             deferred: std::collections::VecDeque::new(),
+            pilot: None,
+            recent: std::collections::VecDeque::with_capacity(RECENT),
+        }
+    }
+
+    /// Tells the pilot's ground station the gateway's decisions (`vehicle.statustext`; PX4
+    /// only, a Crazyflie has no ground station link).
+    #[must_use]
+    pub fn with_pilot_texts(mut self, on: bool) -> Task {
+        self.pilot = (on && self.adapter.px4().is_some()).then(super::pilot_text::PilotTexts::new);
+        self
+    }
+
+    /// One decision in words: kept among the last decisions, and queued for the ground station.
+    fn tell(&mut self, t: &super::pilot_text::Told<'_>) {
+        let l = super::pilot_text::line(t);
+        if self.recent.len() >= RECENT {
+            self.recent.pop_front();
+        }
+        let at = self.wall_ms(self.now());
+        self.recent.push_back((at, l.clone()));
+        if t.for_pilot()
+            && let Some(p) = self.pilot.as_mut()
+        {
+            p.push(l);
+        }
+    }
+
+    /// A supervisor notice that the pilot should hear of.
+    fn tell_notice(&mut self, name: &str, data: &serde_json::Value) {
+        let text = |k: &str| data.get(k).and_then(serde_json::Value::as_str);
+        let reason = text("reason").and_then(ReasonCode::from_name);
+        match name {
+            "deny_hold" if data.get("held") == Some(&serde_json::Value::Bool(true)) => {
+                self.tell(&Told::DenyHold {
+                    component: text("component").unwrap_or("?"),
+                    reason,
+                });
+            }
+            "vehicle_override" => self.tell(&Told::Override {
+                to: text("to").unwrap_or("?"),
+            }),
+            "operator_hold" => self.tell(&Told::OperatorHold(
+                data.get("held") == Some(&serde_json::Value::Bool(true)),
+            )),
+            _ => {}
+        }
+    }
+
+    /// Hands the next due line to the bridge (one per `pilot_text::INTERVAL`).
+    fn flush_pilot_texts(&mut self) {
+        let now = self.now();
+        let (Some(p), Some(h)) = (self.pilot.as_mut(), self.adapter.px4()) else {
+            return;
+        };
+        if !h.link_up() {
+            return;
+        }
+        if let Some(l) = p.poll(now)
+            && let Err(e) = h.status_text(l.severity, &l.text)
+        {
+            tracing::debug!(error = %e, text = %l.text, "status text for the ground station not sent");
         }
     }
 
@@ -701,6 +771,7 @@ impl Task {
                     if name == "vehicle_override" {
                         self.metrics.overrides.inc();
                     }
+                    self.tell_notice(name, &data);
                     self.publish(name, &data);
                 }
                 Output::DenyHoldLatency(latency) => {
@@ -732,6 +803,17 @@ impl Task {
                 reason,
             } => {
                 self.metrics.decision(reason.map(|r| r.name()));
+                if *phase == crate::core::Phase::Withheld
+                    && self
+                        .gw
+                        .component_report(response, component)
+                        .is_some_and(|c| c.action)
+                {
+                    self.tell(&Told::Withheld {
+                        component: component.as_str(),
+                        reason: *reason,
+                    });
+                }
                 if let Some(r) = reason {
                     tracing::info!(%response, %component, %phase, reason = %r, "phase");
                 } else {
@@ -762,6 +844,10 @@ impl Task {
                 );
             }
             Event::ObligationCreated { obligation } => {
+                self.tell(&Told::Refresh {
+                    component: obligation.component.as_str(),
+                    sources: &obligation.required,
+                });
                 tracing::info!(
                     obligation = obligation.id.0,
                     response = %obligation.response,
@@ -814,6 +900,9 @@ impl Task {
                 ..
             } => {
                 tracing::info!(%response, %component, binding = %binding.short(), "final gate: dispatched");
+                self.tell(&Told::Dispatched {
+                    component: component.as_str(),
+                });
             }
             GateOutcome::Denied {
                 response,
@@ -887,6 +976,19 @@ impl Task {
         let t0 = Instant::now();
         let now = self.now();
         let r = self.gw.handle_response(now, bytes);
+        if let Ok(rep) = &r {
+            // Withheld at admission: told before the refresh requests the pump publishes.
+            for c in rep
+                .components
+                .iter()
+                .filter(|c| c.action && c.phase == crate::core::Phase::Withheld)
+            {
+                self.tell(&Told::Withheld {
+                    component: c.id.as_str(),
+                    reason: c.reason,
+                });
+            }
+        }
         self.pump();
         self.metrics
             .admission_seconds
@@ -1122,11 +1224,19 @@ impl Task {
                          "state": if self.sup.failed().is_some() { "refusing" } else { "ok" },
                          "reason": self.sup.failed()},
             "events_next_id": self.hub.next_id(),
+            "vehicle_url": self.vehicle_url,
+            "last_decisions": self.recent.iter().map(|(at, l)| json!({
+                "at_unix_ms": at, "severity": l.severity, "text": l.text,
+            })).collect::<Vec<_>>(),
+            "statustext": self.pilot.as_ref().map(|p| json!({
+                "sent": p.sent_total(), "dropped": p.dropped_total(),
+            })),
         })
     }
 
     /// Periodic work: the supervisor's deadlines, checkpoints that are due, metrics.
     fn housekeeping(&mut self) {
+        self.flush_pilot_texts();
         let t = Instant::now();
         let now = self.now();
         if self.sup.poll_timeout().is_some_and(|d| d <= now) {

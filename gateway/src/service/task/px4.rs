@@ -172,6 +172,9 @@ impl Task {
                 fingerprint,
             } => self.target_expired(binding, &fingerprint.to_string()),
             BridgeEvent::Holding { kind, reason } => {
+                if *reason == px4_bridge::HoldReason::TargetExpired {
+                    self.tell(&super::Told::ExpiryHold);
+                }
                 self.observe(Observation::Holding { kind: json!(kind) });
                 self.publish("vehicle_hold", &json!({"kind": kind, "reason": reason}));
             }
