@@ -169,7 +169,16 @@ pub fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)>
             {
                 "operator release: agent actions may dispatch again".to_string()
             } else if what == "operator_hold" {
-                "operator hold: agent actions do not dispatch".to_string()
+                let stopped = detail
+                    .get("stopped")
+                    .filter(|v| !v.is_null())
+                    .map(|v| {
+                        let g =
+                            |k: &str| v.get(k).and_then(serde_json::Value::as_str).unwrap_or("?");
+                        format!("; stopped streaming {}/{}", g("response"), g("component"))
+                    })
+                    .unwrap_or_default();
+                format!("operator hold: agent actions do not dispatch{stopped}")
             } else if what == "control_granted" {
                 format!(
                     "the operator handed the vehicle to the gateway ({})",

@@ -111,6 +111,10 @@ enum Cmd {
         /// The gateway's state directory (to find the operator credential).
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// Print the gateway's answer as JSON (`status`: the raw `GET /v1/status`) instead of
+        /// the summary in words.
+        #[arg(long)]
+        json: bool,
     },
     /// Print the admission decision of every component of a response against a catalog and a
     /// state snapshot. Catalog authors use it to test a catalog before flight.
@@ -190,6 +194,7 @@ where
             follow,
             token_file,
             state_dir,
+            json,
         } => operator::operator(
             action,
             altitude,
@@ -197,6 +202,7 @@ where
             follow.as_deref(),
             token_file,
             state_dir,
+            json,
         ),
         Cmd::Check {
             catalog,

@@ -36,6 +36,7 @@ pub(crate) fn operator(
     follow: Option<&Path>,
     token_file: Option<PathBuf>,
     state_dir: Option<PathBuf>,
+    json: bool,
 ) -> i32 {
     let url = url.trim_end_matches('/');
     let token_path = token_file.unwrap_or_else(|| {
@@ -65,6 +66,9 @@ pub(crate) fn operator(
     if follow.is_some() {
         eprintln!("error: --follow goes with `heads`");
         return EXIT_ERROR;
+    }
+    if action == OperatorAction::Status && !json {
+        return status(&agent, url, &auth);
     }
     let result = if action == OperatorAction::Status {
         agent
@@ -102,10 +106,14 @@ pub(crate) fn operator(
             let v: serde_json::Value =
                 serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
             if status == 200 {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&v).unwrap_or(text.clone())
-                );
+                if json || action == OperatorAction::Status {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&v).unwrap_or(text.clone())
+                    );
+                } else {
+                    println!("{}", answer_in_words(action, &v));
+                }
                 EXIT_OK
             } else {
                 let err = v.get("error");
@@ -225,5 +233,286 @@ fn heads(agent: &ureq::Agent, url: &str, auth: &str, follow: Option<&Path>) -> i
             }
         }
         std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// A command's answer in words (`--json` prints the gateway's answer as it is).
+fn answer_in_words(action: OperatorAction, v: &serde_json::Value) -> String {
+    let outcome = v
+        .get("outcome")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("sent");
+    match action {
+        OperatorAction::Hold => {
+            "hold: the vehicle holds; no agent action dispatches until `operator release`".into()
+        }
+        OperatorAction::Release => {
+            "release: agent actions may dispatch again; the gateway may fly the vehicle".into()
+        }
+        OperatorAction::Takeoff => format!(
+            "takeoff: {outcome}{}",
+            v.get("altitude_m")
+                .and_then(serde_json::Value::as_f64)
+                .map(|a| format!(" (to {a} m above home)"))
+                .unwrap_or_default()
+        ),
+        other => format!(
+            "{}: {}",
+            clap::ValueEnum::to_possible_value(&other)
+                .map(|p| p.get_name().to_string())
+                .unwrap_or_default(),
+            outcome.replace('_', " ")
+        ),
+    }
+}
+
+/// `operator status`: a short summary for people — which gateway answered, the vehicle, who
+/// flies, the receipts, open obligations and the last decisions (`--json`: the raw status).
+fn status(agent: &ureq::Agent, url: &str, auth: &str) -> i32 {
+    let fetch = |path: &str| -> Result<serde_json::Value, String> {
+        let mut r = agent
+            .get(format!("{url}{path}"))
+            .header("Authorization", auth)
+            .call()
+            .map_err(|e| format!("cannot reach the gateway at {url}: {e}"))?;
+        let text = r.body_mut().read_to_string().unwrap_or_default();
+        if r.status().as_u16() != 200 {
+            return Err(format!("{path}: {} {text}", r.status().as_u16()));
+        }
+        serde_json::from_str(&text).map_err(|e| format!("{path}: not JSON: {e}"))
+    };
+    let st = match fetch("/v1/status") {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    // The obligations need a credential the status does not; say so rather than fail.
+    let obligations = fetch("/v1/obligations?state=open");
+    let now_ms = crate::service::task::wall_now_ms();
+    print!("{}", summary(url, &st, obligations.as_ref().ok(), now_ms));
+    if let Err(e) = obligations {
+        println!("obligations  not shown: {e}");
+    }
+    EXIT_OK
+}
+
+/// The status summary's text (pure: the tests feed it bodies).
+pub(crate) fn summary(
+    url: &str,
+    st: &serde_json::Value,
+    obligations: Option<&serde_json::Value>,
+    now_ms: u64,
+) -> String {
+    use serde_json::Value;
+    use std::fmt::Write as _;
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
+    let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
+    let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "gateway      {url}: halo-gateway {}, boot {}, up {}",
+        s(st, "version"),
+        n(st, "boot_epoch").map_or("?".into(), |b| b.to_string()),
+        n(st, "uptime_s").map_or("?".into(), duration_words)
+    );
+    let cat = st.get("catalog").cloned().unwrap_or_default();
+    let v = st.get("vehicle").cloned().unwrap_or_default();
+    let link = if v.get("link_up") == Some(&Value::Bool(true)) {
+        "link up"
+    } else {
+        "LINK DOWN"
+    };
+    let mut vehicle = format!("{}, {link}", s(st, "vehicle_url"));
+    if let Some(m) = v.get("mode").and_then(Value::as_str) {
+        let _ = write!(vehicle, ", mode {m}");
+    }
+    let armed = v.get("armed") == Some(&Value::Bool(true));
+    vehicle.push_str(if armed { ", armed" } else { ", disarmed" });
+    if let Some(l) = v.get("landed_state").and_then(Value::as_str) {
+        let _ = write!(vehicle, ", {l}");
+    }
+    if let Some(h) = f(&v, "height_above_home_m") {
+        let _ = write!(vehicle, ", {h:.1} m above home");
+    }
+    if let Some(b) = f(&v, "battery_pct") {
+        let _ = write!(vehicle, ", battery {b:.0} %");
+    } else if let Some(b) = f(&v, "battery_v") {
+        let _ = write!(vehicle, ", battery {b:.2} V");
+    }
+    let _ = writeln!(o, "vehicle      {vehicle}");
+    let control = match v.get("control").and_then(Value::as_str) {
+        Some("gateway") => "the gateway flies (agent actions dispatch)".to_string(),
+        Some("operator_hold") => {
+            "operator hold: no agent action dispatches until `operator release`".to_string()
+        }
+        _ => match v.get("override_mode").and_then(Value::as_str) {
+            Some(m) => {
+                format!("the pilot took over ({m}); `operator release` hands the vehicle back")
+            }
+            None => "the operator's: not handed to the gateway yet (a takeoff through the \
+                     gateway or `operator release` does)"
+                .to_string(),
+        },
+    };
+    let _ = writeln!(o, "control      {control}");
+    let rec = st.get("receipts").cloned().unwrap_or_default();
+    let receipts = if rec.get("state").and_then(Value::as_str) == Some("refusing") {
+        format!(
+            "REFUSING: {} (nothing dispatches, the vehicle holds)",
+            s(&rec, "reason")
+        )
+    } else {
+        format!(
+            "ok, {} written, {} lost{}",
+            n(&rec, "written").unwrap_or(0),
+            n(&rec, "lost").unwrap_or(0),
+            st.get("audit")
+                .and_then(|a| a.get("last_checkpoint"))
+                .and_then(Value::as_u64)
+                .map(|c| format!(", last signed checkpoint at receipt {c}"))
+                .unwrap_or_default()
+        )
+    };
+    let _ = writeln!(o, "receipts     {receipts}");
+    let _ = writeln!(
+        o,
+        "work         catalog {} v{}, {} response{} live, {} setpoint{} sent",
+        s(&cat, "id"),
+        n(&cat, "version").unwrap_or(0),
+        n(st, "responses_live").unwrap_or(0),
+        if n(st, "responses_live") == Some(1) {
+            ""
+        } else {
+            "s"
+        },
+        n(&v, "setpoints_sent").unwrap_or(0),
+        if n(&v, "setpoints_sent") == Some(1) {
+            ""
+        } else {
+            "s"
+        },
+    );
+    if let Some(Value::Array(obs)) = obligations {
+        if obs.is_empty() {
+            let _ = writeln!(o, "obligations  none open");
+        } else {
+            let _ = writeln!(o, "obligations  {} open", obs.len());
+            for ob in obs {
+                let list = |k: &str| {
+                    ob.get(k)
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(Value::as_str)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        })
+                        .unwrap_or_default()
+                };
+                let left = n(ob, "expires_at_unix_ms")
+                    .map(|e| {
+                        if e > now_ms {
+                            format!("expires in {}", duration_words((e - now_ms) / 1000))
+                        } else {
+                            "expired".into()
+                        }
+                    })
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    o,
+                    "  #{} {}/{}: {}; refresh {}; a fresh candidate may replace {}; {left}",
+                    n(ob, "id").unwrap_or(0),
+                    s(ob, "response"),
+                    s(ob, "component"),
+                    ob.get("reason")
+                        .and_then(Value::as_str)
+                        .and_then(crate::core::ReasonCode::from_name)
+                        .map_or_else(|| s(ob, "reason"), |c| c.description().to_string()),
+                    list("required"),
+                    list("scope"),
+                );
+            }
+        }
+    }
+    let decisions = st
+        .get("last_decisions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if decisions.is_empty() {
+        let _ = writeln!(o, "decisions    none yet");
+    } else {
+        let _ = writeln!(o, "decisions    the last {}, newest last:", decisions.len());
+        for d in &decisions {
+            let ago = n(d, "at_unix_ms")
+                .map(|t| {
+                    let ms = now_ms.saturating_sub(t);
+                    #[allow(clippy::cast_precision_loss, reason = "seconds for people")]
+                    let secs = ms as f64 / 1000.0;
+                    format!("{secs:>7.1} s ago")
+                })
+                .unwrap_or_default();
+            let text = s(d, "text");
+            let _ = writeln!(o, "  {ago}  {}", text.trim_start_matches("HALO: "));
+        }
+    }
+    o
+}
+
+/// Seconds as `42 s`, `3 min 12 s` or `2 h 5 min`.
+fn duration_words(secs: u64) -> String {
+    match secs {
+        0..60 => format!("{secs} s"),
+        60..3600 => format!("{} min {} s", secs / 60, secs % 60),
+        _ => format!("{} h {} min", secs / 3600, (secs % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_summary_says_who_answered_and_what_holds_in_words() {
+        let st = json!({
+            "service": "halo-gateway", "version": "0.1.0", "boot_epoch": 4, "uptime_s": 192,
+            "catalog": {"id": "uav-px4", "version": 6}, "vehicle_url": "serial:/dev/ttyAMA0:921600",
+            "vehicle": {"link_up": true, "mode": "AUTO.LOITER", "armed": true, "landed_state": "in air",
+                        "height_above_home_m": 5.16, "battery_pct": 97.0, "setpoints_sent": 37,
+                        "control": "operator", "override_mode": "AUTO.LOITER"},
+            "receipts": {"written": 72, "lost": 0, "state": "ok"},
+            "audit": {"last_checkpoint": 71},
+            "responses_live": 1,
+            "last_decisions": [{"at_unix_ms": 1_000_000, "severity": 5,
+                                "text": "HALO: pilot took over (AUTO.LOITER), gateway off"}],
+        });
+        let obs = json!([{"id": 3, "response": "st-2", "component": "b", "reason": "EPOCH_CHANGED",
+                          "required": ["map"], "scope": ["b"], "expires_at_unix_ms": 1_012_500}]);
+        let text = summary("http://127.0.0.1:8641", &st, Some(&obs), 1_002_500);
+        let want = "\
+gateway      http://127.0.0.1:8641: halo-gateway 0.1.0, boot 4, up 3 min 12 s
+vehicle      serial:/dev/ttyAMA0:921600, link up, mode AUTO.LOITER, armed, in air, 5.2 m above home, battery 97 %
+control      the pilot took over (AUTO.LOITER); `operator release` hands the vehicle back
+receipts     ok, 72 written, 0 lost, last signed checkpoint at receipt 71
+work         catalog uav-px4 v6, 1 response live, 37 setpoints sent
+obligations  1 open
+  #3 st-2/b: a source epoch differs from the one planned against or admitted with; refresh map; a fresh candidate may replace b; expires in 10 s
+decisions    the last 1, newest last:
+      2.5 s ago  pilot took over (AUTO.LOITER), gateway off
+";
+        assert_eq!(text, want);
+        assert!(!text.contains("Some("), "no Debug text");
+        // A refusing log and a held gateway read as such.
+        let mut st = st;
+        st["receipts"] = json!({"state": "refusing", "reason": "disk full"});
+        st["vehicle"]["control"] = json!("operator_hold");
+        let text = summary("u", &st, Some(&json!([])), 0);
+        assert!(text.contains("receipts     REFUSING: disk full"), "{text}");
+        assert!(text.contains("control      operator hold"), "{text}");
+        assert!(text.contains("obligations  none open"), "{text}");
     }
 }

@@ -222,6 +222,11 @@ pub trait VehicleControl {
     fn flying(&self) -> bool;
     /// A Crazyflie's supervisor says it is armed (PX4: observed instead).
     fn armed(&self) -> bool;
+    /// The response and component a recently dispatched binding belongs to, for the records
+    /// of what a hold or an override stopped (none when unknown).
+    fn attribute(&self, _binding: &Binding) -> Option<(Id, Id)> {
+        None
+    }
 }
 
 /// How an operator request was refused: a stable code and a message for people.
@@ -1018,11 +1023,17 @@ impl Supervisor {
 
     fn operator_hold(&mut self, ticket: Ticket, vehicle: &mut dyn VehicleControl) {
         self.held = true;
+        // The action the hold stops, named for the receipt and the audit.
+        let stopped = self
+            .streaming
+            .and_then(|b| vehicle.attribute(&b))
+            .map_or(Value::Null, |(r, c)| json!({"response": r, "component": c}));
         let r = vehicle.hold();
         self.end_stream();
         self.record(
             "operator_hold",
-            json!({"held": true, "bridge": r.map_or_else(|e| e.to_string(), |()| "holding".into())}),
+            json!({"held": true, "bridge": r.map_or_else(|e| e.to_string(), |()| "holding".into()),
+                   "stopped": stopped}),
         );
         self.notice("operator_hold", json!({"held": true}));
         self.publish_control();

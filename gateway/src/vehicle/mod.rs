@@ -314,6 +314,10 @@ impl VehicleControl for VehicleAdapter {
         VehicleAdapter::hold(self)
     }
 
+    fn attribute(&self, binding: &[u8; 32]) -> Option<(Id, Id)> {
+        VehicleAdapter::attribute(self, binding).map(|(r, c)| (r.clone(), c.clone()))
+    }
+
     fn command(&mut self, command: &VehicleCommand) -> Result<(), VehicleError> {
         match &self.link {
             VehicleLink::Px4(h) => {

@@ -1050,6 +1050,7 @@ fn the_pilots_ground_station_hears_the_gateways_decisions() {
     let u = g.url.clone();
     let providers = Providers::start(&u, &g.provider);
     let status = || get(&format!("{u}/v1/status"), None).1;
+    let g_state = g.state.clone();
     take_off(&g, &sim);
     let mut gcs = GroundStation::start(sim.control.gcs_port.load(Ordering::Relaxed));
     let submit = |rid: &str, generation: u64, comp: Value, cert: &str| {
@@ -1102,6 +1103,17 @@ fn the_pilots_ground_station_hears_the_gateways_decisions() {
         "cert-b",
     );
     assert_eq!(c["reason"], "EPOCH_CHANGED", "{c}");
+    // A fresh action flying when the operator holds: the hold's receipt names it.
+    let c = submit(
+        "st-3",
+        4,
+        route("c", [7.0, 3.0, -6.0, 0.0], 8, "cert-c"),
+        "cert-c",
+    );
+    assert_eq!(c["phase"], "dispatched", "{c}");
+    wait_until(10, "the fresh target at the vehicle", || {
+        sim.fingerprints().contains(&fp(7.0, 3.0, -6.0, 0.0))
+    });
     for action in ["hold", "release"] {
         let (st, v) = post(
             &format!("{u}/v1/operator/{action}"),
@@ -1123,7 +1135,66 @@ fn the_pilots_ground_station_hears_the_gateways_decisions() {
     std::thread::sleep(Duration::from_millis(1500));
     let v = status();
     let heard = gcs.finish();
+    // The same state from `halo-gateway operator status`, in words, and as JSON.
+    let state = g.state.display().to_string();
+    let op = |json: bool| {
+        let mut args = vec![
+            "operator",
+            "status",
+            "--url",
+            &g.proc.operator_url,
+            "--state-dir",
+            &state,
+        ];
+        if json {
+            args.push("--json");
+        }
+        common::halo(&args)
+    };
+    let (rc, words) = op(false);
+    let (rc_json, raw) = op(true);
+    println!("{words}");
+    let cli = [
+        (
+            "the summary names the gateway that answered and who flies",
+            rc == 0
+                && words.contains(&format!("gateway      {}: halo-gateway", g.proc.operator_url))
+                && words.contains(&format!("vehicle      udpout:{}, link up, mode AUTO.LOITER, armed", sim.addr))
+                && words.contains("control      the pilot took over (AUTO.LOITER); `operator release` hands the vehicle back"),
+        ),
+        (
+            "the open obligation and the last decisions in words",
+            words.contains("obligations  1 open")
+                && words.contains("st-2/b: a source epoch differs")
+                && words.contains("s ago  pilot took over (AUTO.LOITER), gateway off")
+                && !words.contains('{'),
+        ),
+        (
+            "--json is the raw status",
+            rc_json == 0
+                && serde_json::from_str::<Value>(raw.trim())
+                    .is_ok_and(|j| j["vehicle"]["override_mode"] == "AUTO.LOITER"),
+        ),
+    ];
+    for (name, good) in &cli {
+        println!("  {name:<70} {}", if *good { "ok" } else { "MISMATCH" });
+    }
+    let cli_matched = cli.iter().filter(|(_, g)| *g).count();
+    println!(
+        "service-operator-status: {cli_matched}/{} matched",
+        cli.len()
+    );
+    assert_eq!((cli_matched, cli.len()), (3, 3), "{words}");
     drop(providers);
+    let stopped = g.stop();
+    // After the flight, the decisions view names what the operator's hold stopped.
+    let log = g_state.join("receipts/boot-1.jsonl").display().to_string();
+    let (rc, shown) = common::halo(&["audit", "show", "--decisions", &log]);
+    assert_eq!(rc, 0, "{shown}");
+    assert!(
+        shown.contains("operator hold: agent actions do not dispatch; stopped streaming st-3/c"),
+        "{shown}"
+    );
     let ours: Vec<&Value> = heard["texts"]
         .as_array()
         .unwrap()
@@ -1201,7 +1272,7 @@ fn the_pilots_ground_station_hears_the_gateways_decisions() {
     let matched = outcomes.iter().filter(|(_, g)| *g).count();
     println!("service-statustext: {matched}/{} matched", outcomes.len());
     assert_eq!((matched, outcomes.len()), (10, 10), "{heard}\n{v}");
-    assert_eq!(g.stop(), 0);
+    assert_eq!(stopped, 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
