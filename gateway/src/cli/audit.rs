@@ -132,6 +132,7 @@ pub fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)>
                 what,
                 "deny_hold"
                     | "deny_hold_done"
+                    | "target_expired"
                     | "contract"
                     | "operator_hold"
                     | "operator_release"
@@ -179,6 +180,12 @@ pub fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)>
                     })
                     .unwrap_or_default();
                 format!("operator hold: agent actions do not dispatch{stopped}")
+            } else if what == "target_expired" {
+                format!(
+                    "expiry hold: the certified interval of {}/{} ended, the vehicle holds",
+                    d("response"),
+                    d("component")
+                )
             } else if what == "control_granted" {
                 format!(
                     "the operator handed the vehicle to the gateway ({})",

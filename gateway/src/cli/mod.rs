@@ -32,6 +32,7 @@ pub mod audit;
 pub mod check;
 pub mod contract;
 pub mod operator;
+pub mod plot;
 pub mod run;
 
 /// Exit code: everything retained.
@@ -148,6 +149,18 @@ enum Cmd {
         #[command(subcommand)]
         cmd: audit::AuditCmd,
     },
+    /// Draw one flight as an SVG: the target streamed to the vehicle (from the bridge's
+    /// setpoint log) and each component's phases (from the receipts), with dispatches,
+    /// deny-holds, expiry holds and pilot overrides marked.
+    Plot {
+        /// The receipt log (JSON lines).
+        receipts: PathBuf,
+        /// The bridge's setpoint log (`vehicle.setpoint_log`), for the upper panel.
+        setpoints: Option<PathBuf>,
+        /// Where to write the picture.
+        #[arg(short = 'o', long, default_value = "flight.svg")]
+        out: PathBuf,
+    },
     /// Mission contracts: run a workflow through the monitor, or check a domain.
     Contract {
         #[command(subcommand)]
@@ -227,6 +240,11 @@ where
         Cmd::Audit {
             cmd: audit::AuditCmd::Show { paths, decisions },
         } => audit::audit_show(&paths, decisions),
+        Cmd::Plot {
+            receipts,
+            setpoints,
+            out,
+        } => plot::plot(&receipts, setpoints.as_deref(), &out),
         Cmd::Contract {
             cmd:
                 contract::ContractCmd::Run {

@@ -95,6 +95,9 @@ fn not_run(command: &str) -> Option<&'static str> {
         "halo-gateway" if command.contains(" operator ") => {
             "moves the vehicle from the operator's command line (the service suites run these)"
         }
+        "halo-gateway" if command.contains(" plot ") => {
+            "draws a finished flight (the statustext suite runs it)"
+        }
         "halo-gateway" if command.contains(" audit ") => {
             "reads a finished flight's log (the demo and the faults suite run these)"
         }

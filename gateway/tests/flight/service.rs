@@ -1046,7 +1046,12 @@ fn the_pilots_ground_station_hears_the_gateways_decisions() {
     let _timing = common::shared();
     let dir = tmp("statustext");
     let sim = Sim::start(&dir.join("vehicle-setpoints.jsonl"));
-    let g = Gateway::start(&dir, &format!("udpout:{}", sim.addr), "");
+    let setpoint_log = dir.join("bridge-setpoints.jsonl");
+    let g = Gateway::start(
+        &dir,
+        &format!("udpout:{}", sim.addr),
+        &format!("setpoint_log = \"{}\"", setpoint_log.display()),
+    );
     let u = g.url.clone();
     let providers = Providers::start(&u, &g.provider);
     let status = || get(&format!("{u}/v1/status"), None).1;
@@ -1192,9 +1197,39 @@ fn the_pilots_ground_station_hears_the_gateways_decisions() {
     let (rc, shown) = common::halo(&["audit", "show", "--decisions", &log]);
     assert_eq!(rc, 0, "{shown}");
     assert!(
-        shown.contains("operator hold: agent actions do not dispatch; stopped streaming st-3/c"),
+        shown.contains("operator hold: agent actions do not dispatch; stopped streaming st-3/c")
+            && shown
+                .contains("expiry hold: the certified interval of st-0/x ended, the vehicle holds"),
         "{shown}"
     );
+    // The picture of this flight: four components, three dispatches (x, a, c), the deny-hold
+    // of a, the expiry of x, the override, and the three targets the bridge logged.
+    let svg = Path::new(env!("CARGO_TARGET_TMPDIR")).join("flight-statustext.svg");
+    let setpoints = setpoint_log.display().to_string();
+    let (rc, said) = common::halo(&["plot", &log, &setpoints, "-o", &svg.display().to_string()]);
+    assert_eq!(rc, 0, "{said}");
+    assert!(
+        said.contains(
+            ": 4 components, 3 dispatches, 1 deny-hold, 1 expiry hold, 1 pilot override, 3 targets streamed over"
+        ),
+        "{said}"
+    );
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    for label in [
+        "st-0/x",
+        "st-1/a",
+        "st-2/b",
+        "st-3/c",
+        "withheld",
+        "dispatched",
+    ] {
+        assert!(
+            picture.contains(label),
+            "{label} is not in {}",
+            svg.display()
+        );
+    }
+    println!("the flight's picture: {}", svg.display());
     let ours: Vec<&Value> = heard["texts"]
         .as_array()
         .unwrap()

@@ -309,6 +309,18 @@ impl Task {
 
     /// The bridge stopped a target at the end of its interval.
     pub(super) fn target_expired(&mut self, binding: &[u8; 32], fingerprint: &str) {
+        // An expiry hold is a decision of the bridge's: it goes on the record with the action.
+        let (response, component) = self.adapter.attribute(binding).map_or(
+            (serde_json::Value::Null, serde_json::Value::Null),
+            |(r, c)| (json!(r), json!(c)),
+        );
+        let now = self.now();
+        self.gw.record_external(
+            now,
+            "target_expired",
+            json!({"response": response, "component": component, "binding": Digest(*binding),
+                   "fingerprint": fingerprint}),
+        );
         self.observe(Observation::TargetStopped { binding: *binding });
         self.publish(
             "vehicle_target",
