@@ -95,7 +95,7 @@ pub(crate) fn err<E: std::fmt::Display>(ctx: &str) -> impl FnOnce(E) -> DemoErro
 }
 
 /// The files one run writes, each overwritten per run.
-pub const FILES: [(&str, &str); 6] = [
+pub const FILES: [(&str, &str); 7] = [
     (
         "receipts.jsonl",
         "every decision, hash-linked and signed; check it with `halo-gateway audit verify --key receipts.pub`",
@@ -115,6 +115,10 @@ pub const FILES: [(&str, &str); 6] = [
     (
         "bridge-setpoints.jsonl",
         "every target the bridge enqueued, with its binding",
+    ),
+    (
+        "flight.svg",
+        "a picture of the flight (`halo-gateway plot`): targets, each component's phases, dispatches and holds",
     ),
     (
         "state/",
@@ -829,6 +833,16 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
         .map(|r| r.fingerprint.clone())
         .collect();
     let receipts = read_receipts(&out.join("receipts.jsonl"))?;
+    let picture = halo_gateway::cli::plot::draw_flight(
+        &out.join("receipts.jsonl"),
+        Some(&out.join("bridge-setpoints.jsonl")),
+        &out.join("flight.svg"),
+    )
+    .map_err(DemoError)?;
+    println!(
+        "the flight's picture: {} ({picture})",
+        out.join("flight.svg").display()
+    );
     let key = crate::audit::public_key(&out.join("receipts.pub").display().to_string())
         .map_err(DemoError)?;
     let signed = crate::audit::verify(&receipts, Some(&key))

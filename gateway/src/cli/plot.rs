@@ -405,41 +405,46 @@ fn json_lines(path: &Path) -> Result<Vec<Value>, String> {
         .collect()
 }
 
-/// `halo-gateway plot`: the exit code.
-pub(crate) fn plot(receipts: &Path, setpoints: Option<&Path>, out: &Path) -> i32 {
-    let log = match crate::audit::read_log(&[PathBuf::from(receipts)]) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_ERROR;
-        }
-    };
+/// Draws the flight in `receipts` (and the bridge's `setpoints` log) into the SVG `out`;
+/// returns what it drew, in words (the demo calls this at its end).
+///
+/// # Errors
+/// A message naming the file that could not be read or written, or a log with nothing to draw.
+pub fn draw_flight(
+    receipts: &Path,
+    setpoints: Option<&Path>,
+    out: &Path,
+) -> Result<String, String> {
+    let log = crate::audit::read_log(&[PathBuf::from(receipts)]).map_err(|e| e.to_string())?;
     let bodies: Vec<(u64, Value)> = log
         .receipts
         .iter()
         .map(|r| (r.at_ns, r.body.value()))
         .collect();
-    let sp = match setpoints.map(json_lines).transpose() {
-        Ok(v) => v.unwrap_or_default(),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_ERROR;
-        }
-    };
+    let sp = setpoints.map(json_lines).transpose()?.unwrap_or_default();
     let f = Flight::read(&bodies, &sp);
     if f.rows.is_empty() && f.targets.is_empty() {
-        eprintln!(
-            "error: {}: no component and no target to draw (is it a receipt log?)",
+        return Err(format!(
+            "{}: no component and no target to draw (is it a receipt log?)",
             receipts.display()
-        );
-        return EXIT_ERROR;
+        ));
     }
-    if let Err(e) = draw(&f, out) {
-        eprintln!("error: {}: {e}", out.display());
-        return EXIT_ERROR;
+    draw(&f, out).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(f.summary())
+}
+
+/// `halo-gateway plot`: the exit code.
+pub(crate) fn plot(receipts: &Path, setpoints: Option<&Path>, out: &Path) -> i32 {
+    match draw_flight(receipts, setpoints, out) {
+        Ok(summary) => {
+            println!("{}: {summary}", out.display());
+            EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_ERROR
+        }
     }
-    println!("{}: {}", out.display(), f.summary());
-    EXIT_OK
 }
 
 #[cfg(test)]
