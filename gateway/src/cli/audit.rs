@@ -149,16 +149,13 @@ pub fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)>
                     .unwrap_or("?")
                     .to_string()
             };
+            // The action a hold or an override stopped, when one was streaming.
+            let stopped = detail.get("stopped").filter(|v| !v.is_null()).map(|v| {
+                let g = |k: &str| v.get(k).and_then(serde_json::Value::as_str).unwrap_or("?");
+                format!("; stopped streaming {}/{}", g("response"), g("component"))
+            });
             let text = if what == "operator_override" {
-                let stopped = detail
-                    .get("stopped")
-                    .filter(|v| !v.is_null())
-                    .map(|v| {
-                        let g =
-                            |k: &str| v.get(k).and_then(serde_json::Value::as_str).unwrap_or("?");
-                        format!("; stopped streaming {}/{}", g("response"), g("component"))
-                    })
-                    .unwrap_or_else(|| "; nothing was streaming".into());
+                let stopped = stopped.unwrap_or_else(|| "; nothing was streaming".into());
                 format!(
                     "operator override: PX4 went from {} to {} (not commanded by the gateway){stopped}",
                     d("from"),
@@ -170,16 +167,10 @@ pub fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)>
             {
                 "operator release: agent actions may dispatch again".to_string()
             } else if what == "operator_hold" {
-                let stopped = detail
-                    .get("stopped")
-                    .filter(|v| !v.is_null())
-                    .map(|v| {
-                        let g =
-                            |k: &str| v.get(k).and_then(serde_json::Value::as_str).unwrap_or("?");
-                        format!("; stopped streaming {}/{}", g("response"), g("component"))
-                    })
-                    .unwrap_or_default();
-                format!("operator hold: agent actions do not dispatch{stopped}")
+                format!(
+                    "operator hold: agent actions do not dispatch{}",
+                    stopped.unwrap_or_default()
+                )
             } else if what == "target_expired" {
                 format!(
                     "expiry hold: the certified interval of {}/{} ended, the vehicle holds",
