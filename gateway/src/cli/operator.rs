@@ -492,9 +492,9 @@ mod tests {
         });
         let obs = json!([{"id": 3, "response": "st-2", "component": "b", "reason": "EPOCH_CHANGED",
                           "required": ["map"], "scope": ["b"], "expires_at_unix_ms": 1_012_500}]);
-        let text = summary("http://127.0.0.1:8641", &st, Some(&obs), 1_002_500);
+        let text = summary("http://companion.local:9640", &st, Some(&obs), 1_002_500);
         let want = "\
-gateway      http://127.0.0.1:8641: halo-gateway 0.1.0, boot 4, up 3 min 12 s
+gateway      http://companion.local:9640: halo-gateway 0.1.0, boot 4, up 3 min 12 s
 vehicle      serial:/dev/ttyAMA0:921600, link up, mode AUTO.LOITER, armed, in air, 5.2 m above home, battery 97 %
 control      the pilot took over (AUTO.LOITER); `operator release` hands the vehicle back
 receipts     ok, 72 written, 0 lost, last signed checkpoint at receipt 71
