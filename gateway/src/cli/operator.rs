@@ -136,24 +136,33 @@ pub(crate) fn operator(
     }
 }
 
+/// `GET url+path` with the credential: its JSON body, or why not (unreachable, a status other
+/// than 200 with the body, a body that is not JSON), naming the path.
+fn get_json(
+    agent: &ureq::Agent,
+    url: &str,
+    path: &str,
+    auth: &str,
+) -> Result<serde_json::Value, String> {
+    let mut r = agent
+        .get(format!("{url}{path}"))
+        .header("Authorization", auth)
+        .call()
+        .map_err(|e| format!("cannot reach the gateway at {url}: {e}"))?;
+    let text = r.body_mut().read_to_string().unwrap_or_default();
+    if r.status().as_u16() != 200 {
+        return Err(format!("{path}: {} {text}", r.status().as_u16()));
+    }
+    serde_json::from_str(&text).map_err(|e| format!("{path}: not JSON: {e}"))
+}
+
 /// `operator heads`: prints the gateway's signed heads; with `--follow DIR` keeps each new one
 /// in `DIR/<log>-<count>.json` (the head with its log and key, written durably) and confirms it
 /// to the gateway (`POST /v1/audit/exported`), until interrupted. `halo-gateway audit verify
 /// --key KEY --head FILE` checks a log against such a file.
 fn heads(agent: &ureq::Agent, url: &str, auth: &str, follow: Option<&Path>) -> i32 {
     use serde_json::{Value, json};
-    let fetch = || -> Result<Value, String> {
-        let mut r = agent
-            .get(format!("{url}/v1/audit/head"))
-            .header("Authorization", auth)
-            .call()
-            .map_err(|e| format!("cannot reach the gateway at {url}: {e}"))?;
-        let text = r.body_mut().read_to_string().unwrap_or_default();
-        if r.status().as_u16() != 200 {
-            return Err(format!("{} {text}", r.status().as_u16()));
-        }
-        serde_json::from_str(&text).map_err(|e| format!("not a head: {e}"))
-    };
+    let fetch = || get_json(agent, url, "/v1/audit/head", auth);
     let Some(dir) = follow else {
         return match fetch() {
             Ok(v) => {
@@ -269,18 +278,7 @@ fn answer_in_words(action: OperatorAction, v: &serde_json::Value) -> String {
 /// `operator status`: a short summary for people — which gateway answered, the vehicle, who
 /// flies, the receipts, open obligations and the last decisions (`--json`: the raw status).
 fn status(agent: &ureq::Agent, url: &str, auth: &str) -> i32 {
-    let fetch = |path: &str| -> Result<serde_json::Value, String> {
-        let mut r = agent
-            .get(format!("{url}{path}"))
-            .header("Authorization", auth)
-            .call()
-            .map_err(|e| format!("cannot reach the gateway at {url}: {e}"))?;
-        let text = r.body_mut().read_to_string().unwrap_or_default();
-        if r.status().as_u16() != 200 {
-            return Err(format!("{path}: {} {text}", r.status().as_u16()));
-        }
-        serde_json::from_str(&text).map_err(|e| format!("{path}: not JSON: {e}"))
-    };
+    let fetch = |path: &str| get_json(agent, url, path, auth);
     let st = match fetch("/v1/status") {
         Ok(v) => v,
         Err(e) => {

@@ -391,8 +391,8 @@ fn draw(f: &Flight, out: &Path) -> Result<(), String> {
     root.present().map_err(failed)
 }
 
-/// Reads JSON lines, at most `MAX_CONFIG_BYTES`-sized lines, skipping none: a line that is not
-/// JSON is an error naming the file and line.
+/// The file's JSON lines (blank lines aside); a line that is not JSON is an error naming the
+/// file and the line.
 fn json_lines(path: &Path) -> Result<Vec<Value>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     text.lines()
