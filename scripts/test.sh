@@ -46,6 +46,17 @@ if ! command -v curl >/dev/null 2>&1; then
   fi
 fi
 
+# The console suite drives Debian's headless Chromium over WebDriver (chromium, chromium-driver).
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  echo "==> chromium and chromium-driver for the console suite"
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium chromium-driver >/dev/null; } \
+      || echo "warning: could not install chromium; the console suite will fail" >&2
+  else
+    echo "warning: install Debian's chromium and chromium-driver; the console suite needs them" >&2
+  fi
+fi
+
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 # Lints and tests use the release profile, the one the demo builds: the tests share its

@@ -180,7 +180,11 @@ pub fn router(state: AppState, layers: &Layers) -> Router {
     } else {
         routes
     };
+    // The console's page holds no data, so it is served without a credential on both
+    // listeners (outside the operator listener's guard); everything it shows comes from the
+    // routes above with the credential the operator types into it.
     routes
+        .merge(super::console::routes())
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             layers.body_timeout,
         ))
@@ -222,6 +226,7 @@ pub fn router(state: AppState, layers: &Layers) -> Router {
 fn handler(r: &Route) -> Option<MethodRouter<AppState>> {
     Some(match (r.method, r.path) {
         ("POST", "/v1/responses") => post(post_response),
+        ("GET", "/v1/responses") => get(get_responses),
         ("GET", "/v1/responses/{id}") => get(get_response),
         ("POST", "/v1/obligations/{id}/candidates") => post(post_candidate),
         ("GET", "/v1/obligations") => get(get_obligations),
@@ -518,6 +523,15 @@ pub const ROUTES: &[Route] = &[
             too_large: ReasonCode::RESPONSE_TOO_LARGE,
         }),
         note: "",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/responses",
+        access: Access::Roles(&[Agent, Operator]),
+        what: "read responses",
+        endpoint: Some("response"),
+        body: None,
+        note: "every live one, with the certificate each component names and route targets",
     },
     Route {
         method: "GET",
@@ -1011,6 +1025,10 @@ async fn post_response(
         Err(e) => return answer(&st, &c, Err(e)),
     };
     ask_core(&st, &c, |reply| Cmd::Response { bytes, reply }).await
+}
+
+async fn get_responses(State(st): State<AppState>, c: Caller) -> Response {
+    ask_core(&st, &c, |reply| Cmd::Responses { reply }).await
 }
 
 async fn get_response(State(st): State<AppState>, c: Caller, Path(id): Path<String>) -> Response {

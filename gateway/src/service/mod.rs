@@ -14,6 +14,7 @@
 
 pub mod certifier;
 pub mod config;
+pub mod console;
 pub mod http;
 pub mod hub;
 pub mod listener;
@@ -813,6 +814,10 @@ pub fn banner(s: &Service, show_new_secrets: bool) -> String {
     ));
     out.push_str(&format!(
         "  operator:  http://{} (the operator credential only; holds answered when the main listener is busy)\n",
+        s.operator_addr
+    ));
+    out.push_str(&format!(
+        "  console:   http://{}/ (in a browser, with the operator credential)\n",
         s.operator_addr
     ));
     out.push_str(&format!(

@@ -8,6 +8,7 @@
 
 mod cli;
 mod common;
+mod console;
 mod docs_examples;
 mod faults;
 mod mcp;

@@ -500,8 +500,9 @@ fn roles_and_bad_input() {
         ("operator", Some(&g.operator)),
     ];
     // (method, path, body, roles allowed; "*" = public)
-    let routes: [(&str, &str, &str, &[&str]); 17] = [
+    let routes: [(&str, &str, &str, &[&str]); 19] = [
         ("POST", "/v1/responses", "{}", &["agent"]),
+        ("GET", "/v1/responses", "", &["agent", "operator"]),
         ("GET", "/v1/responses/nosuch", "", &["agent", "operator"]),
         ("GET", "/v1/obligations", "", &["agent", "operator"]),
         ("POST", "/v1/obligations/1/candidates", "{}", &["agent"]),
@@ -523,6 +524,8 @@ fn roles_and_bad_input() {
         ("GET", "/v1/audit/head", "", &["*"]),
         ("GET", "/v1/schema", "", &["*"]),
         ("GET", "/metrics", "", &["*"]),
+        // The console's page: no data, no credential needed (docs/console.md).
+        ("GET", "/", "", &["*"]),
     ];
     let short = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -602,7 +605,7 @@ fn roles_and_bad_input() {
         );
     }
     println!("service-roles: {matched}/{total} matched");
-    assert_eq!((matched, total), (85, 85));
+    assert_eq!((matched, total), (95, 95));
 
     // Bad input: a clear status and reason, and nothing else changes.
     let observe = || {

@@ -17,6 +17,7 @@
 //! - `requests`: the bodies of the interfaces' requests, read strictly and answered.
 
 mod audit;
+mod console;
 mod crazyflie;
 mod px4;
 mod requests;
@@ -262,6 +263,11 @@ pub enum Cmd {
     GetResponse {
         /// Response id.
         id: String,
+        /// Answer.
+        reply: Reply,
+    },
+    /// `GET /v1/responses`: every live response, for the console.
+    Responses {
         /// Answer.
         reply: Reply,
     },
@@ -977,6 +983,7 @@ impl Task {
         let now = self.now();
         let r = self.gw.handle_response(now, bytes);
         if let Ok(rep) = &r {
+            self.publish_admitted(&rep.response, &rep.components);
             // Withheld at admission: told before the refresh requests the pump publishes.
             for c in rep
                 .components
@@ -1126,6 +1133,9 @@ impl Task {
                     .and_then(|r| serde_json::to_value(&r).map_err(internal));
                 let _ = reply.send(answer);
             }
+            Cmd::Responses { reply } => {
+                let _ = reply.send(Ok(self.responses_view()));
+            }
             Cmd::Obligations { reply } => {
                 let all: Vec<_> = self
                     .gw
@@ -1187,12 +1197,18 @@ impl Task {
             .map(|(i, s)| {
                 let ix = crate::core::catalog::SourceIx(u8::try_from(i).unwrap_or(u8::MAX));
                 let st = self.gw.snapshot().source(ix);
-                json!({
+                let mut v = json!({
                     "source": s.name,
                     "age_ms": self.gw.snapshot().age(ix, now).map(Nanos::as_ms),
+                    "limit_ms": console::action_age_limit(cat, ix).map(Nanos::as_ms),
                     "epoch": st.map(|x| x.epoch),
                     "provenance": st.map(|x| x.provenance.clone()),
-                })
+                });
+                if let (Some(Value::Bounds(b)), Some(m)) = (st.map(|x| &x.value), v.as_object_mut())
+                {
+                    m.insert("bounds".into(), json!(b));
+                }
+                v
             })
             .collect();
         let live_obligations = self.gw.obligations().filter(|o| o.state.is_live()).count();
@@ -1404,6 +1420,7 @@ fn refuse(cmd: Cmd) {
         | Cmd::Certify { reply, .. }
         | Cmd::Revoke { reply, .. }
         | Cmd::GetResponse { reply, .. }
+        | Cmd::Responses { reply }
         | Cmd::Obligations { reply }
         | Cmd::Status { reply }
         | Cmd::AuditHead { reply }

@@ -79,6 +79,9 @@ impl Task {
         }
         let now = self.now();
         let r = self.gw.handle_candidate(now, bytes);
+        if let Ok(rep) = &r {
+            self.publish_admitted(&rep.response, &rep.components);
+        }
         self.pump();
         if let Some(e) = self.receipts_refusal() {
             return Err(e);

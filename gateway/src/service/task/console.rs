@@ -1,0 +1,73 @@
+//! What the operator's console reads besides the status: every live response with what an
+//! operator needs to act on its components (the certificate a component names, the digest a
+//! certificate must cover, a route action's target), and the age limits its AoI bars are drawn
+//! against.
+
+use serde_json::{Value as Json, json};
+
+use super::Task;
+use crate::core::catalog::{Catalog, Class, SourceIx};
+use crate::core::engine::ComponentReport;
+use crate::core::ids::Id;
+use crate::core::payload::Payload;
+use crate::core::time::Nanos;
+
+impl Task {
+    /// `GET /v1/responses`: the live responses in id order, each component as
+    /// `GET /v1/responses/{id}` shows it plus `certificate` (the id it names) and, for a route
+    /// action in the local frame, `target_ned_m` and `duration_s`.
+    pub(super) fn responses_view(&self) -> Json {
+        let mut ids: Vec<&Id> = self.gw.response_ids().collect();
+        ids.sort();
+        let all: Vec<Json> = ids
+            .into_iter()
+            .filter_map(|rid| self.response_view(rid))
+            .collect();
+        Json::Array(all)
+    }
+
+    fn response_view(&self, rid: &Id) -> Option<Json> {
+        let report = self.gw.response_report(rid)?;
+        let graph = self.gw.graph(rid)?;
+        let components: Vec<Json> = report
+            .components
+            .iter()
+            .map(|c| {
+                let mut v = serde_json::to_value(c).unwrap_or(Json::Null);
+                let spec = graph.components().iter().find(|g| g.id == c.id);
+                if let (Some(m), Some(g)) = (v.as_object_mut(), spec) {
+                    m.insert("certificate".into(), json!(g.certificate));
+                    if let Payload::RouteAction(t) = &*g.payload {
+                        m.insert(
+                            "target_ned_m".into(),
+                            json!([t.north_m, t.east_m, t.down_m]),
+                        );
+                        m.insert("duration_s".into(), json!(t.duration_s));
+                    }
+                }
+                v
+            })
+            .collect();
+        Some(json!({"response": report.response, "components": components}))
+    }
+
+    /// The `admitted` event: a response (or a fresh candidate's replacement) was taken, so a
+    /// client that shows responses knows to read them.
+    pub(super) fn publish_admitted(&self, rid: &Id, components: &[ComponentReport]) {
+        let components: Vec<&Id> = components.iter().map(|c| &c.id).collect();
+        self.publish(
+            "admitted",
+            &json!({"response": rid, "components": components}),
+        );
+    }
+}
+
+/// The age limit an action puts on `source`: the strictest footprint limit among the catalog's
+/// action types (none when no action type names the source).
+pub(super) fn action_age_limit(cat: &Catalog, source: SourceIx) -> Option<Nanos> {
+    cat.types()
+        .iter()
+        .filter(|t| t.class == Class::Action)
+        .filter_map(|t| t.max_age(source))
+        .min()
+}
