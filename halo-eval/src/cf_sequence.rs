@@ -305,6 +305,13 @@ pub async fn demo(out: &Path, quiet: bool) -> Result<(Outcome, bool), DemoError>
     super::demo::stop_service(svc, out).await?;
     let _ = tokio::task::spawn_blocking(move || narr.join()).await;
     let outcome = result?;
+    let picture = super::demo::draw_run(&out.join("receipts.jsonl"), out).map_err(DemoError)?;
+    if !quiet {
+        println!(
+            "the flight's picture: {} ({picture})",
+            out.join("flight.svg").display()
+        );
+    }
     let receipts = super::demo::read_receipts(&out.join("receipts.jsonl"))?;
     let key = crate::audit::public_key(&out.join("receipts.pub").display().to_string())
         .map_err(DemoError)?;

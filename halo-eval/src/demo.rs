@@ -773,6 +773,27 @@ pub(crate) async fn stop_service(svc: Service, out: &Path) -> Result<(), DemoErr
     Ok(())
 }
 
+/// Draws one run's flight from its `receipts` and the bridge's setpoint log in `dir` into
+/// `dir/flight.svg` (`halo-gateway plot`); what it drew, or why it could not.
+///
+/// # Errors
+/// The plot's own error (no log, nothing to draw, the file cannot be written).
+pub(crate) fn draw_run(receipts: &Path, dir: &Path) -> Result<String, String> {
+    halo_gateway::cli::plot::draw_flight(
+        receipts,
+        Some(&dir.join("bridge-setpoints.jsonl")),
+        &dir.join("flight.svg"),
+    )
+}
+
+/// A panel run's picture: drawn next to its logs; a run with nothing to draw says so and goes
+/// on (the picture is for people, not part of the panel's verdict).
+pub(crate) fn draw_panel_run(receipts: &Path, dir: &Path) {
+    if let Err(e) = draw_run(receipts, dir) {
+        eprintln!("note: no picture of {}: {e}", dir.display());
+    }
+}
+
 /// Runs the demo. `out` receives the files in [`FILES`].
 ///
 /// # Errors
@@ -833,12 +854,7 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
         .map(|r| r.fingerprint.clone())
         .collect();
     let receipts = read_receipts(&out.join("receipts.jsonl"))?;
-    let picture = halo_gateway::cli::plot::draw_flight(
-        &out.join("receipts.jsonl"),
-        Some(&out.join("bridge-setpoints.jsonl")),
-        &out.join("flight.svg"),
-    )
-    .map_err(DemoError)?;
+    let picture = draw_run(&out.join("receipts.jsonl"), out).map_err(DemoError)?;
     println!(
         "the flight's picture: {} ({picture})",
         out.join("flight.svg").display()

@@ -535,6 +535,7 @@ async fn cold_starts_run(
             .unwrap_or(u64::MAX);
         let receipts = svc.receipts_path().to_path_buf();
         stop_service(svc, &dir).await?;
+        crate::demo::draw_panel_run(&receipts, &dir);
         let mut samples = samples?;
         gateway_instants(
             &receipts,

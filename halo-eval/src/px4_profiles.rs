@@ -544,7 +544,9 @@ pub(crate) async fn one_cold_start<T: Send + 'static>(
     let _ = tokio::task::spawn_blocking(move || feeds.join()).await;
     let svc = Arc::try_unwrap(svc)
         .map_err(|_| DemoError("the service is still in use after the flight".into()))?;
+    let receipts = svc.receipts_path().to_path_buf();
     stop_service(svc, dir).await?;
+    crate::demo::draw_panel_run(&receipts, dir);
     result?
 }
 

@@ -45,6 +45,9 @@ pub(crate) struct Flight {
     pub holds: Vec<u64>,
     pub expiries: Vec<u64>,
     pub targets: Vec<Target>,
+    /// The targets are a Crazyflie's (x forward, y left, z up, in its estimator's frame), kept
+    /// in the `north`, `east`, `height` slots; otherwise PX4's local NED with height up.
+    pub crazyflie: bool,
 }
 
 /// The phase names of the current and earlier logs, in the current spelling.
@@ -129,14 +132,22 @@ impl Flight {
             .iter()
             .filter_map(|l| {
                 let n = |k: &str| l.get(k).and_then(Value::as_f64);
+                // PX4's bridge logs NED; the Crazyflie's bridge its own x, y, z (z up).
+                let p = match (n("north_m"), n("east_m"), n("down_m")) {
+                    (Some(north), Some(east), Some(down)) => [north, east, -down],
+                    _ => [n("x_m")?, n("y_m")?, n("z_m")?],
+                };
                 Some((
                     l.get("t_ns")?.as_u64()?,
                     l.get("valid_until_ns")?.as_u64()?,
-                    [n("north_m")?, n("east_m")?, -n("down_m")?],
+                    p,
                 ))
             })
             .collect();
         sp.sort_by_key(|(t, _, _)| *t);
+        f.crazyflie = setpoints
+            .first()
+            .is_some_and(|l| l.get("x_m").is_some() && l.get("north_m").is_none());
         let stops: Vec<u64> = f
             .deny_holds
             .iter()
@@ -275,7 +286,11 @@ fn draw(f: &Flight, out: &Path) -> Result<(), String> {
         chart
             .configure_mesh()
             .x_desc("s since the first receipt")
-            .y_desc("m (local NED origin; height up)")
+            .y_desc(if f.crazyflie {
+                "m (the Crazyflie's estimator frame)"
+            } else {
+                "m (local NED origin; height up)"
+            })
             .draw()
             .map_err(failed)?;
         for (t, c) in &marks {
@@ -283,10 +298,15 @@ fn draw(f: &Flight, out: &Path) -> Result<(), String> {
                 .draw_series(LineSeries::new(vec![(*t, lo), (*t, hi)], c.stroke_width(1)))
                 .map_err(failed)?;
         }
+        let names = if f.crazyflie {
+            ["x (forward)", "y (left)", "z (up)"]
+        } else {
+            ["north", "east", "height"]
+        };
         let series: [Series; 3] = [
-            ("north", RGBColor(31, 119, 180), |t| t.north_m),
-            ("east", RGBColor(23, 190, 207), |t| t.east_m),
-            ("height", RGBColor(0, 0, 0), |t| t.height_m),
+            (names[0], RGBColor(31, 119, 180), |t| t.north_m),
+            (names[1], RGBColor(23, 190, 207), |t| t.east_m),
+            (names[2], RGBColor(0, 0, 0), |t| t.height_m),
         ];
         for (name, colour, value) in series {
             for (k, t) in f.targets.iter().enumerate() {
@@ -557,6 +577,41 @@ mod tests {
         ] {
             assert!(svg.contains(label), "{label} not in the picture: {svg}");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A Crazyflie's log (x forward, y left, z up) is drawn in its own frame's words.
+    #[test]
+    fn a_crazyflie_log_is_drawn_in_its_own_frame() {
+        const S: u64 = 1_000_000_000;
+        let receipts = vec![
+            (
+                S,
+                json!({"kind": "phase", "response": "cf", "component": "f1", "phase": "dispatched"}),
+            ),
+            (4 * S, json!({"kind": "external", "what": "tick"})),
+        ];
+        let setpoints = vec![
+            json!({"t_ns": S, "valid_until_ns": 3 * S, "x_m": 0.8, "y_m": -0.0, "z_m": 0.5, "yaw_deg": 0.0}),
+        ];
+        let f = Flight::read(&receipts, &setpoints);
+        assert!(f.crazyflie);
+        assert_eq!(
+            f.targets
+                .iter()
+                .map(|t| (t.north_m, t.east_m, t.height_m))
+                .collect::<Vec<_>>(),
+            [(0.8, -0.0, 0.5)]
+        );
+        let dir = std::env::temp_dir().join(format!("halo-plot-cf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_default();
+        let out = dir.join("flight.svg");
+        assert_eq!(draw(&f, &out), Ok(()));
+        let svg = std::fs::read_to_string(&out).unwrap_or_default();
+        for label in ["x (forward)", "z (up)", "estimator frame", "cf/f1"] {
+            assert!(svg.contains(label), "{label} not in the picture");
+        }
+        assert!(!svg.contains("local NED"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

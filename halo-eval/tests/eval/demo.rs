@@ -172,6 +172,23 @@ fn the_crazyflie_demo_passes_as_a_user_runs_it() {
     assert!(story.contains("gate cf-1-1/f1 dispatched"), "{story}");
     assert!(story.contains("f2 withheld (EPOCH_CHANGED)"), "{story}");
     assert!(story.contains("readmitted cf-1-2: f2"), "{story}");
+    // The flight's picture, in the Crazyflie's own frame: the forward move, the withheld one
+    // and the readmitted backtrack.
+    let picture = std::fs::read_to_string(out.join("flight.svg")).unwrap();
+    for label in [
+        "cf-1-1/f1",
+        "cf-1-2/f2",
+        "withheld",
+        "x (forward)",
+        "z (up)",
+    ] {
+        assert!(picture.contains(label), "{label} is not in the picture");
+    }
+    std::fs::copy(
+        out.join("flight.svg"),
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("flight-crazyflie.svg"),
+    )
+    .unwrap();
     // The catalog flag is for the PX4 demo; mixing them is refused with a reason.
     let mixed = std::process::Command::new(common::BIN)
         .args(["demo", "--vehicle", "crazyflie", "--catalog", "x.toml"])

@@ -40,6 +40,11 @@ async fn deny_hold_and_latency_through_the_running_service() {
     let svg = out.join("px4-panels.svg");
     report.plot(&svg).unwrap();
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    // And each cold start's flight, next to its logs (`halo-gateway plot`).
+    for k in 0..2 {
+        let flight = std::fs::read_to_string(out.join(format!("cold-{k}/flight.svg"))).unwrap();
+        assert!(flight.contains("deny-hold") && flight.contains("dispatched"));
+    }
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -73,6 +78,8 @@ async fn support_profiles_through_the_running_service() {
     let svg = out.join("px4-profiles.svg");
     report.plot(&svg).unwrap();
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    let flight = std::fs::read_to_string(out.join("cold-0/flight.svg")).unwrap();
+    assert!(flight.contains("withheld") && flight.contains("dispatched"));
     let _ = std::fs::remove_dir_all(&out);
 }
 
