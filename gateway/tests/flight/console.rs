@@ -204,6 +204,16 @@ fn the_operator_flies_from_the_console() {
     ));
     shot(&mut op, "dispatched");
 
+    // On a tablet the page fits its width (panels stack; no sideways scrolling).
+    let tablet = op.must("fits 768 1024");
+    shot(&mut op, "tablet");
+    let laptop = op.must("fits 1280 1100");
+    checks.push((
+        "readable on a tablet and a laptop: no sideways scrolling at 768 or 1280 px",
+        tablet["fits"] == true && laptop["fits"] == true,
+    ));
+    println!("  widths: tablet {tablet}, laptop {laptop}");
+
     // Hold from the page while e3 streams: the vehicle takes no more of it.
     let streaming = sim.taken_after(&fp_e3, sim.now_ns().saturating_sub(300_000_000)) > 0;
     let held = op.must("click act-hold");
@@ -302,5 +312,5 @@ fn the_operator_flies_from_the_console() {
     println!("console: {matched}/{} matched", checks.len());
     drop(op);
     assert_eq!(g.stop(), 0);
-    assert_eq!((matched, checks.len()), (14, 14));
+    assert_eq!((matched, checks.len()), (15, 15));
 }

@@ -1314,6 +1314,52 @@ fn the_pilots_ground_station_hears_the_gateways_decisions() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `vehicle.statustext = false`: the decisions stay in the status and the receipts, and the
+/// ground station hears none of them.
+#[test]
+fn statustext_off_keeps_the_ground_station_quiet() {
+    let _timing = common::shared();
+    let dir = tmp("statustext-off");
+    let sim = Sim::start(&dir.join("vehicle-setpoints.jsonl"));
+    let g = Gateway::start(&dir, &format!("udpout:{}", sim.addr), "statustext = false");
+    let u = g.url.clone();
+    wait_until(20, "the vehicle link", || {
+        get(&format!("{u}/v1/status"), None).1["vehicle"]["link_up"] == true
+    });
+    let gcs = GroundStation::start(sim.control.gcs_port.load(Ordering::Relaxed));
+    for action in ["hold", "release"] {
+        let (st, v) = post(
+            &format!("{u}/v1/operator/{action}"),
+            Some(&g.operator),
+            b"{}",
+        );
+        assert_eq!(st, 200, "{v}");
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let v = get(&format!("{u}/v1/status"), None).1;
+    let heard = gcs.finish();
+    let ours = heard["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["text"].as_str().unwrap_or("").starts_with("HALO:"))
+        .count();
+    let decided = v["last_decisions"].as_array().map_or(0, |d| {
+        d.iter()
+            .filter(|x| x["text"].as_str().unwrap_or("").contains("operator"))
+            .count()
+    });
+    println!(
+        "service-statustext-off: {}/1 matched (decisions kept {decided}, heard {ours}, statustext {})",
+        u8::from(ours == 0 && decided == 2 && v["statustext"].is_null()),
+        v["statustext"]
+    );
+    assert_eq!((ours, decided), (0, 2), "{heard}\n{v}");
+    assert!(v["statustext"].is_null(), "{v}");
+    assert_eq!(g.stop(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `GET /v1/openapi.json` is a valid OpenAPI 3.1 document (checked by `openapi-spec-validator`,
 /// an independent validator, shown to refuse a broken one) with every route of the
 /// table the router is built from.

@@ -19,6 +19,8 @@ Usage: console.py   (commands on stdin, one JSON answer per line on stdout)
                           and wait for the gateway's answer
   reauthorize GOAL        type GOAL into the contract panel's Reauthorize and submit
   contract                the contract panel's text
+  fits W H                resize the window to W x H pixels (a tablet: 768 1024) and answer
+                          whether the page fits its width (no sideways scrolling)
   shot FILE               a screenshot of the whole page
   quit
 An answer is {"ok": true, ...} or {"ok": false, "error": "..."}.
@@ -175,6 +177,12 @@ def step(d, cmd, args):
         return answer(d, before)
     if cmd == "contract":
         return {"text": d.execute_script("return document.getElementById('contract').innerText")}
+    if cmd == "fits":
+        d.set_window_size(int(args[0]), int(args[1]))
+        time.sleep(0.7)
+        wide, view = d.execute_script(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        return {"fits": wide <= view, "scroll_width": wide, "client_width": view}
     if cmd == "shot":
         d.save_screenshot(args[0])
         return {"file": args[0]}
