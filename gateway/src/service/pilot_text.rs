@@ -202,10 +202,13 @@ pub fn line(t: &Told<'_>) -> PilotLine {
             if shown < sources.len() {
                 names.push_str(&format!(" +{}", sources.len() - shown));
             }
-            (
-                severity::INFO,
-                with_id(component, &format!("{lead}{}", names.trim_start())),
-            )
+            // Nothing to refresh (a certificate, a corrected scope): the agent replans.
+            let said = if sources.is_empty() {
+                " needs a fresh candidate".to_string()
+            } else {
+                format!("{lead}{}", names.trim_start())
+            };
+            (severity::INFO, with_id(component, &said))
         }
         Told::Dispatched { component } => (
             severity::INFO,
@@ -364,6 +367,15 @@ mod tests {
             sources: &srcs,
         });
         assert_eq!(l.text, "HALO: e5 needs fresh map,traffic");
+    }
+
+    #[test]
+    fn a_refresh_with_no_source_asks_for_a_fresh_candidate() {
+        let l = line(&Told::Refresh {
+            component: "e3",
+            sources: &[],
+        });
+        assert_eq!(l.text, "HALO: e3 needs a fresh candidate");
     }
 
     #[test]

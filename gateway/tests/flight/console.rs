@@ -237,6 +237,32 @@ fn the_operator_flies_from_the_console() {
     });
     checks.push(("Release from the page", released["code"] == "OK"));
 
+    // Revoke from the page while an action streams: it loses its support, the vehicle holds.
+    let r3 = json!({"response_id": "cs-3", "agent_id": "planner-1", "generation": 4,
+        "catalog": {"id": "uav-px4", "version": 6},
+        "components": [route("e4", [5.0, 6.0, -6.0, 180.0], 7, "cert-e4")]});
+    certify(&g, &r3, "e4", "cert-e4");
+    submit(&r3);
+    let fp_e4 = fp(5.0, 6.0, -6.0, 180.0);
+    wait_until(10, "e4 at the vehicle", || sim.taken_after(&fp_e4, 0) > 0);
+    let revoked = op.must("revoke cs-3/e4");
+    let t_revoke = sim.now_ns();
+    std::thread::sleep(Duration::from_millis(1500));
+    let said = get(&format!("{u}/v1/status"), None).1["last_decisions"].clone();
+    checks.push((
+        "Revoke from the page: e4 loses its support and the vehicle takes no more of it",
+        revoked["code"] == "OK"
+            && sim.taken_after(&fp_e4, t_revoke + 300_000_000) == 0
+            && said.as_array().is_some_and(|d| {
+                d.iter().any(|x| {
+                    x["text"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("HALO: e4 lost support, hold"))
+                })
+            }),
+    ));
+    println!("  after the revocation: {said}");
+
     // The mission contract from the page: registered (the panel shows it), then registered
     // again, which the gateway refuses with a code the page shows.
     let workflow =
@@ -312,5 +338,5 @@ fn the_operator_flies_from_the_console() {
     println!("console: {matched}/{} matched", checks.len());
     drop(op);
     assert_eq!(g.stop(), 0);
-    assert_eq!((matched, checks.len()), (15, 15));
+    assert_eq!((matched, checks.len()), (16, 16));
 }

@@ -9,6 +9,7 @@ Usage: console.py   (commands on stdin, one JSON answer per line on stdout)
                           one of PHASES (comma-separated); answers its phase, digest and reason
                           as shown
   approve KEY             click the row's Approve and wait for the gateway's answer
+  revoke KEY              click the row's Revoke and wait for the gateway's answer
   click ID                click the button with id ID (act-hold, act-release, act-land)
   click_only ID           click it without waiting for an answer; answers the button's text
   text ID                 the text of the element with id ID
@@ -103,6 +104,16 @@ def answer(d, before):
     return wait(d, "the gateway's answer on the page", changed, 10)
 
 
+def click(d, sel):
+    """Clicks the element `sel` names once it is on the page; False (try again) while it is not
+    or was just re-drawn."""
+    found = d.find_elements(By.CSS_SELECTOR, sel)
+    if not found:
+        return False
+    found[0].click()
+    return True
+
+
 def run():
     d = browser()
     try:
@@ -139,10 +150,11 @@ def step(d, cmd, args):
         row = wait(d, f"{key} {args[1]}", lambda: (lambda r: r if r and r["phase"] in phases else None)(
             d.execute_script(ROW, key)), secs)
         return row
-    if cmd == "approve":
+    if cmd in ("approve", "revoke"):
         key = args[0]
         before = d.find_element(By.ID, "answer").text
-        d.find_element(By.CSS_SELECTOR, f'button[data-act="approve"][data-component="{key}"]').click()
+        sel = f'button[data-act="{cmd}"][data-component="{key}"]'
+        wait(d, f"{cmd} on {key}", lambda: click(d, sel), 10)
         return answer(d, before)
     if cmd == "click":
         before = d.find_element(By.ID, "answer").text

@@ -321,7 +321,12 @@ function isCertWait(c) {
   return c.action && c.certificate && ['CERTIFICATE_UNKNOWN', 'CERTIFICATE_NOT_BOUND', 'CERTIFICATE_EXPIRED'].includes(c.reason);
 }
 
+let shownResponses = null;
 function renderResponses() {
+  // Re-drawn only when something in it changed: a button is not replaced under the pointer.
+  const key = JSON.stringify(state.responses) + '|' + Object.keys(state.reasons).length;
+  if (key === shownResponses) return;
+  shownResponses = key;
   const box = $('responses');
   if (!state.responses.length) {
     box.replaceChildren(el('p', { class: 'dim', text: 'no live response' }));
@@ -336,7 +341,7 @@ function renderResponses() {
         acts.append(el('button', { type: 'button', class: 'small', 'data-act': 'approve', 'data-component': key,
           title: 'issue ' + c.certificate + ' covering exactly ' + c.digest,
           onclick: () => approve(key, c.certificate, c.digest) }, 'Approve'));
-      } else if (c.action && c.certificate && ['dispatched', 'pending', 'retained'].includes(c.phase)) {
+      } else if (c.action && c.certificate && ['retained', 'pending', 'dispatched', 'observed_success'].includes(c.phase)) {
         acts.append(el('button', { type: 'button', class: 'small danger', 'data-act': 'revoke', 'data-component': key,
           title: 'revoke ' + c.certificate + ': what it covers loses its support',
           onclick: () => revoke(c.certificate) }, 'Revoke'));
