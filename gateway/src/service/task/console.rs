@@ -34,7 +34,7 @@ impl Task {
             .iter()
             .map(|c| {
                 let mut v = serde_json::to_value(c).unwrap_or(Json::Null);
-                let spec = graph.components().iter().find(|g| g.id == c.id);
+                let spec = graph.index_of(&c.id).and_then(|i| graph.component(i));
                 if let (Some(m), Some(g)) = (v.as_object_mut(), spec) {
                     m.insert("certificate".into(), json!(g.certificate));
                     if let Payload::RouteAction(t) = &*g.payload {
