@@ -452,6 +452,9 @@ fn run_embedded(a: &RunArgs, sim_setpoint_log: Option<PathBuf>) -> i32 {
             return EXIT_ERROR;
         }
     };
+    if a.check {
+        return halo_gateway::cli::setup::check_run(&cfg, a.config.as_deref(), true);
+    }
     let simulated = matches!(
         cfg.vehicle.url.as_deref(),
         None | Some(crate::service::config::SIM_URL)

@@ -34,6 +34,7 @@ pub mod contract;
 pub mod operator;
 pub mod plot;
 pub mod run;
+pub mod setup;
 
 /// Exit code: everything retained.
 pub const EXIT_OK: i32 = 0;
@@ -166,10 +167,20 @@ enum Cmd {
         #[command(subcommand)]
         cmd: contract::ContractCmd,
     },
-    /// Validate a catalog file and print a summary.
+    /// Validate a catalog file and print a summary, or print a catalog compiled into the binary.
     Catalog {
         /// Catalog file (TOML).
-        path: PathBuf,
+        #[arg(required_unless_present = "embedded", conflicts_with = "embedded")]
+        path: Option<PathBuf>,
+        /// Print this built-in catalog (or contract domain) as it is compiled in: a starting
+        /// point for your own (`catalog.path`, `contract.domain`).
+        #[arg(long, value_enum, value_name = "NAME")]
+        embedded: Option<setup::EmbeddedName>,
+    },
+    /// Configuration files: print an annotated example to start from.
+    Config {
+        #[command(subcommand)]
+        cmd: setup::ConfigCmd,
     },
 }
 
@@ -264,7 +275,16 @@ where
         Cmd::Contract {
             cmd: contract::ContractCmd::Domain { path },
         } => contract::contract_domain(&path),
-        Cmd::Catalog { path } => check::catalog(&path),
+        Cmd::Catalog {
+            path: Some(path), ..
+        } => check::catalog(&path),
+        Cmd::Catalog {
+            path: None,
+            embedded,
+        } => setup::print_embedded(embedded),
+        Cmd::Config {
+            cmd: setup::ConfigCmd::Example { name },
+        } => setup::print_example(name),
     }
 }
 

@@ -58,6 +58,11 @@ pub struct RunArgs {
     /// end stops the gateway). MCP over streamable HTTP is always at `/mcp` on the listener.
     #[arg(long, value_enum, conflicts_with = "agent")]
     pub mcp: Option<McpLink>,
+    /// Validate the configuration, the catalog, the contract domain and the vehicle URL as
+    /// `run` would, print what would run, and exit (0 when all is well) without starting
+    /// anything or touching the state directory.
+    #[arg(long)]
+    pub check: bool,
 }
 
 impl RunArgs {
@@ -108,6 +113,9 @@ pub fn run_service(a: &RunArgs) -> i32 {
             return EXIT_ERROR;
         }
     };
+    if a.check {
+        return super::setup::check_run(&cfg, a.config.as_deref(), false);
+    }
     if let Err(e) = cfg.vehicle.url_or_refuse() {
         eprintln!("error: {e}");
         return EXIT_ERROR;

@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! [vehicle]
-//! url = "udpin:127.0.0.1:14540"       # a MAVLink URL (udpin:/udpout:/tcpout:/serial:) or radio://
+//! url = "udpin:127.0.0.1:14540"       # a MAVLink URL (udpin:/udpout:/tcpin:/tcpout:/serial:) or radio://
 //! [listen]
 //! http = "127.0.0.1:8640"
 //! [state]
@@ -98,7 +98,7 @@ pub struct VehicleConfig {
     /// With `kind = "crazyflie"`: limit on one whole connect, ms.
     pub connect_timeout_ms: u64,
     /// The vehicle, no default: a MAVLink URL (`udpin:127.0.0.1:14540` for PX4 SITL,
-    /// `udpout:HOST:PORT`, `tcpout:HOST:PORT`, `serial:/dev/ttyAMA0:921600` for a Pixhawk on
+    /// `udpout:HOST:PORT`, `tcpin:`/`tcpout:HOST:PORT`, `serial:/dev/ttyAMA0:921600` for a Pixhawk on
     /// TELEM2) or a Crazyflie URI (`radio://0/80/2M/E7E7E7E7E7`, `usb://0`). `sim` names the
     /// evaluation binary's embedded simulator (`halo-eval run`); the flight binary refuses it.
     pub url: Option<String>,
@@ -116,6 +116,15 @@ pub struct VehicleConfig {
     /// override, operator hold and refresh request as a short `STATUSTEXT` (rate-limited), which
     /// PX4 forwards to the ground station.
     pub statustext: bool,
+    /// PX4: the gateway's MAVLink system id, the vehicle's own (PX4's `MAV_SYS_ID`, 1 unless
+    /// changed): an onboard computer is part of the system it flies.
+    pub system_id: u8,
+    /// PX4: the gateway's MAVLink component id, `MAV_COMP_ID_ONBOARD_COMPUTER` (191); a second
+    /// onboard computer on the same vehicle takes 192–194 (`ONBOARD_COMPUTER2..4`).
+    pub component_id: u8,
+    /// PX4: take only the autopilot with this system id; none takes the first PX4 autopilot
+    /// heard (on a `udpin` link, the one it then locks onto).
+    pub autopilot_system_id: Option<u8>,
 }
 
 impl Default for VehicleConfig {
@@ -130,6 +139,9 @@ impl Default for VehicleConfig {
             stream_hz: 20.0,
             control_at_start: false,
             statustext: true,
+            system_id: 1,
+            component_id: 191,
+            autopilot_system_id: None,
         }
     }
 }
@@ -522,6 +534,27 @@ impl Config {
         self.vehicle
             .check_url()
             .map_err(|e| ConfigError(format!("{file}: vehicle.url: {e}")))?;
+        if self.vehicle.system_id == 0 {
+            return Err(ConfigError(format!(
+                "{file}: vehicle.system_id: 0 is MAVLink's broadcast id; use the vehicle's own (PX4's MAV_SYS_ID, 1 by default)"
+            )));
+        }
+        if matches!(self.vehicle.component_id, 0 | 1) {
+            return Err(ConfigError(format!(
+                "{file}: vehicle.component_id: {} is {}; an onboard computer is 191 (192-194 for a second one)",
+                self.vehicle.component_id,
+                if self.vehicle.component_id == 0 {
+                    "MAVLink's broadcast id"
+                } else {
+                    "the autopilot's own id"
+                }
+            )));
+        }
+        if self.vehicle.autopilot_system_id == Some(0) {
+            return Err(ConfigError(format!(
+                "{file}: vehicle.autopilot_system_id: 0 is MAVLink's broadcast id; leave it unset to take the first PX4 heard"
+            )));
+        }
         if !(1000..=120_000).contains(&self.vehicle.connect_timeout_ms) {
             return Err(ConfigError(format!(
                 "{file}: vehicle.connect_timeout_ms: {} ms is outside 1000..120000",
@@ -685,6 +718,28 @@ mod tests {
         assert!(e.0.contains("vehicle.stream_hz"), "{e}");
         let e = Config::parse("[listen]\nhttp = \"nope\"\n", "c.toml").unwrap_err();
         assert!(e.0.contains("c.toml:2:"), "{e}");
+        for (bad, key) in [
+            ("system_id = 0", "vehicle.system_id"),
+            ("component_id = 0", "vehicle.component_id"),
+            ("component_id = 1", "vehicle.component_id"),
+            ("autopilot_system_id = 0", "vehicle.autopilot_system_id"),
+        ] {
+            let e = Config::parse(&format!("[vehicle]\n{bad}\n"), "c.toml").unwrap_err();
+            assert!(e.0.contains(key), "{bad}: {e}");
+        }
+        let c = Config::parse(
+            "[vehicle]\nsystem_id = 2\ncomponent_id = 192\nautopilot_system_id = 2\nurl = \"udpin://:14540\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.vehicle.system_id,
+                c.vehicle.component_id,
+                c.vehicle.autopilot_system_id
+            ),
+            (2, 192, Some(2))
+        );
     }
 
     #[test]

@@ -315,6 +315,14 @@ async fn start_px4(
     bopts.config.link_timeout_ms = cfg.vehicle.link_timeout_ms;
     bopts.config.stream_hz = cfg.vehicle.stream_hz;
     bopts.config.offboard_permitted_at_start = cfg.vehicle.control_at_start;
+    bopts.config.system_id = cfg.vehicle.system_id;
+    bopts.config.component_id = cfg.vehicle.component_id;
+    bopts.config.autopilot_system = cfg.vehicle.autopilot_system_id;
+    if let Ok(url @ px4_bridge::url::TransportUrl::TcpIn(_)) =
+        px4_bridge::url::TransportUrl::parse(&vehicle_url)
+    {
+        eprintln!("waiting for the flight controller to connect to {url}");
+    }
     // The bridge has a thread of its own: its stream is never queued behind the service.
     let (handle, bridge_rx, bridge) =
         px4_bridge::shell::start_on_own_thread(bopts, stop_bridge.subscribe())
