@@ -21,6 +21,7 @@ pub mod mode;
 pub mod offboard;
 pub mod setpoint;
 pub mod shell;
+pub mod signing;
 pub mod telemetry;
 pub mod time;
 pub mod timesync;

@@ -47,6 +47,9 @@ pub struct BridgeOptions {
     pub setpoint_log: Option<PathBuf>,
     /// The clock origin shared with the gateway (both measure `Mono` from it).
     pub origin: Instant,
+    /// MAVLink 2 signing: sign what is sent, refuse what is not validly signed (unless the key
+    /// accepts unsigned frames). `None`: unsigned, as PX4 without a key.
+    pub signing: Option<crate::signing::SigningKey>,
 }
 
 impl BridgeOptions {
@@ -59,6 +62,7 @@ impl BridgeOptions {
             event_queue: 4096,
             setpoint_log: None,
             origin: Instant::now(),
+            signing: None,
         }
     }
 }
@@ -162,6 +166,7 @@ struct Shared {
     parse_errors: AtomicU64,
     setpoints_sent: AtomicU64,
     foreign_datagrams: AtomicU64,
+    unsigned_refused: AtomicU64,
     transport_errors: AtomicU64,
 }
 
@@ -346,6 +351,11 @@ impl BridgeHandle {
         self.shared.foreign_datagrams.load(Ordering::Relaxed)
     }
 
+    /// Frames a signing key refused on a UDP link (unsigned, another key's, replayed).
+    pub fn unsigned_refused(&self) -> u64 {
+        self.shared.unsigned_refused.load(Ordering::Relaxed)
+    }
+
     /// Sends and receives the transport refused (counted, backed off, never a busy retry).
     pub fn transport_errors(&self) -> u64 {
         self.shared.transport_errors.load(Ordering::Relaxed)
@@ -434,6 +444,7 @@ pub async fn start(
         parse_errors: AtomicU64::new(0),
         setpoints_sent: AtomicU64::new(0),
         foreign_datagrams: AtomicU64::new(0),
+        unsigned_refused: AtomicU64::new(0),
         transport_errors: AtomicU64::new(0),
     });
     let recv_task = match &wire {
@@ -532,7 +543,8 @@ async fn open_wire(url: &TransportUrl, opts: &BridgeOptions) -> Result<Wire, Bri
     Ok(match url {
         TransportUrl::UdpIn(a) => Wire::Udp {
             socket: Arc::new(UdpSocket::bind(a).await.map_err(connect_err)?),
-            lock: UdpLock::new(None, opts.config.autopilot_system),
+            lock: UdpLock::new(None, opts.config.autopilot_system)
+                .with_signing(opts.signing.as_ref()),
         },
         TransportUrl::UdpOut(a) => {
             let local: SocketAddr = if a.is_ipv4() {
@@ -542,14 +554,22 @@ async fn open_wire(url: &TransportUrl, opts: &BridgeOptions) -> Result<Wire, Bri
             };
             Wire::Udp {
                 socket: Arc::new(UdpSocket::bind(local).await.map_err(connect_err)?),
-                lock: UdpLock::new(Some(*a), opts.config.autopilot_system),
+                lock: UdpLock::new(Some(*a), opts.config.autopilot_system)
+                    .with_signing(opts.signing.as_ref()),
             }
         }
-        _ => Wire::Mav(Arc::new(
-            mavlink::connect_async::<MavMessage>(&url.to_mavlink())
+        _ => {
+            let mut conn = mavlink::connect_async::<MavMessage>(&url.to_mavlink())
                 .await
-                .map_err(connect_err)?,
-        )),
+                .map_err(connect_err)?;
+            // The crate's connection signs and verifies with the same configuration; what it
+            // refuses it drops without a count.
+            if let Some(k) = &opts.signing {
+                use mavlink::AsyncMavConnection;
+                conn.setup_signing(Some(k.config()));
+            }
+            Wire::Mav(Arc::new(conn))
+        }
     })
 }
 
@@ -713,7 +733,16 @@ impl Driver {
                 if let Wire::Udp { lock, .. } = &mut self.wire {
                     let before = lock.peer();
                     match lock.receive(from, &bytes) {
-                        Received::Frames(frames, errors) => {
+                        Received::Frames(frames, errors, refused) => {
+                            if refused > 0 {
+                                let before = self
+                                    .sh
+                                    .unsigned_refused
+                                    .fetch_add(u64::from(refused), Ordering::Relaxed);
+                                if before == 0 {
+                                    tracing::warn!(%from, "refusing MAVLink frames that are not validly signed (unsigned, another key, or replayed): check vehicle.signing_key_file against the flight controller's key; counted, logged once");
+                                }
+                            }
                             if before.is_none()
                                 && let Some(p) = lock.peer()
                             {

@@ -21,8 +21,8 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
+use mavlink::MavHeader;
 use mavlink::dialects::common::{MavAutopilot, MavMessage, MavType};
-use mavlink::{MavHeader, MavlinkReader};
 
 /// Distinct foreign addresses remembered for the log-once rule.
 const FOREIGN_REMEMBERED: usize = 64;
@@ -31,8 +31,9 @@ const FOREIGN_REMEMBERED: usize = 64;
 #[derive(Debug, PartialEq)]
 pub enum Received {
     /// Frames from the vehicle (or, before the lock, from anyone: the state machine sorts
-    /// them), and how many frames did not decode.
-    Frames(Vec<(MavHeader, MavMessage)>, u32),
+    /// them), how many did not decode, and how many a signing key refused (unsigned, a wrong
+    /// signature, a replay).
+    Frames(Vec<(MavHeader, MavMessage)>, u32, u32),
     /// From an address other than the locked one: dropped. `first` is true the first time
     /// this address is seen (log it then).
     Foreign {
@@ -51,6 +52,7 @@ pub struct UdpLock {
     foreign: BTreeSet<SocketAddr>,
     foreign_datagrams: u64,
     seq: u8,
+    signer: Option<crate::signing::Signer>,
 }
 
 /// Whether a HEARTBEAT is an autopilot's the bridge would take (as [`crate::Offboard`] does).
@@ -76,7 +78,15 @@ impl UdpLock {
             foreign: BTreeSet::new(),
             foreign_datagrams: 0,
             seq: 0,
+            signer: None,
         }
+    }
+
+    /// With MAVLink 2 signing: frames sent are signed, frames received verified (the lock is
+    /// taken only on a verified autopilot heartbeat).
+    pub fn with_signing(mut self, key: Option<&crate::signing::SigningKey>) -> UdpLock {
+        self.signer = key.map(crate::signing::SigningKey::signer);
+        self
     }
 
     /// The address everything is sent to, once known.
@@ -98,7 +108,11 @@ impl UdpLock {
             let first = self.foreign.len() < FOREIGN_REMEMBERED && self.foreign.insert(from);
             return Received::Foreign { from, first };
         }
-        let (frames, errors) = decode(bytes);
+        let crate::signing::Decoded {
+            frames,
+            errors,
+            refused,
+        } = crate::signing::decode(bytes, self.signer.as_ref());
         if self.locked.is_none()
             && frames
                 .iter()
@@ -106,7 +120,7 @@ impl UdpLock {
         {
             self.locked = Some(from);
         }
-        Received::Frames(frames, errors)
+        Received::Frames(frames, errors, refused)
     }
 
     /// One message as a datagram, with the next sequence number.
@@ -116,6 +130,9 @@ impl UdpLock {
             ..header
         };
         self.seq = self.seq.wrapping_add(1);
+        if let Some(s) = &self.signer {
+            return s.encode(h, msg);
+        }
         let mut out = Vec::with_capacity(64);
         // Writing to a Vec cannot fail for a message of the compiled dialect.
         let _ = mavlink::write_v2_msg(&mut out, h, msg);
@@ -125,22 +142,8 @@ impl UdpLock {
 
 /// Every valid frame in a datagram, and how many did not decode (garbage is skipped).
 pub fn decode(bytes: &[u8]) -> (Vec<(MavHeader, MavMessage)>, u32) {
-    let mut r = MavlinkReader::new(bytes);
-    let mut out = Vec::new();
-    let mut errors = 0u32;
-    loop {
-        match r.read_any_message::<MavMessage>() {
-            Ok(m) => out.push(m),
-            Err(mavlink::error::MessageReadError::Io(_)) => break,
-            Err(_) => {
-                errors += 1;
-                if errors > 1024 {
-                    break;
-                }
-            }
-        }
-    }
-    (out, errors)
+    let d = crate::signing::decode(bytes, None);
+    (d.frames, d.errors)
 }
 
 #[cfg(test)]
@@ -178,7 +181,7 @@ mod tests {
         // A ground station's or another onboard computer's heartbeat does not lock.
         assert!(matches!(
             l.receive(gcs, &hb(255, MavAutopilot::MAV_AUTOPILOT_INVALID, MavType::MAV_TYPE_GCS)),
-            Received::Frames(f, 0) if f.len() == 1
+            Received::Frames(f, 0, 0) if f.len() == 1
         ));
         assert!(matches!(
             l.receive(
@@ -214,7 +217,9 @@ mod tests {
             }
         );
         assert_eq!(l.foreign_datagrams(), 2);
-        assert!(matches!(l.receive(px4, &hb(1, px, quad)), Received::Frames(f, 0) if f.len() == 1));
+        assert!(
+            matches!(l.receive(px4, &hb(1, px, quad)), Received::Frames(f, 0, 0) if f.len() == 1)
+        );
     }
 
     #[test]
