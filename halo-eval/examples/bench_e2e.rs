@@ -80,6 +80,7 @@ fn start_sim(rt: &tokio::runtime::Runtime, drain_flying: f64) -> Sim {
         setpoint_log: None,
         seed: 5,
         gcs: None,
+        signing_key: None,
     };
     rt.spawn(sitl::sim::udp::run_with_origin(
         sock,

@@ -122,6 +122,7 @@ fn start_sim(rt: &tokio::runtime::Runtime) -> Sim {
         setpoint_log: None,
         seed: 9,
         gcs: None,
+        signing_key: None,
     };
     rt.spawn(sitl::sim::udp::run_with_origin(
         sock,

@@ -79,6 +79,7 @@ pub async fn start_px4_at(
         setpoint_log: setpoint_log.map(Path::to_path_buf),
         seed: 11,
         gcs: None,
+        signing_key: None,
     };
     tokio::spawn(sitl::sim::udp::run_with_origin(
         sock,

@@ -123,6 +123,7 @@ async fn udp_bridge_flies_the_simulator_and_survives_a_link_loss() {
         setpoint_log: None,
         seed: 3,
         gcs: Some("127.0.0.1:0".parse().unwrap()),
+        signing_key: None,
     };
     let sim_task = tokio::spawn(sitl::sim::udp::run(
         sock,

@@ -38,6 +38,7 @@ async fn pymavlink_flies_the_simulator_like_px4() {
         setpoint_log: None,
         seed: 1,
         gcs: None,
+        signing_key: None,
     };
     let sim = tokio::spawn(sitl::sim::udp::run(sock, opts, SimControl::default(), rx));
     let out = tokio::task::spawn_blocking(move || peer.finish())

@@ -110,8 +110,19 @@ pub fn check_run(
             crate::service::config::VehicleKind::Px4 => {
                 match px4_bridge::url::TransportUrl::parse(&u) {
                     Ok(t) => format!(
-                        "PX4 on {t} as system {} component {}",
-                        cfg.vehicle.system_id, cfg.vehicle.component_id
+                        "PX4 on {t} as system {} component {}, {}",
+                        cfg.vehicle.system_id,
+                        cfg.vehicle.component_id,
+                        match cfg.vehicle.signing_key() {
+                            Ok(Some(k)) if k.accept_unsigned =>
+                                "MAVLink signed (unsigned frames accepted)".to_string(),
+                            Ok(Some(_)) => "MAVLink signed".to_string(),
+                            Ok(None) => "unsigned".to_string(),
+                            Err(e) => {
+                                problems.push(e);
+                                String::new()
+                            }
+                        }
                     ),
                     Err(e) => {
                         problems.push(format!("vehicle.url: {e}"));

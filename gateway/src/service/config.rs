@@ -125,6 +125,15 @@ pub struct VehicleConfig {
     /// PX4: take only the autopilot with this system id; none takes the first PX4 autopilot
     /// heard (on a `udpin` link, the one it then locks onto).
     pub autopilot_system_id: Option<u8>,
+    /// PX4: MAVLink 2 signing with this key (32 raw bytes or 64 hex digits; the file must be
+    /// private to the service's user): everything sent is signed, and what is received must be
+    /// validly signed. None: unsigned, as a PX4 without a key.
+    pub signing_key_file: Option<PathBuf>,
+    /// PX4: the link id written into each signature.
+    pub signing_link_id: u8,
+    /// PX4, with a signing key: take unsigned frames from the vehicle too (while the flight
+    /// controller is not keyed yet). Off by default: an unsigned frame is refused and counted.
+    pub accept_unsigned: bool,
 }
 
 impl Default for VehicleConfig {
@@ -142,11 +151,41 @@ impl Default for VehicleConfig {
             system_id: 1,
             component_id: 191,
             autopilot_system_id: None,
+            signing_key_file: None,
+            signing_link_id: 0,
+            accept_unsigned: false,
         }
     }
 }
 
 impl VehicleConfig {
+    /// The MAVLink signing key `signing_key_file` names, read and checked (private to this
+    /// user, the right size, not all zeros); `None` without one.
+    ///
+    /// # Errors
+    /// What is wrong with the file, naming it (never its contents).
+    pub fn signing_key(&self) -> Result<Option<px4_bridge::signing::SigningKey>, String> {
+        let Some(path) = self.signing_key_file.as_deref() else {
+            return Ok(None);
+        };
+        let name = path.display();
+        if self.effective_kind() != VehicleKind::Px4 {
+            return Err(format!(
+                "vehicle.signing_key_file: {name}: MAVLink signing is for a PX4 link; a Crazyflie has none"
+            ));
+        }
+        crate::io::check_private(path, "MAVLink signing key")?;
+        let bytes = crate::io::read_capped(path, 256, "MAVLink signing key")
+            .map_err(|e| format!("vehicle.signing_key_file: {e}"))?;
+        let secret = px4_bridge::signing::SigningKey::parse_secret(&bytes)
+            .map_err(|e| format!("vehicle.signing_key_file: {name}: {e}"))?;
+        Ok(Some(px4_bridge::signing::SigningKey::new(
+            secret,
+            self.signing_link_id,
+            self.accept_unsigned,
+        )))
+    }
+
     /// The vehicle kind, `kind` or what the URL implies (`radio://`, `usb://`: a Crazyflie).
     pub fn effective_kind(&self) -> VehicleKind {
         let url = self.url.as_deref().unwrap_or("");

@@ -81,6 +81,8 @@ pub struct Metrics {
     pub(crate) event_streams: Gauge,
     /// MAVLink datagrams from an address other than the vehicle's, ignored.
     pub(crate) foreign_datagrams: Gauge,
+    /// MAVLink frames a signing key refused (unsigned, another key's, replayed), UDP links.
+    pub(crate) unsigned_refused: Gauge,
     /// Provider updates refused, by reason.
     pub(crate) updates_refused: Family<CodeLabel, Counter>,
     /// Interface requests by endpoint and status.
@@ -124,6 +126,7 @@ impl Metrics {
             connections_open: Gauge::default(),
             event_streams: Gauge::default(),
             foreign_datagrams: Gauge::default(),
+            unsigned_refused: Gauge::default(),
             updates_refused: Family::default(),
             requests: Family::default(),
             events: Counter::default(),
@@ -215,6 +218,11 @@ impl Metrics {
             "foreign_datagrams",
             "MAVLink datagrams from an address other than the vehicle's, ignored",
             m.foreign_datagrams.clone(),
+        );
+        registry.register(
+            "mavlink_unsigned_refused",
+            "MAVLink frames refused by the signing key (unsigned, another key's, replayed; UDP links)",
+            m.unsigned_refused.clone(),
         );
         registry.register(
             "updates_refused",

@@ -318,6 +318,7 @@ async fn start_px4(
     bopts.config.system_id = cfg.vehicle.system_id;
     bopts.config.component_id = cfg.vehicle.component_id;
     bopts.config.autopilot_system = cfg.vehicle.autopilot_system_id;
+    bopts.signing = cfg.vehicle.signing_key().map_err(StartError::state)?;
     if let Ok(url @ px4_bridge::url::TransportUrl::TcpIn(_)) =
         px4_bridge::url::TransportUrl::parse(&vehicle_url)
     {
@@ -562,6 +563,17 @@ impl Service {
             variant,
             gate_delay,
         } = embedded;
+        let signing = cfg.vehicle.signing_key_file.as_ref().map(|_| {
+            if cfg.vehicle.accept_unsigned {
+                "MAVLink signed; unsigned frames accepted"
+            } else {
+                "MAVLink signed"
+            }
+        });
+        let vehicle_note = match (vehicle_note, signing) {
+            (Some(n), Some(s)) => Some(format!("{n}; {s}")),
+            (n, s) => n.or_else(|| s.map(str::to_string)),
+        };
         if let Some(v) = variant.filter(|v| *v != crate::core::Variant::Full) {
             tracing::warn!(
                 variant = v.name(),

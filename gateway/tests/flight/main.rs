@@ -9,6 +9,7 @@
 mod cli;
 mod common;
 mod console;
+mod deploy;
 mod docs_examples;
 mod faults;
 mod mcp;

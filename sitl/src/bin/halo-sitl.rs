@@ -197,7 +197,7 @@ fn main() -> std::process::ExitCode {
         };
         println!("halo-sitl px4: system 1 on udp {bind}, sending to {remote}");
         let (tx, rx) = tokio::sync::broadcast::channel(1);
-        let opts = UdpOptions { bind, remote: Some(remote), config, setpoint_log: log, seed: 1, gcs };
+        let opts = UdpOptions { bind, remote: Some(remote), config, setpoint_log: log, seed: 1, gcs, signing_key: None };
         let c2 = control.clone();
         let sim = tokio::spawn(async move { sitl::sim::udp::run(socket, opts, c2, rx).await });
         let status = control.clone();

@@ -30,6 +30,8 @@ pub struct SimControl {
     pub drop_ppm: Arc<AtomicU32>,
     /// The ground-station port once bound (0 before, or without one).
     pub gcs_port: Arc<AtomicU32>,
+    /// With a signing key: frames refused because they were not validly signed, both links.
+    pub unsigned_refused: Arc<AtomicU64>,
     /// A battery charge to report from now on, percent (taken by the simulator's next turn;
     /// it then drains from there as before).
     pub set_battery: Arc<Mutex<Option<f64>>>,
@@ -89,6 +91,10 @@ pub struct UdpOptions {
     /// The offboard link's test controls (loss, delay, drop) do not apply to it. `None`: no
     /// GCS link.
     pub gcs: Option<SocketAddr>,
+    /// MAVLink 2 signing on both links, as a PX4 with this key provisioned: what it sends is
+    /// signed, and what it receives unsigned or signed with another key is refused
+    /// ([`SimControl::unsigned_refused`]). `None`: unsigned, as PX4 without a key.
+    pub signing_key: Option<[u8; 32]>,
 }
 
 fn rand(state: &mut u64) -> f64 {
@@ -170,6 +176,25 @@ pub async fn run_with_origin(
     }
     let mut gcs_peer: Option<SocketAddr> = None;
     let mut last_view = 0u64;
+    let signing = opts.signing_key.map(wire::Signing::new);
+    // Every frame in and out goes through here: signed and verified when keyed.
+    let decode = |bytes: &[u8]| match &signing {
+        Some(s) => {
+            let (msgs, _, refused) = s.decode(bytes);
+            control
+                .unsigned_refused
+                .fetch_add(u64::from(refused), Ordering::Relaxed);
+            msgs
+        }
+        None => wire::decode(bytes).0,
+    };
+    let encode =
+        |h: mavlink::MavHeader, m: &mavlink::dialects::common::MavMessage, seq: &mut u8| {
+            match &signing {
+                Some(s) => s.encode(h, m, seq),
+                None => wire::encode(h, m, seq),
+            }
+        };
     loop {
         let wake = sim
             .poll_timeout()
@@ -182,7 +207,7 @@ pub async fn run_with_origin(
             r = recv_gcs(gcs.as_ref(), &mut gcs_buf) => {
                 let (n, from) = r?;
                 gcs_peer = Some(from);
-                let (msgs, _) = wire::decode(gcs_buf.get(..n).unwrap_or(&[]));
+                let msgs = decode(gcs_buf.get(..n).unwrap_or(&[]));
                 let t = now();
                 for (h, m) in msgs {
                     sim.handle_gcs_message(t, &h, &m);
@@ -194,7 +219,7 @@ pub async fn run_with_origin(
                 let p = f64::from(control.drop_ppm.load(Ordering::Relaxed)) / 1e6;
                 if !down && rand(&mut rng) >= p {
                     peer = Some(from);
-                    let (msgs, _) = wire::decode(buf.get(..n).unwrap_or(&[]));
+                    let msgs = decode(buf.get(..n).unwrap_or(&[]));
                     let t = now();
                     for (h, m) in msgs {
                         sim.handle_message(t, &h, &m);
@@ -208,7 +233,7 @@ pub async fn run_with_origin(
         }
         let delay = control.delay_ms.load(Ordering::Relaxed) * 1_000_000;
         while let Some(m) = sim.poll_transmit() {
-            delayed.push_back((t + delay, wire::encode(sim.header(), &m, &mut seq)));
+            delayed.push_back((t + delay, encode(sim.header(), &m, &mut seq)));
         }
         let to = peer.or(opts.remote);
         while delayed.front().is_some_and(|d| d.0 <= t) {
@@ -227,15 +252,13 @@ pub async fn run_with_origin(
         }
         while let Some(m) = sim.poll_transmit_gcs() {
             if let (Some(g), Some(p)) = (gcs.as_ref(), gcs_peer) {
-                let _ = g
-                    .send_to(&wire::encode(sim.header(), &m, &mut gcs_seq), p)
-                    .await;
+                let _ = g.send_to(&encode(sim.header(), &m, &mut gcs_seq), p).await;
             }
         }
         while let Some((h, m)) = sim.poll_forward_gcs() {
             if let (Some(g), Some(p)) = (gcs.as_ref(), gcs_peer) {
                 let mut seq = h.sequence;
-                let _ = g.send_to(&wire::encode(h, &m, &mut seq), p).await;
+                let _ = g.send_to(&encode(h, &m, &mut seq), p).await;
             }
         }
         while let Some(r) = sim.poll_setpoint() {

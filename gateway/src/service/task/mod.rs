@@ -1296,6 +1296,9 @@ impl Task {
             self.metrics
                 .foreign_datagrams
                 .set(i64::try_from(px4.foreign_datagrams()).unwrap_or(i64::MAX));
+            self.metrics
+                .unsigned_refused
+                .set(i64::try_from(px4.unsigned_refused()).unwrap_or(i64::MAX));
         }
     }
 

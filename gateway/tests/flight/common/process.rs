@@ -61,12 +61,24 @@ impl Spawned {
         env: &[(&str, &str)],
         args: &[&str],
     ) -> Spawned {
-        use std::io::BufRead;
         let cfg = dir.join("gateway.toml");
         std::fs::write(&cfg, config).unwrap();
+        Spawned::start_file(bin, dir, &cfg, state, env, args)
+    }
+
+    /// As [`Spawned::start_args`], with a configuration file that is already there.
+    pub fn start_file(
+        bin: &str,
+        dir: &std::path::Path,
+        cfg: &std::path::Path,
+        state: &std::path::Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Spawned {
+        use std::io::BufRead;
         let mut child = std::process::Command::new(bin)
             .args(["run", "--config"])
-            .arg(&cfg)
+            .arg(cfg)
             .args(args)
             .envs(env.iter().copied())
             .current_dir(dir)

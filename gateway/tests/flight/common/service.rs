@@ -191,6 +191,17 @@ impl Sim {
         remote: Option<std::net::SocketAddr>,
         config: sitl::sim::px4::SimConfig,
     ) -> Sim {
+        Sim::start_keyed(log, remote, config, None)
+    }
+
+    /// As [`Sim::start_with`], with MAVLink 2 signing on both links when `key` is given (a PX4
+    /// with that key provisioned: unsigned frames refused).
+    pub fn start_keyed(
+        log: &Path,
+        remote: Option<std::net::SocketAddr>,
+        config: sitl::sim::px4::SimConfig,
+        key: Option<[u8; 32]>,
+    ) -> Sim {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -209,6 +220,7 @@ impl Sim {
             setpoint_log: Some(log.to_path_buf()),
             seed: 3,
             gcs: "127.0.0.1:0".parse().ok(),
+            signing_key: key,
         };
         let origin = Instant::now();
         rt.spawn(sitl::sim::udp::run_with_origin(
