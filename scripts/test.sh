@@ -57,6 +57,17 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   fi
 fi
 
+# The deploy-install suite verifies the systemd unit with systemd-analyze (Debian's systemd).
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  echo "==> systemd (systemd-analyze) for the deploy-install suite"
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get install -y -qq systemd >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq systemd >/dev/null; } \
+      || echo "warning: could not install systemd; the deploy-install suite will fail" >&2
+  else
+    echo "warning: install Debian's systemd (systemd-analyze); the deploy-install suite needs it" >&2
+  fi
+fi
+
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 # Lints and tests use the release profile, the one the demo builds: the tests share its
