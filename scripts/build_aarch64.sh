@@ -92,7 +92,7 @@ OUT=target/aarch64-tests.txt
 # Libraries' and binaries' own tests everywhere, and the core's conformance suites; the
 # integration suites that spawn Python peers, simulators over sockets or a browser stay on the host.
 cargo test --locked --release --target "$TARGET" \
-  -p halo-core -p linelog -p px4-bridge -p crazyflie-bridge -p sitl --lib \
+  -p halo-core -p halo-linelog -p px4-bridge -p crazyflie-bridge -p sitl --lib \
   -- --nocapture 2>&1 | tee "$OUT"
 cargo test --locked --release --target "$TARGET" -p halo-core --test core \
   -- --nocapture 2>&1 | tee -a "$OUT"
