@@ -17,6 +17,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod command;
+pub mod gcs;
 pub mod mode;
 pub mod offboard;
 pub mod setpoint;

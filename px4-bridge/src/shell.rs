@@ -15,7 +15,7 @@ use std::time::Instant;
 use std::net::SocketAddr;
 
 use mavlink::dialects::common::MavMessage;
-use mavlink::{AsyncMavConnection, MavHeader};
+use mavlink::{AsyncMavConnection, MAVLinkMessageRaw, MavHeader};
 use tokio::net::UdpSocket;
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
@@ -50,6 +50,9 @@ pub struct BridgeOptions {
     /// MAVLink 2 signing: sign what is sent, refuse what is not validly signed (unless the key
     /// accepts unsigned frames). `None`: unsigned, as PX4 without a key.
     pub signing: Option<crate::signing::SigningKey>,
+    /// Relay the vehicle's traffic to a ground station and the ground station's to the vehicle
+    /// ([`crate::gcs`]). `None`: the gateway alone on the link.
+    pub gcs: Option<crate::gcs::GcsEndpoint>,
 }
 
 impl BridgeOptions {
@@ -63,6 +66,7 @@ impl BridgeOptions {
             setpoint_log: None,
             origin: Instant::now(),
             signing: None,
+            gcs: None,
         }
     }
 }
@@ -167,6 +171,10 @@ struct Shared {
     setpoints_sent: AtomicU64,
     foreign_datagrams: AtomicU64,
     unsigned_refused: AtomicU64,
+    gcs_to_vehicle: AtomicU64,
+    vehicle_to_gcs: AtomicU64,
+    gcs_forged: AtomicU64,
+    gcs_dropped: AtomicU64,
     transport_errors: AtomicU64,
 }
 
@@ -356,6 +364,18 @@ impl BridgeHandle {
         self.shared.unsigned_refused.load(Ordering::Relaxed)
     }
 
+    /// The ground-station relay's counts: (frames passed to the vehicle, datagrams or frames
+    /// passed to the ground station, frames from the ground station that claimed the gateway's
+    /// own id and were dropped, frames dropped because a send would have waited).
+    pub fn gcs_relay(&self) -> (u64, u64, u64, u64) {
+        (
+            self.shared.gcs_to_vehicle.load(Ordering::Relaxed),
+            self.shared.vehicle_to_gcs.load(Ordering::Relaxed),
+            self.shared.gcs_forged.load(Ordering::Relaxed),
+            self.shared.gcs_dropped.load(Ordering::Relaxed),
+        )
+    }
+
     /// Sends and receives the transport refused (counted, backed off, never a busy retry).
     pub fn transport_errors(&self) -> u64 {
         self.shared.transport_errors.load(Ordering::Relaxed)
@@ -365,6 +385,8 @@ impl BridgeHandle {
 enum Rx {
     Msg(MavHeader, Box<MavMessage>),
     Datagram(SocketAddr, Vec<u8>),
+    /// A datagram from the ground station's socket.
+    Gcs(SocketAddr, Vec<u8>),
     ParseError,
     Closed,
 }
@@ -445,12 +467,53 @@ pub async fn start(
         setpoints_sent: AtomicU64::new(0),
         foreign_datagrams: AtomicU64::new(0),
         unsigned_refused: AtomicU64::new(0),
+        gcs_to_vehicle: AtomicU64::new(0),
+        vehicle_to_gcs: AtomicU64::new(0),
+        gcs_forged: AtomicU64::new(0),
+        gcs_dropped: AtomicU64::new(0),
         transport_errors: AtomicU64::new(0),
     });
+    let gcs =
+        match &opts.gcs {
+            None => None,
+            Some(endpoint) => {
+                let (bind, peer): (SocketAddr, Option<SocketAddr>) = match endpoint {
+                    crate::gcs::GcsEndpoint::To(a) if a.is_ipv4() => {
+                        (([0, 0, 0, 0], 0).into(), Some(*a))
+                    }
+                    crate::gcs::GcsEndpoint::To(a) => {
+                        ((std::net::Ipv6Addr::UNSPECIFIED, 0).into(), Some(*a))
+                    }
+                    crate::gcs::GcsEndpoint::Listen(a) => (*a, None),
+                };
+                let socket = Arc::new(UdpSocket::bind(bind).await.map_err(|source| {
+                    BridgeError::Connect {
+                        url: format!("the ground station's relay ({bind})"),
+                        source,
+                    }
+                })?);
+                Some(GcsLink {
+                    socket,
+                    peer,
+                    fixed: peer.is_some(),
+                })
+            }
+        };
+    let gcs_task = gcs.as_ref().map(|g| {
+        tokio::spawn(receive_udp(
+            Arc::clone(&g.socket),
+            tx_in.clone(),
+            Arc::clone(&shared),
+            Rx::Gcs,
+        ))
+    });
     let recv_task = match &wire {
-        Wire::Udp { socket, .. } => {
-            tokio::spawn(receive_udp(Arc::clone(socket), tx_in, Arc::clone(&shared)))
-        }
+        Wire::Udp { socket, .. } => tokio::spawn(receive_udp(
+            Arc::clone(socket),
+            tx_in,
+            Arc::clone(&shared),
+            Rx::Datagram,
+        )),
         Wire::Mav(conn) => tokio::spawn(receive_mav(Arc::clone(conn), tx_in, Arc::clone(&shared))),
     };
     let sm = Offboard::new(opts.config, now_since(origin));
@@ -466,8 +529,16 @@ pub async fn start(
             last: None,
             held: 0,
         },
+        gcs,
+        to_vehicle: std::collections::VecDeque::new(),
     };
-    let task = tokio::spawn(driver.drive(rx_cmd, rx_text, rx_in, shutdown, recv_task));
+    let task = tokio::spawn(driver.drive(
+        rx_cmd,
+        rx_text,
+        rx_in,
+        shutdown,
+        [Some(recv_task), gcs_task],
+    ));
     Ok((
         BridgeHandle {
             tx,
@@ -565,7 +636,6 @@ async fn open_wire(url: &TransportUrl, opts: &BridgeOptions) -> Result<Wire, Bri
             // The crate's connection signs and verifies with the same configuration; what it
             // refuses it drops without a count.
             if let Some(k) = &opts.signing {
-                use mavlink::AsyncMavConnection;
                 conn.setup_signing(Some(k.config()));
             }
             Wire::Mav(Arc::new(conn))
@@ -574,7 +644,12 @@ async fn open_wire(url: &TransportUrl, opts: &BridgeOptions) -> Result<Wire, Bri
 }
 
 /// Receives datagrams for the driver; transport errors are counted and backed off.
-async fn receive_udp(socket: Arc<UdpSocket>, tx_in: mpsc::Sender<Rx>, recv_shared: Arc<Shared>) {
+async fn receive_udp(
+    socket: Arc<UdpSocket>,
+    tx_in: mpsc::Sender<Rx>,
+    recv_shared: Arc<Shared>,
+    wrap: fn(SocketAddr, Vec<u8>) -> Rx,
+) {
     // Larger than any datagram of MAVLink frames (a frame is at most 280 bytes).
     let mut buf = vec![0u8; 8192];
     let mut in_a_row = 0u32;
@@ -587,7 +662,7 @@ async fn receive_udp(socket: Arc<UdpSocket>, tx_in: mpsc::Sender<Rx>, recv_share
             Ok((n, from)) => {
                 in_a_row = 0;
                 let bytes = buf.get(..n).unwrap_or_default().to_vec();
-                if tx_in.send(Rx::Datagram(from, bytes)).await.is_err() {
+                if tx_in.send(wrap(from, bytes)).await.is_err() {
                     break;
                 }
             }
@@ -654,6 +729,33 @@ struct Driver {
     tx_ev: mpsc::Sender<Event>,
     origin: Instant,
     send_log: ErrorLog,
+    gcs: Option<GcsLink>,
+    /// Frames from the ground station waiting for the vehicle link (at most
+    /// [`GCS_QUEUE`]; sent with the next transmit).
+    to_vehicle: std::collections::VecDeque<MAVLinkMessageRaw>,
+}
+
+/// Frames from the ground station held for the vehicle at most; more are dropped and counted.
+const GCS_QUEUE: usize = 256;
+
+/// The ground station's side of the relay.
+struct GcsLink {
+    socket: Arc<UdpSocket>,
+    /// Where to send: fixed (`udpout:`), or the last sender (`udpin:`).
+    peer: Option<SocketAddr>,
+    fixed: bool,
+}
+
+impl GcsLink {
+    /// Passes bytes to the ground station without waiting: a relay never holds the bridge up
+    /// (a full socket buffer drops the datagram, counted).
+    fn pass(&self, bytes: &[u8], sh: &Shared) {
+        let Some(p) = self.peer else { return };
+        match self.socket.try_send_to(bytes, p) {
+            Ok(_) => sh.vehicle_to_gcs.fetch_add(1, Ordering::Relaxed),
+            Err(_) => sh.gcs_dropped.fetch_add(1, Ordering::Relaxed),
+        };
+    }
 }
 
 impl Driver {
@@ -669,7 +771,7 @@ impl Driver {
         mut rx_text: mpsc::Receiver<(u8, String)>,
         mut rx_in: mpsc::Receiver<Rx>,
         mut shutdown: broadcast::Receiver<()>,
-        recv_task: JoinHandle<()>,
+        recv_tasks: [Option<JoinHandle<()>>; 2],
     ) {
         loop {
             let deadline = self.sm.poll_timeout();
@@ -695,7 +797,9 @@ impl Driver {
             self.transmit().await;
             self.publish();
         }
-        recv_task.abort();
+        for t in recv_tasks.into_iter().flatten() {
+            t.abort();
+        }
     }
 
     /// One input from the gateway.
@@ -728,12 +832,26 @@ impl Driver {
     /// One item from the receiver; false when the transport closed.
     fn receive(&mut self, item: Rx) -> bool {
         match item {
-            Rx::Msg(h, m) => self.sm.handle_message(self.now(), &h, &m),
+            Rx::Msg(h, m) => {
+                if let Some(g) = &self.gcs {
+                    let mut out = Vec::with_capacity(64);
+                    if mavlink::write_v2_msg(&mut out, h, m.as_ref()).is_ok() {
+                        g.pass(&out, &self.sh);
+                    }
+                }
+                self.sm.handle_message(self.now(), &h, &m);
+            }
+            Rx::Gcs(from, bytes) => self.relay_from_gcs(from, &bytes),
             Rx::Datagram(from, bytes) => {
                 if let Wire::Udp { lock, .. } = &mut self.wire {
                     let before = lock.peer();
                     match lock.receive(from, &bytes) {
                         Received::Frames(frames, errors, refused) => {
+                            if let Some(g) = &self.gcs
+                                && lock.peer() == Some(from)
+                            {
+                                g.pass(&bytes, &self.sh);
+                            }
                             if refused > 0 {
                                 let before = self
                                     .sh
@@ -780,8 +898,62 @@ impl Driver {
         true
     }
 
-    /// Sends what the state machine has for the vehicle, telling it how each send went.
+    /// A datagram from the ground station: its frames queued for the vehicle, except those
+    /// that claim the gateway's own id.
+    fn relay_from_gcs(&mut self, from: SocketAddr, bytes: &[u8]) {
+        let Some(g) = &mut self.gcs else { return };
+        if !g.fixed {
+            g.peer = Some(from);
+        } else if g.peer != Some(from) {
+            // `udpout:`: only the ground station named is relayed.
+            self.sh.gcs_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let own = (
+            u8::try_from(self.header.system_id).unwrap_or(0),
+            self.header.component_id,
+        );
+        let (frames, forged) = crate::gcs::from_gcs(bytes, own);
+        if forged > 0 {
+            let before = self
+                .sh
+                .gcs_forged
+                .fetch_add(u64::from(forged), Ordering::Relaxed);
+            if before == 0 {
+                tracing::warn!(%from, "dropping frames from the ground station that claim the gateway's own system and component id; counted, logged once");
+            }
+        }
+        for f in frames {
+            if self.to_vehicle.len() >= GCS_QUEUE {
+                self.sh.gcs_dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            self.to_vehicle.push_back(f);
+        }
+    }
+
+    /// Sends what the state machine has for the vehicle, telling it how each send went, then
+    /// what the ground station sent for it.
     async fn transmit(&mut self) {
+        while let Some(raw) = self.to_vehicle.pop_front() {
+            let sent = match &self.wire {
+                Wire::Udp { socket, lock } => match lock.peer() {
+                    None => Ok(()),
+                    Some(p) => socket
+                        .send_to(crate::gcs::raw_bytes(&raw), p)
+                        .await
+                        .map(|_| ()),
+                },
+                Wire::Mav(conn) => conn.send_raw(&raw).await.map(|_| ()).map_err(|e| match e {
+                    mavlink::error::MessageWriteError::Io(io) => io,
+                    other => std::io::Error::other(other.to_string()),
+                }),
+            };
+            match sent {
+                Ok(()) => self.sh.gcs_to_vehicle.fetch_add(1, Ordering::Relaxed),
+                Err(_) => self.sh.gcs_dropped.fetch_add(1, Ordering::Relaxed),
+            };
+        }
         let header = self.header;
         while let Some(m) = self.sm.poll_transmit() {
             let sent = match &mut self.wire {
@@ -805,6 +977,14 @@ impl Driver {
             // Persistent send failures bring the link down (the state machine counts them);
             // nothing is retried in a loop: the stream's next tick is the next attempt.
             self.sm.handle_send_result(self.now(), sent.is_ok());
+            // The gateway's own words for the pilot go to the relayed ground station too (PX4
+            // forwards them only to its own ground-station links).
+            if let (Some(g), MavMessage::STATUSTEXT(_)) = (&self.gcs, &m) {
+                let mut out = Vec::with_capacity(64);
+                if mavlink::write_v2_msg(&mut out, header, &m).is_ok() {
+                    g.pass(&out, &self.sh);
+                }
+            }
             if let Err(e) = sent {
                 self.sh.transport_errors.fetch_add(1, Ordering::Relaxed);
                 self.send_log.note("send", &e);

@@ -186,6 +186,9 @@ pub fn check_run(
     println!("  vehicle:   {vehicle}");
     println!("  catalog:   {catalog}");
     println!("  contract:  {domain}");
+    if let Some(f) = &cfg.gcs.forward {
+        println!("  relay:     the ground station on {f}");
+    }
     println!("  listen:    http://{}", cfg.listen.http);
     println!("  state:     {state}");
     EXIT_OK

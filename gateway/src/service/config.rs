@@ -41,6 +41,18 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// The reference certifier (off by default).
     pub certifier: super::certifier::CertifierConfig,
+    /// The pilot's ground station, kept in the loop (PX4 only).
+    pub gcs: GcsConfig,
+}
+
+/// `[gcs]`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GcsConfig {
+    /// Relay the flight controller's traffic to a ground station and the ground station's to
+    /// the flight controller: `udpout:HOST:PORT` (QGroundControl listening on 14550) or
+    /// `udpin:ADDR:PORT` (a ground station that connects to the companion). None: no relay.
+    pub forward: Option<String>,
 }
 
 /// `[limits]`.
@@ -573,6 +585,15 @@ impl Config {
         self.vehicle
             .check_url()
             .map_err(|e| ConfigError(format!("{file}: vehicle.url: {e}")))?;
+        if let Some(f) = &self.gcs.forward {
+            if self.vehicle.effective_kind() != VehicleKind::Px4 {
+                return Err(ConfigError(format!(
+                    "{file}: gcs.forward: a ground-station relay is for a PX4 link"
+                )));
+            }
+            px4_bridge::gcs::GcsEndpoint::parse(f)
+                .map_err(|e| ConfigError(format!("{file}: gcs.forward: {e}")))?;
+        }
         if self.vehicle.system_id == 0 {
             return Err(ConfigError(format!(
                 "{file}: vehicle.system_id: 0 is MAVLink's broadcast id; use the vehicle's own (PX4's MAV_SYS_ID, 1 by default)"

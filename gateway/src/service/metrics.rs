@@ -83,6 +83,11 @@ pub struct Metrics {
     pub(crate) foreign_datagrams: Gauge,
     /// MAVLink frames a signing key refused (unsigned, another key's, replayed), UDP links.
     pub(crate) unsigned_refused: Gauge,
+    /// The ground-station relay: frames passed to the vehicle, to the ground station, and the
+    /// ground station's frames that claimed the gateway's id, dropped.
+    pub(crate) gcs_to_vehicle: Gauge,
+    pub(crate) gcs_to_gcs: Gauge,
+    pub(crate) gcs_forged: Gauge,
     /// Provider updates refused, by reason.
     pub(crate) updates_refused: Family<CodeLabel, Counter>,
     /// Interface requests by endpoint and status.
@@ -127,6 +132,9 @@ impl Metrics {
             event_streams: Gauge::default(),
             foreign_datagrams: Gauge::default(),
             unsigned_refused: Gauge::default(),
+            gcs_to_vehicle: Gauge::default(),
+            gcs_to_gcs: Gauge::default(),
+            gcs_forged: Gauge::default(),
             updates_refused: Family::default(),
             requests: Family::default(),
             events: Counter::default(),
@@ -223,6 +231,21 @@ impl Metrics {
             "mavlink_unsigned_refused",
             "MAVLink frames refused by the signing key (unsigned, another key's, replayed; UDP links)",
             m.unsigned_refused.clone(),
+        );
+        registry.register(
+            "gcs_relayed_to_vehicle",
+            "Ground-station relay: frames passed from the ground station to the vehicle",
+            m.gcs_to_vehicle.clone(),
+        );
+        registry.register(
+            "gcs_relayed_to_gcs",
+            "Ground-station relay: datagrams or frames passed from the vehicle to the ground station",
+            m.gcs_to_gcs.clone(),
+        );
+        registry.register(
+            "gcs_forged_dropped",
+            "Ground-station relay: frames claiming the gateway's own id, dropped",
+            m.gcs_forged.clone(),
         );
         registry.register(
             "updates_refused",

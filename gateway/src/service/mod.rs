@@ -319,6 +319,13 @@ async fn start_px4(
     bopts.config.component_id = cfg.vehicle.component_id;
     bopts.config.autopilot_system = cfg.vehicle.autopilot_system_id;
     bopts.signing = cfg.vehicle.signing_key().map_err(StartError::state)?;
+    bopts.gcs = cfg
+        .gcs
+        .forward
+        .as_deref()
+        .map(px4_bridge::gcs::GcsEndpoint::parse)
+        .transpose()
+        .map_err(|e| StartError::config(format!("gcs.forward: {e}")))?;
     if let Ok(url @ px4_bridge::url::TransportUrl::TcpIn(_)) =
         px4_bridge::url::TransportUrl::parse(&vehicle_url)
     {
@@ -570,10 +577,15 @@ impl Service {
                 "MAVLink signed"
             }
         });
-        let vehicle_note = match (vehicle_note, signing) {
-            (Some(n), Some(s)) => Some(format!("{n}; {s}")),
-            (n, s) => n.or_else(|| s.map(str::to_string)),
-        };
+        let relay = cfg
+            .gcs
+            .forward
+            .as_ref()
+            .map(|f| format!("ground station relayed on {f}"));
+        let vehicle_note = [vehicle_note, signing.map(str::to_string), relay]
+            .into_iter()
+            .flatten()
+            .reduce(|a, b| format!("{a}; {b}"));
         if let Some(v) = variant.filter(|v| *v != crate::core::Variant::Full) {
             tracing::warn!(
                 variant = v.name(),

@@ -1040,6 +1040,131 @@ impl GroundStation {
     }
 }
 
+/// `[gcs] forward`: the pilot's ground station kept in the loop through the gateway, as on a Pi
+/// that owns the flight controller's only serial port. A pymavlink ground station that connects
+/// to the relay hears the vehicle's heartbeat through it, its mode switch reaches the vehicle and
+/// counts as the pilot's override, a land command forged in the gateway's own name never reaches
+/// the vehicle, and the gateway's own words arrive there too.
+#[test]
+fn a_ground_station_through_the_relay_sees_the_vehicle_and_its_hold_is_an_override() {
+    let _timing = common::shared();
+    let dir = tmp("gcs-relay");
+    let sim = Sim::start(&dir.join("vehicle-setpoints.jsonl"));
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let g = Gateway::start(
+        &dir,
+        &format!("udpout:{}", sim.addr),
+        &format!("\n[gcs]\nforward = \"udpin:127.0.0.1:{port}\"\n"),
+    );
+    let u = g.url.clone();
+    let providers = Providers::start(&u, &g.provider);
+    let status = || get(&format!("{u}/v1/status"), None).1;
+    let metric = |name: &str| -> u64 {
+        let text = http()
+            .get(format!("{u}/metrics"))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("halo_{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    take_off(&g, &sim);
+    let mut c: Vec<(&str, bool)> = Vec::new();
+    // READY: the ground station heard the vehicle's heartbeat (system 1, component 1) through
+    // the gateway; it never spoke to the vehicle's own ports.
+    let mut gcs = GroundStation::start(u32::from(port));
+    c.push((
+        "the ground station hears the vehicle through the relay",
+        true,
+    ));
+    let env = json!({"response_id": "gcs-1", "agent_id": "planner-1", "generation": 1,
+        "catalog": {"id": "uav-px4", "version": 6},
+        "components": [route("a", [8.0, 2.0, -6.0, 0.0], 7, "cert-a")]});
+    certify(&g, &env, "a", "cert-a");
+    let (st, rep) = post(
+        &format!("{u}/v1/responses"),
+        Some(&g.agent),
+        env.to_string().as_bytes(),
+    );
+    assert_eq!(
+        (st, rep["components"][0]["phase"].as_str()),
+        (200, Some("dispatched")),
+        "{rep}"
+    );
+    wait_until(10, "the target at the vehicle", || {
+        sim.fingerprints().contains(&fp(8.0, 2.0, -6.0, 0.0))
+    });
+    // A land command in the gateway's own name: dropped by the relay, counted.
+    gcs.say("forge");
+    std::thread::sleep(Duration::from_millis(1500));
+    let v = sim.control.view();
+    println!(
+        "  after the forged land command: mode {:?}, on the ground {}",
+        v.mode, v.on_ground
+    );
+    c.push((
+        "a land command forged in the gateway's name never reaches the vehicle",
+        v.mode == (6, 0) && !v.on_ground,
+    ));
+    c.push((
+        "the forged frame is counted",
+        metric("gcs_forged_dropped") >= 1,
+    ));
+    // The pilot's HOLD from the ground station: the gateway sees an override and stops.
+    gcs.say("mode AUTO.LOITER");
+    wait_until(5, "the override", || {
+        status()["vehicle"]["override_mode"] == "AUTO.LOITER"
+    });
+    c.push((
+        "the ground station's HOLD is the pilot's override",
+        status()["vehicle"]["control"] == "operator",
+    ));
+    std::thread::sleep(Duration::from_millis(1500));
+    let heard = gcs.finish();
+    println!("  the ground station heard: {heard}");
+    c.push((
+        "the ground station saw the vehicle take its mode, through the relay",
+        heard["switched"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|x| x["mode"] == "AUTO.LOITER" && x["confirmed"] == true)
+        }),
+    ));
+    c.push((
+        "the gateway's own words reach the relayed ground station",
+        heard["texts"].as_array().is_some_and(|t| {
+            t.iter().any(|x| {
+                x["comp"] == 191 && x["text"].as_str().is_some_and(|s| s.starts_with("HALO:"))
+            })
+        }),
+    ));
+    let (to_vehicle, to_gcs) = (
+        metric("gcs_relayed_to_vehicle"),
+        metric("gcs_relayed_to_gcs"),
+    );
+    println!("  relayed: {to_vehicle} frames to the vehicle, {to_gcs} to the ground station");
+    c.push((
+        "both directions counted in /metrics",
+        to_vehicle > 0 && to_gcs > 0,
+    ));
+    for (name, good) in &c {
+        println!("  {name:<72} {}", if *good { "ok" } else { "MISMATCH" });
+    }
+    let matched = c.iter().filter(|(_, g)| *g).count();
+    println!("service-gcs-relay: {matched}/{} matched", c.len());
+    drop(providers);
+    assert_eq!(g.stop(), 0);
+    assert_eq!((matched, c.len()), (7, 7));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The gateway's decisions reach the pilot's ground station as short `STATUSTEXT`s through
 /// PX4's forwarding: an expiry hold, a deny-hold, a withheld action and its refresh request,
 /// the operator's hold and release, and the pilot's own override, each in words, from the

@@ -11,7 +11,8 @@ Usage: pilot.py GCS_PORT MODE [MODE ...]   (MODE: POSCTL, AUTO.LOITER, AUTO.RTL 
        pilot.py GCS_PORT texts              (a ground station's message list: prints READY,
                                              then collects every STATUSTEXT until stdin says
                                              `stop`; `mode NAME` on stdin switches the mode
-                                             meanwhile. Prints {"texts": [{"sys", "comp",
+                                             meanwhile, `forge` sends a land command in the
+                                             gateway's name (system 1, component 191). Prints {"texts": [{"sys", "comp",
                                              "severity", "text", "t_ms"}, ...], "switched": [...]})
 Prints one JSON line: {"switched": [{"mode", "confirmed", "after_ms"}, ...]}; exit 0 when every
 switch was confirmed. Watching prints {"targets": [...]}: the position targets the vehicle
@@ -125,6 +126,13 @@ if sys.argv[2] == "texts":
                 done = True
             elif line[0] == "mode":
                 pending = switch(line[1])
+            elif line[0] == "forge":
+                # A frame that claims to be the gateway's (system 1, component 191): a land
+                # command a relay must never pass on in the gateway's name.
+                own = (conn.mav.srcSystem, conn.mav.srcComponent)
+                conn.mav.srcSystem, conn.mav.srcComponent = 1, 191
+                conn.mav.command_long_send(1, 1, M.MAV_CMD_NAV_LAND, 0, 0, 0, 0, 0, 0, 0, 0)
+                conn.mav.srcSystem, conn.mav.srcComponent = own
         m = conn.recv_match(blocking=True, timeout=0.02)
         if m is None:
             continue

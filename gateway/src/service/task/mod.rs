@@ -1299,6 +1299,11 @@ impl Task {
             self.metrics
                 .unsigned_refused
                 .set(i64::try_from(px4.unsigned_refused()).unwrap_or(i64::MAX));
+            let (to_vehicle, to_gcs, forged, _) = px4.gcs_relay();
+            let g = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+            self.metrics.gcs_to_vehicle.set(g(to_vehicle));
+            self.metrics.gcs_to_gcs.set(g(to_gcs));
+            self.metrics.gcs_forged.set(g(forged));
         }
     }
 
