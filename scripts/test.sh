@@ -23,50 +23,28 @@ if [ ! -x "$VENV/bin/python3" ] || ! cmp -s scripts/requirements.txt "$VENV/requ
   cp scripts/requirements.txt "$VENV/requirements.txt"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"
+# Debian packages a suite needs: installed with apt when this runs as root, else a warning
+# that says what to install. Usage: need_debian "WHICH SUITE" PACKAGE...
+need_debian() {
+  local why=$1
+  shift
+  echo "==> $* for $why"
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get install -y -qq "$@" >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq "$@" >/dev/null; } \
+      || echo "warning: could not install $*; $why will not match" >&2
+  else
+    echo "warning: install Debian's $* (apt-get install $*); $why needs it" >&2
+  fi
+}
 # The faults suite moves the gateway's wall clock with libfaketime (Debian's `faketime`) and
 # mounts a small tmpfs for the full-disk cases (it needs root, as CI runs).
-if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
-  echo "==> libfaketime (Debian's faketime) for the faults suite"
-  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    apt-get install -y -qq faketime >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq faketime >/dev/null; } \
-      || echo "warning: could not install faketime; the faults suite's clock case will not match" >&2
-  else
-    echo "warning: install Debian's faketime (apt-get install faketime); the faults suite's clock case needs it" >&2
-  fi
-fi
-
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need_debian "the faults suite's clock case" faketime
 # The docs-examples suite runs docs/run.md's curl examples as written.
-if ! command -v curl >/dev/null 2>&1; then
-  echo "==> curl for the docs-examples suite"
-  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    apt-get install -y -qq curl >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq curl >/dev/null; } \
-      || echo "warning: could not install curl; the docs-examples suite will not match" >&2
-  else
-    echo "warning: install curl (apt-get install curl); the docs-examples suite needs it" >&2
-  fi
-fi
-
-# The console suite drives Debian's headless Chromium over WebDriver (chromium, chromium-driver).
-if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
-  echo "==> chromium and chromium-driver for the console suite"
-  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium chromium-driver >/dev/null; } \
-      || echo "warning: could not install chromium; the console suite will fail" >&2
-  else
-    echo "warning: install Debian's chromium and chromium-driver; the console suite needs them" >&2
-  fi
-fi
-
-# The deploy-install suite verifies the systemd unit with systemd-analyze (Debian's systemd).
-if ! command -v systemd-analyze >/dev/null 2>&1; then
-  echo "==> systemd (systemd-analyze) for the deploy-install suite"
-  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    apt-get install -y -qq systemd >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq systemd >/dev/null; } \
-      || echo "warning: could not install systemd; the deploy-install suite will fail" >&2
-  else
-    echo "warning: install Debian's systemd (systemd-analyze); the deploy-install suite needs it" >&2
-  fi
-fi
+command -v curl >/dev/null 2>&1 || need_debian "the docs-examples suite" curl
+# The console suite drives Debian's headless Chromium over WebDriver.
+{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || need_debian "the console suite" chromium chromium-driver
+# The deploy-install suite verifies the systemd unit with systemd-analyze.
+command -v systemd-analyze >/dev/null 2>&1 || need_debian "the deploy-install suite" systemd
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check

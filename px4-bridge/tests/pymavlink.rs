@@ -23,6 +23,18 @@ fn free_udp_port() -> u16 {
         .port()
 }
 
+/// Whether the bridge reports its link up within `secs`.
+async fn link_up(rx: &mut tokio::sync::mpsc::Receiver<Event>, secs: u64) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(Event::Link { up: true, .. })) => return true,
+            Ok(Some(_)) => {}
+            _ => return false,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pymavlink_decodes_what_the_bridge_sends() {
     let port = free_udp_port();
@@ -41,15 +53,7 @@ async fn pymavlink_decodes_what_the_bridge_sends() {
     // The test is the operator who handed the vehicle to the bridge.
     bopts.config.offboard_permitted_at_start = true;
     let (h, mut rx, task) = start(bopts, tx.subscribe()).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
-    let mut up = false;
-    while !up {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(Event::Link { up: true, .. })) => up = true,
-            Ok(Some(_)) => {}
-            _ => break,
-        }
-    }
+    let up = link_up(&mut rx, 4).await;
     let status = peer.exited();
     assert!(
         up,
@@ -154,15 +158,7 @@ async fn signed_run(
     bopts.config.component_id = 192;
     bopts.signing = bridge_key.map(|k| px4_bridge::signing::SigningKey::new(k, 3, false));
     let (h, mut rx, task) = start(bopts, tx.subscribe()).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-    let mut up = false;
-    while !up {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(Event::Link { up: true, .. })) => up = true,
-            Ok(Some(_)) => {}
-            _ => break,
-        }
-    }
+    let up = link_up(&mut rx, 3).await;
     let out = tokio::task::spawn_blocking(move || peer.finish())
         .await
         .unwrap()

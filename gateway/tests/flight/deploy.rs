@@ -323,13 +323,7 @@ fn a_keyed_vehicle_flies_with_the_key_and_refuses_the_gateway_without_it() {
         "the vehicle refused nothing the gateway sent".into(),
         refused == 0,
     ));
-    let metrics = http()
-        .get(format!("{}/metrics", g.url))
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
+    let metrics = metrics_text(&g.url);
     c.push((
         "the gateway refused nothing the vehicle sent".into(),
         metrics.contains("halo_mavlink_unsigned_refused 0"),

@@ -948,13 +948,7 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
     );
     assert!(!targets.contains(&fp(12.0, 3.0, -6.0, 0.0).as_str()));
     // Two overrides: RTL, then the pilot's own pause while the vehicle was still theirs.
-    let metrics = http()
-        .get(format!("{u}/metrics"))
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
+    let metrics = metrics_text(&u);
     assert!(
         metrics.contains("halo_operator_overrides_total 2"),
         "{}",
@@ -1064,14 +1058,8 @@ fn a_ground_station_through_the_relay_sees_the_vehicle_and_its_hold_is_an_overri
     let providers = Providers::start(&u, &g.provider);
     let status = || get(&format!("{u}/v1/status"), None).1;
     let metric = |name: &str| -> u64 {
-        let text = http()
-            .get(format!("{u}/metrics"))
-            .call()
-            .unwrap()
-            .body_mut()
-            .read_to_string()
-            .unwrap();
-        text.lines()
+        metrics_text(&u)
+            .lines()
             .find_map(|l| l.strip_prefix(&format!("halo_{name} ")))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0)

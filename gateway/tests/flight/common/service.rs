@@ -158,6 +158,17 @@ pub fn request(method: &str, url: &str, token: Option<&str>, body: Option<&[u8]>
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
+/// The Prometheus text of `GET /metrics`.
+pub fn metrics_text(url: &str) -> String {
+    http()
+        .get(format!("{url}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap()
+}
+
 pub fn post(url: &str, token: Option<&str>, body: &[u8]) -> (u16, Value) {
     request("POST", url, token, Some(body))
 }
