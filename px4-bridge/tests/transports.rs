@@ -318,22 +318,15 @@ async fn udp_bridge_flies_the_simulator_and_survives_a_link_loss() {
     let _ = sim_task.await;
 }
 
-#[test]
-fn serial_transport_through_a_pseudo_terminal() {
-    // The vehicle side runs on the pty master in a plain thread; the bridge opens the slave.
-    let pty = nix::pty::openpty(None, None).unwrap();
-    let slave_path = nix::unistd::ttyname(&pty.slave).unwrap();
-    let mut master = std::fs::File::from(pty.master);
-    // Raw mode on the line, so no byte is translated.
-    let mut t = nix::sys::termios::tcgetattr(&pty.slave).unwrap();
-    nix::sys::termios::cfmakeraw(&mut t);
-    nix::sys::termios::tcsetattr(&pty.slave, nix::sys::termios::SetArg::TCSANOW, &t).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let taken = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let taken2 = taken.clone();
-    let fd = master.try_clone().unwrap();
-    let vehicle = std::thread::spawn(move || {
+/// The simulated PX4 on a byte stream (a pty master, a TCP connection) in a plain thread until
+/// `stop`: it reads frames from the stream and writes its own; `taken` counts the setpoints its
+/// controller takes. The stream must be non-blocking.
+fn stream_vehicle<S: Read + Write + Send + 'static>(
+    mut io: S,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    taken: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
         let origin = Instant::now();
         let now = || u64::try_from(origin.elapsed().as_nanos()).unwrap();
         let mut sim = Px4Sim::new(
@@ -346,14 +339,8 @@ fn serial_transport_through_a_pseudo_terminal() {
         let mut seq = 0u8;
         let mut pending: Vec<u8> = Vec::new();
         let mut buf = [0u8; 512];
-        // Non-blocking reads so the vehicle keeps its own schedule.
-        nix::fcntl::fcntl(
-            &fd,
-            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-        )
-        .unwrap();
-        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
-            match master.read(&mut buf) {
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            match io.read(&mut buf) {
                 Ok(n) if n > 0 => pending.extend_from_slice(&buf[..n]),
                 _ => std::thread::sleep(Duration::from_millis(2)),
             }
@@ -373,9 +360,6 @@ fn serial_transport_through_a_pseudo_terminal() {
                 }
                 let frame: Vec<u8> = pending.drain(..len).collect();
                 let (msgs, _) = sitl::sim::wire::decode(&frame);
-                if msgs.is_empty() {
-                    continue;
-                }
                 for (h, m) in msgs {
                     sim.handle_message(now(), &h, &m);
                 }
@@ -383,77 +367,136 @@ fn serial_transport_through_a_pseudo_terminal() {
             sim.handle_timeout(now());
             while let Some(m) = sim.poll_transmit() {
                 let bytes = sitl::sim::wire::encode(sim.header(), &m, &mut seq);
-                let _ = master.write_all(&bytes);
+                let _ = io.write_all(&bytes);
             }
             while sim.poll_setpoint().is_some() {
-                taken2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
-    });
+    })
+}
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
+/// The bridge on `url` against a vehicle already on the other end of the stream: discovered,
+/// link up, OFFBOARD and armed by command, setpoints taken by the vehicle.
+async fn fly_over_a_stream(url: String, taken: &std::sync::atomic::AtomicU64, what: &str) {
+    let (tx, _) = broadcast::channel(1);
+    let mut bopts = BridgeOptions::new(&url);
+    // The test is the operator who handed the vehicle to the bridge.
+    bopts.config.offboard_permitted_at_start = true;
+    let (h, mut rx, task) = start(bopts, tx.subscribe()).await.unwrap();
+    let mut log = Vec::new();
+    assert!(
+        wait_for(&mut rx, &mut log, 5, |e| matches!(
+            e,
+            Event::AutopilotDiscovered {
+                system_id: 1,
+                component_id: 1
+            }
+        ))
+        .await
+    );
+    assert!(
+        wait_for(&mut rx, &mut log, 5, |e| matches!(
+            e,
+            Event::Link { up: true, .. }
+        ))
+        .await
+    );
+    let sp = Setpoint {
+        north_m: 0.0,
+        east_m: 0.0,
+        down_m: -2.0,
+        yaw_deg: 0.0,
+    };
+    h.try_enqueue(sp, [4; 32], Mono(h.now().0 + 20_000_000_000))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        command(
+            &h,
+            &mut rx,
+            &mut log,
+            Command::SetMode {
+                mode: Px4Mode::OFFBOARD
+            }
+        )
+        .await,
+        CommandOutcome::Accepted
+    );
+    assert_eq!(
+        command(&h, &mut rx, &mut log, Command::Arm).await,
+        CommandOutcome::Accepted
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        taken.load(std::sync::atomic::Ordering::Relaxed) > 5,
+        "setpoints did not reach the vehicle over {what}"
+    );
+    let _ = tx.send(());
+    let _ = task.await;
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
-    rt.block_on(async {
-        let (tx, _) = broadcast::channel(1);
-        let url = format!("serial:{}:921600", slave_path.display());
-        let mut bopts = BridgeOptions::new(&url);
-        // The test is the operator who handed the vehicle to the bridge.
-        bopts.config.offboard_permitted_at_start = true;
-        let (h, mut rx, task) = start(bopts, tx.subscribe()).await.unwrap();
-        let mut log = Vec::new();
-        assert!(
-            wait_for(&mut rx, &mut log, 5, |e| matches!(
-                e,
-                Event::AutopilotDiscovered {
-                    system_id: 1,
-                    component_id: 1
-                }
-            ))
-            .await
-        );
-        assert!(
-            wait_for(&mut rx, &mut log, 5, |e| matches!(
-                e,
-                Event::Link { up: true, .. }
-            ))
-            .await
-        );
-        let sp = Setpoint {
-            north_m: 0.0,
-            east_m: 0.0,
-            down_m: -2.0,
-            yaw_deg: 0.0,
-        };
-        h.try_enqueue(sp, [4; 32], Mono(h.now().0 + 20_000_000_000))
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(1200)).await;
-        assert_eq!(
-            command(
-                &h,
-                &mut rx,
-                &mut log,
-                Command::SetMode {
-                    mode: Px4Mode::OFFBOARD
-                }
-            )
-            .await,
-            CommandOutcome::Accepted
-        );
-        assert_eq!(
-            command(&h, &mut rx, &mut log, Command::Arm).await,
-            CommandOutcome::Accepted
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(
-            taken.load(std::sync::atomic::Ordering::Relaxed) > 5,
-            "setpoints did not reach the vehicle over serial"
-        );
-        let _ = tx.send(());
-        let _ = task.await;
-    });
+        .unwrap()
+}
+
+#[test]
+fn serial_transport_through_a_pseudo_terminal() {
+    // The vehicle side runs on the pty master in a plain thread; the bridge opens the slave.
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let slave_path = nix::unistd::ttyname(&pty.slave).unwrap();
+    let master = std::fs::File::from(pty.master);
+    // Raw mode on the line, so no byte is translated.
+    let mut t = nix::sys::termios::tcgetattr(&pty.slave).unwrap();
+    nix::sys::termios::cfmakeraw(&mut t);
+    nix::sys::termios::tcsetattr(&pty.slave, nix::sys::termios::SetArg::TCSANOW, &t).unwrap();
+    // Non-blocking reads so the vehicle keeps its own schedule.
+    nix::fcntl::fcntl(
+        &master,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let taken = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let vehicle = stream_vehicle(master, stop.clone(), taken.clone());
+    let url = format!("serial:{}:921600", slave_path.display());
+    runtime().block_on(fly_over_a_stream(url, &taken, "serial"));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     vehicle.join().unwrap();
+}
+
+/// `tcpin:`: the bridge listens and the flight controller (or a router) connects to it; the
+/// start waits for that one connection.
+#[test]
+fn tcpin_takes_the_flight_controller_that_connects() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let taken = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (stop2, taken2) = (stop.clone(), taken.clone());
+    // The vehicle dials until the bridge listens, as a router configured with the companion's
+    // address does.
+    let dialer = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                s.set_nonblocking(true).unwrap();
+                return stream_vehicle(s, stop2, taken2);
+            }
+            assert!(Instant::now() < deadline, "the bridge never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    // MAVSDK's spelling, resolved host name.
+    let url = format!("tcpin://localhost:{port}");
+    runtime().block_on(fly_over_a_stream(url, &taken, "tcpin"));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    dialer.join().unwrap().join().unwrap();
 }
