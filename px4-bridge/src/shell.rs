@@ -473,32 +473,10 @@ pub async fn start(
         gcs_dropped: AtomicU64::new(0),
         transport_errors: AtomicU64::new(0),
     });
-    let gcs =
-        match &opts.gcs {
-            None => None,
-            Some(endpoint) => {
-                let (bind, peer): (SocketAddr, Option<SocketAddr>) = match endpoint {
-                    crate::gcs::GcsEndpoint::To(a) if a.is_ipv4() => {
-                        (([0, 0, 0, 0], 0).into(), Some(*a))
-                    }
-                    crate::gcs::GcsEndpoint::To(a) => {
-                        ((std::net::Ipv6Addr::UNSPECIFIED, 0).into(), Some(*a))
-                    }
-                    crate::gcs::GcsEndpoint::Listen(a) => (*a, None),
-                };
-                let socket = Arc::new(UdpSocket::bind(bind).await.map_err(|source| {
-                    BridgeError::Connect {
-                        url: format!("the ground station's relay ({bind})"),
-                        source,
-                    }
-                })?);
-                Some(GcsLink {
-                    socket,
-                    peer,
-                    fixed: peer.is_some(),
-                })
-            }
-        };
+    let gcs = match &opts.gcs {
+        Some(endpoint) => Some(open_gcs(endpoint).await?),
+        None => None,
+    };
     let gcs_task = gcs.as_ref().map(|g| {
         tokio::spawn(receive_udp(
             Arc::clone(&g.socket),
@@ -598,6 +576,27 @@ pub async fn start_on_own_thread(
         let _ = thread.join();
     });
     Ok((handle, events, task))
+}
+
+/// The ground station's socket: `udpout:` sends from an ephemeral port to the address named,
+/// `udpin:` binds the address and answers the last sender.
+async fn open_gcs(endpoint: &crate::gcs::GcsEndpoint) -> Result<GcsLink, BridgeError> {
+    let (bind, peer): (SocketAddr, Option<SocketAddr>) = match endpoint {
+        crate::gcs::GcsEndpoint::To(a) if a.is_ipv4() => (([0, 0, 0, 0], 0).into(), Some(*a)),
+        crate::gcs::GcsEndpoint::To(a) => ((std::net::Ipv6Addr::UNSPECIFIED, 0).into(), Some(*a)),
+        crate::gcs::GcsEndpoint::Listen(a) => (*a, None),
+    };
+    let socket = UdpSocket::bind(bind)
+        .await
+        .map_err(|source| BridgeError::Connect {
+            url: format!("the ground station's relay ({bind})"),
+            source,
+        })?;
+    Ok(GcsLink {
+        socket: Arc::new(socket),
+        peer,
+        fixed: peer.is_some(),
+    })
 }
 
 fn now_since(origin: Instant) -> Mono {
