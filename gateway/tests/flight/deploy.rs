@@ -375,7 +375,8 @@ fn a_keyed_vehicle_flies_with_the_key_and_refuses_the_gateway_without_it() {
     std::fs::write(
         &cfg,
         format!(
-            "[vehicle]\nurl = \"udpout:127.0.0.1:9\"\n{extra}[listen]\nhttp = \"127.0.0.1:0\"\n[state]\ndir = \"{}\"\n",
+            "[vehicle]\nurl = \"udpout:{}\"\n{extra}[listen]\nhttp = \"127.0.0.1:0\"\n[state]\ndir = \"{}\"\n",
+            sim.addr,
             dir.join("state3").display()
         ),
     )
