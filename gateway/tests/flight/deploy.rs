@@ -57,10 +57,7 @@ fn the_setup_commands_print_what_is_compiled_in_and_check_without_touching_state
     // (the check must not create it).
     let state = dir.join("never-created");
     for (name, want) in [
-        (
-            "px4-sitl",
-            Some("PX4 on udpin:127.0.0.1:14540 as system 1 component 191, unsigned"),
-        ),
+        ("px4-sitl", Some("as system 1 component 191, unsigned")),
         ("pixhawk-telem2", Some("PX4 on serial:/dev/ttyAMA0:921600")),
         (
             "crazyflie",
@@ -93,21 +90,24 @@ fn the_setup_commands_print_what_is_compiled_in_and_check_without_touching_state
         "run --check created no state directory".into(),
         !state.exists(),
     ));
-    // The spellings of MAVSDK and MAVROS, and one that cannot be taken.
-    let (code, out) = halo(&["run", "--check", "--vehicle", "udpin://:14540"]);
+    // The spellings of MAVSDK and MAVROS, and one that cannot be taken, on ports this test
+    // owns (`run --check` opens nothing; the ports only have to be the test's own).
+    let own = [0, 1].map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap());
+    let [p, q] = own.each_ref().map(|s| s.local_addr().unwrap().port());
+    let (code, out) = halo(&["run", "--check", "--vehicle", &format!("udpin://:{p}")]);
     c.push((
-        "run --check --vehicle udpin://:14540".into(),
-        code == 0 && out.contains("PX4 on udpin:0.0.0.0:14540"),
+        "run --check --vehicle udpin://:PORT".into(),
+        code == 0 && out.contains(&format!("PX4 on udpin:0.0.0.0:{p}")),
     ));
     let (code, out) = halo(&[
         "run",
         "--check",
         "--vehicle",
-        "udp://:14540@127.0.0.1:14557",
+        &format!("udp://:{p}@127.0.0.1:{q}"),
     ]);
     c.push((
-        "run --check --vehicle udp://:14540@127.0.0.1:14557 says what to write".into(),
-        code == 3 && out.contains("`udpout:127.0.0.1:14557`"),
+        "run --check --vehicle udp://:PORT@127.0.0.1:PORT2 says what to write".into(),
+        code == 3 && out.contains(&format!("`udpout:127.0.0.1:{q}`")),
     ));
     let (code, out) = halo(&["run", "--check", "--vehicle", "udpin:0.0.0.0:port"]);
     c.push((
@@ -259,7 +259,7 @@ fn the_install_script_installs_into_a_temporary_root_and_the_installed_gateway_r
     // A second install keeps the configuration the operator edited.
     std::fs::write(
         &conf,
-        "# edited\n[vehicle]\nurl = \"udpin:0.0.0.0:14540\"\n",
+        "# edited\n[vehicle]\nurl = \"serial:/dev/ttyUSB0:57600\"\n",
     )
     .unwrap();
     let o = install();
