@@ -66,30 +66,57 @@ fn catalog() -> Catalog {
 
 /// The 32-component response; `rid` names it.
 fn response(rid: &str) -> String {
+    let comps = block("");
+    json!({"response_id": rid, "agent_id": "planner-1", "generation": 7,
+           "catalog": {"id": "uav-px4", "version": 6}, "components": comps})
+    .to_string()
+}
+
+/// A response of `blocks` copies of the 32-component shape, ids suffixed per copy (`a0`,
+/// `a0-1`, …): 128 and 512 components for the refusal benchmarks.
+fn oversized(rid: &str, blocks: usize) -> String {
+    let comps: Vec<Value> = (0..blocks)
+        .flat_map(|b| {
+            block(&if b == 0 {
+                String::new()
+            } else {
+                format!("-{b}")
+            })
+        })
+        .collect();
+    json!({"response_id": rid, "agent_id": "planner-1", "generation": 7,
+           "catalog": {"id": "uav-px4", "version": 6}, "components": comps})
+    .to_string()
+}
+
+/// The 32 components of the agent-shaped response, each id ending in `sfx`.
+fn block(sfx: &str) -> Vec<Value> {
     let mut comps: Vec<Value> = Vec::new();
     let claims = json!({"map": {"epoch": 7}, "traffic": {"epoch": 41},
                         "bounds": {"epoch": 3, "provenance": "corridor-12"}});
     for k in 0..6 {
-        comps.push(json!({"id": format!("a{k}"), "type": "route_action",
+        comps.push(json!({"id": format!("a{k}{sfx}"), "type": "route_action",
             "payload": {"frame": "local_ned", "north_m": 10.0 + k as f64, "east_m": 3.5 + k as f64,
                         "down_m": -10.0, "yaw_deg": 90.0, "duration_s": 6.0},
             "support": claims, "certificate": format!("cert-{k}")}));
     }
     for k in 0..2 {
-        comps.push(json!({"id": format!("h{k}"), "type": "hold", "payload": {"duration_s": 4.0}}));
+        comps.push(
+            json!({"id": format!("h{k}{sfx}"), "type": "hold", "payload": {"duration_s": 4.0}}),
+        );
     }
     for k in 0..4 {
-        comps.push(json!({"id": format!("n{k}"), "type": "notice",
+        comps.push(json!({"id": format!("n{k}{sfx}"), "type": "notice",
                           "payload": {"text": format!("Survey leg {k} starts")}}));
-        comps.push(json!({"id": format!("r{k}"), "type": "report",
+        comps.push(json!({"id": format!("r{k}{sfx}"), "type": "report",
                           "payload": {"sensor": "z_range", "value": 10.2, "unit": "m"}}));
     }
     // 16 statuses over the 16 parents above: 200 prerequisites (8 statuses × 13, 8 × 12).
     let parents: Vec<(String, &str)> = (0..6)
-        .map(|k| (format!("a{k}"), "dispatched"))
-        .chain((0..2).map(|k| (format!("h{k}"), "dispatched")))
-        .chain((0..4).map(|k| (format!("n{k}"), "emitted")))
-        .chain((0..4).map(|k| (format!("r{k}"), "emitted")))
+        .map(|k| (format!("a{k}{sfx}"), "dispatched"))
+        .chain((0..2).map(|k| (format!("h{k}{sfx}"), "dispatched")))
+        .chain((0..4).map(|k| (format!("n{k}{sfx}"), "emitted")))
+        .chain((0..4).map(|k| (format!("r{k}{sfx}"), "emitted")))
         .collect();
     let mut edges = 0;
     for s in 0..16 {
@@ -101,13 +128,11 @@ fn response(rid: &str) -> String {
             })
             .collect();
         edges += req.len();
-        comps.push(json!({"id": format!("s{s}"), "type": "status",
+        comps.push(json!({"id": format!("s{s}{sfx}"), "type": "status",
                           "payload": {"text": format!("status {s}")}, "requires": req}));
     }
     assert_eq!((comps.len(), edges), (32, 200));
-    json!({"response_id": rid, "agent_id": "planner-1", "generation": 7,
-           "catalog": {"id": "uav-px4", "version": 6}, "components": comps})
-    .to_string()
+    comps
 }
 
 struct NullAdapter;
@@ -226,6 +251,133 @@ fn bench<S, O>(
     );
 }
 
+/// One benchmark of a call repeated on one state, for calls that leave the state as they found
+/// it (a provider update that changes nothing, or one that alternates between two values):
+/// `input(k)` (untimed) then `routine(state, input)` (timed) for the k-th call, then
+/// `tidy(state)` (untimed: receipts and events drained as the shell would). Modes as in
+/// [`bench`].
+fn bench_repeated<S, I, O>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    group: &str,
+    name: &str,
+    state: &mut S,
+    mut input: impl FnMut(usize) -> I,
+    mut routine: impl FnMut(&mut S, I) -> O,
+    mut tidy: impl FnMut(&mut S),
+) {
+    if std::env::var("HALO_BENCH_ONLY").is_ok_and(|only| !format!("{group}/{name}").contains(&only))
+    {
+        return;
+    }
+    let mut one = |k: usize| {
+        let i = input(k);
+        let t = std::time::Instant::now();
+        let out = routine(state, black_box(i));
+        let took = t.elapsed();
+        drop(black_box(out));
+        tidy(state);
+        took
+    };
+    let Some(n) = calls_mode() else {
+        let mut k = 0;
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        k += 1;
+                        one(k)
+                    })
+                    .sum()
+            })
+        });
+        return;
+    };
+    let mut times: Vec<f64> = (0..n.max(10)).map(|k| one(k).as_secs_f64() * 1e6).collect();
+    times.sort_by(f64::total_cmp);
+    println!(
+        "calls {group}/{name} {:.3} {:.3} µs",
+        times[times.len() / 10],
+        times[times.len() / 2]
+    );
+}
+
+/// Provider updates as the flight gets busy: 1, 4, 16, 32 and 64 live responses (each the
+/// 32-component response under its own id, its six route actions bound and queued), and a
+/// `traffic` update that changes nothing but its time, one that moves the traffic (same epoch:
+/// every route action's separation rule re-checked, nothing withheld), and one that changes its
+/// epoch (every route action withheld with an obligation, its dependents with it). The first
+/// two repeat on one gateway (the state is as before after each); the third starts from a
+/// freshly admitted gateway each call. Receipts are queued, not sealed, as in `user/`.
+fn live(c: &mut Criterion) {
+    let text = response("resp-0");
+    let w = world(&text);
+    let traffic = |north: f64, epoch: u64| {
+        ProviderUpdate {
+            source: "traffic".into(),
+            value: json!([{"north_m": north, "east_m": 400.0, "down_m": -50.0}]),
+            epoch,
+            provenance: "utm-feed-a".parse().unwrap(),
+            generated_at_ms: 10_050,
+        }
+        .typed(&w.cat)
+        .unwrap()
+    };
+    let at = Nanos::from_ms(10_050);
+    let busy = |n: usize| {
+        let mut gw = w.fresh();
+        for k in 0..n {
+            gw.handle_response(w.now, response(&format!("resp-{k}")).as_bytes())
+                .unwrap();
+        }
+        while gw.poll_receipt().is_some() {}
+        while gw.poll_event().is_some() {}
+        while gw.poll_dispatch().is_some() {}
+        gw
+    };
+    let drain = |gw: &mut Gateway| {
+        while gw.poll_receipt().is_some() {}
+        while gw.poll_event().is_some() {}
+        while gw.poll_dispatch().is_some() {}
+    };
+    let mut g = c.benchmark_group("live");
+    for n in [1usize, 4, 16, 32, 64] {
+        let same = traffic(400.0, 41);
+        let mut gw = busy(n);
+        bench_repeated(
+            &mut g,
+            "live",
+            &format!("update_no_change_{n}"),
+            &mut gw,
+            |_| same.clone(),
+            |gw, u| gw.handle_source_update(at, u).is_ok(),
+            drain,
+        );
+        let moved = [traffic(401.0, 41), traffic(400.0, 41)];
+        bench_repeated(
+            &mut g,
+            "live",
+            &format!("update_value_change_{n}"),
+            &mut gw,
+            |k| moved[k % 2].clone(),
+            |gw, u| gw.handle_source_update(at, u).is_ok(),
+            drain,
+        );
+        drop(gw);
+        let epoch = traffic(400.0, 42);
+        bench(
+            &mut g,
+            "live",
+            &format!("update_epoch_change_{n}"),
+            || (busy(n), epoch.clone()),
+            |(mut gw, u)| {
+                let r = gw.handle_source_update(at, u);
+                (gw, black_box(r.is_ok()))
+            },
+        );
+    }
+    g.finish();
+}
+
 fn user_path(c: &mut Criterion) {
     let text = response("resp-bench");
     eprintln!("the 32-component response is {} bytes of JSON", text.len());
@@ -259,6 +411,26 @@ fn user_path(c: &mut Criterion) {
             (gw, black_box(r.is_ok()))
         },
     );
+
+    // Refusing a response over the component limit (64): 128 and 512 components, each a copy of
+    // the 32-component shape (45 KB and 185 KB), the refusal's receipt queued.
+    for blocks in [4usize, 16] {
+        let big = oversized("resp-big", blocks);
+        if std::env::var("HALO_BENCH_CALLS").is_err() {
+            eprintln!("{} components are {} bytes of JSON", blocks * 32, big.len());
+        }
+        bench(
+            &mut g,
+            "user",
+            &format!("refuse_{}_components", blocks * 32),
+            || w.fresh(),
+            |mut gw| {
+                let r = gw.handle_response(w.now, black_box(big.as_bytes()));
+                assert!(r.is_err());
+                (gw, black_box(r.is_err()))
+            },
+        );
+    }
 
     {
         let mut gw = w.fresh();
@@ -488,5 +660,5 @@ fn user_path(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, user_path);
+criterion_group!(benches, user_path, live);
 criterion_main!(benches);

@@ -225,6 +225,7 @@ impl Gateway {
                 "response vanished",
             ));
         };
+        r.uses = Resp::footprints(&self.sh.cat, &graph);
         r.graph = graph;
         r.done_at = None;
         // GlobalSnapshot (a comparison variant): the candidate is a new proposal, taken

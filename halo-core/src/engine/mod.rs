@@ -36,7 +36,7 @@ use serde::Serialize;
 use super::binding::{DispatchToken, Ledger, Seq, Witness, binding};
 use super::catalog::{Catalog, Class, Output, Scope, SourceIx, TypeSpec};
 use super::digest::Digest;
-use super::envelope::{Rejection, parse_envelope};
+use super::envelope::{MAX_COMPONENTS, Rejection, parse_envelope};
 use super::graph::{Graph, ValidatedResponse, validate};
 use super::ids::Id;
 use super::obligation::{Discharge, Obligation, ObligationId, ObligationState};
@@ -189,8 +189,8 @@ pub enum Event {
     },
     /// A new obligation: send its refresh request to the assignee.
     ObligationCreated {
-        /// The obligation.
-        obligation: Obligation,
+        /// The obligation, as created (boxed: the other events stay small).
+        obligation: Box<Obligation>,
     },
     /// A dispatched action lost its support while the interval its dispatch certified still
     /// runs: the shell must stop it at once (deny-hold).
@@ -394,6 +394,10 @@ pub(crate) struct Resp {
     /// The GlobalSnapshot comparison variant only: every catalog source's (epoch, provenance)
     /// when the response was admitted (or last readmitted). Empty otherwise.
     pub(crate) snapshot: Vec<Option<(u64, Id)>>,
+    /// Per catalog source (by index): the components whose type's footprint holds it, so a
+    /// provider update finds what it affects without walking every component. Kept with the
+    /// graph (built at admission, rebuilt when a readmission replaces the graph).
+    pub(crate) uses: Vec<u64>,
 }
 
 impl Resp {
@@ -403,6 +407,39 @@ impl Resp {
     pub(crate) fn inst_mut(&mut self, i: u16) -> Option<&mut Inst> {
         self.inst.get_mut(usize::from(i))
     }
+    /// Per catalog source, the components of `graph` whose type's footprint holds it.
+    pub(crate) fn footprints(cat: &Catalog, graph: &Graph) -> Vec<u64> {
+        let mut uses = vec![0u64; cat.sources().len()];
+        for (i, c) in graph.components().iter().enumerate() {
+            let Some(t) = cat.type_spec(c.ty) else {
+                continue;
+            };
+            for (s, m) in uses.iter_mut().enumerate() {
+                if t.footprint_mask & (1u64 << s) != 0 {
+                    *m |= 1u64 << i;
+                }
+            }
+        }
+        uses
+    }
+
+    /// The components a change of `source` may re-decide.
+    fn using(&self, source: SourceIx) -> u64 {
+        self.uses.get(usize::from(source.0)).copied().unwrap_or(0)
+    }
+
+    /// Of `mask`, the components whose verdict may differ at `now` from the one held: not
+    /// supported, or supported only until an instant already reached (a support timer the
+    /// shell has not yet delivered).
+    fn unsettled(&self, mask: u64, now: Nanos) -> u64 {
+        bits(mask)
+            .filter(|&i| {
+                self.inst(i)
+                    .is_some_and(|x| !x.local.ok || x.local.changes_at <= now)
+            })
+            .fold(0, |m, i| m | (1u64 << i))
+    }
+
     fn all_mask(&self) -> u64 {
         if self.inst.len() >= 64 {
             u64::MAX
@@ -439,6 +476,9 @@ pub(crate) struct Shared {
     pub(crate) snap: Snapshot,
     pub(crate) ledger: Ledger,
     pub(crate) obligations: BTreeMap<ObligationId, Obligation>,
+    /// The obligations that may still be open, so a provider update visits those and not every
+    /// obligation of the flight; ended ones are dropped from it when next visited.
+    pub(crate) open_obligations: Vec<ObligationId>,
     pub(crate) next_obligation: u64,
     pub(crate) timers: BinaryHeap<Reverse<(Nanos, TimerKey)>>,
     pub(crate) events: VecDeque<Event>,
@@ -453,6 +493,9 @@ pub(crate) struct Shared {
     /// Whether a summary timer is scheduled.
     pub(crate) summary_due: bool,
 }
+
+/// Initial room in the event and receipt queues.
+const QUEUE_RESERVE: usize = 1024;
 
 /// The sans-IO HALO gateway. See the module documentation for the call order.
 #[derive(Debug)]
@@ -474,11 +517,14 @@ impl Gateway {
                 snap,
                 ledger,
                 obligations: BTreeMap::new(),
+                open_obligations: Vec::new(),
                 next_obligation: 1,
                 timers: BinaryHeap::new(),
-                events: VecDeque::new(),
-                ready: VecDeque::new(),
-                receipts: ReceiptChain::new(),
+                // Room for what one busy input queues (an epoch change with every live response
+                // withheld), so the queues do not regrow and copy themselves inside that call.
+                events: VecDeque::with_capacity(QUEUE_RESERVE),
+                ready: VecDeque::with_capacity(MAX_COMPONENTS),
+                receipts: ReceiptChain::with_capacity(QUEUE_RESERVE),
                 buf: Vec::with_capacity(512),
                 summarizing: false,
                 unrecorded: vec![Pending::default(); catalog_sources],
@@ -603,6 +649,7 @@ impl Gateway {
                 Inst::new(class, v.generation, now)
             })
             .collect();
+        let uses = Resp::footprints(&self.sh.cat, &v.graph);
         let mut r = Resp {
             id: v.response_id.clone(),
             agent: v.agent_id,
@@ -612,6 +659,7 @@ impl Gateway {
             graph: v.graph,
             inst,
             snapshot: self.sh.global_snapshot(),
+            uses,
         };
         let all = r.all_mask();
         self.sh.summarizing = true;
@@ -667,21 +715,29 @@ impl Gateway {
         let mark = self.sh.receipts.mark();
         let mut changed_any = self.sh.note_refresh(source, generated_at, now);
         if self.sh.cfg.variant.reevaluates() {
-            let bit = 1u64 << source.0;
+            // An update that brings only a later time (value, epoch and provenance as held)
+            // cannot take support away: a component supported until after `now` stays
+            // supported, and only the instant it may lose support by age moves later. Those
+            // components are left as they are; their support timer, due at the earlier
+            // instant, re-evaluates them then (a check early, never late). The others (not
+            // supported, or past their instant with the timer not yet delivered) are
+            // evaluated now, as for any update.
+            let only_fresher =
+                prev.as_ref()
+                    .zip(self.sh.snap.source(source))
+                    .is_some_and(|(p, st)| {
+                        p.epoch == st.epoch && p.provenance == st.provenance && p.value == st.value
+                    });
             // GlobalSnapshot (a comparison variant) judges every component on every source.
             let global = self.sh.cfg.variant.global_snapshot();
             for r in self.responses.values_mut() {
-                let mut affected = 0u64;
-                for (i, c) in r.graph.components().iter().enumerate() {
-                    let uses = global
-                        || self
-                            .sh
-                            .cat
-                            .type_spec(c.ty)
-                            .is_some_and(|t| t.footprint_mask & bit != 0);
-                    if uses {
-                        affected |= 1u64 << i;
-                    }
+                let mut affected = if global {
+                    r.all_mask()
+                } else {
+                    r.using(source)
+                };
+                if only_fresher {
+                    affected = r.unsettled(affected, now);
                 }
                 if affected != 0 {
                     let changed = self.sh.evaluate(r, affected, now);

@@ -66,9 +66,10 @@ impl Shared {
             },
         );
         self.events.push_back(Event::ObligationCreated {
-            obligation: o.clone(),
+            obligation: Box::new(o.clone()),
         });
         self.obligations.insert(id, o);
+        self.open_obligations.push(id);
         if let Some(x) = r.inst_mut(i) {
             x.obligation = Some(id);
         }

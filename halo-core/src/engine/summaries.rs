@@ -13,8 +13,14 @@ impl Shared {
     ) -> bool {
         let bit = 1u64 << source.0;
         let mut progressed = false;
-        for o in self.obligations.values_mut() {
-            if !o.state.is_live() || o.required_mask & bit == 0 || generated_at <= o.created_at {
+        let obligations = &mut self.obligations;
+        self.open_obligations
+            .retain(|id| obligations.get(id).is_some_and(|o| o.state.is_live()));
+        for id in &self.open_obligations {
+            let Some(o) = self.obligations.get_mut(id) else {
+                continue;
+            };
+            if o.required_mask & bit == 0 || generated_at <= o.created_at {
                 continue;
             }
             o.refreshed_mask |= bit;

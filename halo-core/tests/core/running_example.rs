@@ -198,3 +198,60 @@ fn a_support_loss_is_a_deny_hold_only_while_the_action_streams() {
     assert_eq!(run(false), (1, true), "streaming: deny-hold, still live");
     assert_eq!(run(true), (0, false), "stream ended: no deny-hold, retired");
 }
+
+/// A provider update that brings only a later time (value, epoch and provenance as held) is not
+/// re-decided for the components it supports: their support timer, still due at the earlier
+/// instant, re-checks them then and finds them supported; they lose support only when the
+/// fresher data ages out. An update that arrives after a component's instant passed (its timer
+/// not yet delivered) still decides it at once. (`schedules` holds the same against its shadow
+/// over thousands of schedules, where most updates are of this kind.)
+#[test]
+fn an_update_that_brings_only_time_keeps_support_until_the_fresher_data_ages() {
+    let admitted = || {
+        let mut gw = Gateway::new(uav_catalog(), Config::default());
+        healthy_uav(&mut gw, 1_000);
+        let resp = running_example("r1", 1);
+        certify(&mut gw, 1_000, &resp, "e3", "cert-9f2c", 20_000);
+        gw.handle_response(Nanos::from_ms(1_100), resp.as_bytes())
+            .unwrap();
+        drain(&mut gw);
+        gw
+    };
+    let e3 = |gw: &Gateway| gw.component_report(&id("r1"), &id("e3")).unwrap();
+    let mut gw = admitted();
+    assert_eq!(
+        e3(&gw).phase,
+        Phase::Retained,
+        "its token waits for the gate"
+    );
+    // `vehicle` and `link` (1 s limits) would make e3 stale after 2_000. Every source again at
+    // 1_900, as held; the timer due at 2_000 finds e3 supported.
+    healthy_uav(&mut gw, 1_900);
+    gw.handle_timeout(Nanos::from_ms(2_001));
+    drain(&mut gw);
+    assert!(e3(&gw).locally_supported);
+    assert_eq!(e3(&gw).phase, Phase::Retained);
+    // No more updates: e3 is withheld when the 1_900 data ages out, after 2_900.
+    let mut at = 2_001;
+    while e3(&gw).phase == Phase::Retained && at < 6_000 {
+        at += 10;
+        gw.handle_timeout(Nanos::from_ms(at));
+        drain(&mut gw);
+    }
+    let r = e3(&gw);
+    assert_eq!(
+        (r.phase, r.reason),
+        (Phase::Withheld, Some(ReasonCode::STALE_SOURCE))
+    );
+    assert_eq!(at, 2_901, "withheld at the first check after 2_900");
+
+    // The same update arriving at 2_500 with the 2_000 timer not delivered: the first of its
+    // sources already finds `vehicle` 1.5 s old, and e3 is withheld by that update.
+    let mut gw = admitted();
+    healthy_uav(&mut gw, 2_500);
+    let r = e3(&gw);
+    assert_eq!(
+        (r.phase, r.reason),
+        (Phase::Withheld, Some(ReasonCode::STALE_SOURCE))
+    );
+}
