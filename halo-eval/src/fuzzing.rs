@@ -116,6 +116,8 @@ pub fn envelope(data: &[u8]) {
 pub enum Reading {
     /// The fast reader read it, and serde_json read the same value.
     Fast,
+    /// The fast reader refused it at the component limit, and so did serde_json.
+    RefusedAtLimit,
     /// The fast reader stepped aside; serde_json alone decides.
     SteppedAside,
 }
@@ -124,8 +126,9 @@ pub enum Reading {
 /// reader (`core::envelope::fast`) and serde_json. Returns what the fast reader did with each.
 ///
 /// # Panics
-/// When the fast reader accepted an input serde_json refuses or reads differently: it would
-/// then decide a response the product's documented parser would not.
+/// When the fast reader accepted an input serde_json refuses or reads differently, or refused
+/// one at the component limit that serde_json does not refuse there: it would then decide a
+/// response the product's documented parser would not.
 #[allow(
     clippy::panic,
     reason = "a fuzz target reports a broken invariant by panicking"
@@ -136,11 +139,11 @@ pub fn envelope_readers(data: &[u8]) -> (Reading, Reading) {
         return (Reading::SteppedAside, Reading::SteppedAside);
     };
     let response = agree(
-        fast::response(text).map(|r| format!("{r:?}")),
+        fast::response(text).map_read(|r| format!("{r:?}")),
         serde_json::from_str::<RawResponse<'_>>(text).map(|r| format!("{r:?}")),
     );
     let candidate = agree(
-        fast::candidate(text).map(|r| format!("{r:?}")),
+        fast::candidate(text).map_read(|r| format!("{r:?}")),
         serde_json::from_str::<RawCandidate<'_>>(text).map(|r| format!("{r:?}")),
     );
     let (Ok(r), Ok(c)) = (response, candidate) else {
@@ -149,18 +152,23 @@ pub fn envelope_readers(data: &[u8]) -> (Reading, Reading) {
     (r, c)
 }
 
-/// Whether the fast reader's value (`None`: stepped aside) agrees with serde_json's.
+/// Whether the fast reader's outcome agrees with serde_json's.
 ///
 /// # Errors
-/// The two values, when the fast reader read something serde_json refuses or reads otherwise.
-pub fn agree<E>(
-    fast: Option<String>,
-    serde: Result<String, E>,
+/// The two outcomes, when the fast reader read something serde_json refuses or reads
+/// otherwise, or refused at the component limit what serde_json does not refuse so.
+pub fn agree(
+    fast: crate::core::envelope::fast::Fast<String>,
+    serde: Result<String, serde_json::Error>,
 ) -> Result<Reading, (String, Option<String>)> {
+    use crate::core::envelope::fast::Fast;
+    let at_limit = |e: &serde_json::Error| e.to_string().starts_with("too many components");
     match (fast, serde) {
-        (None, _) => Ok(Reading::SteppedAside),
-        (Some(f), Ok(s)) if f == s => Ok(Reading::Fast),
-        (Some(f), s) => Err((f, s.ok())),
+        (Fast::StepAside, _) => Ok(Reading::SteppedAside),
+        (Fast::Read(f), Ok(s)) if f == s => Ok(Reading::Fast),
+        (Fast::TooManyComponents { .. }, Err(e)) if at_limit(&e) => Ok(Reading::RefusedAtLimit),
+        (Fast::Read(f), s) => Err((f, s.ok())),
+        (Fast::TooManyComponents { .. }, s) => Err(("refused at the limit".into(), s.ok())),
     }
 }
 

@@ -36,7 +36,7 @@ use serde::Serialize;
 use super::binding::{DispatchToken, Ledger, Seq, Witness, binding};
 use super::catalog::{Catalog, Class, Output, Scope, SourceIx, TypeSpec};
 use super::digest::Digest;
-use super::envelope::{MAX_COMPONENTS, Rejection, parse_envelope};
+use super::envelope::{MAX_COMPONENTS, Rejection, parse_envelope_named};
 use super::graph::{Graph, ValidatedResponse, validate};
 use super::ids::Id;
 use super::obligation::{Discharge, Obligation, ObligationId, ObligationState};
@@ -565,11 +565,12 @@ impl Gateway {
         now: Nanos,
         bytes: &[u8],
     ) -> Result<AdmissionReport, Rejection> {
-        // The rejection's receipt names the response when the envelope parsed: the parse's
-        // own result carries the id (an envelope that does not parse has none).
-        let checked = match parse_envelope(bytes) {
+        // The rejection's receipt names the response when the reader had its id: the parse's
+        // own result carries it, also for a refusal at the component limit or of the format
+        // (an envelope that does not parse has none).
+        let checked = match parse_envelope_named(bytes) {
             Ok(raw) => validate(&self.sh.cat, &raw).map_err(|rej| (rej, raw.response_id)),
-            Err(rej) => Err((rej, Default::default())),
+            Err(named) => Err(named),
         };
         match checked {
             Ok(v) => self.handle_validated(now, v),

@@ -18,39 +18,107 @@
 use std::borrow::Cow;
 
 use super::{
-    CatalogRef, Claim, Claims, MAX_PREREQUISITES, MAX_SUPPORT_CLAIMS, RawCandidate, RawComponent,
-    RawJson, RawPrerequisite, RawResponse,
+    CatalogRef, Claim, Claims, MAX_COMPONENTS, MAX_PREREQUISITES, MAX_SUPPORT_CLAIMS, RawCandidate,
+    RawComponent, RawJson, RawPrerequisite, RawResponse,
 };
 use crate::ids::Id;
 
-/// A response in the common shape, or `None` for serde_json to read.
-pub fn response(text: &str) -> Option<RawResponse<'_>> {
-    let f = fields(text)?;
-    if f.obligation.is_some() {
-        return None;
-    }
-    Some(RawResponse {
-        format: f.format.flatten(),
-        response_id: f.response_id?,
-        agent_id: f.agent_id?,
-        generation: f.generation?,
-        catalog: f.catalog?,
-        components: f.components?,
-    })
+/// What the fast reader made of an envelope.
+#[derive(Debug)]
+pub enum Fast<T> {
+    /// Read: the envelope is in the common shape, and this is what serde_json reads too.
+    Read(T),
+    /// Refused at the component limit: everything up to a 65th component was in the common
+    /// shape, and a 65th begins. Reading stops there, as serde_json's bounded reader does at the
+    /// same place; nothing after it is looked at. The response id, when it came first.
+    TooManyComponents {
+        /// The envelope's `response_id`, when it came before `components`.
+        response_id: Option<String>,
+    },
+    /// Not in the common shape (or in error): serde_json reads it from the start.
+    StepAside,
 }
 
-/// A fresh candidate in the common shape, or `None` for serde_json to read.
-pub fn candidate(text: &str) -> Option<RawCandidate<'_>> {
-    let f = fields(text)?;
-    Some(RawCandidate {
-        format: f.format.flatten(),
-        obligation: f.obligation?,
-        response_id: f.response_id?,
-        agent_id: f.agent_id?,
-        generation: f.generation?,
-        catalog: f.catalog?,
-        components: f.components?,
-    })
+impl<T> Fast<T> {
+    /// The value read, if any.
+    pub fn read(self) -> Option<T> {
+        match self {
+            Fast::Read(t) => Some(t),
+            Fast::TooManyComponents { .. } | Fast::StepAside => None,
+        }
+    }
+
+    /// The same outcome with the value read mapped by `f`.
+    pub fn map_read<U>(self, f: impl FnOnce(T) -> U) -> Fast<U> {
+        match self {
+            Fast::Read(t) => Fast::Read(f(t)),
+            Fast::TooManyComponents { response_id } => Fast::TooManyComponents { response_id },
+            Fast::StepAside => Fast::StepAside,
+        }
+    }
+}
+
+/// A response in the common shape, a refusal at the component limit, or a step aside for
+/// serde_json to read it.
+pub fn response(text: &str) -> Fast<RawResponse<'_>> {
+    let f = match fields(text) {
+        // A response has no `obligation`: serde_json refuses the field where it stands, so a
+        // refusal at the limit after it is not this reader's to give.
+        Err(Stop::TooMany {
+            response_id,
+            obligation: false,
+        }) => return Fast::TooManyComponents { response_id },
+        Err(_) => return Fast::StepAside,
+        Ok(f) if f.obligation.is_some() => return Fast::StepAside,
+        Ok(f) => f,
+    };
+    let read = || {
+        Some(RawResponse {
+            format: f.format.flatten(),
+            response_id: f.response_id?,
+            agent_id: f.agent_id?,
+            generation: f.generation?,
+            catalog: f.catalog?,
+            components: f.components?,
+        })
+    };
+    read().map_or(Fast::StepAside, Fast::Read)
+}
+
+/// A fresh candidate in the common shape, a refusal at the component limit, or a step aside
+/// for serde_json to read it.
+pub fn candidate(text: &str) -> Fast<RawCandidate<'_>> {
+    let f = match fields(text) {
+        Err(Stop::TooMany { response_id, .. }) => {
+            return Fast::TooManyComponents { response_id };
+        }
+        Err(Stop::Aside) => return Fast::StepAside,
+        Ok(f) => f,
+    };
+    let read = || {
+        Some(RawCandidate {
+            format: f.format.flatten(),
+            obligation: f.obligation?,
+            response_id: f.response_id?,
+            agent_id: f.agent_id?,
+            generation: f.generation?,
+            catalog: f.catalog?,
+            components: f.components?,
+        })
+    };
+    read().map_or(Fast::StepAside, Fast::Read)
+}
+
+/// Why [`fields`] stopped early.
+enum Stop {
+    /// Not the common shape.
+    Aside,
+    /// A 65th component begins. What was read before it: the response id, and whether an
+    /// `obligation` field came.
+    TooMany {
+        response_id: Option<String>,
+        obligation: bool,
+    },
 }
 
 /// The top-level fields of either envelope, each read at most once.
@@ -65,21 +133,29 @@ struct Fields<'a> {
     components: Option<Vec<RawComponent<'a>>>,
 }
 
-fn fields(text: &str) -> Option<Fields<'_>> {
+fn fields(text: &str) -> Result<Fields<'_>, Stop> {
     let mut c = Cursor::new(text);
     let mut f = Fields::default();
-    c.object(|c, key| match key {
+    let mut over = false;
+    let read = c.object(|c, key| match key {
         "format" => put(&mut f.format, c.opt_u32()?),
         "obligation" => put(&mut f.obligation, c.u64()?),
         "response_id" => put(&mut f.response_id, c.string()?),
         "agent_id" => put(&mut f.agent_id, c.string()?),
         "generation" => put(&mut f.generation, c.u64()?),
         "catalog" => put(&mut f.catalog, c.catalog()?),
-        "components" => put(&mut f.components, c.components()?),
+        "components" if f.components.is_some() => None,
+        "components" => put(&mut f.components, c.components(&mut over)?),
         _ => None,
-    })?;
-    c.end()?;
-    Some(f)
+    });
+    if over {
+        return Err(Stop::TooMany {
+            response_id: f.response_id,
+            obligation: f.obligation.is_some(),
+        });
+    }
+    read.and_then(|()| c.end()).ok_or(Stop::Aside)?;
+    Ok(f)
 }
 
 /// Deepest payload nesting this reader takes.
@@ -347,13 +423,31 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    fn components(&mut self) -> Option<Vec<RawComponent<'a>>> {
-        let mut out = Vec::new();
-        self.array(|c| {
-            out.push(c.component()?);
-            Some(())
-        })?;
-        Some(out)
+    /// The components, at most [`MAX_COMPONENTS`]: where a next one begins after that many,
+    /// `over` is set and reading stops (`None`). A `]` after the comma (a trailing comma) or the
+    /// end of the input there steps aside as usual, as serde_json reports those first.
+    fn components(&mut self, over: &mut bool) -> Option<Vec<RawComponent<'a>>> {
+        let mut out = Vec::with_capacity(MAX_COMPONENTS);
+        self.eat(b'[')?;
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(out);
+        }
+        loop {
+            out.push(self.component()?);
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(out);
+                }
+                _ => return None,
+            }
+            if out.len() == MAX_COMPONENTS {
+                *over = !matches!(self.peek(), None | Some(b']'));
+                return None;
+            }
+        }
     }
 
     fn component(&mut self) -> Option<RawComponent<'a>> {
@@ -488,7 +582,7 @@ mod tests {
     use super::*;
 
     fn same(text: &str) {
-        let fast = response(text).map(|r| format!("{r:?}"));
+        let fast = response(text).read().map(|r| format!("{r:?}"));
         let slow = serde_json::from_str::<RawResponse<'_>>(text)
             .ok()
             .map(|r| format!("{r:?}"));
@@ -497,7 +591,7 @@ mod tests {
     }
 
     fn steps_aside(text: &str) {
-        assert!(response(text).is_none(), "{text}");
+        assert!(matches!(response(text), Fast::StepAside), "{text}");
     }
 
     const OK: &str = r#"{"response_id":"r1","agent_id":"a","generation":1,

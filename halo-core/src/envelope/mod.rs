@@ -237,7 +237,7 @@ pub struct RawResponse<'a> {
     /// The catalog the agent planned against.
     pub catalog: CatalogRef,
     /// Components.
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "bounded_components")]
     pub components: Vec<RawComponent<'a>>,
 }
 
@@ -259,14 +259,69 @@ pub struct RawCandidate<'a> {
     /// The catalog the agent planned against.
     pub catalog: CatalogRef,
     /// Replacement components.
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "bounded_components")]
     pub components: Vec<RawComponent<'a>>,
+}
+
+/// What serde_json reports when a 65th component begins.
+const TOO_MANY_COMPONENTS_ERROR: &str = "too many components";
+
+/// The components array, read up to [`MAX_COMPONENTS`]: where another begins after that many,
+/// reading stops with an error before that component is read (so a refusal costs what the
+/// limit allows, whatever the input's size).
+fn bounded_components<'de: 'a, 'a, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<RawComponent<'a>>, D::Error> {
+    struct V<'a>(std::marker::PhantomData<&'a ()>);
+    /// Refuses the element it is asked for without reading it.
+    struct Refuse;
+    impl<'de> serde::de::DeserializeSeed<'de> for Refuse {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, _: D) -> Result<(), D::Error> {
+            Err(serde::de::Error::custom(TOO_MANY_COMPONENTS_ERROR))
+        }
+    }
+    impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+        type Value = Vec<RawComponent<'a>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an array of components")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Vec<RawComponent<'a>>, A::Error> {
+            let mut out = Vec::with_capacity(MAX_COMPONENTS);
+            while out.len() < MAX_COMPONENTS {
+                match seq.next_element()? {
+                    Some(c) => out.push(c),
+                    None => return Ok(out),
+                }
+            }
+            seq.next_element_seed(Refuse)?;
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(V(std::marker::PhantomData))
+}
+
+/// The refusal of a response or candidate with more than [`MAX_COMPONENTS`] components, from
+/// either reader of stage one.
+fn too_many_components() -> Rejection {
+    Rejection::new(
+        ReasonCode::TOO_MANY_COMPONENTS,
+        Vec::new(),
+        format!("more than {MAX_COMPONENTS} components; the limit is {MAX_COMPONENTS}"),
+    )
 }
 
 /// Maps a serde_json error to the most specific code.
 pub(crate) fn classify_json_error(e: &serde_json::Error) -> ReasonCode {
     let msg = e.to_string();
-    if msg.contains("unknown field") || msg.contains("unknown variant") && msg.contains("field") {
+    if msg.starts_with(TOO_MANY_COMPONENTS_ERROR) {
+        ReasonCode::TOO_MANY_COMPONENTS
+    } else if msg.contains("unknown field")
+        || msg.contains("unknown variant") && msg.contains("field")
+    {
         ReasonCode::UNKNOWN_FIELD
     } else if msg.contains("duplicate field") || msg.contains("duplicate key") {
         ReasonCode::DUPLICATE_KEY
@@ -311,9 +366,18 @@ fn check_format(format: Option<u32>) -> Result<(), Rejection> {
 /// A [`Rejection`] with `RESPONSE_TOO_LARGE`, `MALFORMED_JSON`, `UNKNOWN_FIELD`,
 /// `DUPLICATE_KEY`, `TOO_MANY_SUPPORT_CLAIMS` or `UNSUPPORTED_FORMAT`.
 pub fn parse_envelope(bytes: &[u8]) -> Result<RawResponse<'_>, Rejection> {
+    parse_envelope_named(bytes).map_err(|(rej, _)| rej)
+}
+
+/// [`parse_envelope`], and with a rejection the response id when the reader had it (a
+/// response refused at the component limit names itself in its receipt).
+///
+/// # Errors
+/// As [`parse_envelope`], with the response id or an empty string.
+pub fn parse_envelope_named(bytes: &[u8]) -> Result<RawResponse<'_>, (Rejection, String)> {
     let raw: RawResponse<'_> = read(bytes, fast::response)?;
-    check_format(raw.format)?;
-    check_generation(raw.generation)?;
+    check_format(raw.format).map_err(|e| (e, raw.response_id.clone()))?;
+    check_generation(raw.generation).map_err(|e| (e, raw.response_id.clone()))?;
     Ok(raw)
 }
 
@@ -341,26 +405,30 @@ fn check_generation(g: u64) -> Result<(), Rejection> {
 /// # Errors
 /// As [`parse_envelope`].
 pub fn parse_candidate(bytes: &[u8]) -> Result<RawCandidate<'_>, Rejection> {
-    let raw: RawCandidate<'_> = read(bytes, fast::candidate)?;
+    let raw: RawCandidate<'_> = read(bytes, fast::candidate).map_err(|(rej, _)| rej)?;
     check_format(raw.format)?;
     check_generation(raw.generation)?;
     Ok(raw)
 }
 
-/// The byte limit and UTF-8, then the fast reader, or serde_json where it steps aside.
+/// The byte limit and UTF-8, then the fast reader, or serde_json where it steps aside. A
+/// rejection comes with the response id when the fast reader had read it.
 fn read<'a, T: Deserialize<'a>>(
     bytes: &'a [u8],
-    fast: impl FnOnce(&'a str) -> Option<T>,
-) -> Result<T, Rejection> {
-    let text = utf8(bytes)?;
+    fast: impl FnOnce(&'a str) -> fast::Fast<T>,
+) -> Result<T, (Rejection, String)> {
+    let text = utf8(bytes).map_err(|e| (e, String::new()))?;
     match fast(text) {
-        Some(raw) => Ok(raw),
-        None => serde_json::from_str(text).map_err(|e| {
-            Rejection::new(
-                classify_json_error(&e),
-                Vec::new(),
-                super::strict::explain(bytes, &e),
-            )
+        fast::Fast::Read(raw) => Ok(raw),
+        fast::Fast::TooManyComponents { response_id } => {
+            Err((too_many_components(), response_id.unwrap_or_default()))
+        }
+        fast::Fast::StepAside => serde_json::from_str(text).map_err(|e| {
+            let rej = match classify_json_error(&e) {
+                ReasonCode::TOO_MANY_COMPONENTS => too_many_components(),
+                code => Rejection::new(code, Vec::new(), super::strict::explain(bytes, &e)),
+            };
+            (rej, String::new())
         }),
     }
 }
@@ -410,6 +478,50 @@ mod tests {
             parse_envelope(dup_claim.as_bytes()).unwrap_err().code(),
             ReasonCode::DUPLICATE_KEY
         );
+    }
+
+    /// 64 components are read; a 65th is refused where it begins, by either reader, and what
+    /// follows is never read (here it is not even JSON). The plain-shape reader keeps the
+    /// response id for the rejection's receipt.
+    #[test]
+    fn a_65th_component_is_refused_where_it_begins() {
+        let text = |rid: &str, n: usize, tail: &str| {
+            let comps: Vec<String> = (0..n)
+                .map(|k| format!(r#"{{"id":"e{k}","type":"notice","payload":{{"text":"hi"}}}}"#))
+                .collect();
+            format!(
+                r#"{{"response_id":"{rid}","agent_id":"a","generation":1,"catalog":{{"id":"c","version":1}},"components":[{}{tail}"#,
+                comps.join(",")
+            )
+        };
+        for rid in ["r1", "r\\u0031"] {
+            let at_64 = text(rid, 64, "]}");
+            assert_eq!(
+                parse_envelope(at_64.as_bytes()).unwrap().components.len(),
+                64
+            );
+            for tail in [
+                r#",{"id":"e64","type":"notice","payload":{"text":"hi"}}]}"#,
+                ",{ not json",
+                ",7",
+            ] {
+                let over = text(rid, 64, tail);
+                let (rej, named) = parse_envelope_named(over.as_bytes()).unwrap_err();
+                assert_eq!(rej.code(), ReasonCode::TOO_MANY_COMPONENTS, "{rid} {tail}");
+                assert_eq!(rej.message(), "more than 64 components; the limit is 64");
+                // The escaped id is read by serde_json, which does not hand it back.
+                assert_eq!(named, if rid == "r1" { "r1" } else { "" });
+            }
+            // A trailing comma or the end of the input after the 64th is malformed, as before.
+            for tail in [",]}", ","] {
+                let bad = text(rid, 64, tail);
+                assert_eq!(
+                    parse_envelope(bad.as_bytes()).unwrap_err().code(),
+                    ReasonCode::MALFORMED_JSON,
+                    "{rid} {tail}"
+                );
+            }
+        }
     }
 
     #[test]

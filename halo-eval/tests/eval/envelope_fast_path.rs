@@ -19,6 +19,8 @@ use crate::common;
 use common::Rng;
 
 use halo_eval::fuzzing::{Reading, agree, envelope_readers};
+use halo_gateway::core::envelope::RawResponse;
+use halo_gateway::core::envelope::fast::Fast;
 use serde_json::{Value, json};
 
 /// Mutations per seed.
@@ -234,8 +236,21 @@ fn corpus() -> Vec<String> {
     out.push(
         std::fs::read_to_string(common::repo_root().join("docs/examples/response.json")).unwrap(),
     );
+    out.push(at_limit(64));
+    out.push(at_limit(65));
     out.push(agent_shaped());
     out
+}
+
+/// A response of `n` notices, compact: at 64 the fast reader reads it, at 65 it stops where the
+/// 65th begins, as serde_json's bounded reader does.
+fn at_limit(n: usize) -> String {
+    let comps: Vec<Value> = (0..n)
+        .map(|k| json!({"id": format!("n{k}"), "type": "notice", "payload": {"text": "leg"}}))
+        .collect();
+    json!({"response_id": "r-limit", "agent_id": "planner-1", "generation": 1,
+           "catalog": {"id": "uav-px4", "version": 6}, "components": comps})
+    .to_string()
 }
 
 /// A 32-component response like the benchmark's (route actions with claims and certificates,
@@ -267,7 +282,7 @@ fn the_fast_reader_agrees_with_serde_json() {
     let _timing = common::exclusive();
     let seeds = corpus();
     let mut rng = Rng(0x5eed_f00d);
-    let (mut total, mut fast, mut aside) = (0, 0, 0);
+    let (mut total, mut fast, mut limit, mut aside) = (0, 0, 0, 0);
     let mut seeds_read = 0;
     for (i, seed) in seeds.iter().enumerate() {
         let (r, c) = envelope_readers(seed.as_bytes());
@@ -283,30 +298,40 @@ fn the_fast_reader_agrees_with_serde_json() {
                 total += 1;
                 match reading {
                     Reading::Fast => fast += 1,
+                    Reading::RefusedAtLimit => limit += 1,
                     Reading::SteppedAside => aside += 1,
                 }
             }
         }
-        // The running example and the agent-shaped response are read by the fast reader.
-        if i + 2 >= seeds.len() {
+        // The running example, the 64-component response and the agent-shaped response are
+        // read by the fast reader; the 65-component one is refused at the limit by both.
+        let n = seeds.len();
+        if i == n - 2 {
+            assert_eq!(envelope_readers(seed.as_bytes()).0, Reading::RefusedAtLimit);
+        } else if i == n - 4 || i + 1 == n || i == n - 3 {
             assert_eq!(envelope_readers(seed.as_bytes()).0, Reading::Fast, "{seed}");
         }
     }
     println!(
         "envelope-fast-path: {total}/{total} matched ({} seeds, {seeds_read} read by the fast \
-         reader; {fast} readings by the fast reader, {aside} left to serde_json)",
+         reader; {fast} readings by the fast reader, {limit} refused by both at the component \
+         limit, {aside} left to serde_json)",
         seeds.len()
     );
     // Pinned: the corpus and the mutations are fixed, so these counts only move when the test
     // data or the fast reader's coverage does.
-    assert_eq!(seeds.len(), 163, "corpus size");
+    assert_eq!(seeds.len(), 165, "corpus size");
     // Each seed, its byte mutations and its rewrites (one seed is not JSON, so it has none),
     // each read as a response and as a candidate.
-    assert_eq!(total, 2 * (163 * (MUTATIONS + 1) + 162 * MUTATIONS));
+    assert_eq!(total, 2 * (165 * (MUTATIONS + 1) + 164 * MUTATIONS));
+    // 156: the 64-component seed is read, the corpus's own 65-component case now refused at
+    // the limit.
     assert_eq!(seeds_read, 156, "seeds the fast reader reads");
     // The fast reader checks payloads itself and leaves those with a `\u` escape or a control
-    // character to serde_json (6728 with the 12 global-target admission cases; 6211 before).
-    assert_eq!((fast, aside), (6728, 19598), "readings by kind");
+    // character to serde_json (6728 with the 12 global-target admission cases; 6211 before),
+    // and refuses at the component limit where serde_json's bounded reader does (the two
+    // 65-component seeds and the mutations that keep a 65th component in the plain shape).
+    assert_eq!((fast, limit, aside), (6738, 158, 19754), "readings by kind");
 }
 
 #[test]
@@ -317,14 +342,22 @@ fn the_comparison_catches_a_planted_difference() {
     let raw = halo_gateway::core::envelope::parse_envelope(text.as_bytes()).unwrap();
     let honest = format!("{raw:?}");
     let planted = honest.replacen("dispatched", "emitted", 1);
+    let refused = || serde_json::from_str::<Value>("{").map(|_| String::new());
+    let over = || serde_json::from_str::<RawResponse<'_>>(&at_limit(65)).map(|_| String::new());
+    let stop = || Fast::TooManyComponents { response_id: None };
     assert_eq!(
-        agree(Some(honest.clone()), Ok::<_, ()>(honest.clone())),
+        agree(Fast::Read(honest.clone()), Ok(honest.clone())),
         Ok(Reading::Fast)
     );
-    assert!(agree(Some(planted), Ok::<_, ()>(honest.clone())).is_err());
-    assert!(agree(Some(honest), Err::<String, _>("refused")).is_err());
-    assert_eq!(
-        agree(None, Err::<String, _>("refused")),
-        Ok(Reading::SteppedAside)
+    assert!(agree(Fast::Read(planted), Ok(honest.clone())).is_err());
+    assert!(agree(Fast::Read(honest.clone()), refused()).is_err());
+    assert_eq!(agree(Fast::StepAside, refused()), Ok(Reading::SteppedAside));
+    // At the component limit: both refuse there, or it is a disagreement.
+    assert_eq!(agree(stop(), over()), Ok(Reading::RefusedAtLimit));
+    assert!(agree(stop(), Ok(honest)).is_err(), "serde_json read it");
+    assert!(
+        agree(stop(), refused()).is_err(),
+        "serde_json refused it for another reason"
     );
+    assert!(agree(Fast::Read(String::new()), over()).is_err());
 }
