@@ -427,6 +427,7 @@ fn build_task(
             max_live_responses: cfg.limits.max_live_responses,
             done_retention: Nanos::from_ms(cfg.limits.done_retention_ms),
             variant: p.variant,
+            ..CoreConfig::default()
         },
     );
     Task::new(

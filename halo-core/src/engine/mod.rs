@@ -60,6 +60,9 @@ pub struct Config {
     pub max_live_responses: usize,
     /// How long a finished response is kept for observations and queries.
     pub done_retention: Nanos,
+    /// How many ended obligations are kept for queries besides the open ones; the oldest
+    /// ended ones go first (their receipts keep them). Bounds what a long flight holds.
+    pub ended_obligations_kept: usize,
     /// Which provider updates get a receipt of their own.
     pub receipts: ReceiptPolicy,
     /// Seeded defects (one, or a pair), for showing the suites catch them. Only in a
@@ -108,6 +111,7 @@ impl Default for Config {
             boot_epoch: 1,
             max_live_responses: 64,
             done_retention: Nanos::from_ms(10_000),
+            ended_obligations_kept: 256,
             receipts: ReceiptPolicy::All,
             #[cfg(feature = "__seeded-defects")]
             defects: Vec::new(),

@@ -70,8 +70,34 @@ impl Shared {
         });
         self.obligations.insert(id, o);
         self.open_obligations.push(id);
+        self.forget_ended();
         if let Some(x) = r.inst_mut(i) {
             x.obligation = Some(id);
+        }
+    }
+
+    /// Drops the oldest ended obligations beyond `ended_obligations_kept`. The open list holds
+    /// every open obligation (and some ended ones until it is next pruned), so the ended ones
+    /// number at least `len - open`: nothing is counted until that passes the limit.
+    fn forget_ended(&mut self) {
+        let kept = self.cfg.ended_obligations_kept;
+        if self.obligations.len() <= self.open_obligations.len().saturating_add(kept) {
+            return;
+        }
+        let ended = self
+            .obligations
+            .values()
+            .filter(|o| !o.state.is_live())
+            .count();
+        let old: Vec<ObligationId> = self
+            .obligations
+            .values()
+            .filter(|o| !o.state.is_live())
+            .take(ended.saturating_sub(kept))
+            .map(|o| o.id)
+            .collect();
+        for id in old {
+            self.obligations.remove(&id);
         }
     }
 }

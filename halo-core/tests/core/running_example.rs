@@ -255,3 +255,50 @@ fn an_update_that_brings_only_time_keeps_support_until_the_fresher_data_ages() {
         (Phase::Withheld, Some(ReasonCode::STALE_SOURCE))
     );
 }
+
+/// Ended obligations are kept for queries up to `ended_obligations_kept` (the oldest go first);
+/// open ones are always kept. So what the gateway holds stays bounded over a long flight (the
+/// receipts keep every obligation).
+#[test]
+fn ended_obligations_are_kept_up_to_the_limit() {
+    let cfg = Config {
+        ended_obligations_kept: 2,
+        ..Config::default()
+    };
+    let mut gw = Gateway::new(uav_catalog(), cfg);
+    let mut at = 1_000;
+    let mut created = Vec::new();
+    for k in 0..6 {
+        // Traffic 2.001 s old at admission: e3 withheld with an obligation.
+        healthy_uav(&mut gw, at);
+        let resp = running_example(&format!("r{k}"), 1);
+        certify(&mut gw, at, &resp, "e3", "cert-9f2c", at + 20_000);
+        at += 2_001;
+        gw.handle_response(Nanos::from_ms(at), resp.as_bytes())
+            .unwrap();
+        drain(&mut gw);
+        let open: Vec<u64> = gw
+            .obligations()
+            .filter(|o| o.state.is_live())
+            .map(|o| o.id.0)
+            .collect();
+        let ended: Vec<u64> = gw
+            .obligations()
+            .filter(|o| !o.state.is_live())
+            .map(|o| o.id.0)
+            .collect();
+        created.push(*open.last().unwrap());
+        // The newest is open; of the ended, the two newest are kept.
+        assert_eq!(open, [created[k]], "round {k}");
+        let want: Vec<u64> = created[..k].iter().rev().take(2).rev().copied().collect();
+        assert_eq!(ended, want, "round {k}");
+        // Let it end (its expiry passes) before the next.
+        while gw.obligations().any(|o| o.state.is_live()) {
+            at = gw
+                .poll_timeout()
+                .map_or(at + 1_000, |t| t.as_ms().max(at + 1));
+            gw.handle_timeout(Nanos::from_ms(at));
+            drain(&mut gw);
+        }
+    }
+}
