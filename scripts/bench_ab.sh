@@ -62,22 +62,25 @@ if cmp -s "$tmp/before" "$tmp/after"; then
 fi
 
 for r in $(seq 1 "$rounds"); do
-    echo "==> round $r/$rounds" >&2
+    echo "==> round $r/$rounds (load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+    cut -d' ' -f1 /proc/loadavg >>"$tmp/load"
     for side in before after; do
         HALO_BENCH_CALLS=3000 "$tmp/$side" --bench 2>/dev/null |
             sed -n "s/^calls /$side /p" >>"$tmp/results"
     done
 done
 
-python3 - "$tmp/results" "$base" "$rounds" <<'EOF'
+python3 - "$tmp/results" "$base" "$rounds" "$tmp/load" <<'EOF'
 import sys
+loads = [float(x) for x in open(sys.argv[4]).read().split()]
 best = {}
 for line in open(sys.argv[1]):
     side, bench, p10, med, _unit = line.split()
     old = best.get((bench, side), (float("inf"), float("inf")))
     best[(bench, side)] = (min(old[0], float(p10)), min(old[1], float(med)))
 print(f"µs per call, lowest over {sys.argv[3]} alternating rounds of 3,000 calls "
-      f"(before = {sys.argv[2]}, after = the working tree)")
+      f"(before = {sys.argv[2]}, after = the working tree); 1-minute load average at the "
+      f"rounds' starts {min(loads):.2f}–{max(loads):.2f}")
 print(f"{'benchmark':40} {'before p10':>11} {'median':>9} {'after p10':>11} {'median':>9} {'median change':>14}")
 for bench in dict.fromkeys(b for b, _ in best):
     x, y = best.get((bench, "before")), best.get((bench, "after"))
