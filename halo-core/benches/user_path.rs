@@ -5,7 +5,7 @@
 //! them).
 //!
 //! ```text
-//! cargo bench -p halo-gateway --bench user_path
+//! cargo bench -p halo-core --bench user_path
 //! ```
 //!
 //! - `user/admission_from_bytes`: `Gateway::handle_response` on the JSON bytes (parse, digests,
@@ -22,6 +22,10 @@
 //!   invalidates one footprint (`z_range`, the reports) or all six route actions (`traffic`);
 //! - `user/contract_transition` and `user/contract_transition_with_receipt`: a mission-contract
 //!   transition (the scale study's baseline proposeGoal), without and with its receipt sealed;
+//! - `user/refuse_128_components` and `user/refuse_512_components`: `Gateway::handle_response`
+//!   on a response over the 64-component limit (45 KB and 185 KB), the refusal's receipt queued;
+//! - `live/update_{no_change,value_change,epoch_change}_{1,4,16,32,64}`: a `traffic` update with
+//!   1 to 64 live responses (see [`live`]);
 //! - `part/parse_envelope`, `part/parse_envelope_serde_json`, `part/validate`: labelled
 //!   sub-measurements of admission from bytes — stage one as shipped (the fast reader), stage
 //!   one as serde_json alone reads it, and stage two (ids, payloads, digests, the graph).

@@ -8,8 +8,20 @@ pub const MAX_ID_LEN: usize = 64;
 /// A validated identifier (component, response, agent, source, provenance, certificate ids).
 ///
 /// Stored inline (no allocation), so cloning is a copy of at most 64 bytes.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Id(heapless::String<MAX_ID_LEN>);
+
+impl Clone for Id {
+    /// The id's bytes copied at once: heapless's own `clone` pushes them one by one, and the
+    /// core clones ids into every event and record.
+    fn clone(&self) -> Id {
+        let mut out = heapless::String::new();
+        // Cannot fail: `out` has the capacity of `self`, which holds the text.
+        let copied = out.push_str(self.0.as_str());
+        debug_assert!(copied.is_ok());
+        Id(out)
+    }
+}
 
 /// Why a string is not a valid [`Id`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,6 +184,16 @@ mod tests {
         assert!(Id::new("e1").is_ok());
         assert!(Id::new("corridor-12.v3_a").is_ok());
         assert!(Id::new(&"a".repeat(64)).is_ok());
+    }
+
+    #[test]
+    fn a_clone_is_the_same_id() {
+        for s in ["e", "corridor-12.v3_a", &"z".repeat(64)] {
+            let id = Id::new(s).unwrap();
+            let copy = id.clone();
+            assert_eq!(copy.as_str(), s);
+            assert_eq!(copy, id);
+        }
     }
 
     #[test]

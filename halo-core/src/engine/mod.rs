@@ -418,8 +418,11 @@ impl Resp {
             let Some(t) = cat.type_spec(c.ty) else {
                 continue;
             };
-            for (s, m) in uses.iter_mut().enumerate() {
-                if t.footprint_mask & (1u64 << s) != 0 {
+            let mut f = t.footprint_mask;
+            while f != 0 {
+                let s = f.trailing_zeros() as usize;
+                f &= f - 1;
+                if let Some(m) = uses.get_mut(s) {
                     *m |= 1u64 << i;
                 }
             }
