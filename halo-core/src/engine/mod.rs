@@ -486,6 +486,8 @@ pub(crate) struct Shared {
     /// The obligations that may still be open, so a provider update visits those and not every
     /// obligation of the flight; ended ones are dropped from it when next visited.
     pub(crate) open_obligations: Vec<ObligationId>,
+    /// The open list's length when it was last pruned.
+    pub(crate) open_pruned_at: usize,
     pub(crate) next_obligation: u64,
     pub(crate) timers: BinaryHeap<Reverse<(Nanos, TimerKey)>>,
     pub(crate) events: VecDeque<Event>,
@@ -525,6 +527,7 @@ impl Gateway {
                 ledger,
                 obligations: BTreeMap::new(),
                 open_obligations: Vec::new(),
+                open_pruned_at: 0,
                 next_obligation: 1,
                 timers: BinaryHeap::new(),
                 // Room for what one busy input queues (an epoch change with every live response

@@ -69,10 +69,23 @@ impl Shared {
             obligation: Box::new(o.clone()),
         });
         self.obligations.insert(id, o);
-        self.open_obligations.push(id);
+        self.note_open(id);
         self.forget_ended();
         if let Some(x) = r.inst_mut(i) {
             x.obligation = Some(id);
+        }
+    }
+
+    /// Lists `id` as open. Ended ones leave the list when a provider update next visits it; so
+    /// that it stays bounded without updates too, it is also pruned whenever it has doubled
+    /// since it was last pruned (amortized: each entry is looked at a bounded number of times).
+    fn note_open(&mut self, id: ObligationId) {
+        self.open_obligations.push(id);
+        if self.open_obligations.len() >= 2 * self.open_pruned_at.max(MAX_COMPONENTS) {
+            let obligations = &self.obligations;
+            self.open_obligations
+                .retain(|id| obligations.get(id).is_some_and(|o| o.state.is_live()));
+            self.open_pruned_at = self.open_obligations.len();
         }
     }
 

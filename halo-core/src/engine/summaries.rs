@@ -16,6 +16,7 @@ impl Shared {
         let obligations = &mut self.obligations;
         self.open_obligations
             .retain(|id| obligations.get(id).is_some_and(|o| o.state.is_live()));
+        self.open_pruned_at = self.open_obligations.len();
         for id in &self.open_obligations {
             let Some(o) = self.obligations.get_mut(id) else {
                 continue;

@@ -302,3 +302,37 @@ fn ended_obligations_are_kept_up_to_the_limit() {
         }
     }
 }
+
+/// The same bound holds with no provider update at all (the open list is then pruned as it
+/// grows): 200 responses admitted one after another against stale data, each withholding e3
+/// with an obligation that expires, and what is held stays within the open list's bound.
+#[test]
+fn ended_obligations_stay_bounded_without_provider_updates() {
+    let cfg = Config {
+        ended_obligations_kept: 2,
+        done_retention: Nanos::from_ms(100),
+        ..Config::default()
+    };
+    let mut gw = Gateway::new(uav_catalog(), cfg);
+    healthy_uav(&mut gw, 1_000);
+    let resp = |k: usize| running_example(&format!("r{k}"), 1);
+    let mut at = 5_000;
+    let mut most = 0;
+    for k in 0..200 {
+        gw.handle_response(Nanos::from_ms(at), resp(k).as_bytes())
+            .unwrap();
+        drain(&mut gw);
+        while gw.obligations().any(|o| o.state.is_live()) || gw.response_ids().next().is_some() {
+            at = gw
+                .poll_timeout()
+                .map_or(at + 1_000, |t| t.as_ms().max(at + 1));
+            gw.handle_timeout(Nanos::from_ms(at));
+            drain(&mut gw);
+        }
+        most = most.max(gw.obligations().count());
+    }
+    // The open list is pruned when it doubles (from 64): at most 128 entries besides the 2 kept.
+    eprintln!("at most {most} obligations held");
+    assert!(most <= 2 * 64 + 2, "{most} obligations held");
+    assert!(most >= 3, "{most}: the case never went past the kept ones");
+}
