@@ -351,14 +351,6 @@ impl<R: CanonicalRecord> ReceiptChain<R> {
         ReceiptChain::default()
     }
 
-    /// An empty chain with room for `n` queued records before its queue regrows.
-    pub fn with_capacity(n: usize) -> ReceiptChain<R> {
-        ReceiptChain {
-            pending: VecDeque::with_capacity(n),
-            ..ReceiptChain::default()
-        }
-    }
-
     /// Queues a record. Nothing is serialized or hashed here, so decision paths stay cheap.
     pub fn push(&mut self, at: Nanos, body: R) {
         self.pending.push_back((at, body));

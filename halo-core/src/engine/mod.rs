@@ -503,9 +503,6 @@ pub(crate) struct Shared {
     pub(crate) summary_due: bool,
 }
 
-/// Initial room in the event and receipt queues.
-const QUEUE_RESERVE: usize = 1024;
-
 /// The sans-IO HALO gateway. See the module documentation for the call order.
 #[derive(Debug)]
 pub struct Gateway {
@@ -530,11 +527,9 @@ impl Gateway {
                 open_pruned_at: 0,
                 next_obligation: 1,
                 timers: BinaryHeap::new(),
-                // Room for what one busy input queues (an epoch change with every live response
-                // withheld), so the queues do not regrow and copy themselves inside that call.
-                events: VecDeque::with_capacity(QUEUE_RESERVE),
-                ready: VecDeque::with_capacity(MAX_COMPONENTS),
-                receipts: ReceiptChain::with_capacity(QUEUE_RESERVE),
+                events: VecDeque::new(),
+                ready: VecDeque::new(),
+                receipts: ReceiptChain::new(),
                 buf: Vec::with_capacity(512),
                 summarizing: false,
                 unrecorded: vec![Pending::default(); catalog_sources],
