@@ -61,18 +61,9 @@ impl<T> Fast<T> {
 /// A response in the common shape, a refusal at the component limit, or a step aside for
 /// serde_json to read it.
 pub fn response(text: &str) -> Fast<RawResponse<'_>> {
-    let f = match fields(text) {
-        // A response has no `obligation`: serde_json refuses the field where it stands, so a
-        // refusal at the limit after it is not this reader's to give.
-        Err(Stop::TooMany {
-            response_id,
-            obligation: false,
-        }) => return Fast::TooManyComponents { response_id },
-        Err(_) => return Fast::StepAside,
-        Ok(f) if f.obligation.is_some() => return Fast::StepAside,
-        Ok(f) => f,
-    };
-    let read = || {
+    // A response has no `obligation`: serde_json refuses the field where it stands, so neither
+    // a response that has one nor a refusal at the limit after it is this reader's to give.
+    outcome(text, false, |f| {
         Some(RawResponse {
             format: f.format.flatten(),
             response_id: f.response_id?,
@@ -81,21 +72,13 @@ pub fn response(text: &str) -> Fast<RawResponse<'_>> {
             catalog: f.catalog?,
             components: f.components?,
         })
-    };
-    read().map_or(Fast::StepAside, Fast::Read)
+    })
 }
 
 /// A fresh candidate in the common shape, a refusal at the component limit, or a step aside
 /// for serde_json to read it.
 pub fn candidate(text: &str) -> Fast<RawCandidate<'_>> {
-    let f = match fields(text) {
-        Err(Stop::TooMany { response_id, .. }) => {
-            return Fast::TooManyComponents { response_id };
-        }
-        Err(Stop::Aside) => return Fast::StepAside,
-        Ok(f) => f,
-    };
-    let read = || {
+    outcome(text, true, |f| {
         Some(RawCandidate {
             format: f.format.flatten(),
             obligation: f.obligation?,
@@ -105,8 +88,25 @@ pub fn candidate(text: &str) -> Fast<RawCandidate<'_>> {
             catalog: f.catalog?,
             components: f.components?,
         })
-    };
-    read().map_or(Fast::StepAside, Fast::Read)
+    })
+}
+
+/// What [`fields`] made of `text`, with the envelope built by `build` (`None`: a field is
+/// missing, serde_json reports it). `takes_obligation`: whether the envelope has that field.
+fn outcome<'a, T>(
+    text: &'a str,
+    takes_obligation: bool,
+    build: impl FnOnce(Fields<'a>) -> Option<T>,
+) -> Fast<T> {
+    match fields(text) {
+        Err(Stop::TooMany {
+            response_id,
+            obligation,
+        }) if takes_obligation || !obligation => Fast::TooManyComponents { response_id },
+        Err(_) => Fast::StepAside,
+        Ok(f) if !takes_obligation && f.obligation.is_some() => Fast::StepAside,
+        Ok(f) => build(f).map_or(Fast::StepAside, Fast::Read),
+    }
 }
 
 /// Why [`fields`] stopped early.
