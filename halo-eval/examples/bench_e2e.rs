@@ -11,6 +11,13 @@
 //! service runs with the default live limit (64 responses); finished responses retire after
 //! 100 ms instead of 10 s so that the bench's pace (a bundle every few ms) stays under it.
 //!
+//! `latency N --neighbour` (or `--neighbours K`): the same with one (K) CPU-bound neighbour
+//! processes on the host (this program started again as a busy loop, at the default
+//! scheduler), as on a companion that also runs a camera or mapping job. `--realtime P`: this process's threads
+//! (the service's, and with them the simulator's and the client's, which are the instrument)
+//! run `SCHED_FIFO` at priority P, as `[realtime] priority` sets them in `halo-gateway run`;
+//! the neighbour does not.
+//!
 //! `memory SECONDS BINARY`: spawns `BINARY run` against the simulator, holds one long target
 //! streaming at 20 Hz while PX4 telemetry arrives at 50 Hz, and samples the process's resident
 //! memory and CPU time every second from /proc.
@@ -154,7 +161,39 @@ fn pct(v: &[f64], p: f64) -> f64 {
     v[i.min(v.len() - 1)]
 }
 
-fn latency(n: usize) {
+/// A CPU-bound neighbour: this program again, spinning in its own process until dropped.
+struct Neighbour(std::process::Child);
+
+impl Neighbour {
+    fn start() -> Neighbour {
+        let exe = std::env::current_exe().unwrap();
+        Neighbour(std::process::Command::new(exe).arg("spin").spawn().unwrap())
+    }
+}
+
+impl Drop for Neighbour {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn latency(n: usize, neighbours: usize, realtime: Option<u8>) {
+    // The neighbours first: a process started afterwards would inherit SCHED_FIFO.
+    let running: Vec<Neighbour> = (0..neighbours).map(|_| Neighbour::start()).collect();
+    if let Some(p) = realtime {
+        let cfg = halo_gateway::service::realtime::RealtimeConfig { priority: Some(p) };
+        if let Err(e) = halo_gateway::service::realtime::apply(&cfg) {
+            eprintln!("bench_e2e: {e}");
+            drop(running);
+            std::process::exit(1);
+        }
+    }
+    println!(
+        "bench_e2e latency: {neighbours} CPU-bound neighbour process(es) on {} cores, {}",
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
+        halo_gateway::service::realtime::current()
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -422,14 +461,36 @@ fn memory(seconds: u64, binary: &str) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
-        Some("latency") => latency(args.get(2).and_then(|n| n.parse().ok()).unwrap_or(10_000)),
+        Some("latency") => {
+            let n = args
+                .get(2)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(10_000usize);
+            let neighbours = match args.iter().position(|a| a == "--neighbours") {
+                Some(i) => args.get(i + 1).and_then(|k| k.parse().ok()).unwrap_or(1),
+                None => usize::from(args.iter().any(|a| a == "--neighbour")),
+            };
+            let realtime = args
+                .iter()
+                .position(|a| a == "--realtime")
+                .map(|i| args.get(i + 1).and_then(|p| p.parse().ok()).unwrap_or(50));
+            latency(n, neighbours, realtime);
+        }
+        Some("spin") => {
+            let mut x = 0u64;
+            loop {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        }
         Some("memory") => memory(
             args.get(2).and_then(|n| n.parse().ok()).unwrap_or(600),
             args.get(3)
                 .map_or("target/release/halo-gateway", String::as_str),
         ),
         _ => {
-            eprintln!("usage: bench_e2e latency [N] | memory [SECONDS] [BINARY]");
+            eprintln!(
+                "usage: bench_e2e latency [N] [--neighbour | --neighbours K] [--realtime PRIORITY] | memory [SECONDS] [BINARY]"
+            );
             std::process::exit(3);
         }
     }

@@ -137,6 +137,17 @@ where
 {
     use crate::service::{Service, banner, init_tracing};
     init_tracing(cfg.log.format, &cfg.log.level);
+    // Before the runtime: its threads, and the ones they start, inherit the setting.
+    match crate::service::realtime::apply(&cfg.realtime) {
+        Ok(None) => {}
+        Ok(Some(p)) => tracing::info!(
+            "real-time scheduling: the gateway's threads run SCHED_FIFO at priority {p}"
+        ),
+        Err(e) => {
+            tracing::warn!("{e}");
+            eprintln!("warning: {e}");
+        }
+    }
     let cat = match cfg.catalog() {
         Ok(c) => c,
         Err(e) => {

@@ -191,6 +191,11 @@ pub fn check_run(
     }
     println!("  listen:    http://{}", cfg.listen.http);
     println!("  state:     {state}");
+    if let Some(p) = cfg.realtime.priority {
+        println!(
+            "  scheduler: SCHED_FIFO priority {p} (applied at start; refused with a warning where the process lacks CAP_SYS_NICE or LimitRTPRIO={p})"
+        );
+    }
     EXIT_OK
 }
 

@@ -43,6 +43,8 @@ pub struct Config {
     pub certifier: super::certifier::CertifierConfig,
     /// The pilot's ground station, kept in the loop (PX4 only).
     pub gcs: GcsConfig,
+    /// The optional real-time scheduling of the gateway's threads (off by default).
+    pub realtime: super::realtime::RealtimeConfig,
 }
 
 /// `[gcs]`.
@@ -593,6 +595,13 @@ impl Config {
             }
             px4_bridge::gcs::GcsEndpoint::parse(f)
                 .map_err(|e| ConfigError(format!("{file}: gcs.forward: {e}")))?;
+        }
+        if let Some(p) = self.realtime.priority
+            && !super::realtime::PRIORITIES.contains(&p)
+        {
+            return Err(ConfigError(format!(
+                "{file}: realtime.priority: {p} is outside 1..99 (SCHED_FIFO's priorities; 50 leaves room above for the kernel's own threads)"
+            )));
         }
         if self.vehicle.system_id == 0 {
             return Err(ConfigError(format!(

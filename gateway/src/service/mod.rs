@@ -22,6 +22,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod openapi;
 pub mod pilot_text;
+pub mod realtime;
 pub mod receipts;
 pub mod schema;
 pub mod statedir;

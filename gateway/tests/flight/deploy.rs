@@ -255,6 +255,23 @@ fn the_install_script_installs_into_a_temporary_root_and_the_installed_gateway_r
         "installed binary runs the installed config: link up".into(),
         up,
     ));
+    // The installed config asks for `[realtime] priority = 50`: every thread of the process
+    // (the runtime's, the bridge's, the receipt writer's) runs SCHED_FIFO 50 where the process
+    // may raise its priority (this test runs as root), else none does (refused, with a warning).
+    let threads = thread_policies(p.pid());
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    let want = if root { (1, 50) } else { (0, 0) };
+    let good = threads.len() >= 4 && threads.iter().all(|&t| t == want);
+    if !good {
+        println!("  thread (policy, priority): {threads:?}, expected {want:?} for each");
+    }
+    c.push((
+        "installed config's realtime setting: every thread SCHED_FIFO 50 (as root)".into(),
+        good,
+    ));
     c.push(("and stops cleanly on SIGTERM".into(), p.stop() == 0));
     // A second install keeps the configuration the operator edited.
     std::fs::write(
@@ -275,7 +292,20 @@ fn the_install_script_installs_into_a_temporary_root_and_the_installed_gateway_r
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-const DEPLOY_INSTALL: usize = 19;
+const DEPLOY_INSTALL: usize = 20;
+
+/// (scheduling policy, real-time priority) of every thread of process `pid`, from
+/// `/proc/PID/task/TID/stat` (fields 41 and 40; 1 is SCHED_FIFO).
+fn thread_policies(pid: u32) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let stat = std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap();
+        // After the command name's closing parenthesis come fields 3, 4, …
+        let rest: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+        out.push((rest[41 - 3].parse().unwrap(), rest[40 - 3].parse().unwrap()));
+    }
+    out
+}
 
 /// Writes a signing key file (64 hex digits) with `mode`.
 fn key_file(path: &Path, key: [u8; 32], mode: u32) {
