@@ -787,6 +787,16 @@ mod tests {
         assert!(e.0.contains("vehicle.stream_hz"), "{e}");
         let e = Config::parse("[listen]\nhttp = \"nope\"\n", "c.toml").unwrap_err();
         assert!(e.0.contains("c.toml:2:"), "{e}");
+        for bad in ["0", "100"] {
+            let e =
+                Config::parse(&format!("[realtime]\npriority = {bad}\n"), "c.toml").unwrap_err();
+            assert!(
+                e.0.contains("realtime.priority") && e.0.contains("1..99"),
+                "{e}"
+            );
+        }
+        let c = Config::parse("[realtime]\npriority = 50\n", "c.toml").unwrap();
+        assert_eq!(c.realtime.priority, Some(50));
         for (bad, key) in [
             ("system_id = 0", "vehicle.system_id"),
             ("component_id = 0", "vehicle.component_id"),
