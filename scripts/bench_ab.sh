@@ -11,10 +11,13 @@
 #
 #   scripts/bench_ab.sh b193674
 #   scripts/bench_ab.sh b193674 15
+#   scripts/bench_ab.sh --lto 3     the working tree twice: as `release` builds it (before) and
+#                                   with the `dist` profile's code generation, whole-program LTO
+#                                   in one codegen unit (after), in target/bench-lto
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-base=${1:?usage: scripts/bench_ab.sh BASE [ROUNDS]}
+base=${1:?usage: scripts/bench_ab.sh BASE|--lto [ROUNDS]}
 rounds=${2:-9}
 tmp=$(mktemp -d)
 cleanup() {
@@ -39,26 +42,34 @@ for l in sys.stdin:
 }
 
 root="$PWD"
-echo "==> building user_path at $base (with this tree's halo-core/benches/user_path.rs; the" \
-    "first run builds the dependencies into target/bench-base, several minutes)" >&2
-git worktree add --detach "$tmp/base" "$base" >/dev/null 2>&1
-if [ -d "$tmp/base/halo-core/benches" ]; then
-    base_pkg=halo-core
-    cp halo-core/benches/user_path.rs "$tmp/base/halo-core/benches/user_path.rs"
+if [ "$base" = "--lto" ]; then
+    echo "==> building user_path in the working tree as release builds it" >&2
+    cp "$(bench_bin "$PWD/target" halo-core)" "$tmp/before"
+    echo "==> building it again with lto = \"fat\", codegen-units = 1 (target/bench-lto; minutes)" >&2
+    cp "$(CARGO_PROFILE_BENCH_LTO=fat CARGO_PROFILE_BENCH_CODEGEN_UNITS=1 bench_bin "$PWD/target/bench-lto" halo-core)" "$tmp/after"
+    base="the release profile; after = fat LTO, one codegen unit"
 else
-    # A base from before the core had its own crate: the bench lived in the gateway, the core
-    # under halo_gateway::core, the scale fixture under gateway/tests/common.
-    base_pkg=halo-gateway
-    sed -e 's/halo_core::contract/halo_gateway::contract/g' -e 's/halo_core::/halo_gateway::core::/g' \
-        -e 's#"../tests/core/common/contract_scale.rs"#"../tests/common/contract_scale.rs"#' \
-        halo-core/benches/user_path.rs >"$tmp/base/gateway/benches/user_path.rs"
-fi
-(cd "$tmp/base" && cp "$(bench_bin "$root/target/bench-base" "$base_pkg")" "$tmp/before")
-echo "==> building user_path in the working tree" >&2
-cp "$(bench_bin "$PWD/target" halo-core)" "$tmp/after"
-if cmp -s "$tmp/before" "$tmp/after"; then
-    echo "error: the two builds are the same binary; is $base the working tree's code?" >&2
-    exit 1
+    echo "==> building user_path at $base (with this tree's halo-core/benches/user_path.rs; the" \
+        "first run builds the dependencies into target/bench-base, several minutes)" >&2
+    git worktree add --detach "$tmp/base" "$base" >/dev/null 2>&1
+    if [ -d "$tmp/base/halo-core/benches" ]; then
+        base_pkg=halo-core
+        cp halo-core/benches/user_path.rs "$tmp/base/halo-core/benches/user_path.rs"
+    else
+        # A base from before the core had its own crate: the bench lived in the gateway, the core
+        # under halo_gateway::core, the scale fixture under gateway/tests/common.
+        base_pkg=halo-gateway
+        sed -e 's/halo_core::contract/halo_gateway::contract/g' -e 's/halo_core::/halo_gateway::core::/g' \
+            -e 's#"../tests/core/common/contract_scale.rs"#"../tests/common/contract_scale.rs"#' \
+            halo-core/benches/user_path.rs >"$tmp/base/gateway/benches/user_path.rs"
+    fi
+    (cd "$tmp/base" && cp "$(bench_bin "$root/target/bench-base" "$base_pkg")" "$tmp/before")
+    echo "==> building user_path in the working tree" >&2
+    cp "$(bench_bin "$PWD/target" halo-core)" "$tmp/after"
+    if cmp -s "$tmp/before" "$tmp/after"; then
+        echo "error: the two builds are the same binary; is $base the working tree's code?" >&2
+        exit 1
+    fi
 fi
 
 for r in $(seq 1 "$rounds"); do

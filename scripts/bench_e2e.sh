@@ -4,8 +4,8 @@
 #            simulated PX4's socket, p50/p90/p99 over N bundles (default 10000);
 #   memory:  resident memory and CPU of the `run` process while it streams 20 Hz setpoints and
 #            takes 50 Hz telemetry, sampled every second for SECONDS (default 600).
-#   latency-neighbour: the latency with one CPU-bound neighbour process on the host, at the
-#            default scheduler and then with SCHED_FIFO (`[realtime] priority = 50`; needs root
+#   latency-neighbour: the latency with one and then two CPU-bound neighbour processes on the
+#            host, each at the default scheduler and then with SCHED_FIFO (`[realtime] priority = 50`; needs root
 #            or `ulimit -r 50`).
 # Usage: scripts/bench_e2e.sh [latency N] [latency-neighbour N] [memory SECONDS]
 #   (latency and memory, with defaults, when no args)
@@ -21,8 +21,10 @@ while [ $# -gt 0 ]; do
   case "$1" in
     latency) "$BENCH" latency "${2:-10000}"; shift 2 || shift ;;
     latency-neighbour)
-      "$BENCH" latency "${2:-10000}" --neighbour
-      "$BENCH" latency "${2:-10000}" --neighbour --realtime 50
+      for k in 1 2; do
+        "$BENCH" latency "${2:-10000}" --neighbours "$k"
+        "$BENCH" latency "${2:-10000}" --neighbours "$k" --realtime 50
+      done
       shift 2 || shift ;;
     memory) "$BENCH" memory "${2:-600}" target/release/halo-gateway; shift 2 || shift ;;
     *) echo "usage: $0 [latency N] [latency-neighbour N] [memory SECONDS]" >&2; exit 3 ;;

@@ -33,7 +33,9 @@
 //! Each iteration starts from a prepared gateway (built outside the timing, `iter_batched`), so
 //! a number is the call alone. `HALO_BENCH_CALLS=N` times N single calls of each instead and
 //! prints percentiles (see `bench` below; `scripts/bench_ab.sh` compares two builds so);
-//! `HALO_BENCH_ONLY=TEXT` runs only the benchmarks whose `GROUP/NAME` contains TEXT.
+//! `HALO_BENCH_ONLY=TEXT` runs only the benchmarks whose `GROUP/NAME` contains TEXT;
+//! `HALO_BENCH_WRITE_RESPONSE=FILE` writes the 32-component response's bytes to FILE (for the
+//! floor measurement, `scripts/bench_floor.sh`).
 //! docs/benchmarks.md records the results and the machine.
 #![allow(
     clippy::unwrap_used,
@@ -384,6 +386,10 @@ fn live(c: &mut Criterion) {
 
 fn user_path(c: &mut Criterion) {
     let text = response("resp-bench");
+    // For the floor measurement (scripts/bench_floor.sh): the same bytes, written out.
+    if let Ok(path) = std::env::var("HALO_BENCH_WRITE_RESPONSE") {
+        std::fs::write(&path, &text).unwrap();
+    }
     eprintln!("the 32-component response is {} bytes of JSON", text.len());
     let w = world(&text);
     let mut g = c.benchmark_group("user");
