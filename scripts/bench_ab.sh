@@ -31,17 +31,11 @@ trap cleanup EXIT
 # dependencies build once): cargo names a workspace member's artifacts without its absolute
 # path, so in a shared target directory the working tree's build would find the base's
 # artifact "fresh" and the two sides would be one binary. The check below refuses that case.
+root="$PWD"
 bench_bin() {
-    CARGO_TARGET_DIR="$1" cargo bench -p "$2" --bench user_path --no-run \
-        --message-format=json 2>/dev/null |
-        python3 -c 'import json,sys
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "user_path" and m.get("executable"):
-        print(m["executable"])' | tail -1
+    "$root/scripts/user_path_bin.sh" "$1" "$2"
 }
 
-root="$PWD"
 if [ "$base" = "--lto" ]; then
     echo "==> building user_path in the working tree as release builds it" >&2
     cp "$(bench_bin "$PWD/target" halo-core)" "$tmp/before"

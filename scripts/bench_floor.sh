@@ -11,12 +11,7 @@ rounds=${1:-3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "==> building the user_path benchmark and the floor (target/bench-floor)" >&2
-bench=$(cargo bench -p halo-core --bench user_path --no-run --message-format=json 2>/dev/null |
-    python3 -c 'import json,sys
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "user_path" and m.get("executable"):
-        print(m["executable"])' | tail -1)
+bench=$(scripts/user_path_bin.sh)
 CARGO_TARGET_DIR="$PWD/target/bench-floor" cargo build --release --manifest-path floor/Cargo.toml >&2
 floor="$PWD/target/bench-floor/release/halo-admission-floor"
 for r in $(seq 1 "$rounds"); do

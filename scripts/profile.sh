@@ -24,12 +24,7 @@ fi
 export PATH="$PWD/$tools:$PATH"
 
 echo "==> building the benchmark" >&2
-bin=$(cargo bench -p halo-core --bench user_path --no-run --message-format=json 2>/dev/null |
-    python3 -c 'import json,sys
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "user_path" and m.get("executable"):
-        print(m["executable"])' | tail -1)
+bin=$(scripts/user_path_bin.sh)
 [ -x "$bin" ] || { echo "could not find the user_path benchmark binary" >&2; exit 1; }
 
 tmp=$(mktemp -d)

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds the `user_path` benchmark of PACKAGE (default halo-core) without running it and prints
+# its executable's path; TARGET_DIR (default: cargo's) is where it builds. Run from the package's
+# workspace. Used by bench_ab.sh, bench_floor.sh and profile.sh.
+#   scripts/user_path_bin.sh [TARGET_DIR] [PACKAGE]
+set -euo pipefail
+if [ -n "${1:-}" ]; then
+    export CARGO_TARGET_DIR="$1"
+fi
+cargo bench -p "${2:-halo-core}" --bench user_path --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "user_path" and m.get("executable"):
+        print(m["executable"])' | tail -1
