@@ -41,7 +41,8 @@ if [ "$base" = "--lto" ]; then
     cp "$(bench_bin "$PWD/target" halo-core)" "$tmp/before"
     echo "==> building it again with lto = \"fat\", codegen-units = 1 (target/bench-lto; minutes)" >&2
     cp "$(CARGO_PROFILE_BENCH_LTO=fat CARGO_PROFILE_BENCH_CODEGEN_UNITS=1 bench_bin "$PWD/target/bench-lto" halo-core)" "$tmp/after"
-    base="the release profile; after = fat LTO, one codegen unit"
+    base="the release profile"
+    after_label="fat LTO in one codegen unit"
 else
     echo "==> building user_path at $base (with this tree's halo-core/benches/user_path.rs; the" \
         "first run builds the dependencies into target/bench-base, several minutes)" >&2
@@ -75,7 +76,7 @@ for r in $(seq 1 "$rounds"); do
     done
 done
 
-python3 - "$tmp/results" "$base" "$rounds" "$tmp/load" <<'EOF'
+python3 - "$tmp/results" "$base" "$rounds" "$tmp/load" "${after_label:-the working tree}" <<'EOF'
 import sys
 loads = [float(x) for x in open(sys.argv[4]).read().split()]
 best = {}
@@ -84,7 +85,7 @@ for line in open(sys.argv[1]):
     old = best.get((bench, side), (float("inf"), float("inf")))
     best[(bench, side)] = (min(old[0], float(p10)), min(old[1], float(med)))
 print(f"µs per call, lowest over {sys.argv[3]} alternating rounds of 3,000 calls "
-      f"(before = {sys.argv[2]}, after = the working tree); 1-minute load average at the "
+      f"(before = {sys.argv[2]}, after = {sys.argv[5]}); 1-minute load average at the "
       f"rounds' starts {min(loads):.2f}–{max(loads):.2f}")
 print(f"{'benchmark':40} {'before p10':>11} {'median':>9} {'after p10':>11} {'median':>9} {'median change':>14}")
 for bench in dict.fromkeys(b for b, _ in best):
