@@ -13,10 +13,10 @@
 //!
 //! `latency N --neighbour` (or `--neighbours K`): the same with one (K) CPU-bound neighbour
 //! processes on the host (this program started again as a busy loop, at the default
-//! scheduler), as on a companion that also runs a camera or mapping job. `--realtime P`: this process's threads
-//! (the service's, and with them the simulator's and the client's, which are the instrument)
-//! run `SCHED_FIFO` at priority P, as `[realtime] priority` sets them in `halo-gateway run`;
-//! the neighbour does not.
+//! scheduler), as on a companion that also runs a camera or mapping job. `--realtime P`: this
+//! process's threads (the service's, and with them the simulator's and the client's, which are
+//! the instrument) run `SCHED_FIFO` at priority P, as `[realtime] priority` sets them in
+//! `halo-gateway run`; the neighbours, started before, do not.
 //!
 //! `memory SECONDS BINARY`: spawns `BINARY run` against the simulator, holds one long target
 //! streaming at 20 Hz while PX4 telemetry arrives at 50 Hz, and samples the process's resident

@@ -41,15 +41,15 @@ pub struct Refused {
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let p = self.priority;
-        match self.errno {
-            Some(1) => write!(
+        let errno = self.errno.map(std::io::Error::from_raw_os_error);
+        match errno {
+            Some(e) if e.kind() == std::io::ErrorKind::PermissionDenied => write!(
                 f,
                 "real-time scheduling refused: SCHED_FIFO at priority {p} needs CAP_SYS_NICE or a real-time priority limit of at least {p} (systemd: LimitRTPRIO={p}; a shell: ulimit -r {p}); running under the default scheduler"
             ),
             Some(e) => write!(
                 f,
-                "real-time scheduling refused: the kernel did not set SCHED_FIFO at priority {p} ({}); running under the default scheduler",
-                std::io::Error::from_raw_os_error(e)
+                "real-time scheduling refused: the kernel did not set SCHED_FIFO at priority {p} ({e}); running under the default scheduler"
             ),
             None => write!(
                 f,
