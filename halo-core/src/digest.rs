@@ -12,6 +12,8 @@ pub struct Digest(pub [u8; 32]);
 pub mod tag {
     /// A canonical component.
     pub const COMPONENT: &[u8] = b"halo/component/v1\0";
+    /// The components an admission receipt names, their digests in envelope order.
+    pub const COMPONENTS: &[u8] = b"halo/components/v1\0";
     /// An admission witness `W_e`.
     pub const WITNESS: &[u8] = b"halo/witness/v1\0";
     /// An action binding `b_e = H(W_e, seq_e)`.

@@ -470,6 +470,66 @@ pub fn verify_chain_from<'a>(
     Ok((start, n))
 }
 
+/// One component's decision as an `admitted` or `readmitted` receipt records it, for readers
+/// (`audit show`, `plot`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedComponent {
+    /// Component id.
+    pub id: String,
+    /// Catalog type name.
+    pub ty: String,
+    /// Phase, by its wire name.
+    pub phase: String,
+    /// Reason code, by name, when the decision has one.
+    pub reason: Option<String>,
+}
+
+/// The components an `admitted` or `readmitted` receipt body records, in envelope order: from
+/// receipt format 3's `{"decisions", "digest", "ids"}` (each decision once, with the positions
+/// it was made for), or from the earlier formats' list of full component reports. Empty for any
+/// other body; a position no decision names is left out.
+pub fn recorded_components(body: &serde_json::Value) -> Vec<RecordedComponent> {
+    use serde_json::Value;
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    let one = |id: String, d: &Value| RecordedComponent {
+        id,
+        ty: text(d, "type").unwrap_or_default(),
+        phase: text(d, "phase").unwrap_or_default(),
+        reason: text(d, "reason"),
+    };
+    match body.get("components") {
+        // Formats 1 and 2: one full report per component.
+        Some(Value::Array(reports)) => reports
+            .iter()
+            .map(|c| one(text(c, "id").unwrap_or_default(), c))
+            .collect(),
+        // Format 3.
+        Some(Value::Object(m)) => {
+            let ids: Vec<&str> = m
+                .get("ids")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().map(|i| i.as_str().unwrap_or("")).collect())
+                .unwrap_or_default();
+            let mut slots: Vec<Option<RecordedComponent>> = vec![None; ids.len()];
+            for d in m
+                .get("decisions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                for at in d.get("at").and_then(Value::as_array).into_iter().flatten() {
+                    let at = at.as_u64().and_then(|x| usize::try_from(x).ok());
+                    if let Some((slot, id)) = at.and_then(|a| slots.get_mut(a).zip(ids.get(a))) {
+                        *slot = Some(one((*id).to_owned(), d));
+                    }
+                }
+            }
+            slots.into_iter().flatten().collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -294,7 +294,7 @@ impl Gateway {
             Record::Readmitted {
                 response: (rid).clone(),
                 obligation: oid,
-                components: (components).clone(),
+                components: crate::engine::Decisions(components.clone()),
             },
         );
         Ok(ReadmissionReport {

@@ -189,6 +189,35 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// The receipt log's bytes by record kind (each line's length, newline included), largest
+/// first: every segment still on disk, so the warm-up's receipts are in it too.
+fn bytes_by_kind(dir: &std::path::Path) -> Vec<(String, u64, u64)> {
+    let mut kinds: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    for e in entries.filter_map(Result::ok) {
+        if e.path().extension().is_none_or(|x| x != "jsonl") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        for line in text.lines() {
+            let kind = serde_json::from_str::<Value>(line)
+                .ok()
+                .and_then(|v| v["body"]["kind"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| "(other)".to_owned());
+            let k = kinds.entry(kind).or_default();
+            k.0 += 1;
+            k.1 += line.len() as u64 + 1;
+        }
+    }
+    let mut v: Vec<_> = kinds.into_iter().map(|(k, (n, b))| (k, n, b)).collect();
+    v.sort_by_key(|k| std::cmp::Reverse(k.2));
+    v
+}
+
 fn run(seconds: u64, binary: &str, retention_ms: Option<u64>) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -430,6 +459,17 @@ fn run(seconds: u64, binary: &str, retention_ms: Option<u64>) {
         }
     );
     println!("  the gateway exited {code}");
+    let kinds = bytes_by_kind(&receipts);
+    let total: u64 = kinds.iter().map(|k| k.2).sum::<u64>().max(1);
+    println!("  receipt log by record kind (every segment on disk):");
+    for (kind, n, b) in &kinds {
+        println!(
+            "    {kind:<18} {n:>8} records {:>9.1} KB ({:>4.1} %), {:>6} B each",
+            *b as f64 / 1e3,
+            *b as f64 * 100.0 / total as f64,
+            b / n.max(&1)
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -55,26 +55,18 @@ pub fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)>
     let kind = s("kind");
     let (decision, text) = match kind {
         "admitted" | "readmitted" => {
-            let comps = b
-                .get("components")
-                .and_then(serde_json::Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .map(|c| {
-                            let g = |k: &str| {
-                                c.get(k).and_then(serde_json::Value::as_str).unwrap_or("")
-                            };
-                            let why = c
-                                .get("reason")
-                                .and_then(serde_json::Value::as_str)
-                                .map(|x| format!(" ({x})"))
-                                .unwrap_or_default();
-                            format!("{} {}{why}", g("id"), g("phase"))
-                        })
-                        .collect::<Vec<_>>()
-                        .join(", ")
+            let comps = crate::core::receipt::recorded_components(b)
+                .iter()
+                .map(|c| {
+                    let why = c
+                        .reason
+                        .as_ref()
+                        .map(|x| format!(" ({x})"))
+                        .unwrap_or_default();
+                    format!("{} {}{why}", c.id, c.phase)
                 })
-                .unwrap_or_default();
+                .collect::<Vec<_>>()
+                .join(", ");
             (true, format!("{kind} {}: {comps}", s("response")))
         }
         "rejected" | "candidate_rejected" => {
@@ -261,6 +253,8 @@ pub fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)>
 
 /// `halo-gateway audit show`: the exit code.
 pub(crate) fn audit_show(paths: &[PathBuf], decisions_only: bool) -> i32 {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
     for p in paths {
         // A log torn by a crash is shown up to its last whole record, then said to be torn.
         let log = match crate::audit::read_log(std::slice::from_ref(p)) {
@@ -280,7 +274,14 @@ pub(crate) fn audit_show(paths: &[PathBuf], decisions_only: bool) -> i32 {
             }
             #[allow(clippy::cast_precision_loss, reason = "seconds for people")]
             let t = r.at_ns as f64 / 1e9;
-            println!("{:>6} {t:>10.3}s  {text}", r.index);
+            if let Err(e) = writeln!(out, "{:>6} {t:>10.3}s  {text}", r.index) {
+                // A reader that stopped early (`| head`) is not an error of the log.
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    return EXIT_OK;
+                }
+                eprintln!("error: cannot write the log's lines: {e}");
+                return EXIT_ERROR;
+            }
         }
         if let Some(t) = log.torn {
             eprintln!(

@@ -86,18 +86,14 @@ impl Flight {
             let s = |k: &str| b.get(k).and_then(Value::as_str).unwrap_or("");
             match s("kind") {
                 "admitted" | "readmitted" => {
-                    for c in b
-                        .get("components")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                    {
-                        if let (Some(id), Some(p)) = (
-                            c.get("id").and_then(Value::as_str),
-                            c.get("phase").and_then(phase_name),
-                        ) {
-                            phase(&mut f, *at, s("response"), id, p);
-                        }
+                    for c in crate::core::receipt::recorded_components(b) {
+                        phase(
+                            &mut f,
+                            *at,
+                            s("response"),
+                            &c.id,
+                            c.phase.to_ascii_lowercase(),
+                        );
                     }
                 }
                 "phase" => {
@@ -488,7 +484,9 @@ mod tests {
             ),
             (
                 5 * S,
-                json!({"kind": "admitted", "response": "r2", "components": [{"id": "b", "phase": "dispatched"}]}),
+                // Receipt format 3: the ids, and each decision with the positions it names.
+                json!({"kind": "admitted", "response": "r2", "components": {"ids": ["b"],
+                    "decisions": [{"at": [0], "phase": "dispatched", "type": "route_action"}]}}),
             ),
             (
                 5 * S,

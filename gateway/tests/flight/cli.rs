@@ -264,3 +264,56 @@ fn state_files_refuse_repeated_keys_and_certificate_ids() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A log written before receipt format 3 (a real `run` of 2026-12-03, format 2: every
+/// admission lists each component's full report) still verifies under its key, and
+/// `audit show` prints it line for line as that gateway did (`show.txt`, `show-decisions.txt`,
+/// written by the format-2 binary from this log). A `| head` that stops reading early ends
+/// the listing quietly.
+#[test]
+fn a_format_2_log_verifies_and_shows_as_it_did() {
+    let _timing = common::shared();
+    let dir = repo_root().join("gateway/tests/data/receipts-format2");
+    let log = dir.join("boot-1.jsonl").display().to_string();
+    let key = dir.join("audit-key.pub").display().to_string();
+    let (rc, text) = common::halo(&["audit", "verify", "--key", &key, &log]);
+    assert_eq!(rc, EXIT_OK, "{text}");
+    assert!(
+        text.contains("121 receipts, chain and hashes verify")
+            && text.contains("4 signed checkpoints verify"),
+        "{text}"
+    );
+    for (args, want) in [
+        (&["audit", "show"][..], "show.txt"),
+        (&["audit", "show", "--decisions"][..], "show-decisions.txt"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+            .args(args)
+            .arg(&log)
+            .output()
+            .unwrap();
+        assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+        let want = std::fs::read_to_string(dir.join(want)).unwrap();
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), want);
+    }
+    // The admissions and readmissions are among what it shows.
+    let shown = std::fs::read_to_string(dir.join("show-decisions.txt")).unwrap();
+    assert!(shown.contains(
+        "admitted resp-py-http: e1 emitted, e2 emitted, e3 retained, e4 pending (DEPS_NOT_READY)"
+    ));
+    assert!(shown.contains("readmitted mcp-1-2: a2 retained"));
+    // A reader that closes the pipe after one line.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
+        .args(["audit", "show", &log])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

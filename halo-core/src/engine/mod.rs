@@ -26,6 +26,7 @@ mod record;
 mod report;
 mod summaries;
 
+pub(crate) use record::Decisions;
 pub(crate) use report::{component_report, report};
 
 use std::cmp::Reverse;
@@ -232,7 +233,7 @@ pub(crate) enum Record {
         generation: u64,
         catalog: Id,
         catalog_version: u32,
-        components: Vec<ComponentReport>,
+        components: record::Decisions,
     },
     SourceUpdate {
         source: Id,
@@ -300,7 +301,7 @@ pub(crate) enum Record {
     Readmitted {
         response: Id,
         obligation: ObligationId,
-        components: Vec<ComponentReport>,
+        components: record::Decisions,
     },
     CandidateRejected {
         response: String,
@@ -682,7 +683,7 @@ impl Gateway {
                 generation: v.generation,
                 catalog: self.sh.cat.id().clone(),
                 catalog_version: self.sh.cat.version(),
-                components: (report.components).clone(),
+                components: record::Decisions(report.components.clone()),
             },
         );
         self.sh
