@@ -217,6 +217,21 @@ pub fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)>
                     .unwrap_or_default()
             ),
         ),
+        "rejected_summary" => {
+            let n = |k: &str| b.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+            #[allow(clippy::cast_precision_loss, reason = "seconds for people")]
+            let over = n("last_at_ns").saturating_sub(n("first_at_ns")) as f64 / 1e9;
+            (
+                true,
+                format!(
+                    "rejected {} responses{}, {} to {} over {over:.3} s (summarized)",
+                    n("refused"),
+                    code("code"),
+                    s("first_response"),
+                    s("last_response")
+                ),
+            )
+        }
         "update_refused" => (
             true,
             format!("update of {} refused{}", s("source"), code("code")),
@@ -491,4 +506,45 @@ fn kept_heads(
         );
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::receipt::ReceiptChain;
+    use crate::core::time::Nanos;
+    use serde_json::json;
+
+    fn line(body: serde_json::Value) -> Option<(bool, String)> {
+        let mut c = ReceiptChain::new();
+        c.push(Nanos(1), body);
+        receipt_line(&c.seal()?)
+    }
+
+    #[test]
+    fn a_compact_admission_and_a_refusal_summary_read_for_people() {
+        let admitted = json!({"kind": "admitted", "response": "r-1", "components": {
+            "ids": ["e1", "e3", "e2"], "digest": "00",
+            "decisions": [
+                {"at": [0, 2], "phase": "emitted", "type": "notice"},
+                {"at": [1], "phase": "withheld", "reason": "EPOCH_CHANGED", "type": "route_action"}]}});
+        assert_eq!(
+            line(admitted),
+            Some((
+                true,
+                "admitted r-1: e1 emitted, e3 withheld (EPOCH_CHANGED), e2 emitted".into()
+            ))
+        );
+        let summary = json!({"kind": "rejected_summary", "code": "TOO_MANY_RESPONSES",
+            "refused": 50, "first_response": "a-1", "last_response": "a-50",
+            "first_at_ns": 1_000_000_000u64, "last_at_ns": 3_500_000_000u64});
+        assert_eq!(
+            line(summary),
+            Some((
+                true,
+                "rejected 50 responses (TOO_MANY_RESPONSES), a-1 to a-50 over 2.500 s (summarized)"
+                    .into()
+            ))
+        );
+    }
 }

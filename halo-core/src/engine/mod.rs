@@ -98,7 +98,10 @@ pub enum ReceiptPolicy {
     /// An update is recorded when it changes a decision (a component's local verdict, an
     /// obligation's progress), or is the source's first, or changes its epoch or provenance.
     /// The others are counted and summarized per source every `summary_every` (and at
-    /// [`Gateway::flush_summaries`]), so 50 Hz telemetry does not flood the log.
+    /// [`Gateway::flush_summaries`]), so 50 Hz telemetry does not flood the log. Responses
+    /// refused only because too many are live (`TOO_MANY_RESPONSES`, which says nothing of
+    /// their content) are counted and summarized the same way, so an agent retrying a full
+    /// gateway in a tight loop cannot fill the receipt log.
     Decisions {
         /// Summary period.
         summary_every: Nanos,
@@ -249,6 +252,16 @@ pub(crate) enum Record {
         code: ReasonCode,
     },
     /// Updates of one source that changed no decision, since the last summary.
+    /// Responses refused only because too many were live (`TOO_MANY_RESPONSES`), since the
+    /// last summary (receipt policy `decisions`).
+    RejectedSummary {
+        code: ReasonCode,
+        refused: u64,
+        first_response: String,
+        last_response: String,
+        first_at_ns: u64,
+        last_at_ns: u64,
+    },
     SourceSummary {
         source: Id,
         updates: u64,
@@ -502,6 +515,18 @@ pub(crate) struct Shared {
     pub(crate) unrecorded: Vec<Pending>,
     /// Whether a summary timer is scheduled.
     pub(crate) summary_due: bool,
+    /// Responses refused as too many, waiting for their summary receipt (policy `Decisions`).
+    pub(crate) busy: Busy,
+}
+
+/// Responses refused with `TOO_MANY_RESPONSES` since the last summary.
+#[derive(Debug, Default)]
+pub(crate) struct Busy {
+    pub(crate) refused: u64,
+    pub(crate) first_response: String,
+    pub(crate) last_response: String,
+    pub(crate) first_at: Nanos,
+    pub(crate) last_at: Nanos,
 }
 
 /// The sans-IO HALO gateway. See the module documentation for the call order.
@@ -535,6 +560,7 @@ impl Gateway {
                 summarizing: false,
                 unrecorded: vec![Pending::default(); catalog_sources],
                 summary_due: false,
+                busy: Busy::default(),
             },
             responses: BTreeMap::new(),
         }
@@ -631,14 +657,17 @@ impl Gateway {
                     self.sh.cfg.max_live_responses
                 ),
             );
-            self.sh.receipts.push(
-                now,
-                Record::Rejected {
-                    response: v.response_id.as_str().to_string(),
-                    code: rej.code(),
-                    ids: rej.ids().to_vec(),
-                },
-            );
+            match self.sh.cfg.receipts {
+                ReceiptPolicy::All => self.sh.receipts.push(
+                    now,
+                    Record::Rejected {
+                        response: v.response_id.as_str().to_string(),
+                        code: rej.code(),
+                        ids: rej.ids().to_vec(),
+                    },
+                ),
+                ReceiptPolicy::Decisions { .. } => self.sh.note_busy(&v.response_id, now),
+            }
             return Err(rej);
         }
 

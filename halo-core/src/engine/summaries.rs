@@ -61,6 +61,11 @@ impl Shared {
         }
         p.updates += 1;
         p.last = generated_at.0;
+        self.schedule_summary(now);
+    }
+
+    /// Schedules the summary timer unless one is due (policy `Decisions`).
+    fn schedule_summary(&mut self, now: Nanos) {
         if let (ReceiptPolicy::Decisions { summary_every }, false) =
             (self.cfg.receipts, self.summary_due)
         {
@@ -72,7 +77,34 @@ impl Shared {
         }
     }
 
+    /// A response refused because too many are live: counted for the next summary.
+    pub(super) fn note_busy(&mut self, response: &Id, now: Nanos) {
+        let b = &mut self.busy;
+        if b.refused == 0 {
+            b.first_response = response.as_str().to_owned();
+            b.first_at = now;
+        }
+        b.refused += 1;
+        response.as_str().clone_into(&mut b.last_response);
+        b.last_at = now;
+        self.schedule_summary(now);
+    }
+
     pub(super) fn flush_summaries(&mut self, now: Nanos) {
+        if self.busy.refused > 0 {
+            let b = std::mem::take(&mut self.busy);
+            self.receipts.push(
+                now,
+                Record::RejectedSummary {
+                    code: ReasonCode::TOO_MANY_RESPONSES,
+                    refused: b.refused,
+                    first_response: b.first_response,
+                    last_response: b.last_response,
+                    first_at_ns: b.first_at.0,
+                    last_at_ns: b.last_at.0,
+                },
+            );
+        }
         for (i, p) in self.unrecorded.iter_mut().enumerate() {
             if p.updates == 0 {
                 continue;

@@ -11,7 +11,7 @@
 
 use crate::common::{certify, healthy_uav, put, running_example, uav_catalog};
 use halo_core::engine::{Config, Gateway, ReceiptPolicy};
-use halo_core::receipt::{Receipt, verify_chain};
+use halo_core::receipt::{Receipt, verify_chain, verify_chain_from};
 use halo_core::time::Nanos;
 use serde_json::json;
 
@@ -155,4 +155,75 @@ fn expired_certificates_make_room() {
     gw.handle_certificate(Nanos::from_ms(3_000), cert(10_000, 9_000))
         .unwrap();
     assert_eq!(gw.snapshot().certificate_count(), 1);
+}
+
+/// Responses refused only because too many are live are counted under `Decisions` and summed
+/// up in one receipt at the summary (their count, first and last id and instant); under `All`
+/// each keeps its own. Other refusals keep theirs under both.
+#[test]
+fn refusals_as_too_many_are_summarized() {
+    for decisions in [true, false] {
+        let mut gw = Gateway::new(
+            uav_catalog(),
+            Config {
+                receipts: if decisions {
+                    ReceiptPolicy::Decisions {
+                        summary_every: Nanos::from_ms(10_000),
+                    }
+                } else {
+                    ReceiptPolicy::All
+                },
+                max_live_responses: 1,
+                ..Config::default()
+            },
+        );
+        healthy_uav(&mut gw, 1_000);
+        let text = running_example("resp-0", 1);
+        certify(&mut gw, 1_000, &text, "e3", "cert-9f2c", 60_000);
+        gw.handle_response(Nanos::from_ms(1_000), text.as_bytes())
+            .unwrap();
+        drain(&mut gw);
+        for i in 1..=50u64 {
+            let text = running_example(&format!("resp-{i}"), 1);
+            let e = gw
+                .handle_response(Nanos::from_ms(1_000 + i), text.as_bytes())
+                .unwrap_err();
+            assert_eq!(e.code().name(), "TOO_MANY_RESPONSES");
+        }
+        // A duplicate id is a refusal of another kind: its own receipt either way.
+        let dup = running_example("resp-0", 1);
+        gw.handle_response(Nanos::from_ms(1_100), dup.as_bytes())
+            .unwrap_err();
+        let during = drain(&mut gw);
+        let rejected = kinds(&during).iter().filter(|k| *k == "rejected").count();
+        assert_eq!(
+            rejected,
+            if decisions { 1 } else { 51 },
+            "{:?}",
+            kinds(&during)
+        );
+        // The summary comes with the timers at the period's end.
+        gw.handle_timeout(Nanos::from_ms(11_100));
+        let after = drain(&mut gw);
+        let summaries: Vec<_> = after
+            .iter()
+            .map(|r| r.body.value())
+            .filter(|b| b["kind"] == "rejected_summary")
+            .collect();
+        if decisions {
+            assert_eq!(
+                summaries,
+                [
+                    json!({"kind": "rejected_summary", "code": "TOO_MANY_RESPONSES",
+                    "refused": 50, "first_response": "resp-1", "last_response": "resp-50",
+                    "first_at_ns": 1_001_000_000u64, "last_at_ns": 1_050_000_000u64})
+                ]
+            );
+        } else {
+            assert!(summaries.is_empty());
+        }
+        let mut all = during;
+        all.extend(after);
+        assert!(verify_chain_from(&all).is_ok());
+    }
 }
