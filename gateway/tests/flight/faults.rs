@@ -67,9 +67,13 @@ fn notice(rid: &str) -> Value {
 
 /// `n` notices: receipts larger than a memory page, so on a full tmpfs their write cannot
 /// land in the slack of the log's last page.
+/// `n` notices whose ids take the limit's 64 bytes, so that their admission's receipt is
+/// longer than a page even in receipt format 3, which writes one decision for all of them: a
+/// full tmpfs still takes writes into the receipt file's last page, and the response sent
+/// after the fill must need more than that.
 fn notices(n: usize) -> Vec<Value> {
     (0..n)
-        .map(|i| json!({"id": format!("n{i}"), "type": "notice", "payload": {"text": "a notice of some length for the operator"}}))
+        .map(|i| json!({"id": format!("n{i:02}-{}", "x".repeat(60)), "type": "notice", "payload": {"text": "a notice of some length for the operator"}}))
         .collect()
 }
 
@@ -338,7 +342,7 @@ fn disk_full(reserve: bool) -> Outcome {
         let f1 = fly_to(&g, &sim, "r1", [15.0, 0.0, -10.0, 0.0]);
         // The next action is certified before the disk fills; the disk fills; it is sent.
         let mut comps = vec![route("a1", [0.0, 15.0, -10.0, 90.0], 7, "cert-r2")];
-        comps.extend(notices(24));
+        comps.extend(notices(63));
         let r2 = envelope("r2", comps);
         certify(&g, &r2, "a1", "cert-r2");
         let f2 = fp(0.0, 15.0, -10.0, 90.0);
@@ -389,7 +393,7 @@ fn disk_full(reserve: bool) -> Outcome {
         let (st, _) = submit(&g, &notice("before-fill"));
         c.that(st == 200, "a response before the fill was refused");
         disk.fill();
-        let (st, v) = submit(&g, &envelope("n-after-fill", notices(24)));
+        let (st, v) = submit(&g, &envelope("n-after-fill", notices(64)));
         c.that(
             st == 503 && v["error"]["code"] == "RECEIPTS_UNAVAILABLE",
             format!("a response after the fill: {st} {v}"),
