@@ -7,6 +7,7 @@
 //! the domain's effect table.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Deserialize;
 
@@ -159,9 +160,34 @@ pub struct Domain {
     pub effects: Vec<EffectSpec>,
     /// Every normalized effect, by interned id.
     pub table: Vec<Effect>,
-    names: HashMap<String, u32>,
+    names: HashMap<String, u32, BuildHasherDefault<Fnv>>,
     /// Indices into `vars`, ordered by variable name (the order a state is written in).
     by_name: Vec<usize>,
+}
+
+/// FNV-1a, for the effect-name table: every effect an edit names is looked up in it (a
+/// transition's most frequent lookup), and its keys are the domain's own, fixed when the domain
+/// loads, so the default hasher's resistance to chosen collisions buys nothing here; an agent's
+/// text is only ever looked up, never inserted.
+#[derive(Clone, Copy, Debug)]
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
 }
 
 /// Why a domain, predicate or effect did not parse.
@@ -323,7 +349,7 @@ impl Domain {
             vars,
             effects: Vec::new(),
             table: Vec::new(),
-            names: HashMap::new(),
+            names: HashMap::default(),
             by_name,
         };
         for (name, e) in &raw.effects {
