@@ -442,21 +442,22 @@ mod tests {
     #[test]
     fn the_compact_admission_text_is_pinned() {
         let d = |b: u8| Digest([b; 32]);
+        let notice = |id: &str, digest: u8| ComponentReport {
+            id: id.parse().unwrap(),
+            ty: "notice".parse().unwrap(),
+            action: false,
+            phase: Phase::Emitted,
+            retained: true,
+            locally_supported: true,
+            reason: None,
+            digest: d(digest),
+            generation: 1,
+            binding: None,
+            seq: None,
+            obligation: None,
+        };
         let r = admitted(vec![
-            ComponentReport {
-                id: "e1".parse().unwrap(),
-                ty: "notice".parse().unwrap(),
-                action: false,
-                phase: Phase::Emitted,
-                retained: true,
-                locally_supported: true,
-                reason: None,
-                digest: d(1),
-                generation: 1,
-                binding: None,
-                seq: None,
-                obligation: None,
-            },
+            notice("e1", 1),
             ComponentReport {
                 id: "e3".parse().unwrap(),
                 ty: "route_action".parse().unwrap(),
@@ -471,20 +472,7 @@ mod tests {
                 seq: Some(Seq { boot: 1, n: 4 }),
                 obligation: Some(ObligationId(7)),
             },
-            ComponentReport {
-                id: "e2".parse().unwrap(),
-                ty: "notice".parse().unwrap(),
-                action: false,
-                phase: Phase::Emitted,
-                retained: true,
-                locally_supported: true,
-                reason: None,
-                digest: d(2),
-                generation: 1,
-                binding: None,
-                seq: None,
-                obligation: None,
-            },
+            notice("e2", 2),
         ]);
         let ab = "ab".repeat(32);
         // SHA-256 over the tag and the three digests, computed apart from the writer.
