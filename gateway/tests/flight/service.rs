@@ -72,6 +72,25 @@ fn the_running_example_flies_over_http() {
         ]
     );
     assert!(rep["components"][2]["binding"].as_str().unwrap().len() == 64);
+    // What its admission receipt must pin: SHA-256 over the format-3 tag and the component
+    // digests the answer gave, in envelope order (computed here, apart from the gateway).
+    let r1_pinned = {
+        use sha2::Digest as _;
+        let mut h = sha2::Sha256::new();
+        h.update(b"halo/components/v1\0");
+        for c in rep["components"].as_array().unwrap() {
+            let hex = c["digest"].as_str().unwrap();
+            let bytes: Vec<u8> = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect();
+            h.update(&bytes);
+        }
+        h.finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
     let e3_fp = fp(12.0, 3.5, -10.0, 90.0);
     wait_until(20, "e3 at the vehicle", || {
         sim.fingerprints().contains(&e3_fp)
@@ -268,6 +287,31 @@ fn the_running_example_flies_over_http() {
         "  the running example's deny-hold: support lost to the first hold setpoint in {latency} µs"
     );
     assert!(text.contains("\"what\":\"shutdown\""));
+    // resp-0007's admission receipt (format 3): its ids in envelope order, the digest over
+    // theirs, and every position given one decision.
+    let admitted = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| v["body"].clone())
+        .find(|b| b["kind"] == "admitted" && b["response"] == "resp-0007")
+        .expect("resp-0007's admission receipt");
+    let c = &admitted["components"];
+    assert_eq!(c["ids"], json!(["e1", "e2", "e3", "e4"]), "{admitted}");
+    assert_eq!(c["digest"], r1_pinned.as_str(), "{admitted}");
+    let mut at: Vec<u64> = c["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|d| {
+            d["at"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+        })
+        .collect();
+    at.sort_unstable();
+    assert_eq!(at, [0, 1, 2, 3], "{admitted}");
     println!("service-example: 1/1 matched");
     let _ = std::fs::remove_dir_all(&dir);
 }
