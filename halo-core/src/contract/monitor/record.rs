@@ -12,9 +12,9 @@ use std::sync::{Arc, OnceLock};
 use serde::Serialize;
 
 use super::{RootState, Verdict, Versions};
-use crate::canonical::{self, Error};
+use crate::canonical::{self, Error, write_str, write_u64};
 use crate::contract::domain::{Domain, State};
-use crate::contract::spec::{Op, Request};
+use crate::contract::spec::{Op, Request, WitnessClaim};
 use crate::digest::Digest;
 use crate::reason::ReasonCode;
 use crate::receipt::CanonicalRecord;
@@ -107,9 +107,9 @@ impl CanonicalRecord for ContractRecord {
     fn write_canonical(&self, out: &mut Vec<u8>) -> Result<(), Error> {
         // The fields in sorted order, as the generic writer orders them.
         out.extend_from_slice(b"{\"after\":");
-        canonical::write(out, &self.after)?;
+        write_versions(out, &self.after);
         out.extend_from_slice(b",\"before\":");
-        canonical::write(out, &self.before)?;
+        write_versions(out, &self.before);
         out.extend_from_slice(b",\"edit\":");
         canonical::write(out, &self.edit)?;
         out.extend_from_slice(b",\"reason\":");
@@ -154,8 +154,45 @@ impl ContractRecord {
         out.extend_from_slice(b",\"op\":");
         canonical::write(out, op)?;
         out.extend_from_slice(b",\"witness\":");
-        canonical::write(out, witness)?;
+        write_witness(out, witness);
         out.extend_from_slice(b"}}");
         Ok(())
     }
+}
+
+/// A version vector: its fields in sorted order, as the generic writer writes them (every
+/// contract receipt has two).
+fn write_versions(out: &mut Vec<u8>, v: &Versions) {
+    out.extend_from_slice(b"{\"epoch\":");
+    write_u64(out, v.epoch);
+    out.extend_from_slice(b",\"graph\":");
+    write_u64(out, v.graph);
+    out.extend_from_slice(b",\"policy\":");
+    write_u64(out, v.policy);
+    out.extend_from_slice(b",\"state\":");
+    write_u64(out, v.state);
+    out.push(b'}');
+}
+
+/// A transition witness: its fields in sorted order, as the generic writer writes them.
+fn write_witness(out: &mut Vec<u8>, w: &WitnessClaim) {
+    out.extend_from_slice(b"{\"base_revision\":");
+    write_u64(out, w.base_revision);
+    out.extend_from_slice(b",\"edit\":");
+    write_str(out, &w.edit);
+    out.extend_from_slice(b",\"epoch\":");
+    write_u64(out, w.epoch);
+    out.extend_from_slice(b",\"new_revision\":");
+    write_u64(out, w.new_revision);
+    out.extend_from_slice(b",\"parent\":");
+    write_str(out, &w.parent);
+    out.extend_from_slice(b",\"parent_revision\":");
+    write_u64(out, w.parent_revision);
+    out.extend_from_slice(b",\"policy_version\":");
+    write_u64(out, w.policy_version);
+    out.extend_from_slice(b",\"root\":");
+    write_str(out, &w.root);
+    out.extend_from_slice(b",\"state_version\":");
+    write_u64(out, w.state_version);
+    out.push(b'}');
 }
