@@ -251,7 +251,6 @@ pub(crate) enum Record {
         binding: Digest,
         code: ReasonCode,
     },
-    /// Updates of one source that changed no decision, since the last summary.
     /// Responses refused only because too many were live (`TOO_MANY_RESPONSES`), since the
     /// last summary (receipt policy `decisions`).
     RejectedSummary {
@@ -262,6 +261,7 @@ pub(crate) enum Record {
         first_at_ns: u64,
         last_at_ns: u64,
     },
+    /// Updates of one source that changed no decision, since the last summary.
     SourceSummary {
         source: Id,
         updates: u64,
