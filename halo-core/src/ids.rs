@@ -112,8 +112,15 @@ impl Id {
 
 /// [`Id::fingerprint`] of a text not (yet) made an id.
 pub fn fingerprint(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.as_bytes() {
+    fnv1a(FNV_OFFSET, s.as_bytes())
+}
+
+/// FNV-1a's starting state.
+pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a of `bytes`, continued from the state `h`.
+pub(crate) fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }

@@ -174,7 +174,7 @@ struct Fnv(u64);
 
 impl Default for Fnv {
     fn default() -> Fnv {
-        Fnv(0xcbf2_9ce4_8422_2325)
+        Fnv(crate::ids::FNV_OFFSET)
     }
 }
 
@@ -184,9 +184,7 @@ impl Hasher for Fnv {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        self.0 = crate::ids::fnv1a(self.0, bytes);
     }
 }
 
