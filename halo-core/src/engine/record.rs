@@ -90,7 +90,7 @@ impl Decisions {
                 out.push(b',');
             }
             first = false;
-            write_decision(out, c, leader.iter().copied().enumerate().skip(i), i);
+            write_decision(out, c, &leader, i);
         }
         out.extend_from_slice(b"],\"digest\":");
         write_digest(out, &self.digest());
@@ -216,19 +216,19 @@ fn write_digest(out: &mut Vec<u8>, d: &Digest) {
 }
 
 /// One decision: [`Group`]'s fields in byte order of their names, absent when `None`, phases
-/// and reason codes by name, a sequence as `{"boot":…,"n":…}`; `at` lists the positions in
-/// `leaders` (position, leader) whose leader is `me`.
-fn write_decision(
-    out: &mut Vec<u8>,
-    c: &ComponentReport,
-    leaders: impl Iterator<Item = (usize, usize)>,
-    me: usize,
-) {
+/// and reason codes by name, a sequence as `{"boot":…,"n":…}`; `at` lists the positions whose
+/// leader (the first component with the same decision) is `me`.
+fn write_decision(out: &mut Vec<u8>, c: &ComponentReport, leaders: &[usize], me: usize) {
     out.extend_from_slice(b"{\"action\":");
     write_bool(out, c.action);
     out.extend_from_slice(b",\"at\":[");
     let mut first = true;
-    for (j, _) in leaders.filter(|(_, l)| *l == me) {
+    for (j, _) in leaders
+        .iter()
+        .enumerate()
+        .skip(me)
+        .filter(|(_, l)| **l == me)
+    {
         if !first {
             out.push(b',');
         }
