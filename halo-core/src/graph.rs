@@ -442,6 +442,9 @@ pub struct Graph {
     child_off: Vec<u32>,
     children: Vec<u16>,
     topo: Vec<u16>,
+    /// Per component, every transitive dependent as a bit set (computed once, in reverse
+    /// topological order), so [`Graph::descendants`] is an OR over its roots.
+    below: Vec<u64>,
     index: IdIndex,
 }
 
@@ -499,6 +502,7 @@ impl Graph {
         let Some(topo) = topological(n, &mut remaining, &child_off, &children) else {
             return Err(cycle(&comps, &remaining, &child_off, &children));
         };
+        let below = transitive_dependents(&topo, &child_off, &children);
         Ok(Graph {
             comps,
             parent_off: e.parent_off,
@@ -506,6 +510,7 @@ impl Graph {
             child_off,
             children,
             topo,
+            below,
             index,
         })
     }
@@ -558,20 +563,11 @@ impl Graph {
     /// another root), as a bit set over component indices.
     pub fn descendants(&self, roots: u64) -> u64 {
         let mut seen = 0u64;
-        let mut stack: heapless::Vec<u16, 64> = heapless::Vec::new();
-        for i in 0..self.len() {
-            if roots & (1u64 << i) != 0 {
-                let _ = stack.push(u16::try_from(i).unwrap_or(u16::MAX));
-            }
-        }
-        while let Some(u) = stack.pop() {
-            for &c in self.children(u) {
-                let bit = 1u64 << c;
-                if seen & bit == 0 {
-                    seen |= bit;
-                    let _ = stack.push(c);
-                }
-            }
+        let mut r = roots;
+        while r != 0 {
+            let i = r.trailing_zeros() as usize;
+            r &= r - 1;
+            seen |= self.below.get(i).copied().unwrap_or(0);
         }
         seen
     }
@@ -796,6 +792,26 @@ fn children_of(n: usize, e: &Edges) -> (Vec<u32>, Vec<u16>) {
         }
     }
     (child_off, children)
+}
+
+/// Per node, the bit set of its transitive dependents: children are finished before their
+/// parents when `topo` is walked backwards.
+fn transitive_dependents(topo: &[u16], child_off: &[u32], children: &[u16]) -> Vec<u64> {
+    let mut below = vec![0u64; topo.len()];
+    for &u in topo.iter().rev() {
+        let (a, b) = (
+            child_off.get(usize::from(u)).copied().unwrap_or(0),
+            child_off.get(usize::from(u) + 1).copied().unwrap_or(0),
+        );
+        let mut m = 0u64;
+        for &ch in children.get(a as usize..b as usize).unwrap_or(&[]) {
+            m |= (1u64 << ch) | below.get(usize::from(ch)).copied().unwrap_or(0);
+        }
+        if let Some(slot) = below.get_mut(usize::from(u)) {
+            *slot = m;
+        }
+    }
+    below
 }
 
 /// Kahn's algorithm over the in-degrees `remaining`: parents before children. `None` on a
@@ -1046,5 +1062,66 @@ mod tests {
         let e = validate(&cat, &whole).unwrap_err();
         assert_eq!(e.code(), ReasonCode::DUPLICATE_PREREQUISITE);
         assert_eq!(e.ids(), ["s->gone".to_string()]);
+    }
+
+    /// `descendants` (an OR of per-node masks computed at build) against a search over the
+    /// children lists, on seeded random graphs of 1 to 64 nodes and random root sets.
+    #[test]
+    fn descendants_are_every_node_reachable_from_a_root() {
+        let cat = Catalog::parse(
+            include_str!("../tests/data/catalogs/graph.toml"),
+            "graph.toml",
+        )
+        .unwrap();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..200 {
+            let n = 1 + (next() % 64) as usize;
+            let comps: Vec<String> = (0..n)
+                .map(|i| {
+                    let mut parents: Vec<usize> = (0..i).filter(|_| next() % 4 == 0).collect();
+                    parents.truncate(16);
+                    let reqs: Vec<String> = parents
+                        .iter()
+                        .map(|p| format!(r#"{{"id":"n{p}","phase":"emitted"}}"#))
+                        .collect();
+                    format!(
+                        r#"{{"id":"n{i}","type":"node","payload":{{"text":"t"}},"requires":[{}]}}"#,
+                        reqs.join(",")
+                    )
+                })
+                .collect();
+            let text = format!(
+                r#"{{"response_id":"r","agent_id":"a","generation":1,"catalog":{{"id":"{}","version":{}}},"components":[{}]}}"#,
+                cat.id(),
+                cat.version(),
+                comps.join(",")
+            );
+            let raw = parse_envelope(text.as_bytes()).unwrap();
+            let g = validate(&cat, &raw).unwrap().graph;
+            for _ in 0..20 {
+                let roots = next() & next() & if n == 64 { u64::MAX } else { (1 << n) - 1 };
+                let mut seen = 0u64;
+                let mut stack: Vec<u16> = (0..n as u16).filter(|i| roots & (1 << i) != 0).collect();
+                while let Some(u) = stack.pop() {
+                    for &c in g.children(u) {
+                        if seen & (1 << c) == 0 {
+                            seen |= 1 << c;
+                            stack.push(c);
+                        }
+                    }
+                }
+                assert_eq!(
+                    g.descendants(roots),
+                    seen,
+                    "round {round}, roots {roots:#x}"
+                );
+            }
+        }
     }
 }
