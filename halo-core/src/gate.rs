@@ -20,8 +20,9 @@ use super::binding::{DispatchToken, Seq};
 use super::catalog::Temporal;
 use super::defect::Defect;
 use super::digest::Digest;
-use super::engine::{Gateway, Record, Resp, Shared};
+use super::engine::{GateRefused, Gateway, Record, Resp, Shared};
 use super::ids::Id;
+use super::names::ComponentRef;
 use super::obligation::ObligationId;
 use super::payload::ActionCommand;
 use super::phase::Phase;
@@ -379,20 +380,19 @@ impl Gateway {
             },
             d => (d, None),
         };
-        let (Some(r), rid, cid) = (
-            self.responses.get_mut(token.response()),
-            token.response().clone(),
-            token.component().clone(),
-        ) else {
+        let Some(r) = self.responses.get_mut(token.response()) else {
             return self.refuse(now, &token, ReasonCode::SEQUENCE_REUSED);
         };
-        let Some(i) = r.graph.index_of(&cid) else {
+        let Some((i, named)) = r
+            .graph
+            .index_of(token.component())
+            .and_then(|i| Some((i, r.at(i)?)))
+        else {
             return self.refuse(now, &token, ReasonCode::TOKEN_MISMATCH);
         };
         let at = GateAt {
             i,
-            response: rid,
-            component: cid,
+            named,
             seq: token.seq(),
             binding: *token.binding(),
             now,
@@ -411,12 +411,12 @@ impl Gateway {
     fn refuse(&mut self, now: Nanos, token: &DispatchToken, code: ReasonCode) -> GateOutcome {
         self.sh.receipts.push(
             now,
-            Record::GateRefused {
+            Record::GateRefused(Box::new(GateRefused {
                 response: token.response().clone(),
                 component: token.component().clone(),
                 seq: token.seq(),
                 code,
-            },
+            })),
         );
         GateOutcome::Refused { code }
     }
@@ -486,12 +486,11 @@ impl Adapter for RecordingAdapter {
     }
 }
 
-/// Where a gate call acts: the instance, its ids, its token's sequence and binding, the
+/// Where a gate call acts: the instance and its names, its token's sequence and binding, the
 /// decision instant.
 struct GateAt {
     i: u16,
-    response: Id,
-    component: Id,
+    named: ComponentRef,
     seq: Seq,
     binding: Digest,
     now: Nanos,
@@ -509,8 +508,7 @@ impl Shared {
     ) -> GateOutcome {
         let GateAt {
             i,
-            response,
-            component,
+            named,
             seq,
             binding,
             now,
@@ -525,8 +523,7 @@ impl Shared {
         self.receipts.push(
             now,
             Record::Gate {
-                response: response.clone(),
-                component: component.clone(),
+                component: named.clone(),
                 seq,
                 binding,
                 outcome: "denied",
@@ -535,8 +532,8 @@ impl Shared {
             },
         );
         GateOutcome::Denied {
-            response,
-            component,
+            response: named.response().clone(),
+            component: named.id().clone(),
             code,
             obligation,
         }
@@ -584,8 +581,8 @@ impl Shared {
         }
         let req = EnqueueRequest {
             now: at.now,
-            response: &at.response,
-            component: &at.component,
+            response: at.named.response(),
+            component: at.named.id(),
             command,
             binding: &at.binding,
             seq: at.seq,
@@ -609,8 +606,7 @@ impl Shared {
     ) -> GateOutcome {
         let GateAt {
             i,
-            response,
-            component,
+            named,
             seq,
             binding,
             now,
@@ -640,8 +636,7 @@ impl Shared {
         self.receipts.push(
             now,
             Record::Gate {
-                response: response.clone(),
-                component: component.clone(),
+                component: named.clone(),
                 seq,
                 binding,
                 outcome: "dispatched",
@@ -650,8 +645,8 @@ impl Shared {
             },
         );
         GateOutcome::Dispatched {
-            response,
-            component,
+            response: named.response().clone(),
+            component: named.id().clone(),
             seq,
             binding,
             valid_until,
@@ -669,8 +664,7 @@ impl Shared {
     ) -> GateOutcome {
         let GateAt {
             i,
-            response,
-            component,
+            named,
             seq,
             binding,
             now,
@@ -692,8 +686,7 @@ impl Shared {
         self.receipts.push(
             now,
             Record::Gate {
-                response: response.clone(),
-                component: component.clone(),
+                component: named.clone(),
                 seq,
                 binding,
                 outcome: "enqueue_failed",
@@ -702,8 +695,8 @@ impl Shared {
             },
         );
         GateOutcome::EnqueueFailed {
-            response,
-            component,
+            response: named.response().clone(),
+            component: named.id().clone(),
             error,
             obligation,
         }

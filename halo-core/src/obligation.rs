@@ -12,6 +12,7 @@
 use serde::Serialize;
 
 use super::ids::Id;
+use super::names::{ComponentRef, Scope};
 use super::reason::ReasonCode;
 use super::time::Nanos;
 
@@ -57,6 +58,19 @@ impl ObligationState {
         )
     }
 
+    /// Snake-case name, as events, views and receipts spell it.
+    pub const fn wire_name(self) -> &'static str {
+        match self {
+            ObligationState::Created => "created",
+            ObligationState::Dispatched => "dispatched",
+            ObligationState::ExternalSupportReceived => "external_support_received",
+            ObligationState::ReadyForReadmission => "ready_for_readmission",
+            ObligationState::Discharged => "discharged",
+            ObligationState::Failed => "failed",
+            ObligationState::Expired => "expired",
+        }
+    }
+
     /// Upper-case name.
     pub const fn name(self) -> &'static str {
         match self {
@@ -89,10 +103,10 @@ pub enum Discharge {
 pub struct Obligation {
     /// Id.
     pub id: ObligationId,
-    /// Response of the blocked component.
-    pub response: Id,
-    /// The blocked component `e`.
-    pub component: Id,
+    /// The blocked component `e`, with its response (serialized as `response` and
+    /// `component`).
+    #[serde(flatten)]
+    pub component: ComponentRef,
     /// Reason `r`.
     pub reason: ReasonCode,
     /// Required support `S`: source names to refresh (empty when the fix is a revised action).
@@ -103,8 +117,9 @@ pub struct Obligation {
     /// Bit mask of required sources refreshed so far.
     #[serde(skip)]
     pub refreshed_mask: u64,
-    /// Replacement scope `Q = S(o_e)`.
-    pub scope: Vec<Id>,
+    /// Replacement scope `Q = S(o_e)`: the blocked component first, then the dependents it
+    /// may bring with it, in envelope order.
+    pub scope: Scope,
     /// Assignee `a`.
     pub assignee: Id,
     /// Route `ρ`.

@@ -356,6 +356,12 @@ impl<R: CanonicalRecord> ReceiptChain<R> {
         self.pending.push_back((at, body));
     }
 
+    /// Makes room for at least `room` pending records in all (see [`VecDeque::reserve`]).
+    pub fn reserve(&mut self, room: usize) {
+        self.pending
+            .reserve(room.saturating_sub(self.pending.len()));
+    }
+
     /// The position the next pushed record will take among the pending ones, for
     /// [`ReceiptChain::insert_at`].
     pub fn mark(&self) -> usize {

@@ -139,7 +139,7 @@ impl Gateway {
             .sh
             .obligations
             .get(&oid)
-            .filter(|o| o.response == rid)
+            .filter(|o| *o.component.response() == rid)
             .ok_or_else(|| {
                 Rejection::new(
                     ReasonCode::NO_OBLIGATION,
@@ -274,8 +274,7 @@ impl Gateway {
                 now,
                 Record::Obligation {
                     id: oid,
-                    response: (o.response).clone(),
-                    component: (o.component).clone(),
+                    component: o.component.clone(),
                     state: ObligationState::Discharged,
                     reason: o.reason,
                 },

@@ -534,7 +534,7 @@ impl Replay {
             }
             while let Some(e) = gw.poll_event() {
                 if let Event::Emit { component, .. } = e {
-                    reached.insert(component.to_string());
+                    reached.insert(component.id().to_string());
                 }
             }
             if !progressed {

@@ -368,7 +368,7 @@ fn run_gate(
         }
         while let Some(e) = gw.poll_event() {
             if let Event::Emit { component, .. } = e {
-                emitted.push(component.to_string());
+                emitted.push(component.id().to_string());
             }
         }
         if ad.merges.len() == before {
@@ -449,7 +449,7 @@ pub fn execute(
     let mut emitted = Vec::new();
     while let Some(e) = gw.poll_event() {
         if let Event::Emit { component, .. } = e {
-            emitted.push(component.to_string());
+            emitted.push(component.id().to_string());
         }
     }
 
@@ -505,7 +505,7 @@ pub fn execute(
         // The agent replans against the new head: a fresh candidate inside the obligation.
         let obligation = gw
             .obligations()
-            .find(|o| o.component.as_str() == "m1" && o.state.is_live())
+            .find(|o| o.component.id().as_str() == "m1" && o.state.is_live())
             .map(|o| o.id.0);
         if let Some(o) = obligation {
             let cand = json!({"obligation": o, "response_id": "merge-1", "agent_id": "reviewer-1",

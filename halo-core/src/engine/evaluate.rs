@@ -102,40 +102,48 @@ impl Shared {
                     x.streaming_until = None;
                 }
             }
-            if let (true, Some(b), Some(c)) = (lost, binding, r.graph.component(i)) {
-                let cid = c.id.clone();
+            if let (true, Some(b), Some(at)) = (lost, binding, r.at(i)) {
                 let code = v.code.unwrap_or(ReasonCode::RULE_FAILED);
                 self.events.push_back(Event::SupportLost {
-                    response: r.id.clone(),
-                    component: cid.clone(),
+                    component: at.clone(),
                     binding: b,
                     code,
                 });
                 self.receipts.push(
                     now,
                     Record::SupportLost {
-                        response: r.id.clone(),
-                        component: cid,
+                        component: at,
                         binding: b,
                         code,
                     },
                 );
             }
         }
-        self.schedule_support(r);
+        self.schedule_support_of(r, mask);
         changed
     }
 
     /// Keeps one timer per response at the earliest instant any of its components may lose
     /// support by time alone.
     pub(crate) fn schedule_support(&mut self, r: &mut Resp) {
+        self.schedule_support_of(r, r.all_mask());
+    }
+
+    /// [`Shared::schedule_support`] looking only at the components in `mask`, the ones whose
+    /// verdict was just re-evaluated.
+    ///
+    /// INVARIANT (support timer): every supported, not-ended component's `changes_at` is at or
+    /// after `r.deadline`, and a support timer is queued at `r.deadline`. Only `evaluate`
+    /// (and a rolling renewal, which schedules over all) changes a verdict, so components
+    /// outside `mask` keep theirs and stay covered; the timer's own handler clears the deadline
+    /// and schedules over every component again.
+    pub(crate) fn schedule_support_of(&mut self, r: &mut Resp, mask: u64) {
         if !self.cfg.variant.reevaluates() {
             // Admission-time decisions only: time never re-decides anything.
             return;
         }
-        let next = r
-            .inst
-            .iter()
+        let next = bits(mask)
+            .filter_map(|i| r.inst(i))
             .filter(|x| x.local.ok && !matches!(x.phase, Phase::Failed | Phase::Invalidated))
             .map(|x| x.local.changes_at)
             .min()
@@ -384,15 +392,16 @@ impl Shared {
             }
             match x.class {
                 Class::NonAction => {
-                    let (Some(c), Some(spec)) = (r.graph.component(i), self.spec(r, i)) else {
+                    let (Some(c), Some(spec), Some(at)) =
+                        (r.graph.component(i), self.spec(r, i), r.at(i))
+                    else {
                         continue;
                     };
                     let path = match &spec.output {
                         Output::Path(p) | Output::Adapter(p) => p.clone(),
                     };
                     self.events.push_back(Event::Emit {
-                        response: r.id.clone(),
-                        component: c.id.clone(),
+                        component: at,
                         path,
                         payload: c.payload.clone(),
                     });
@@ -437,20 +446,18 @@ impl Shared {
             // Inside one admission the summary receipt lists every resulting phase.
             return;
         }
-        let Some(c) = r.graph.component(i) else {
+        let Some(at) = r.at(i) else {
             return;
         };
         self.events.push_back(Event::Phase {
-            response: r.id.clone(),
-            component: c.id.clone(),
+            component: at.clone(),
             phase,
             reason,
         });
         self.receipts.push(
             now,
             Record::Phase {
-                response: (r.id).clone(),
-                component: (c.id).clone(),
+                component: at,
                 phase,
                 reason,
                 generation,

@@ -40,6 +40,7 @@ use super::digest::Digest;
 use super::envelope::{MAX_COMPONENTS, Rejection, parse_envelope_named};
 use super::graph::{Graph, ValidatedResponse, validate};
 use super::ids::Id;
+use super::names::{ComponentRef, Names};
 use super::obligation::{Discharge, Obligation, ObligationId, ObligationState};
 use super::payload::Payload;
 use super::phase::Phase;
@@ -175,10 +176,9 @@ impl AdmissionReport {
 pub enum Event {
     /// A component changed phase.
     Phase {
-        /// Response.
-        response: Id,
-        /// Component.
-        component: Id,
+        /// The component and its response (`response` and `component` in JSON).
+        #[serde(flatten)]
+        component: ComponentRef,
         /// New phase.
         phase: Phase,
         /// Why, when it is a denial or a wait.
@@ -186,27 +186,28 @@ pub enum Event {
     },
     /// A retained, ready non-action: hand it to its output path.
     Emit {
-        /// Response.
-        response: Id,
-        /// Component.
-        component: Id,
+        /// The component and its response (`response` and `component` in JSON).
+        #[serde(flatten)]
+        component: ComponentRef,
         /// Output path from the catalog.
         path: Id,
         /// The payload.
         payload: std::sync::Arc<Payload>,
     },
-    /// A new obligation: send its refresh request to the assignee.
+    /// A new obligation: send its refresh request to the assignee. The obligation is
+    /// [`Gateway::obligation`]`(id)`, kept at least until this event has been polled; polling
+    /// the event moves it from CREATED to DISPATCHED (or READY_FOR_READMISSION when it needs
+    /// no refresh), since handing it over is what sends the request.
     ObligationCreated {
-        /// The obligation, as created (boxed: the other events stay small).
-        obligation: Box<Obligation>,
+        /// The obligation's id.
+        id: ObligationId,
     },
     /// A dispatched action lost its support while the interval its dispatch certified still
     /// runs: the shell must stop it at once (deny-hold).
     SupportLost {
-        /// Response.
-        response: Id,
-        /// Component.
-        component: Id,
+        /// The component and its response (`response` and `component` in JSON).
+        #[serde(flatten)]
+        component: ComponentRef,
         /// The binding the adapter streams.
         binding: Digest,
         /// What failed.
@@ -221,7 +222,12 @@ pub enum Event {
     },
 }
 
-/// Records pushed onto the receipt chain.
+/// Records pushed onto the receipt chain, in the order they are decided; sealed (canonical
+/// text, hash, link) later by [`Gateway::poll_receipt`].
+///
+/// A busy update queues many at once (an epoch change with 64 live responses: one per phase
+/// change and obligation, about 1,800), so the common ones are small: a component is named by
+/// a [`ComponentRef`], and the records made once per response or update are boxed.
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub(crate) enum Record {
@@ -230,24 +236,12 @@ pub(crate) enum Record {
         code: ReasonCode,
         ids: Vec<String>,
     },
-    Admitted {
-        response: Id,
-        agent: Id,
-        generation: u64,
-        catalog: Id,
-        catalog_version: u32,
-        components: record::Decisions,
-    },
-    SourceUpdate {
-        source: Id,
-        epoch: u64,
-        provenance: Id,
-        generated_at_ns: u64,
-    },
+    Admitted(Box<Admitted>),
+    SourceUpdate(Box<SourceUpdated>),
     /// A dispatched action lost its support while streaming (deny-hold).
     SupportLost {
-        response: Id,
-        component: Id,
+        #[serde(flatten)]
+        component: ComponentRef,
         binding: Digest,
         code: ReasonCode,
     },
@@ -262,34 +256,22 @@ pub(crate) enum Record {
         last_at_ns: u64,
     },
     /// Updates of one source that changed no decision, since the last summary.
-    SourceSummary {
-        source: Id,
-        updates: u64,
-        first_generated_at_ns: u64,
-        last_generated_at_ns: u64,
-        epoch: u64,
-        provenance: Id,
-    },
+    SourceSummary(Box<SourceSummary>),
     UpdateRefused {
         source: String,
         code: ReasonCode,
     },
-    Certificate {
-        id: Id,
-        covers: Digest,
-        valid_until_ns: u64,
-        revoked: bool,
-    },
+    Certificate(Box<CertificateRecord>),
     Phase {
-        response: Id,
-        component: Id,
+        #[serde(flatten)]
+        component: ComponentRef,
         phase: Phase,
         reason: Option<ReasonCode>,
         generation: u32,
     },
     Gate {
-        response: Id,
-        component: Id,
+        #[serde(flatten)]
+        component: ComponentRef,
         seq: Seq,
         binding: Digest,
         outcome: &'static str,
@@ -298,16 +280,11 @@ pub(crate) enum Record {
         #[serde(skip_serializing_if = "Option::is_none")]
         effect: Option<String>,
     },
-    GateRefused {
-        response: Id,
-        component: Id,
-        seq: Seq,
-        code: ReasonCode,
-    },
+    GateRefused(Box<GateRefused>),
     Obligation {
         id: ObligationId,
-        response: Id,
-        component: Id,
+        #[serde(flatten)]
+        component: ComponentRef,
         state: ObligationState,
         reason: ReasonCode,
     },
@@ -329,7 +306,56 @@ pub(crate) enum Record {
         detail: serde_json::Value,
     },
     /// A signed checkpoint over the chain before it (the shell signs: `halo_gateway::audit`).
-    Checkpoint(super::receipt::Checkpoint),
+    Checkpoint(Box<super::receipt::Checkpoint>),
+}
+
+/// A response admitted, with every component's decision (receipt format 3).
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Admitted {
+    pub(crate) response: Id,
+    pub(crate) agent: Id,
+    pub(crate) generation: u64,
+    pub(crate) catalog: Id,
+    pub(crate) catalog_version: u32,
+    pub(crate) components: record::Decisions,
+}
+
+/// A provider's update recorded on its own.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct SourceUpdated {
+    pub(crate) source: Id,
+    pub(crate) epoch: u64,
+    pub(crate) provenance: Id,
+    pub(crate) generated_at_ns: u64,
+}
+
+/// Updates of one source that changed no decision, since the last summary.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct SourceSummary {
+    pub(crate) source: Id,
+    pub(crate) updates: u64,
+    pub(crate) first_generated_at_ns: u64,
+    pub(crate) last_generated_at_ns: u64,
+    pub(crate) epoch: u64,
+    pub(crate) provenance: Id,
+}
+
+/// A certificate installed or revoked.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct CertificateRecord {
+    pub(crate) id: Id,
+    pub(crate) covers: Digest,
+    pub(crate) valid_until_ns: u64,
+    pub(crate) revoked: bool,
+}
+
+/// A token the gate refused before deciding (stale, spent, or its response gone).
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct GateRefused {
+    pub(crate) response: Id,
+    pub(crate) component: Id,
+    pub(crate) seq: Seq,
+    pub(crate) code: ReasonCode,
 }
 
 /// One component instance's processing state.
@@ -402,6 +428,9 @@ impl Inst {
 #[derive(Debug)]
 pub(crate) struct Resp {
     pub(crate) id: Id,
+    /// The response's and its components' ids, shared with the events, records and
+    /// obligations that name them (readmission keeps every id at its position).
+    pub(crate) names: std::sync::Arc<Names>,
     pub(crate) agent: Id,
     pub(crate) expires_at: Nanos,
     pub(crate) done_at: Option<Nanos>,
@@ -461,6 +490,11 @@ impl Resp {
             .fold(0, |m, i| m | (1u64 << i))
     }
 
+    /// Component `i`, named for an event, a record or an obligation.
+    pub(crate) fn at(&self, i: u16) -> Option<ComponentRef> {
+        ComponentRef::new(&self.names, i)
+    }
+
     fn all_mask(&self) -> u64 {
         if self.inst.len() >= 64 {
             u64::MAX
@@ -496,13 +530,18 @@ pub(crate) struct Shared {
     pub(crate) cfg: Config,
     pub(crate) snap: Snapshot,
     pub(crate) ledger: Ledger,
-    pub(crate) obligations: BTreeMap<ObligationId, Obligation>,
+    /// Boxed, so an epoch change that creates hundreds at once moves pointers, not
+    /// obligations, through the tree's nodes.
+    pub(crate) obligations: BTreeMap<ObligationId, Box<Obligation>>,
     /// The obligations that may still be open, so a provider update visits those and not every
     /// obligation of the flight; ended ones are dropped from it when next visited.
     pub(crate) open_obligations: Vec<ObligationId>,
     /// The open list's length when it was last pruned.
     pub(crate) open_pruned_at: usize,
     pub(crate) next_obligation: u64,
+    /// The highest obligation id whose `ObligationCreated` event was polled: obligations above
+    /// it are kept whatever their state, so the shell finds the obligation its event names.
+    pub(crate) announced: u64,
     pub(crate) timers: BinaryHeap<Reverse<(Nanos, TimerKey)>>,
     pub(crate) events: VecDeque<Event>,
     pub(crate) ready: VecDeque<(Id, u16)>,
@@ -517,6 +556,21 @@ pub(crate) struct Shared {
     pub(crate) summary_due: bool,
     /// Responses refused as too many, waiting for their summary receipt (policy `Decisions`).
     pub(crate) busy: Busy,
+}
+
+impl Shared {
+    /// Makes room in the event and receipt queues for what one input can cause when
+    /// `live_components` components are live: a phase change and an obligation each (an epoch
+    /// change can withhold them all at once). The queues are drained after every input and
+    /// keep their room, so they grow here, as responses become live, one admission at a time,
+    /// rather than inside the update that fills them (where growing them copied every entry
+    /// queued so far, at the worst moment). A hint, not a limit: a queue grows past it if it
+    /// must.
+    fn reserve_outputs(&mut self, live_components: usize) {
+        let room = live_components.saturating_mul(2).saturating_add(1);
+        self.events.reserve(room.saturating_sub(self.events.len()));
+        self.receipts.reserve(room);
+    }
 }
 
 /// Responses refused with `TOO_MANY_RESPONSES` since the last summary.
@@ -534,6 +588,8 @@ pub(crate) struct Busy {
 pub struct Gateway {
     pub(crate) sh: Shared,
     pub(crate) responses: BTreeMap<Id, Resp>,
+    /// Components of the live responses, for sizing the output queues.
+    live_components: usize,
 }
 
 impl Gateway {
@@ -552,6 +608,7 @@ impl Gateway {
                 open_obligations: Vec::new(),
                 open_pruned_at: 0,
                 next_obligation: 1,
+                announced: 0,
                 timers: BinaryHeap::new(),
                 events: VecDeque::new(),
                 ready: VecDeque::new(),
@@ -563,6 +620,7 @@ impl Gateway {
                 busy: Busy::default(),
             },
             responses: BTreeMap::new(),
+            live_components: 0,
         }
     }
 
@@ -686,8 +744,10 @@ impl Gateway {
             })
             .collect();
         let uses = Resp::footprints(&self.sh.cat, &v.graph);
+        let names = Names::new(&v.response_id, v.graph.components().iter().map(|c| &c.id));
         let mut r = Resp {
             id: v.response_id.clone(),
+            names,
             agent: v.agent_id,
             expires_at,
             done_at: None,
@@ -697,6 +757,10 @@ impl Gateway {
             snapshot: self.sh.global_snapshot(),
             uses,
         };
+        // Room for what the live responses, this one with them, can queue in one input (before
+        // this admission queues its own emissions, so the queues grow at most once here).
+        self.live_components += r.inst.len();
+        self.sh.reserve_outputs(self.live_components);
         let all = r.all_mask();
         self.sh.summarizing = true;
         self.sh.evaluate(&mut r, all, now);
@@ -706,14 +770,14 @@ impl Gateway {
         let report = report(&self.sh.cat, &r);
         self.sh.receipts.push(
             now,
-            Record::Admitted {
+            Record::Admitted(Box::new(Admitted {
                 response: (r.id).clone(),
                 agent: (r.agent).clone(),
                 generation: v.generation,
                 catalog: self.sh.cat.id().clone(),
                 catalog_version: self.sh.cat.version(),
                 components: record::Decisions(report.components.clone()),
-            },
+            })),
         );
         self.sh
             .timers
@@ -795,12 +859,12 @@ impl Gateway {
                 self.sh.receipts.insert_at(
                     mark,
                     now,
-                    Record::SourceUpdate {
+                    Record::SourceUpdate(Box::new(SourceUpdated {
                         source: n,
                         epoch: st.epoch,
                         provenance: st.provenance.clone(),
                         generated_at_ns: st.generated_at.0,
-                    },
+                    })),
                 );
             } else {
                 self.sh.note_unrecorded(source, generated_at, now);
@@ -835,12 +899,12 @@ impl Gateway {
         let id = cert.id.clone();
         self.sh.receipts.push(
             now,
-            Record::Certificate {
+            Record::Certificate(Box::new(CertificateRecord {
                 id: (cert.id).clone(),
                 covers: (cert.covers),
                 valid_until_ns: cert.valid_until.0,
                 revoked: false,
-            },
+            })),
         );
         // A full table first sheds certificates whose interval has ended (they can support
         // nothing); only a table full of live certificates refuses a new one.
@@ -857,12 +921,12 @@ impl Gateway {
         if self.sh.snap.revoke_certificate(id) {
             self.sh.receipts.push(
                 now,
-                Record::Certificate {
+                Record::Certificate(Box::new(CertificateRecord {
                     id: id.clone(),
                     covers: (Digest::default()),
                     valid_until_ns: 0,
                     revoked: true,
-                },
+                })),
             );
             self.reevaluate_certificate(now, id);
         }
@@ -1039,6 +1103,7 @@ impl Gateway {
                             .is_some_and(|d| d.saturating_add(self.sh.cfg.done_retention) <= now)
                     });
                     if gone && let Some(r) = self.responses.remove(&rid) {
+                        self.live_components = self.live_components.saturating_sub(r.inst.len());
                         for x in &r.inst {
                             if let Some(seq) = x.seq {
                                 self.sh.ledger.retire(seq);
@@ -1066,7 +1131,7 @@ impl Gateway {
             return;
         }
         o.state = state;
-        let (rid, cid, reason) = (o.response.clone(), o.component.clone(), o.reason);
+        let (blocked_at, reason) = (o.component.clone(), o.reason);
         self.sh
             .events
             .push_back(Event::ObligationChanged { id: oid, state });
@@ -1074,20 +1139,19 @@ impl Gateway {
             now,
             Record::Obligation {
                 id: oid,
-                response: (rid).clone(),
-                component: (cid).clone(),
+                component: blocked_at.clone(),
                 state,
                 reason,
             },
         );
-        if let Some(r) = self.responses.get_mut(&rid) {
-            if let Some(i) = r.graph.index_of(&cid) {
-                let blocked = r
-                    .inst(i)
-                    .is_some_and(|x| x.obligation == Some(oid) && x.phase == Phase::Withheld);
-                if blocked {
-                    self.sh.invalidate(r, i, code, now);
-                }
+        if let Some(r) = self.responses.get_mut(blocked_at.response()) {
+            let i = blocked_at.index();
+            // The obligation names its instance: a later response under a reused id is not it.
+            let blocked = r
+                .inst(i)
+                .is_some_and(|x| x.obligation == Some(oid) && x.phase == Phase::Withheld);
+            if blocked {
+                self.sh.invalidate(r, i, code, now);
             }
             self.sh.check_done(r, now);
         }
@@ -1096,9 +1160,12 @@ impl Gateway {
     /// The next output event.
     pub fn poll_event(&mut self) -> Option<Event> {
         let ev = self.sh.events.pop_front()?;
-        if let Event::ObligationCreated { obligation } = &ev {
+        if let Event::ObligationCreated { id } = &ev {
+            // Every obligation up to this one has been announced (they are created, and their
+            // events queued, in id order), so they may be forgotten once ended.
+            self.sh.announced = self.sh.announced.max(id.0);
             // Handing the event to the shell is what sends the refresh request.
-            if let Some(o) = self.sh.obligations.get_mut(&obligation.id)
+            if let Some(o) = self.sh.obligations.get_mut(id)
                 && o.state == ObligationState::Created
             {
                 o.state = if o.required_mask == 0 {
@@ -1160,7 +1227,7 @@ impl Gateway {
         let (head, count) = self.sh.receipts.head();
         self.sh
             .receipts
-            .push(now, Record::Checkpoint(sign(&head, count)));
+            .push(now, Record::Checkpoint(Box::new(sign(&head, count))));
         out.extend(self.sh.receipts.seal_with_wall(&wall));
         out
     }
@@ -1200,12 +1267,12 @@ impl Gateway {
 
     /// An obligation by id.
     pub fn obligation(&self, id: ObligationId) -> Option<&Obligation> {
-        self.sh.obligations.get(&id)
+        self.sh.obligations.get(&id).map(|o| &**o)
     }
 
     /// All obligations, live or not.
     pub fn obligations(&self) -> impl Iterator<Item = &Obligation> {
-        self.sh.obligations.values()
+        self.sh.obligations.values().map(|o| &**o)
     }
 
     /// The validated graph of a response (for queries and independent checks).
@@ -1216,5 +1283,14 @@ impl Gateway {
 
 /// The indices of the set bits of a component mask.
 fn bits(mask: u64) -> impl Iterator<Item = u16> {
-    (0..64u16).filter(move |i| mask & (1u64 << i) != 0)
+    let mut m = mask;
+    std::iter::from_fn(move || {
+        if m == 0 {
+            return None;
+        }
+        // At most 63: `m` is not zero.
+        let i = m.trailing_zeros() as u16;
+        m &= m - 1;
+        Some(i)
+    })
 }

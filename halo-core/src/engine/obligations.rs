@@ -11,7 +11,7 @@ impl Shared {
         reason: ReasonCode,
         now: Nanos,
     ) {
-        let Some(c) = r.graph.component(i) else {
+        let (Some(c), Some(blocked)) = (r.graph.component(i), r.at(i)) else {
             return;
         };
         let Some(spec) = self.cat.type_spec(c.ty) else {
@@ -24,26 +24,21 @@ impl Shared {
             .filter(|(s, _)| failing & (1u64 << s.0) != 0)
             .filter_map(|(s, _)| self.cat.source(*s).map(|x| x.name.clone()))
             .collect();
-        let mut scope = vec![c.id.clone()];
-        if spec.recovery.scope == Scope::SelfAndDependents {
-            let d = r.graph.descendants(1u64 << i);
-            for j in bits(d) {
-                if let Some(dc) = r.graph.component(j) {
-                    scope.push(dc.id.clone());
-                }
-            }
-        }
+        let dependents = if spec.recovery.scope == Scope::SelfAndDependents {
+            r.graph.descendants(1u64 << i)
+        } else {
+            0
+        };
         let id = ObligationId(self.next_obligation);
         self.next_obligation += 1;
-        let o = Obligation {
+        let o = Box::new(Obligation {
             id,
-            response: r.id.clone(),
-            component: c.id.clone(),
+            component: blocked.clone(),
             reason,
             required,
             required_mask: failing,
             refreshed_mask: 0,
-            scope,
+            scope: crate::names::Scope::new(&r.names, i, dependents),
             assignee: spec.recovery.assignee.clone(),
             route: spec.recovery.route_for(reason).clone(),
             expiry: now.saturating_add(spec.recovery.expiry),
@@ -52,22 +47,19 @@ impl Shared {
             attempts: 0,
             retry_limit: spec.recovery.retry_limit,
             created_at: now,
-        };
+        });
         self.timers
             .push(Reverse((o.expiry, TimerKey::Obligation(id))));
         self.receipts.push(
             now,
             Record::Obligation {
                 id,
-                response: (o.response).clone(),
-                component: (o.component).clone(),
+                component: blocked,
                 state: o.state,
                 reason,
             },
         );
-        self.events.push_back(Event::ObligationCreated {
-            obligation: Box::new(o.clone()),
-        });
+        self.events.push_back(Event::ObligationCreated { id });
         self.obligations.insert(id, o);
         self.note_open(id);
         self.forget_ended();
@@ -89,14 +81,16 @@ impl Shared {
         }
     }
 
-    /// Drops the oldest ended obligations beyond `ended_obligations_kept`. The open list holds
-    /// every open obligation (and some ended ones until it is next pruned), so the ended ones
-    /// number at least `len - open`: nothing is counted until that passes the limit.
+    /// Drops the oldest ended obligations beyond `ended_obligations_kept`, but none whose
+    /// `ObligationCreated` event has not been polled yet (the event names it by id). The open
+    /// list holds every open obligation (and some ended ones until it is next pruned), so the
+    /// ended ones number at least `len - open`: nothing is counted until that passes the limit.
     fn forget_ended(&mut self) {
         let kept = self.cfg.ended_obligations_kept;
         if self.obligations.len() <= self.open_obligations.len().saturating_add(kept) {
             return;
         }
+        let announced = self.announced;
         let ended = self
             .obligations
             .values()
@@ -108,6 +102,7 @@ impl Shared {
             .filter(|o| !o.state.is_live())
             .take(ended.saturating_sub(kept))
             .map(|o| o.id)
+            .filter(|id| id.0 <= announced)
             .collect();
         for id in old {
             self.obligations.remove(&id);

@@ -16,6 +16,7 @@ use crate::binding::Seq;
 use crate::canonical::{self, Error, write_str, write_u64};
 use crate::digest::{Digest, tag};
 use crate::ids::Id;
+use crate::names::ComponentRef;
 use crate::obligation::ObligationId;
 use crate::phase::Phase;
 use crate::reason::ReasonCode;
@@ -163,14 +164,15 @@ impl CanonicalRecord for Record {
     fn write_canonical(&self, out: &mut Vec<u8>) -> Result<(), Error> {
         match self {
             // Keys in byte order, as the generic writer sorts them; the tag among them.
-            Record::Admitted {
-                response,
-                agent,
-                generation,
-                catalog,
-                catalog_version,
-                components,
-            } => {
+            Record::Admitted(a) => {
+                let super::Admitted {
+                    response,
+                    agent,
+                    generation,
+                    catalog,
+                    catalog_version,
+                    components,
+                } = a.as_ref();
                 out.extend_from_slice(b"{\"agent\":");
                 write_str(out, agent.as_str());
                 out.extend_from_slice(b",\"catalog\":");
@@ -200,9 +202,102 @@ impl CanonicalRecord for Record {
                 out.push(b'}');
                 Ok(())
             }
+            // The records an update queues by the hundred, written directly too: a component
+            // named by its `ComponentRef` would otherwise go through the generic writer's
+            // flattened map.
+            Record::Phase {
+                component,
+                phase,
+                reason,
+                generation,
+            } => {
+                write_component(out, b"{\"component\":", component);
+                out.extend_from_slice(b",\"generation\":");
+                write_u64(out, u64::from(*generation));
+                out.extend_from_slice(b",\"kind\":\"phase\",\"phase\":");
+                write_str(out, phase.wire_name());
+                out.extend_from_slice(b",\"reason\":");
+                write_reason(out, *reason);
+                write_response(out, component);
+                Ok(())
+            }
+            Record::Obligation {
+                id,
+                component,
+                state,
+                reason,
+            } => {
+                write_component(out, b"{\"component\":", component);
+                out.extend_from_slice(b",\"id\":");
+                write_u64(out, id.0);
+                out.extend_from_slice(b",\"kind\":\"obligation\",\"reason\":");
+                write_str(out, reason.name());
+                out.extend_from_slice(b",\"response\":");
+                write_str(out, component.response().as_str());
+                out.extend_from_slice(b",\"state\":");
+                write_str(out, state.wire_name());
+                out.push(b'}');
+                Ok(())
+            }
+            Record::Gate {
+                component,
+                seq,
+                binding,
+                outcome,
+                code,
+                effect,
+            } => {
+                out.extend_from_slice(b"{\"binding\":");
+                write_digest(out, binding);
+                out.extend_from_slice(b",\"code\":");
+                write_reason(out, *code);
+                write_component(out, b",\"component\":", component);
+                if let Some(e) = effect {
+                    out.extend_from_slice(b",\"effect\":");
+                    write_str(out, e);
+                }
+                out.extend_from_slice(b",\"kind\":\"gate\",\"outcome\":");
+                write_str(out, outcome);
+                out.extend_from_slice(b",\"response\":");
+                write_str(out, component.response().as_str());
+                out.extend_from_slice(b",\"seq\":");
+                write_seq(out, *seq);
+                out.push(b'}');
+                Ok(())
+            }
             _ => canonical::write(out, self),
         }
     }
+}
+
+/// `lead` then the component's id.
+fn write_component(out: &mut Vec<u8>, lead: &[u8], c: &ComponentRef) {
+    out.extend_from_slice(lead);
+    write_str(out, c.id().as_str());
+}
+
+/// The closing `"response"` member and the object's end.
+fn write_response(out: &mut Vec<u8>, c: &ComponentRef) {
+    out.extend_from_slice(b",\"response\":");
+    write_str(out, c.response().as_str());
+    out.push(b'}');
+}
+
+/// A reason code by name, or `null`.
+fn write_reason(out: &mut Vec<u8>, r: Option<ReasonCode>) {
+    match r {
+        Some(r) => write_str(out, r.name()),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// A sequence as `{"boot":…,"n":…}`.
+fn write_seq(out: &mut Vec<u8>, s: Seq) {
+    out.extend_from_slice(b"{\"boot\":");
+    write_u64(out, s.boot);
+    out.extend_from_slice(b",\"n\":");
+    write_u64(out, s.n);
+    out.push(b'}');
 }
 
 fn write_bool(out: &mut Vec<u8>, v: bool) {
@@ -257,11 +352,8 @@ fn write_decision(out: &mut Vec<u8>, c: &ComponentReport, leaders: &[usize], me:
     out.extend_from_slice(b",\"retained\":");
     write_bool(out, c.retained);
     if let Some(s) = c.seq {
-        out.extend_from_slice(b",\"seq\":{\"boot\":");
-        write_u64(out, s.boot);
-        out.extend_from_slice(b",\"n\":");
-        write_u64(out, s.n);
-        out.push(b'}');
+        out.extend_from_slice(b",\"seq\":");
+        write_seq(out, s);
     }
     out.extend_from_slice(b",\"type\":");
     write_str(out, c.ty.as_str());
@@ -270,6 +362,7 @@ fn write_decision(out: &mut Vec<u8>, c: &ComponentReport, leaders: &[usize], me:
 
 #[cfg(test)]
 mod tests {
+    use super::super::Admitted;
     use super::*;
     use crate::binding::Seq;
     use crate::obligation::ObligationId;
@@ -387,14 +480,104 @@ mod tests {
     }
 
     fn admitted(components: Vec<ComponentReport>) -> Record {
-        Record::Admitted {
+        Record::Admitted(Box::new(Admitted {
             response: "resp-1".parse().unwrap(),
             agent: "planner-1".parse().unwrap(),
             generation: u64::MAX,
             catalog: "uav-px4".parse().unwrap(),
             catalog_version: 5,
             components: Decisions(components),
+        }))
+    }
+
+    /// Every record that names a component by its `ComponentRef`, and the boxed ones: each
+    /// phase, obligation state and gate outcome, optional fields present and absent, extremes.
+    fn named_records() -> Vec<Record> {
+        use super::super::{CertificateRecord, GateRefused, SourceSummary, SourceUpdated};
+        use crate::names::Names;
+        use crate::obligation::ObligationState;
+        let ids: Vec<Id> = ["a0", "s.1_x-Z", "n2"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let names = Names::new(&"resp-0007".parse().unwrap(), &ids);
+        let at = |i| crate::names::ComponentRef::new(&names, i).unwrap();
+        let mut out = Vec::new();
+        for (k, phase) in Phase::ALL.iter().enumerate() {
+            out.push(Record::Phase {
+                component: at(u16::try_from(k % 3).unwrap()),
+                phase: *phase,
+                reason: (k % 2 == 0).then(|| ReasonCode::ALL[k % ReasonCode::ALL.len()]),
+                generation: [0, 1, u32::MAX][k % 3],
+            });
         }
+        for (k, state) in [
+            ObligationState::Created,
+            ObligationState::Dispatched,
+            ObligationState::ExternalSupportReceived,
+            ObligationState::ReadyForReadmission,
+            ObligationState::Discharged,
+            ObligationState::Failed,
+            ObligationState::Expired,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            out.push(Record::Obligation {
+                id: ObligationId([0, 1, u64::MAX][k % 3]),
+                component: at(u16::try_from(k % 3).unwrap()),
+                state,
+                reason: ReasonCode::ALL[k],
+            });
+        }
+        for (k, outcome) in ["dispatched", "denied", "enqueue_failed"]
+            .into_iter()
+            .enumerate()
+        {
+            out.push(Record::Gate {
+                component: at(u16::try_from(k).unwrap()),
+                seq: Seq {
+                    boot: [0, 7, u64::MAX][k],
+                    n: [u64::MAX, 0, 12][k],
+                },
+                binding: Digest([u8::try_from(k).unwrap() * 77; 32]),
+                outcome,
+                code: (k > 0).then_some(ReasonCode::ADAPTER_REJECTED),
+                effect: (k == 0).then(|| "move \"quoted\" é".to_string()),
+            });
+        }
+        out.push(Record::SupportLost {
+            component: at(1),
+            binding: Digest([9; 32]),
+            code: ReasonCode::EPOCH_CHANGED,
+        });
+        out.push(Record::GateRefused(Box::new(GateRefused {
+            response: "r".parse().unwrap(),
+            component: "c".parse().unwrap(),
+            seq: Seq { boot: 1, n: 2 },
+            code: ReasonCode::TOKEN_USED,
+        })));
+        out.push(Record::SourceUpdate(Box::new(SourceUpdated {
+            source: "traffic".parse().unwrap(),
+            epoch: u64::MAX,
+            provenance: "utm-feed-a".parse().unwrap(),
+            generated_at_ns: 5,
+        })));
+        out.push(Record::SourceSummary(Box::new(SourceSummary {
+            source: "map".parse().unwrap(),
+            updates: 3,
+            first_generated_at_ns: 1,
+            last_generated_at_ns: 2,
+            epoch: 7,
+            provenance: "p".parse().unwrap(),
+        })));
+        out.push(Record::Certificate(Box::new(CertificateRecord {
+            id: "cert-1".parse().unwrap(),
+            covers: Digest([3; 32]),
+            valid_until_ns: 0,
+            revoked: true,
+        })));
+        out
     }
 
     #[test]
@@ -406,14 +589,14 @@ mod tests {
             admitted((0..n).map(report).collect()),
             admitted(mix()),
             admitted(one_field_apart()),
-            Record::Admitted {
+            Record::Admitted(Box::new(Admitted {
                 response: "r".parse().unwrap(),
                 agent: "a".parse().unwrap(),
                 generation: 0,
                 catalog: "c".parse().unwrap(),
                 catalog_version: u32::MAX,
                 components: Decisions(Vec::new()),
-            },
+            })),
             Record::Readmitted {
                 response: "r-2".parse().unwrap(),
                 obligation: ObligationId(u64::MAX),
@@ -425,6 +608,12 @@ mod tests {
                 ids: vec!["a".into(), "b".into()],
             },
         ];
+        for r in records.iter().chain(&named_records()) {
+            assert_eq!(
+                String::from_utf8(own_text(r)).unwrap(),
+                String::from_utf8(value_route(r)).unwrap()
+            );
+        }
         for r in &records {
             assert_eq!(
                 String::from_utf8(own_text(r)).unwrap(),

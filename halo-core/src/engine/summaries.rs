@@ -41,8 +41,7 @@ impl Shared {
                     now,
                     Record::Obligation {
                         id: o.id,
-                        response: (o.response).clone(),
-                        component: (o.component).clone(),
+                        component: o.component.clone(),
                         state: next,
                         reason: o.reason,
                     },
@@ -113,14 +112,14 @@ impl Shared {
             if let (Some(spec), Some(st)) = (self.cat.source(ix), self.snap.source(ix)) {
                 self.receipts.push(
                     now,
-                    Record::SourceSummary {
+                    Record::SourceSummary(Box::new(super::SourceSummary {
                         source: spec.name.clone(),
                         updates: p.updates,
                         first_generated_at_ns: p.first,
                         last_generated_at_ns: p.last,
                         epoch: st.epoch,
                         provenance: st.provenance.clone(),
-                    },
+                    })),
                 );
             }
             *p = Pending::default();

@@ -152,7 +152,7 @@ fn run(c: &Condition, variant: Variant) -> Row {
     ad.calls.truncate(dispatched);
     for e in &events {
         if let Event::Emit { component, .. } = e {
-            reached.insert(component.to_string());
+            reached.insert(component.id().to_string());
         }
     }
     for call in &ad.calls {

@@ -83,13 +83,9 @@ impl World {
 
     fn drain(&mut self) {
         while let Some(e) = self.gw.poll_event() {
-            if let Event::Emit {
-                response,
-                component,
-                ..
-            } = e
-            {
-                self.emitted.push(format!("{response}/{component}"));
+            if let Event::Emit { component, .. } = e {
+                self.emitted
+                    .push(format!("{}/{}", component.response(), component.id()));
             }
         }
         while let Some(r) = self.gw.poll_receipt() {
@@ -454,7 +450,9 @@ fn step(w: &mut World, s: &Value) -> Result<(), String> {
         let want = o["state"].as_str().unwrap();
         let found: Vec<String> =
             w.gw.obligations()
-                .filter(|ob| ob.response.as_str() == rid && ob.component.as_str() == cid)
+                .filter(|ob| {
+                    ob.component.response().as_str() == rid && ob.component.id().as_str() == cid
+                })
                 .map(|ob| ob.state.name().to_string())
                 .collect();
         if found.last().map(String::as_str) != Some(want) {
@@ -471,7 +469,9 @@ fn step(w: &mut World, s: &Value) -> Result<(), String> {
                 .collect();
             let ob =
                 w.gw.obligations()
-                    .filter(|ob| ob.response.as_str() == rid && ob.component.as_str() == cid)
+                    .filter(|ob| {
+                        ob.component.response().as_str() == rid && ob.component.id().as_str() == cid
+                    })
                     .last()
                     .unwrap();
             let got: Vec<&str> = ob.required.iter().map(Id::as_str).collect();
@@ -484,7 +484,9 @@ fn step(w: &mut World, s: &Value) -> Result<(), String> {
         if let Some(route) = o.get("route").and_then(Value::as_str) {
             let ob =
                 w.gw.obligations()
-                    .filter(|ob| ob.response.as_str() == rid && ob.component.as_str() == cid)
+                    .filter(|ob| {
+                        ob.component.response().as_str() == rid && ob.component.id().as_str() == cid
+                    })
                     .last()
                     .unwrap();
             if ob.route.as_str() != route {
@@ -500,7 +502,9 @@ fn step(w: &mut World, s: &Value) -> Result<(), String> {
                 .collect();
             let ob =
                 w.gw.obligations()
-                    .filter(|ob| ob.response.as_str() == rid && ob.component.as_str() == cid)
+                    .filter(|ob| {
+                        ob.component.response().as_str() == rid && ob.component.id().as_str() == cid
+                    })
                     .last()
                     .unwrap();
             let got: Vec<&str> = ob.scope.iter().map(Id::as_str).collect();

@@ -30,7 +30,7 @@ fn all_supported_emits_notice_and_report_dispatches_action_then_status() {
     let emitted: Vec<_> = drain(&mut gw)
         .into_iter()
         .filter_map(|e| match e {
-            Event::Emit { component, .. } => Some(component.to_string()),
+            Event::Emit { component, .. } => Some(component.id().to_string()),
             _ => None,
         })
         .collect();
@@ -190,7 +190,7 @@ fn a_support_loss_is_a_deny_hold_only_while_the_action_streams() {
         let lost = drain(&mut gw)
             .into_iter()
             .filter(
-                |e| matches!(e, Event::SupportLost { component, .. } if component.as_str() == "e3"),
+                |e| matches!(e, Event::SupportLost { component, .. } if component.id().as_str() == "e3"),
             )
             .count();
         (lost, live)

@@ -488,20 +488,12 @@ impl Sim {
 
     fn drain(&mut self) {
         while let Some(e) = self.gw.poll_event() {
-            if let Event::Emit {
-                response,
-                component,
-                ..
-            } = e
-            {
-                if let Some(x) = self
-                    .insts
-                    .get_mut(&(response.to_string(), component.to_string()))
-                {
+            if let Event::Emit { component, .. } = e {
+                let key = (component.response().to_string(), component.id().to_string());
+                if let Some(x) = self.insts.get_mut(&key) {
                     x.emitted = true;
                 }
-                self.emitted_this_step
-                    .push((response.to_string(), component.to_string()));
+                self.emitted_this_step.push(key);
             }
         }
         while let Some(r) = self.gw.poll_receipt() {
@@ -953,8 +945,8 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
                         .map(|o| {
                             (
                                 o.id.0,
-                                o.response.to_string(),
-                                o.component.to_string(),
+                                o.component.response().to_string(),
+                                o.component.id().to_string(),
                                 o.scope.iter().map(|x| x.to_string()).collect(),
                             )
                         })

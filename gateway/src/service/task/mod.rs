@@ -653,8 +653,8 @@ impl Task {
         let crate::core::obligation::Discharge::FreshCandidate { after } = o.discharge;
         json!({
             "id": o.id.0,
-            "response": o.response,
-            "component": o.component,
+            "response": o.component.response(),
+            "component": o.component.id(),
             "reason": o.reason,
             "required": o.required,
             "scope": o.scope,
@@ -803,11 +803,11 @@ impl Task {
     fn on_core_event(&mut self, e: &Event) {
         match e {
             Event::Phase {
-                response,
-                component,
+                component: at,
                 phase,
                 reason,
             } => {
+                let (response, component) = (at.response(), at.id());
                 self.metrics.decision(reason.map(|r| r.name()));
                 if *phase == crate::core::Phase::Withheld
                     && self
@@ -828,11 +828,11 @@ impl Task {
                 self.publish("phase", e);
             }
             Event::Emit {
-                response,
-                component,
+                component: at,
                 path,
                 payload,
             } => {
+                let (response, component) = (at.response(), at.id());
                 tracing::info!(%response, %component, path = %path, "emitted");
                 // The payload as the agent wrote it, without the kind's enum tag.
                 let body = match serde_json::to_value(payload.as_ref()) {
@@ -849,21 +849,27 @@ impl Task {
                             "path": path, "payload": body}),
                 );
             }
-            Event::ObligationCreated { obligation } => {
+            Event::ObligationCreated { id } => {
+                // The core keeps the obligation until its event has been polled.
+                let Some(obligation) = self.gw.obligation(*id).cloned() else {
+                    tracing::warn!(obligation = id.0, "obligation created and already gone");
+                    return;
+                };
                 self.tell(&Told::Refresh {
-                    component: obligation.component.as_str(),
+                    component: obligation.component.id().as_str(),
                     sources: &obligation.required,
                 });
                 tracing::info!(
                     obligation = obligation.id.0,
-                    response = %obligation.response,
-                    component = %obligation.component,
+                    response = %obligation.component.response(),
+                    component = %obligation.component.id(),
                     reason = %obligation.reason,
                     "obligation created: refresh requested"
                 );
+                let view = self.obligation_view(&obligation);
                 self.publish(
                     "obligation_created",
-                    &json!({"event": "obligation_created", "obligation": self.obligation_view(obligation)}),
+                    &json!({"event": "obligation_created", "obligation": view}),
                 );
             }
             Event::ObligationChanged { id, state } => self.publish(
@@ -872,16 +878,15 @@ impl Task {
                         "state": state.name().to_ascii_lowercase(), "open": state.is_live()}),
             ),
             Event::SupportLost {
-                response,
-                component,
+                component: at,
                 binding,
                 code,
             } => {
                 let now = self.now();
                 self.sup.handle_support_lost(
                     now,
-                    response,
-                    component,
+                    at.response(),
+                    at.id(),
                     binding.0,
                     *code,
                     &mut self.adapter,
