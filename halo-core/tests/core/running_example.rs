@@ -303,6 +303,52 @@ fn ended_obligations_are_kept_up_to_the_limit() {
     }
 }
 
+/// `ObligationCreated` names its obligation by id, so an obligation whose event has not been
+/// polled yet is kept even once ended and past the limit of ended ones (here 0): the shell
+/// always finds what the event names. Once the event is polled it goes with the next pruning.
+#[test]
+fn an_obligation_is_kept_until_its_event_is_polled() {
+    let cfg = Config {
+        ended_obligations_kept: 0,
+        ..Config::default()
+    };
+    let mut gw = Gateway::new(uav_catalog(), cfg);
+    let mut at = 1_000;
+    let mut admit = |gw: &mut Gateway, k: usize, at: &mut u64| {
+        // Traffic 2.001 s old at admission: e3 withheld with an obligation.
+        healthy_uav(gw, *at);
+        let resp = running_example(&format!("r{k}"), 1);
+        certify(gw, *at, &resp, "e3", "cert-9f2c", *at + 20_000);
+        *at += 2_001;
+        gw.handle_response(Nanos::from_ms(*at), resp.as_bytes())
+            .unwrap();
+    };
+    admit(&mut gw, 0, &mut at);
+    // Obligation 1 expires, its creation event still queued; then obligation 2 is created,
+    // which prunes ended obligations beyond the limit.
+    let first = gw.obligations().next().unwrap().id;
+    while gw.obligation(first).unwrap().state.is_live() {
+        at = gw
+            .poll_timeout()
+            .map_or(at + 1_000, |t| t.as_ms().max(at + 1));
+        gw.handle_timeout(Nanos::from_ms(at));
+    }
+    admit(&mut gw, 1, &mut at);
+    let mut named = Vec::new();
+    while let Some(e) = gw.poll_event() {
+        if let Event::ObligationCreated { id } = e {
+            assert!(gw.obligation(id).is_some(), "{id} is gone before its event");
+            named.push(id);
+        }
+    }
+    assert_eq!(named.len(), 2, "{named:?}");
+    assert!(gw.obligation(first).is_some());
+    // Announced and ended: the next obligation's pruning drops it.
+    admit(&mut gw, 2, &mut at);
+    drain(&mut gw);
+    assert!(gw.obligation(first).is_none());
+}
+
 /// The same bound holds with no provider update at all (the open list is then pruned as it
 /// grows): 200 responses admitted one after another against stale data, each withholding e3
 /// with an obligation that expires, and what is held stays within the open list's bound.
