@@ -19,6 +19,197 @@ fn plain_text(raw: &str) -> Option<&str> {
     plain.then_some(text)
 }
 
+/// One value of a plain payload object ([`plain_members`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Plain<'a> {
+    /// A string without escapes or control characters: its text.
+    Str(&'a str),
+    /// A number serde_json reads to exactly this value.
+    Num(f64),
+}
+
+/// Powers of ten up to the 15th, each exact in an `f64`.
+const POW10: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
+/// The members of `raw` when it is a compact object (`{"k":v,…}`, no whitespace) of at most 8
+/// members whose keys and values are plain ([`Plain`]); `None` for anything else, which
+/// serde_json then reads (and refuses with its own message where it must).
+///
+/// A number is plain when it is an integer or decimal of at most 15 digits without an exponent.
+/// Its significand is then below 2^53 and its power of ten at most 15, both exact, so the one
+/// division serde_json does (its `f64_from_parts`, without the `float_roundtrip` feature) is
+/// correctly rounded, and this computes the same division: the same `f64`, bit for bit.
+fn plain_members(raw: &str) -> Option<heapless::Vec<(&str, Plain<'_>), 8>> {
+    let b = raw.as_bytes();
+    let mut i = 0;
+    let mut out = heapless::Vec::new();
+    if b.first() != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    if b.get(i) == Some(&b'}') {
+        return (i + 1 == b.len()).then_some(out);
+    }
+    loop {
+        let key = plain_str(raw, &mut i)?;
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        i += 1;
+        let value = match b.get(i)? {
+            b'"' => Plain::Str(plain_str(raw, &mut i)?),
+            _ => Plain::Num(plain_number(b, &mut i)?),
+        };
+        out.push((key, value)).ok()?;
+        match b.get(i)? {
+            b',' => i += 1,
+            b'}' => return (i + 1 == b.len()).then_some(out),
+            _ => return None,
+        }
+    }
+}
+
+/// The text of the string that starts at `*i`, when it has no escape or control character;
+/// `*i` moves past its closing quote.
+fn plain_str<'a>(raw: &'a str, i: &mut usize) -> Option<&'a str> {
+    let b = raw.as_bytes();
+    if b.get(*i) != Some(&b'"') {
+        return None;
+    }
+    let start = *i + 1;
+    let len = b.get(start..)?.iter().position(|&c| c == b'"')?;
+    let text = raw.get(start..start + len)?;
+    if text.bytes().any(|c| c == b'\\' || c < 0x20) {
+        return None;
+    }
+    *i = start + len + 1;
+    Some(text)
+}
+
+/// The plain number ([`plain_members`]) that starts at `*i`; `*i` moves past it.
+fn plain_number(b: &[u8], i: &mut usize) -> Option<f64> {
+    let negative = b.get(*i) == Some(&b'-');
+    let mut j = *i + usize::from(negative);
+    let mut significand = 0u64;
+    let mut digits = 0usize;
+    let mut fraction = 0usize;
+    // JSON: one leading zero at most, then an optional fraction of at least one digit.
+    let lead_zero = b.get(j) == Some(&b'0');
+    while let Some(d @ b'0'..=b'9') = b.get(j).copied() {
+        significand = significand * 10 + u64::from(d - b'0');
+        digits += 1;
+        j += 1;
+        if digits > 15 || (lead_zero && digits > 1) {
+            return None;
+        }
+    }
+    if digits == 0 {
+        return None;
+    }
+    if b.get(j) == Some(&b'.') {
+        j += 1;
+        while let Some(d @ b'0'..=b'9') = b.get(j).copied() {
+            significand = significand * 10 + u64::from(d - b'0');
+            digits += 1;
+            fraction += 1;
+            j += 1;
+            if digits > 15 {
+                return None;
+            }
+        }
+        if fraction == 0 {
+            return None;
+        }
+    }
+    if matches!(b.get(j), Some(b'e' | b'E')) {
+        return None;
+    }
+    // Exact: significand < 10^15 < 2^53; the power of ten is exact (at most 10^15).
+    #[allow(clippy::cast_precision_loss, reason = "below 2^53, exact")]
+    let mut f = significand as f64;
+    if fraction > 0 {
+        f /= POW10.get(fraction).copied()?;
+    }
+    *i = j;
+    Some(if negative { -f } else { f })
+}
+
+/// A local route target written plainly (every field once, in any order), as serde_json reads
+/// it; `None` for any other shape.
+fn plain_route(raw: &str) -> Option<RouteTarget> {
+    let members = plain_members(raw)?;
+    let mut t = [None::<f64>; 5];
+    let mut frame = false;
+    for (k, v) in &members {
+        let slot = match *k {
+            "frame" => {
+                if frame || *v != Plain::Str("local_ned") {
+                    return None;
+                }
+                frame = true;
+                continue;
+            }
+            "north_m" => 0,
+            "east_m" => 1,
+            "down_m" => 2,
+            "yaw_deg" => 3,
+            "duration_s" => 4,
+            _ => return None,
+        };
+        let (Plain::Num(n), Some(s @ None)) = (v, t.get_mut(slot)) else {
+            return None;
+        };
+        *s = Some(*n);
+    }
+    let [
+        Some(north_m),
+        Some(east_m),
+        Some(down_m),
+        Some(yaw_deg),
+        Some(duration_s),
+    ] = t
+    else {
+        return None;
+    };
+    frame.then_some(RouteTarget {
+        frame: Frame::LocalNed,
+        north_m,
+        east_m,
+        down_m,
+        yaw_deg,
+        duration_s,
+    })
+}
+
+/// A hold written plainly, as serde_json reads it.
+fn plain_hold(raw: &str) -> Option<HoldPayload> {
+    match plain_members(raw)?.as_slice() {
+        [("duration_s", Plain::Num(d))] => Some(HoldPayload { duration_s: *d }),
+        _ => None,
+    }
+}
+
+/// A report written plainly (`unit` optional, every field once, in any order), as serde_json
+/// reads it.
+fn plain_report(raw: &str) -> Option<ReportPayload> {
+    let (mut sensor, mut value, mut unit) = (None, None, None);
+    for (k, v) in &plain_members(raw)? {
+        match (*k, *v) {
+            ("sensor", Plain::Str(s)) if sensor.is_none() => sensor = Some(Id::new(s).ok()?),
+            ("value", Plain::Num(n)) if value.is_none() => value = Some(n),
+            ("unit", Plain::Str(u)) if unit.is_none() => unit = Some(Id::new(u).ok()?),
+            _ => return None,
+        }
+    }
+    Some(ReportPayload {
+        sensor: sensor?,
+        value: value?,
+        unit,
+    })
+}
+
 /// The payload kinds the core knows. A catalog maps each component type to one of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -238,9 +429,13 @@ fn check_yaw(v: f64) -> Result<(), String> {
     Ok(())
 }
 
-/// A route action's target: local NED (read first, the usual case) or global.
-fn parse_route(raw: &str) -> Result<Payload, String> {
-    let local = serde_json::from_str::<RouteTarget>(raw);
+/// A route action's target: local NED (read first, the usual case; plainly written, directly)
+/// or global.
+fn parse_route(raw: &str, direct: bool) -> Result<Payload, String> {
+    let local = match direct.then(|| plain_route(raw)).flatten() {
+        Some(t) => Ok(t),
+        None => serde_json::from_str::<RouteTarget>(raw),
+    };
     let t = match local {
         Ok(t) => t,
         Err(local_err) => {
@@ -297,18 +492,45 @@ fn check_duration(v: f64) -> Result<(), String> {
 }
 
 impl Payload {
-    /// Parses `raw` JSON as a payload of `kind`. (A notice's or status's `{"text":"…"}` written
-    /// without whitespace or escapes, as nearly every one is, is read directly; everything else
-    /// by serde_json.)
+    /// Parses `raw` JSON as a payload of `kind`. (A notice's or status's `{"text":"…"}`, and a
+    /// local route target, a hold or a report, written without whitespace, escapes or
+    /// exponents, as nearly every one is, is read directly, to the same value serde_json reads;
+    /// everything else by serde_json.)
     ///
     /// # Errors
     /// A message for people when the JSON does not match the kind's schema or a value is out of
     /// range.
     pub fn parse(kind: PayloadKind, raw: &str) -> Result<Payload, String> {
+        Payload::read(kind, raw, true)
+    }
+
+    /// [`Payload::parse`] with every payload read by serde_json: what the direct readers are held
+    /// to (the same payload, or the same refusal, for every input), by the unit tests and the
+    /// `envelope` fuzz target.
+    ///
+    /// # Errors
+    /// As [`Payload::parse`].
+    pub fn parse_by_serde_json(kind: PayloadKind, raw: &str) -> Result<Payload, String> {
+        Payload::read(kind, raw, false)
+    }
+
+    fn read(kind: PayloadKind, raw: &str, direct: bool) -> Result<Payload, String> {
         fn de<'a, T: Deserialize<'a>>(raw: &'a str) -> Result<T, String> {
             serde_json::from_str(raw).map_err(|e| e.to_string())
         }
-        if let (PayloadKind::Notice | PayloadKind::Status, Some(text)) = (kind, plain_text(raw)) {
+        // The direct reading of a plainly written payload, or serde_json's.
+        fn either<'a, T: Deserialize<'a>>(
+            direct: bool,
+            plain: impl FnOnce(&'a str) -> Option<T>,
+            raw: &'a str,
+        ) -> Result<T, String> {
+            match direct.then(|| plain(raw)).flatten() {
+                Some(t) => Ok(t),
+                None => de(raw),
+            }
+        }
+        let text = if direct { plain_text(raw) } else { None };
+        if let (PayloadKind::Notice | PayloadKind::Status, Some(text)) = (kind, text) {
             let t = TextPayload {
                 text: text.to_owned(),
             };
@@ -320,7 +542,7 @@ impl Payload {
         let p = match kind {
             PayloadKind::Notice => Payload::Notice(de(raw)?),
             PayloadKind::Report => {
-                let r: ReportPayload = de(raw)?;
+                let r: ReportPayload = either(direct, plain_report, raw)?;
                 if !r.value.is_finite() {
                     return Err("`value` must be finite".into());
                 }
@@ -333,9 +555,9 @@ impl Payload {
                 }
                 Payload::RefreshRequest(r)
             }
-            PayloadKind::RouteAction => parse_route(raw)?,
+            PayloadKind::RouteAction => parse_route(raw, direct)?,
             PayloadKind::Hold => {
-                let h: HoldPayload = de(raw)?;
+                let h: HoldPayload = either(direct, plain_hold, raw)?;
                 check_duration(h.duration_s)?;
                 Payload::Hold(h)
             }
@@ -445,6 +667,184 @@ mod tests {
         assert_eq!(plain_text(r#"{"text":"a\"b"}"#), None);
         // Other kinds never take the text path.
         assert!(Payload::parse(PayloadKind::Hold, r#"{"text":"x"}"#).is_err());
+    }
+
+    /// Numbers spelled many ways: digit counts either side of the 15 the plain reader takes,
+    /// signs, zeros, leading zeros, fractions, exponents and malformed forms.
+    fn numbers(seed: u64) -> Vec<String> {
+        let mut out: Vec<String> = [
+            "0",
+            "-0",
+            "0.0",
+            "-0.0",
+            "1",
+            "-1",
+            "10",
+            "12.5",
+            "0.1",
+            "0.3",
+            "3.0000000000001",
+            "123456789012345",
+            "1234567890123456",
+            "0.00000000000001",
+            "99999999999999.9",
+            "-9007199254740993",
+            "1e3",
+            "1E3",
+            "1.5e-3",
+            "01",
+            "00.5",
+            "1.",
+            ".5",
+            "-",
+            "+1",
+            "1.25.3",
+            "0x10",
+            "1_0",
+            "--1",
+            "-.5",
+            "2.2250738585072014",
+            "179769313486231570",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut x = seed;
+        for _ in 0..400 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let digits = 1 + (x % 18) as usize;
+            let point = (x >> 8) as usize % (digits + 1);
+            let mut d: String = (0..digits)
+                .map(|k| char::from(b'0' + ((x >> (k * 3 % 60)) % 10) as u8))
+                .collect();
+            if point > 0 && point < digits {
+                d.insert(point, '.');
+            }
+            if (x >> 40).is_multiple_of(3) {
+                d.insert(0, '-');
+            }
+            out.push(d);
+        }
+        out
+    }
+
+    /// The bits of every number in a reading, so that `-0.0` and `0.0` differ.
+    fn route_bits(t: &RouteTarget) -> [u64; 5] {
+        [t.north_m, t.east_m, t.down_m, t.yaw_deg, t.duration_s].map(f64::to_bits)
+    }
+
+    #[test]
+    fn plain_payloads_read_as_serde_json_reads_them() {
+        let mut plain = 0;
+        for (k, n) in numbers(0x2545_f491_4f6c_dd1d).iter().enumerate() {
+            // Each number in each field of a route target, the fields in two orders.
+            let fields = [
+                format!(r#""north_m":{n}"#),
+                r#""east_m":3.5"#.to_string(),
+                format!(r#""down_m":-{n}"#),
+                r#""yaw_deg":90"#.to_string(),
+                format!(r#""duration_s":{n}"#),
+                r#""frame":"local_ned""#.to_string(),
+            ];
+            let mut order = fields.clone();
+            order.rotate_left(k % 6);
+            for raw in [
+                format!("{{{}}}", fields.join(",")),
+                format!("{{{}}}", order.join(",")),
+            ] {
+                let serde = serde_json::from_str::<RouteTarget>(&raw).ok();
+                if let Some(fast) = plain_route(&raw) {
+                    plain += 1;
+                    let serde = serde.unwrap_or_else(|| panic!("{raw}: serde_json refuses it"));
+                    assert_eq!(route_bits(&fast), route_bits(&serde), "{raw}");
+                }
+            }
+            let raw = format!(r#"{{"duration_s":{n}}}"#);
+            if let Some(fast) = plain_hold(&raw) {
+                plain += 1;
+                let serde: HoldPayload = serde_json::from_str(&raw).unwrap();
+                assert_eq!(
+                    fast.duration_s.to_bits(),
+                    serde.duration_s.to_bits(),
+                    "{raw}"
+                );
+            }
+            for raw in [
+                format!(r#"{{"sensor":"z_range","value":{n},"unit":"m"}}"#),
+                format!(r#"{{"value":{n},"sensor":"z_range"}}"#),
+            ] {
+                if let Some(fast) = plain_report(&raw) {
+                    plain += 1;
+                    let serde: ReportPayload = serde_json::from_str(&raw).unwrap();
+                    assert_eq!(fast.value.to_bits(), serde.value.to_bits(), "{raw}");
+                    assert_eq!((&fast.sensor, &fast.unit), (&serde.sensor, &serde.unit));
+                }
+            }
+        }
+        // Shapes the plain reader leaves to serde_json (which may accept or refuse them).
+        let route = r#"{"frame":"local_ned","north_m":1,"east_m":2,"down_m":-3,"yaw_deg":0,"duration_s":4}"#;
+        assert!(plain_route(route).is_some());
+        for other in [
+            route.replace(":1,", ": 1,"),
+            route.replace("{", "{ "),
+            route.replace("local_ned", "global"),
+            route.replace(r#""north_m":1,"#, r#""north_m":1,"north_m":1,"#),
+            route.replace(r#""north_m":1,"#, ""),
+            route.replace(r#""north_m":1,"#, r#""north_m":1,"x":1,"#),
+            route.replace(r#""north_m":1"#, r#""north_m":"1""#),
+            route.replace("local_ned", r"local\u005fned"),
+            route.replace('}', "}x"),
+            route.replace(
+                r#""frame":"local_ned","#,
+                r#""frame":"local_ned","frame":"local_ned","#,
+            ),
+        ] {
+            assert!(plain_route(&other).is_none(), "{other}");
+        }
+        for other in [
+            r#"{"sensor":"z range","value":1}"#,
+            r#"{"sensor":"z_range","value":1,"unit":null}"#,
+            r#"{"sensor":"z_range"}"#,
+            r#"{"sensor":"z_range","value":1,"value":2}"#,
+        ] {
+            assert!(plain_report(other).is_none(), "{other}");
+        }
+        assert!(plain_hold(r#"{"duration_s":1,"x":2}"#).is_none());
+        // The plain reader took most of the corpus (it is not vacuous).
+        assert!(plain > 600, "only {plain} plain readings");
+    }
+
+    /// The whole reading, range checks and messages included, is serde_json's for every kind.
+    #[test]
+    fn parse_is_the_serde_json_reading() {
+        let kinds = [
+            PayloadKind::RouteAction,
+            PayloadKind::Hold,
+            PayloadKind::Report,
+            PayloadKind::Notice,
+        ];
+        for n in numbers(7) {
+            for raw in [
+                format!(
+                    r#"{{"frame":"local_ned","north_m":{n},"east_m":{n},"down_m":-10,"yaw_deg":{n},"duration_s":{n}}}"#
+                ),
+                format!(r#"{{"duration_s":{n}}}"#),
+                format!(r#"{{"sensor":"z_range","value":{n}}}"#),
+                format!(r#"{{"text":"{n}"}}"#),
+            ] {
+                for kind in kinds {
+                    let bytes =
+                        |p: Result<Payload, String>| p.map(|p| postcard::to_allocvec(&p).unwrap());
+                    assert_eq!(
+                        bytes(Payload::parse(kind, &raw)),
+                        bytes(Payload::parse_by_serde_json(kind, &raw)),
+                        "{raw} as {kind:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

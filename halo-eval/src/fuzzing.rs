@@ -95,6 +95,7 @@ pub fn envelope(data: &[u8]) {
     };
     let _ = crate::core::envelope::parse_candidate(data);
     envelope_readers(data);
+    payload_readers(gw.catalog(), data);
     match gw.handle_response(now, data) {
         Ok(_) => {
             gw.handle_timeout(Nanos(now.0.saturating_add(60_000_000_000)));
@@ -109,6 +110,45 @@ pub fn envelope(data: &[u8]) {
         }
     }
     while gw.poll_receipt().is_some() {}
+}
+
+/// Every payload of an envelope that reads, typed as its catalog type's kind both ways: by
+/// [`crate::core::Payload::parse`] (which reads plainly written payloads directly) and by
+/// serde_json alone. Returns how many payloads were compared.
+///
+/// # Panics
+/// When the two readings differ (the canonical bytes of what they read, or their refusals):
+/// a component's digest would then depend on how its payload was spelled.
+#[allow(
+    clippy::panic,
+    reason = "a fuzz target reports a broken invariant by panicking"
+)]
+pub fn payload_readers(catalog: &Catalog, data: &[u8]) -> usize {
+    use crate::core::Payload;
+    let Ok(raw) = crate::core::envelope::parse_envelope(data) else {
+        return 0;
+    };
+    let mut compared = 0;
+    for c in &raw.components {
+        let Some(kind) = catalog
+            .type_ix(&c.ty)
+            .and_then(|t| catalog.type_spec(t))
+            .map(|t| t.payload)
+        else {
+            continue;
+        };
+        let text = c.payload.get();
+        let bytes = |p: Result<Payload, String>| p.map(|p| postcard::to_allocvec(&p).ok());
+        let (direct, serde) = (
+            bytes(Payload::parse(kind, text)),
+            bytes(Payload::parse_by_serde_json(kind, text)),
+        );
+        if direct != serde {
+            panic!("payload {text:?} as {kind:?}: {direct:?} directly, {serde:?} by serde_json");
+        }
+        compared += 1;
+    }
+    compared
 }
 
 /// What the envelope readers made of one input (see [`envelope_readers`]).

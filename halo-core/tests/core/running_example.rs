@@ -314,7 +314,7 @@ fn an_obligation_is_kept_until_its_event_is_polled() {
     };
     let mut gw = Gateway::new(uav_catalog(), cfg);
     let mut at = 1_000;
-    let mut admit = |gw: &mut Gateway, k: usize, at: &mut u64| {
+    let admit = |gw: &mut Gateway, k: usize, at: &mut u64| {
         // Traffic 2.001 s old at admission: e3 withheld with an obligation.
         healthy_uav(gw, *at);
         let resp = running_example(&format!("r{k}"), 1);

@@ -223,6 +223,18 @@ fn every_fuzz_target_survives_its_smoke_run() {
     .iter()
     .map(|s| s.as_bytes().to_vec())
     .collect();
+    // The envelope target's payload invariant is live: the seeds' payloads are compared.
+    let cat = halo_core::Catalog::parse(
+        std::str::from_utf8(&file("catalogs/uav-px4.toml")).unwrap(),
+        "uav-px4.toml",
+    )
+    .unwrap();
+    let payloads: usize = envelopes
+        .iter()
+        .map(|e| fuzzing::payload_readers(&cat, e))
+        .sum();
+    println!("  envelope seeds: {payloads} payloads read directly and by serde_json alike");
+    assert!(payloads > 100, "{payloads}");
     let runs = [
         ("envelope", run("envelope", &envelopes, fuzzing::envelope)),
         (
