@@ -167,14 +167,26 @@ pub enum Reading {
 ///
 /// # Panics
 /// When the fast reader accepted an input serde_json refuses or reads differently, or refused
-/// one at the component limit that serde_json does not refuse there: it would then decide a
-/// response the product's documented parser would not.
+/// one at the component limit that serde_json does not refuse there, or the structural count
+/// refused one serde_json reads: it would then decide a response the product's documented
+/// parser would not.
 #[allow(
     clippy::panic,
     reason = "a fuzz target reports a broken invariant by panicking"
 )]
 pub fn envelope_readers(data: &[u8]) -> (Reading, Reading) {
-    use crate::core::envelope::{RawCandidate, RawResponse, fast};
+    use crate::core::envelope::{RawCandidate, RawResponse, fast, too_many_by_structure};
+    // The structural count refuses nothing serde_json would take (whose bounded reader stops
+    // at a 65th component itself).
+    if too_many_by_structure(data).is_some()
+        && (serde_json::from_slice::<RawResponse<'_>>(data).is_ok()
+            || serde_json::from_slice::<RawCandidate<'_>>(data).is_ok())
+    {
+        panic!(
+            "the structural count refuses what serde_json reads: {:?}",
+            String::from_utf8_lossy(data)
+        );
+    }
     let Ok(text) = std::str::from_utf8(data) else {
         return (Reading::SteppedAside, Reading::SteppedAside);
     };

@@ -20,6 +20,7 @@ use super::reason::ReasonCode;
 
 /// The fast stage-one reader for the plain shape, held equal to serde_json by a suite and a fuzz
 /// target; everything it steps aside from goes to serde_json.
+mod count;
 pub mod fast;
 
 /// Format version this gateway speaks.
@@ -332,7 +333,7 @@ pub(crate) fn classify_json_error(e: &serde_json::Error) -> ReasonCode {
     }
 }
 
-fn utf8(bytes: &[u8]) -> Result<&str, Rejection> {
+fn check_size(bytes: &[u8]) -> Result<(), Rejection> {
     if bytes.len() > MAX_RESPONSE_BYTES {
         return Err(Rejection::new(
             ReasonCode::RESPONSE_TOO_LARGE,
@@ -340,6 +341,10 @@ fn utf8(bytes: &[u8]) -> Result<&str, Rejection> {
             format!("{} bytes; the limit is {MAX_RESPONSE_BYTES}", bytes.len()),
         ));
     }
+    Ok(())
+}
+
+fn utf8(bytes: &[u8]) -> Result<&str, Rejection> {
     std::str::from_utf8(bytes).map_err(|e| {
         Rejection::new(
             ReasonCode::MALFORMED_JSON,
@@ -411,12 +416,25 @@ pub fn parse_candidate(bytes: &[u8]) -> Result<RawCandidate<'_>, Rejection> {
     Ok(raw)
 }
 
-/// The byte limit and UTF-8, then the fast reader, or serde_json where it steps aside. A
+/// Stage one's first step, by itself: when the envelope's top-level `components` array, found
+/// by structure, holds more than [`MAX_COMPONENTS`] elements, the response id for the refusal's
+/// receipt (empty when none came plainly before the array). See `count` for what it reads.
+pub fn too_many_by_structure(bytes: &[u8]) -> Option<String> {
+    count::too_many_components(bytes)
+}
+
+/// The byte limit, the component count by structure and UTF-8, then the fast reader, or
+/// serde_json where it steps aside. A
 /// rejection comes with the response id when the fast reader had read it.
 fn read<'a, T: Deserialize<'a>>(
     bytes: &'a [u8],
     fast: impl FnOnce(&'a str) -> fast::Fast<T>,
 ) -> Result<T, (Rejection, String)> {
+    check_size(bytes).map_err(|e| (e, String::new()))?;
+    // The component limit first, by structure alone: a refusal costs what the limit allows.
+    if let Some(response_id) = count::too_many_components(bytes) {
+        return Err((too_many_components(), response_id));
+    }
     let text = utf8(bytes).map_err(|e| (e, String::new()))?;
     match fast(text) {
         fast::Fast::Read(raw) => Ok(raw),
