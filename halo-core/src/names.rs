@@ -39,6 +39,11 @@ impl Names {
         self.components.get(usize::from(index))
     }
 
+    /// Whether these names are the response `response`'s with `components` in this order.
+    pub fn are<'a>(&self, response: &Id, components: impl IntoIterator<Item = &'a Id>) -> bool {
+        self.response == *response && self.components.iter().eq(components)
+    }
+
     /// How many components the response has.
     pub fn len(&self) -> usize {
         self.components.len()
@@ -222,6 +227,18 @@ mod tests {
         assert_eq!(c, ComponentRef::new(&names(), 2).unwrap());
         assert_ne!(c, ComponentRef::new(&n, 1).unwrap());
         assert!(ComponentRef::new(&n, 4).is_none());
+    }
+
+    #[test]
+    fn names_are_compared_by_every_id_in_order() {
+        let n = names();
+        let id = |s: &str| -> Id { s.parse().unwrap() };
+        let same = [id("s0"), id("a1"), id("s2"), id("n3")];
+        assert!(n.are(&id("resp-1"), &same));
+        assert!(!n.are(&id("resp-2"), &same));
+        let swapped = [id("a1"), id("s0"), id("s2"), id("n3")];
+        assert!(!n.are(&id("resp-1"), &swapped));
+        assert!(!n.are(&id("resp-1"), &same[..3]));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use super::engine::{ComponentReport, Gateway, Inst, Record, Resp, Shared, compon
 use super::envelope::{RawCandidate, Rejection, parse_candidate};
 use super::graph::{Component, Graph, build_component, check_catalog_ref};
 use super::ids::Id;
+use super::names::Names;
 use super::obligation::{Obligation, ObligationId, ObligationState};
 use super::phase::Phase;
 use super::reason::ReasonCode;
@@ -226,6 +227,11 @@ impl Gateway {
             ));
         };
         r.uses = Resp::footprints(&self.sh.cat, &graph);
+        // A candidate replaces components by id, so every id keeps its position and the
+        // names events and obligations share stay right; checked, not assumed.
+        if !r.names.are(&r.id, graph.components().iter().map(|c| &c.id)) {
+            r.names = Names::new(&r.id, graph.components().iter().map(|c| &c.id));
+        }
         r.graph = graph;
         r.done_at = None;
         // GlobalSnapshot (a comparison variant): the candidate is a new proposal, taken
