@@ -1073,13 +1073,8 @@ mod tests {
             "graph.toml",
         )
         .unwrap();
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = crate::testing::Rng(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.next();
         for round in 0..200 {
             let n = 1 + (next() % 64) as usize;
             let comps: Vec<String> = (0..n)

@@ -57,6 +57,8 @@ pub mod state;
 pub mod statefile;
 pub mod strict;
 pub mod support;
+#[cfg(test)]
+mod testing;
 pub mod time;
 pub mod update;
 pub mod value;

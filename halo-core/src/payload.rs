@@ -709,11 +709,9 @@ mod tests {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        let mut x = seed;
+        let mut rng = crate::testing::Rng(seed);
         for _ in 0..400 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next();
             let digits = 1 + (x % 18) as usize;
             let point = (x >> 8) as usize % (digits + 1);
             let mut d: String = (0..digits)

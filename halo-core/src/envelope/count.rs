@@ -323,6 +323,7 @@ fn prefix_xor(mut x: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::Rng;
 
     /// The reference: a byte-by-byte walk of the array, written apart from the block scan. A
     /// backslash escapes the byte after it wherever it stands (in valid JSON only strings hold
@@ -358,19 +359,6 @@ mod tests {
             }
         }
         false
-    }
-
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
     }
 
     /// A JSON string whose text is drawn from the characters that matter to the scan.
