@@ -21,6 +21,8 @@
 //! - [`support`]: `LocalOK` over a footprint.
 //! - [`binding`]: witnesses, bindings, tokens and the ledger.
 //! - [`engine`]: admission, incremental re-evaluation, phases, obligations.
+//! - [`names`]: a live response's component names, shared by the events, receipt records and
+//!   obligations that name its components.
 //! - [`gate`]: the final dispatch gate and the adapter trait.
 //! - [`recovery`]: fresh readmission and rolling renewal.
 //! - [`receipt`]: hash-linked receipts.
