@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::catalog::{Catalog, SourceIx, TypeSpec};
-use super::digest::{Digest, put_str, put_varint, tag};
+use super::digest::{self, Digest, Message, put_str, put_varint, tag};
 use super::graph::Component;
 use super::ids::Id;
 use super::reason::ReasonCode;
@@ -104,7 +104,8 @@ impl Witness {
     /// `H(W_e)`: SHA-256 over the witness's postcard bytes, written here directly (the test
     /// below holds them to postcard's encoding of this struct).
     pub fn hash(&self, buf: &mut Vec<u8>) -> Digest {
-        buf.clear();
+        let mut m = Message::new(buf, tag::WITNESS);
+        let buf = m.buf();
         buf.extend_from_slice(&self.digest.0);
         put_varint(buf, self.sources.len() as u64);
         for s in &self.sources {
@@ -123,7 +124,7 @@ impl Witness {
         }
         put_str(buf, self.catalog.as_str());
         put_varint(buf, u64::from(self.catalog_version));
-        Digest::of(tag::WITNESS, &[buf])
+        m.digest()
     }
 
     /// WitnessOK: the current stable projection equals the admitted one. Returns the first
@@ -178,7 +179,7 @@ impl Witness {
 
 /// `b_e = H(W_e, seq_e)`.
 pub fn binding(witness_hash: &Digest, seq: Seq) -> Digest {
-    Digest::of(
+    digest::of_short(
         tag::BINDING,
         &[
             &witness_hash.0,

@@ -128,6 +128,103 @@ impl<'de> Deserialize<'de> for Digest {
     }
 }
 
+/// SHA-256's initial hash value (FIPS 180-4, 5.3.3).
+const SHA256_IV: [u32; 8] = [
+    0x6a09_e667,
+    0xbb67_ae85,
+    0x3c6e_f372,
+    0xa54f_f53a,
+    0x510e_527f,
+    0x9b05_688c,
+    0x1f83_d9ab,
+    0x5be0_cd19,
+];
+
+/// A message built in one buffer and hashed there: the tag first ([`Message::new`]), then the
+/// bytes, then [`Message::digest`], which pads the buffer in place (FIPS 180-4, 5.1.1) and runs
+/// the compression function once over every block. The digest equals [`Digest::of`] over the
+/// same tag and bytes; for the small messages admission hashes (a component, a witness, a
+/// binding: one to five blocks) it spares the streaming hasher's block buffer and its three
+/// calls of the compression function.
+pub(crate) struct Message<'b>(&'b mut Vec<u8>);
+
+impl<'b> Message<'b> {
+    /// Clears `buf` and starts a message with `tag`.
+    pub(crate) fn new(buf: &'b mut Vec<u8>, tag: &[u8]) -> Message<'b> {
+        buf.clear();
+        buf.extend_from_slice(tag);
+        Message(buf)
+    }
+
+    /// The buffer, to append the message's bytes to.
+    pub(crate) fn buf(&mut self) -> &mut Vec<u8> {
+        self.0
+    }
+
+    /// SHA-256 over everything written since [`Message::new`], the tag included.
+    pub(crate) fn digest(self) -> Digest {
+        let buf = self.0;
+        let len = buf.len();
+        // Zeros after the 0x80 up to 8 bytes short of a block boundary, then the length.
+        buf.resize(len + padding_len(len), 0);
+        let tail = buf.get_mut(len..).unwrap_or_default();
+        pad(tail, len);
+        compress_whole(buf)
+    }
+}
+
+/// How many bytes SHA-256's padding adds to a message of `len` bytes: the 0x80 byte, zeros up
+/// to 8 bytes short of a block boundary, and the length in bits (9 to 72 bytes).
+fn padding_len(len: usize) -> usize {
+    1 + (64 + 55 - len % 64) % 64 + 8
+}
+
+/// Writes the padding of a message of `len` bytes into `tail` (zeroed, `padding_len(len)`
+/// bytes long).
+fn pad(tail: &mut [u8], len: usize) {
+    let bits = (len as u64).wrapping_mul(8).to_be_bytes();
+    if let Some(first) = tail.first_mut() {
+        *first = 0x80;
+    }
+    let n = tail.len();
+    if let Some(end) = tail.get_mut(n.saturating_sub(8)..) {
+        end.copy_from_slice(&bits);
+    }
+}
+
+/// The digest of a padded message: one call of the compression function over its blocks.
+fn compress_whole(padded: &[u8]) -> Digest {
+    let (blocks, rest) = padded.as_chunks::<64>();
+    debug_assert!(rest.is_empty(), "padded to whole blocks");
+    let mut state = SHA256_IV;
+    sha2::block_api::compress256(&mut state, blocks);
+    let mut out = [0u8; 32];
+    for (o, w) in out.chunks_exact_mut(4).zip(state) {
+        o.copy_from_slice(&w.to_be_bytes());
+    }
+    Digest(out)
+}
+
+/// SHA-256 over `tag || parts...` built on the stack, for messages of at most 119 bytes (two
+/// blocks with the padding), such as a binding; longer ones go to [`Digest::of`].
+pub(crate) fn of_short(tag: &[u8], parts: &[&[u8]]) -> Digest {
+    let len = tag.len() + parts.iter().map(|p| p.len()).sum::<usize>();
+    let total = len + padding_len(len);
+    let mut block = [0u8; 128];
+    let Some(msg) = block.get_mut(..total) else {
+        return Digest::of(tag, parts);
+    };
+    let mut at = 0;
+    for p in std::iter::once(tag).chain(parts.iter().copied()) {
+        if let Some(dst) = msg.get_mut(at..at + p.len()) {
+            dst.copy_from_slice(p);
+        }
+        at += p.len();
+    }
+    pad(msg.get_mut(len..).unwrap_or_default(), len);
+    compress_whole(msg)
+}
+
 /// Postcard's encoding, for the hashed forms written by hand (`graph::canonical_digest`,
 /// `binding::Witness::hash`): a varint is LEB128, seven bits a byte, low bits first.
 pub(crate) fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
@@ -139,8 +236,20 @@ pub(crate) fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
 }
 
 pub(crate) fn put_str(buf: &mut Vec<u8>, s: &str) {
-    put_varint(buf, s.len() as u64);
-    buf.extend_from_slice(s.as_bytes());
+    let b = s.as_bytes();
+    if b.len() <= 16 {
+        // Most strings hashed here are ids and names of a few bytes: copied byte by byte, not
+        // through a call of `memcpy`, which costs more than the copy (the length, under 128,
+        // is one varint byte).
+        buf.reserve(17);
+        buf.push(b.len() as u8);
+        for &x in b {
+            buf.push(x);
+        }
+    } else {
+        put_varint(buf, b.len() as u64);
+        buf.extend_from_slice(b);
+    }
 }
 
 pub(crate) fn put_opt_str(buf: &mut Vec<u8>, s: Option<&str>) {
@@ -162,6 +271,43 @@ mod tests {
         let d = Digest::of(tag::COMPONENT, &[b"abc"]);
         assert_eq!(Digest::from_hex(&d.to_hex()), Ok(d));
         assert!(Digest::from_hex("zz").is_err());
+    }
+
+    #[test]
+    fn a_message_hashed_in_its_buffer_is_the_streaming_digest() {
+        // Every length around the padding's edges (55, 56, 63, 64 bytes and their multiples)
+        // for two tag lengths, over seeded bytes.
+        let mut rng = crate::testing::Rng(7);
+        let mut buf = Vec::new();
+        for tag in [tag::COMPONENT, tag::BINDING, b"".as_slice()] {
+            for len in 0..=330 {
+                let bytes: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
+                let mut m = Message::new(&mut buf, tag);
+                m.buf().extend_from_slice(&bytes);
+                assert_eq!(
+                    m.digest(),
+                    Digest::of(tag, &[&bytes]),
+                    "tag {tag:?}, {len} bytes"
+                );
+            }
+        }
+        // The stack form, up to its limit and past it.
+        for len in 0..=140 {
+            let bytes: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
+            let (a, b) = bytes.split_at(len / 3);
+            assert_eq!(
+                of_short(tag::BINDING, &[a, b]),
+                Digest::of(tag::BINDING, &[&bytes]),
+                "{len} bytes"
+            );
+        }
+        // And the known vector: SHA-256("abc").
+        let mut m = Message::new(&mut buf, b"");
+        m.buf().extend_from_slice(b"abc");
+        assert_eq!(
+            m.digest().to_hex(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! whole, with the reason code and the offending ids.
 
 use super::catalog::{Catalog, SourceIx, TypeIx};
-use super::digest::{Digest, put_opt_str, put_str, put_varint, tag};
+use super::digest::{Digest, Message, put_opt_str, put_str, put_varint, tag};
 use super::envelope::{
     CatalogRef, Claim, MAX_COMPONENTS, MAX_PAYLOAD_BYTES, MAX_PREREQUISITES, RawComponent,
     RawResponse, Rejection,
@@ -67,15 +67,12 @@ fn canonical_digest(
     requires: &[(&str, Phase)],
     buf: &mut Vec<u8>,
 ) -> Digest {
-    buf.clear();
+    let mut m = Message::new(buf, tag::COMPONENT);
+    let buf = m.buf();
     let ty = cat.type_spec(c.ty).map_or("", |t| t.name.as_str());
     put_str(buf, c.id.as_str());
     put_str(buf, ty);
-    match postcard::to_extend(&*c.payload, std::mem::take(buf)) {
-        Ok(v) => *buf = v,
-        // Cannot fail for the payload types; if it did, no real digest matches (fails closed).
-        Err(_) => return Digest::default(),
-    }
+    c.payload.put_postcard(buf);
     put_varint(buf, requires.len() as u64);
     for (p, q) in requires {
         put_str(buf, p);
@@ -95,7 +92,7 @@ fn canonical_digest(
         put_opt_str(buf, cl.provenance.as_ref().map(Id::as_str));
     }
     put_opt_str(buf, c.certificate.as_ref().map(Id::as_str));
-    Digest::of(tag::COMPONENT, &[buf])
+    m.digest()
 }
 
 fn invalid_id(e: InvalidIdError) -> Rejection {

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::digest::{put_str, put_varint};
 use super::ids::Id;
 
 /// Largest accepted coordinate magnitude in a local frame, in metres.
@@ -625,11 +626,158 @@ impl Payload {
             _ => None,
         }
     }
+
+    /// Appends the payload's postcard encoding, the part of a component's canonical bytes its
+    /// digest covers, written directly (the test below holds it to postcard's, variant by
+    /// variant): the variant's index as a varint, then the fields in order; a float as its
+    /// eight little-endian bytes; a string as its length and bytes; an optional field that
+    /// serde skips when empty as nothing, or a 1 and the value.
+    pub(crate) fn put_postcard(&self, buf: &mut Vec<u8>) {
+        fn floats(buf: &mut Vec<u8>, xs: [f64; 5]) {
+            let mut b = [0u8; 40];
+            for (dst, x) in b.chunks_exact_mut(8).zip(xs) {
+                dst.copy_from_slice(&x.to_le_bytes());
+            }
+            buf.extend_from_slice(&b);
+        }
+        fn skipped_if_none(buf: &mut Vec<u8>, s: Option<&str>) {
+            if let Some(s) = s {
+                buf.push(1);
+                put_str(buf, s);
+            }
+        }
+        // The variant indices, in declaration order (serde numbers them so).
+        match self {
+            Payload::Notice(t) => {
+                buf.push(0);
+                put_str(buf, &t.text);
+            }
+            Payload::Report(r) => {
+                buf.push(1);
+                put_str(buf, r.sensor.as_str());
+                buf.extend_from_slice(&r.value.to_le_bytes());
+                skipped_if_none(buf, r.unit.as_ref().map(Id::as_str));
+            }
+            Payload::RefreshRequest(r) => {
+                buf.push(2);
+                put_varint(buf, r.sources.len() as u64);
+                for s in &r.sources {
+                    put_str(buf, s.as_str());
+                }
+                skipped_if_none(buf, r.note.as_deref());
+            }
+            Payload::RouteAction(t) => {
+                // The frame is a one-variant enum: index 0.
+                let Frame::LocalNed = t.frame;
+                buf.extend_from_slice(&[3, 0]);
+                floats(
+                    buf,
+                    [t.north_m, t.east_m, t.down_m, t.yaw_deg, t.duration_s],
+                );
+            }
+            Payload::Hold(h) => {
+                buf.push(4);
+                buf.extend_from_slice(&h.duration_s.to_le_bytes());
+            }
+            Payload::Land(LandPayload {}) => buf.push(5),
+            Payload::Status(t) => {
+                buf.push(6);
+                put_str(buf, &t.text);
+            }
+            Payload::Merge(m) => {
+                buf.push(7);
+                put_str(buf, m.source.as_str());
+                put_str(buf, m.target.as_str());
+            }
+            Payload::GlobalRoute(g) => {
+                let frame = match g.frame {
+                    GlobalFrame::Global => 0,
+                    GlobalFrame::GlobalRelativeAlt => 1,
+                };
+                buf.extend_from_slice(&[8, frame]);
+                floats(
+                    buf,
+                    [g.lat_deg, g.lon_deg, g.alt_m, g.yaw_deg, g.duration_s],
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_written_postcard_is_postcards() {
+        let id = |s: &str| s.parse::<Id>().unwrap();
+        let long = "ü".repeat(100); // 200 bytes: a two-byte length
+        let target = RouteTarget {
+            frame: Frame::LocalNed,
+            north_m: 12.0,
+            east_m: -3.5,
+            down_m: -10.0,
+            yaw_deg: f64::MIN_POSITIVE,
+            duration_s: 6.25,
+        };
+        let payloads = [
+            Payload::Notice(TextPayload { text: long.clone() }),
+            Payload::Notice(TextPayload {
+                text: String::new(),
+            }),
+            Payload::Report(ReportPayload {
+                sensor: id("z_range"),
+                value: -1.0e-300,
+                unit: None,
+            }),
+            Payload::Report(ReportPayload {
+                sensor: id("z_range"),
+                value: 1.42,
+                unit: Some(id("m")),
+            }),
+            Payload::RefreshRequest(RefreshPayload {
+                sources: vec![id("map"), id("traffic")],
+                note: None,
+            }),
+            Payload::RefreshRequest(RefreshPayload {
+                sources: (0..130).map(|i| id(&format!("s{i}"))).collect(),
+                note: Some(long.clone()),
+            }),
+            Payload::RouteAction(target),
+            Payload::Hold(HoldPayload { duration_s: 4.0 }),
+            Payload::Land(LandPayload {}),
+            Payload::Status(TextPayload {
+                text: "En route".into(),
+            }),
+            Payload::Merge(MergePayload {
+                source: id("feature"),
+                target: id("main"),
+            }),
+            Payload::GlobalRoute(GlobalTarget {
+                frame: GlobalFrame::Global,
+                lat_deg: 47.397742,
+                lon_deg: 8.545594,
+                alt_m: 488.0,
+                yaw_deg: 0.0,
+                duration_s: 5.0,
+            }),
+            Payload::GlobalRoute(GlobalTarget {
+                frame: GlobalFrame::GlobalRelativeAlt,
+                lat_deg: -33.9,
+                lon_deg: 151.2,
+                alt_m: 10.0,
+                yaw_deg: -90.0,
+                duration_s: 1.0,
+            }),
+        ];
+        for p in &payloads {
+            let mut buf = vec![0xaa]; // appended to what is there
+            p.put_postcard(&mut buf);
+            let mut want = vec![0xaa];
+            want.extend(postcard::to_allocvec(p).unwrap());
+            assert_eq!(buf, want, "{p:?}");
+        }
+    }
 
     #[test]
     fn a_plain_text_reads_as_serde_json_reads_it() {
