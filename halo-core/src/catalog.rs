@@ -265,6 +265,10 @@ pub struct TypeSpec {
     pub rules: Vec<RuleSpec>,
     /// Which prerequisites the type may declare.
     pub prerequisites: Vec<AllowedPrerequisite>,
+    /// The same as bit sets, for [`TypeSpec::allows`]: per prerequisite phase (emitted,
+    /// dispatched, observed_success), bit `i` set when a parent of type `i` may be required to
+    /// reach it (a catalog has at most [`MAX_TYPES`] types).
+    allowed: [u64; 3],
     /// Temporal mode.
     pub temporal: Temporal,
     /// Adapter guard `δ_g` for INTERVAL and ROLLING coverage.
@@ -301,9 +305,9 @@ pub enum EffectArg {
 impl TypeSpec {
     /// Whether a dependent of this type may require `parent` to reach `phase`.
     pub fn allows(&self, parent: TypeIx, phase: Phase) -> bool {
-        self.prerequisites
-            .iter()
-            .any(|p| p.parent == parent && p.phases.contains(&phase))
+        allowed_slot(phase)
+            .and_then(|k| self.allowed.get(k))
+            .is_some_and(|m| parent.0 < 64 && m & (1u64 << parent.0) != 0)
     }
 
     /// The age limit for `source`, when it is in the footprint.
@@ -313,6 +317,31 @@ impl TypeSpec {
             .find(|(s, _)| *s == source)
             .map(|(_, h)| *h)
     }
+}
+
+/// Where a prerequisite phase's bit set sits in [`TypeSpec::allowed`].
+fn allowed_slot(phase: Phase) -> Option<usize> {
+    match phase {
+        Phase::Emitted => Some(0),
+        Phase::Dispatched => Some(1),
+        Phase::ObservedSuccess => Some(2),
+        _ => None,
+    }
+}
+
+/// [`TypeSpec::allowed`] of a type's allowed prerequisites.
+fn allowed_masks(prerequisites: &[AllowedPrerequisite]) -> [u64; 3] {
+    let mut masks = [0u64; 3];
+    for p in prerequisites {
+        for &phase in &p.phases {
+            if let Some(m) = allowed_slot(phase).and_then(|k| masks.get_mut(k))
+                && p.parent.0 < 64
+            {
+                *m |= 1u64 << p.parent.0;
+            }
+        }
+    }
+    masks
 }
 
 /// A validated catalog.
@@ -891,6 +920,7 @@ fn parse_type(
         claims_required,
         requires_certificate: t.requires_certificate,
         rules,
+        allowed: allowed_masks(&prerequisites),
         prerequisites,
         temporal,
         guard: Nanos::from_ms(t.adapter_guard_ms.unwrap_or(head.adapter_guard_ms)),
@@ -1631,6 +1661,40 @@ impl RuleCx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allows_reads_the_allowed_prerequisites() {
+        // Every pair of types and every phase of the shipped catalogs, against the list.
+        let mut checked = 0;
+        for (name, text) in [
+            ("uav-px4.toml", include_str!("../../catalogs/uav-px4.toml")),
+            (
+                "crazyflie.toml",
+                include_str!("../../catalogs/crazyflie.toml"),
+            ),
+            (
+                "repo-merge.toml",
+                include_str!("../../catalogs/repo-merge.toml"),
+            ),
+        ] {
+            let cat = Catalog::parse(text, name).unwrap();
+            let n = u8::try_from(cat.types().len()).unwrap();
+            for child in 0..n {
+                let spec = cat.type_spec(TypeIx(child)).unwrap();
+                for parent in 0..n {
+                    for phase in Phase::ALL {
+                        let listed = spec
+                            .prerequisites
+                            .iter()
+                            .any(|p| p.parent == TypeIx(parent) && p.phases.contains(&phase));
+                        assert_eq!(spec.allows(TypeIx(parent), phase), listed, "{name}");
+                        checked += usize::from(listed);
+                    }
+                }
+            }
+        }
+        assert!(checked > 20, "{checked} allowed pairs");
+    }
 
     const BASE: &str = r#"
 [catalog]

@@ -12,7 +12,7 @@ use super::envelope::{
     CatalogRef, Claim, MAX_COMPONENTS, MAX_PAYLOAD_BYTES, MAX_PREREQUISITES, RawComponent,
     RawResponse, Rejection,
 };
-use super::ids::{Id, InvalidIdError, fingerprint};
+use super::ids::{Id, InvalidIdError, fingerprint, same_text};
 use super::payload::Payload;
 use super::phase::Phase;
 use super::reason::ReasonCode;
@@ -28,8 +28,9 @@ pub struct Component {
     pub payload: std::sync::Arc<Payload>,
     /// Declared prerequisites that name a component of the response, resolved once:
     /// `(parent index in envelope order, phase)`, sorted by the parent's id (a parent named
-    /// twice is listed twice; the graph rejects that).
-    pub requires: Vec<(u16, Phase)>,
+    /// twice is listed twice; the graph rejects that). Held in place: at most
+    /// [`MAX_PREREQUISITES`], four bytes each.
+    pub requires: heapless::Vec<(u16, Phase), MAX_PREREQUISITES>,
     /// Declared prerequisites that name no component of the response, sorted by id; empty for a
     /// well-formed response (the graph rejects any as `MISSING_REFERENCE`).
     pub unresolved: Vec<(Id, Phase)>,
@@ -231,7 +232,7 @@ fn build_component_into<P: Parents + ?Sized>(
     } else {
         order.sort_by(|a, b| name_at(a.1).cmp(&name_at(b.1)).then(a.1.cmp(&b.1)));
     }
-    let mut requires = Vec::with_capacity(order.len() - unresolved_count);
+    let mut requires = heapless::Vec::new();
     let mut unresolved = Vec::with_capacity(unresolved_count);
     // The same in parent id order, named, for the digest. (Every sent index has its entry in
     // both lists, and at most MAX_PREREQUISITES of them.)
@@ -239,7 +240,10 @@ fn build_component_into<P: Parents + ?Sized>(
     for &(_, i) in &order {
         if let (Some(&(parent, phase)), Some(name)) = (sent.get(usize::from(i)), name_at(i)) {
             match parent {
-                Some((p, _)) => requires.push((p, phase)),
+                // Cannot overflow: at most MAX_PREREQUISITES were sent.
+                Some((p, _)) => {
+                    let _ = requires.push((p, phase));
+                }
                 None => unresolved.push((id_of(name)?, phase)),
             }
             let _ = named.push((name, phase));
@@ -381,7 +385,9 @@ impl IdIndex {
             if ix == EMPTY {
                 return None;
             }
-            if self.fingerprints.get(usize::from(ix)) == Some(&h) && id_at(ix) == Some(id) {
+            if self.fingerprints.get(usize::from(ix)) == Some(&h)
+                && id_at(ix).is_some_and(|x| same_text(x, id))
+            {
                 return Some((ix, *self.ranks.get(usize::from(ix))?));
             }
             s = (s + 1) & (SLOTS - 1);
@@ -672,7 +678,7 @@ fn duplicate_ids(comps: &[Component], index: &IdIndex) -> Rejection {
 fn edges(cat: &Catalog, comps: &[Component]) -> Result<Edges, Rejection> {
     let n = comps.len();
     let mut parent_off = Vec::with_capacity(n + 1);
-    let mut parents = Vec::new();
+    let mut parents = Vec::with_capacity(comps.iter().map(|c| c.requires.len()).sum());
     let mut indeg = [0u32; MAX_COMPONENTS];
     let mut outdeg = [0u32; MAX_COMPONENTS];
     let mut problems: [Vec<String>; 4] = Default::default();
@@ -1045,10 +1051,7 @@ mod tests {
         let ids = ResponseIds::new(&partial.components).unwrap();
         let missing = build_component(&cat, &partial.components[2], &ids, &mut buf).unwrap();
         assert_eq!(missing.digest, resolved.digest);
-        assert_eq!(
-            missing.requires,
-            vec![(0, Phase::Emitted), (1, Phase::Emitted)]
-        );
+        assert_eq!(missing.requires, [(0, Phase::Emitted), (1, Phase::Emitted)]);
         let gone: Vec<&str> = missing.unresolved.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(gone, ["gone", "gone"]);
 

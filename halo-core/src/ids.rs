@@ -115,6 +115,20 @@ pub fn fingerprint(s: &str) -> u64 {
     fnv1a(FNV_OFFSET, s.as_bytes())
 }
 
+/// Whether two id texts are the same bytes. Ids are short (most a few bytes): those are compared
+/// in a loop rather than through a call of `memcmp`, which costs more than the comparison.
+pub(crate) fn same_text(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    if a.len() <= 16 {
+        a.iter().zip(b).all(|(x, y)| x == y)
+    } else {
+        a == b
+    }
+}
+
 /// FNV-1a's starting state.
 pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
