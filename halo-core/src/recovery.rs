@@ -30,8 +30,8 @@ pub struct ReadmissionReport {
     pub response: Id,
     /// The discharged obligation.
     pub obligation: ObligationId,
-    /// The fresh instances.
-    pub components: Vec<ComponentReport>,
+    /// The fresh instances (shared with the readmission's receipt record).
+    pub components: std::sync::Arc<[ComponentReport]>,
 }
 
 impl Gateway {
@@ -290,7 +290,7 @@ impl Gateway {
         self.sh.recompute(r, changed | fresh_mask, now);
         self.sh.check_done(r, now);
 
-        let components: Vec<ComponentReport> = fresh
+        let components: std::sync::Arc<[ComponentReport]> = fresh
             .iter()
             .filter_map(|(i, _)| component_report(&self.sh.cat, r, *i))
             .collect();
@@ -299,7 +299,7 @@ impl Gateway {
             Record::Readmitted {
                 response: (rid).clone(),
                 obligation: oid,
-                components: crate::engine::Decisions(components.clone()),
+                components: crate::engine::Decisions(std::sync::Arc::clone(&components)),
             },
         );
         Ok(ReadmissionReport {

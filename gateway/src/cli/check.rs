@@ -173,7 +173,7 @@ fn print_report(
         "response `{}` against catalog {cat} at t = {now_ms} ms",
         r.response
     );
-    for c in &r.components {
+    for c in r.components.iter() {
         let what = match c.phase {
             Phase::Emitted => "emitted on its output path".to_string(),
             Phase::Retained if c.action => {

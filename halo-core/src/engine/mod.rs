@@ -159,8 +159,9 @@ pub struct ComponentReport {
 pub struct AdmissionReport {
     /// Response id.
     pub response: Id,
-    /// Per-component decisions, in envelope order.
-    pub components: Vec<ComponentReport>,
+    /// Per-component decisions, in envelope order (shared with the admission's receipt
+    /// record).
+    pub components: std::sync::Arc<[ComponentReport]>,
 }
 
 impl AdmissionReport {
@@ -776,7 +777,7 @@ impl Gateway {
                 generation: v.generation,
                 catalog: self.sh.cat.id().clone(),
                 catalog_version: self.sh.cat.version(),
-                components: record::Decisions(report.components.clone()),
+                components: record::Decisions(std::sync::Arc::clone(&report.components)),
             })),
         );
         self.sh

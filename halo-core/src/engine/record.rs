@@ -38,7 +38,7 @@ use crate::receipt::CanonicalRecord;
 /// appear only when the decision has one. Format 2 wrote every component's report in full;
 /// [`crate::receipt::recorded_components`] reads both.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Decisions(pub(crate) Vec<ComponentReport>);
+pub(crate) struct Decisions(pub(crate) std::sync::Arc<[ComponentReport]>);
 
 /// Everything of a component's report but its id and digest: what `decisions` groups by.
 fn same_decision(a: &ComponentReport, b: &ComponentReport) -> bool {
@@ -486,7 +486,7 @@ mod tests {
             generation: u64::MAX,
             catalog: "uav-px4".parse().unwrap(),
             catalog_version: 5,
-            components: Decisions(components),
+            components: Decisions(components.into()),
         }))
     }
 
@@ -595,7 +595,7 @@ mod tests {
                 generation: 0,
                 catalog: "c".parse().unwrap(),
                 catalog_version: u32::MAX,
-                components: Decisions(Vec::new()),
+                components: Decisions(Vec::new().into()),
             })),
             Record::Readmitted {
                 response: "r-2".parse().unwrap(),

@@ -3,9 +3,12 @@
 use super::*;
 
 pub(crate) fn component_report(cat: &Catalog, r: &Resp, i: u16) -> Option<ComponentReport> {
-    let c = r.graph.component(i)?;
-    let x = r.inst(i)?;
-    Some(ComponentReport {
+    Some(of(cat, r.graph.component(i)?, r.inst(i)?))
+}
+
+/// The report of component `c` in its state `x`.
+fn of(cat: &Catalog, c: &crate::graph::Component, x: &Inst) -> ComponentReport {
+    ComponentReport {
         id: c.id.clone(),
         ty: cat
             .type_spec(c.ty)
@@ -21,14 +24,19 @@ pub(crate) fn component_report(cat: &Catalog, r: &Resp, i: u16) -> Option<Compon
         binding: x.binding,
         seq: x.seq,
         obligation: x.obligation,
-    })
+    }
 }
 
 pub(crate) fn report(cat: &Catalog, r: &Resp) -> AdmissionReport {
     AdmissionReport {
         response: r.id.clone(),
-        components: (0..r.graph.len())
-            .filter_map(|i| component_report(cat, r, u16::try_from(i).ok()?))
+        // One allocation, of the exact length (a zip of two slices knows it).
+        components: r
+            .graph
+            .components()
+            .iter()
+            .zip(&r.inst)
+            .map(|(c, x)| of(cat, c, x))
             .collect(),
     }
 }

@@ -119,7 +119,7 @@ fn run_case_with(c: &Case, cfg: Config) -> Result<(), String> {
         (None, Err(rej)) => Err(format!("rejected: {rej}")),
         (None, Ok(report)) => {
             let listed = c.expect.components.clone().unwrap_or_default();
-            for comp in &report.components {
+            for comp in report.components.iter() {
                 let exp = listed
                     .get(comp.id.as_str())
                     .or(c.expect.default.as_ref())

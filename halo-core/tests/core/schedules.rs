@@ -459,7 +459,7 @@ impl Sim {
     fn view(&self) -> BTreeMap<(String, String), CompView> {
         let mut out = BTreeMap::new();
         for rid in self.gw.response_ids() {
-            for c in self.gw.response_report(rid).unwrap().components {
+            for c in self.gw.response_report(rid).unwrap().components.iter() {
                 out.insert(
                     (rid.to_string(), c.id.to_string()),
                     CompView {
@@ -919,9 +919,10 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
                             s.gw.response_report(r)
                                 .unwrap()
                                 .components
-                                .into_iter()
+                                .iter()
                                 .filter(|c| c.phase == Phase::Dispatched)
-                                .map(move |c| (r.clone(), c.id))
+                                .map(|c| (r.clone(), c.id.clone()))
+                                .collect::<Vec<_>>()
                         })
                         .collect();
                 if let Some((r, c)) = dispatched.first().cloned() {

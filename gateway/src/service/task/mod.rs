@@ -1013,7 +1013,7 @@ impl Task {
         match r {
             Ok(rep) => {
                 let current = self.gw.response_report(&rep.response).unwrap_or(rep);
-                for c in &current.components {
+                for c in current.components.iter() {
                     self.metrics.decision(c.reason.map(|r| r.name()));
                 }
                 let withheld = current
