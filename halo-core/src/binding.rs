@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::catalog::{Catalog, SourceIx, TypeSpec};
+use std::sync::Arc;
+
+use super::catalog::{Catalog, SourceIx, TypeIx, TypeSpec};
 use super::digest::{self, Digest, Message, put_str, put_varint, tag};
 use super::graph::Component;
 use super::ids::Id;
@@ -61,8 +63,9 @@ pub struct StableCert {
 pub struct Witness {
     /// `d_e`.
     pub digest: Digest,
-    /// `β_e`, in footprint order.
-    pub sources: Vec<StableSource>,
+    /// `β_e`, in footprint order (shared by the witnesses of one type captured from the same
+    /// state, see [`Projections`]).
+    pub sources: Arc<[StableSource]>,
     /// Certificate identity.
     pub certificate: Option<StableCert>,
     /// Catalog id.
@@ -71,18 +74,69 @@ pub struct Witness {
     pub catalog_version: u32,
 }
 
-impl Witness {
-    /// Builds the witness from the current state. Sources that were never updated are left out
-    /// (such a component is not locally supported and gets no binding).
-    pub fn capture(cat: &Catalog, spec: &TypeSpec, c: &Component, snap: &Snapshot) -> Witness {
-        let mut sources = Vec::with_capacity(spec.footprint.len());
-        sources.extend(spec.footprint.iter().filter_map(|&(s, _)| {
+/// The stable projections `β` of the footprints of the types captured last, each kept with the
+/// state's [`Snapshot::stamp`] it was read at: an admission binds its actions one by one from
+/// one state, and actions of one type share their projection (the six route actions of an
+/// agent's response read 13 sources each) instead of copying it again.
+#[derive(Debug, Default)]
+pub struct Projections {
+    kept: Option<(TypeIx, u64, Arc<[StableSource]>)>,
+}
+
+impl Projections {
+    /// `β` of type `ty`'s footprint in `snap`: the one kept when it was read from the same state,
+    /// or read now (and kept).
+    fn of(&mut self, ty: TypeIx, spec: &TypeSpec, snap: &Snapshot) -> Arc<[StableSource]> {
+        if let Some((t, stamp, sources)) = &self.kept
+            && *t == ty
+            && *stamp == snap.stamp()
+        {
+            return Arc::clone(sources);
+        }
+        let sources: Arc<[StableSource]> = project(spec, snap).into();
+        self.kept = Some((ty, snap.stamp(), Arc::clone(&sources)));
+        sources
+    }
+}
+
+/// `β` of `spec`'s footprint in `snap`. Sources that were never updated are left out.
+fn project(spec: &TypeSpec, snap: &Snapshot) -> Vec<StableSource> {
+    spec.footprint
+        .iter()
+        .filter_map(|&(s, _)| {
             snap.source(s).map(|st| StableSource {
                 source: s.0,
                 epoch: st.epoch,
                 provenance: st.provenance.clone(),
             })
-        }));
+        })
+        .collect()
+}
+
+impl Witness {
+    /// Builds the witness from the current state. Sources that were never updated are left out
+    /// (such a component is not locally supported and gets no binding).
+    pub fn capture(cat: &Catalog, spec: &TypeSpec, c: &Component, snap: &Snapshot) -> Witness {
+        Witness::with_sources(cat, project(spec, snap).into(), c, snap)
+    }
+
+    /// [`Witness::capture`], with the projection taken from (and kept in) `kept`.
+    pub fn capture_sharing(
+        cat: &Catalog,
+        spec: &TypeSpec,
+        c: &Component,
+        snap: &Snapshot,
+        kept: &mut Projections,
+    ) -> Witness {
+        Witness::with_sources(cat, kept.of(c.ty, spec, snap), c, snap)
+    }
+
+    fn with_sources(
+        cat: &Catalog,
+        sources: Arc<[StableSource]>,
+        c: &Component,
+        snap: &Snapshot,
+    ) -> Witness {
         let certificate = c
             .certificate
             .as_ref()
@@ -108,7 +162,7 @@ impl Witness {
         let buf = m.buf();
         buf.extend_from_slice(&self.digest.0);
         put_varint(buf, self.sources.len() as u64);
-        for s in &self.sources {
+        for s in self.sources.iter() {
             buf.push(s.source);
             put_varint(buf, s.epoch);
             put_str(buf, s.provenance.as_str());
@@ -146,7 +200,7 @@ impl Witness {
         if spec.footprint.len() != self.sources.len() {
             return Err((ReasonCode::SOURCE_MISSING, None));
         }
-        for (&(s, _), w) in spec.footprint.iter().zip(&self.sources) {
+        for (&(s, _), w) in spec.footprint.iter().zip(self.sources.iter()) {
             let Some(st) = snap.source(s) else {
                 return Err((ReasonCode::SOURCE_MISSING, Some(s)));
             };
@@ -417,6 +471,71 @@ impl Ledger {
 mod tests {
     use super::*;
 
+    /// A projection shared between witnesses is the one a capture reads now: for every
+    /// component of a response, and again after an update changes a footprint source.
+    #[test]
+    fn a_shared_projection_is_the_one_captured_now() {
+        let cat =
+            Catalog::parse(include_str!("../../catalogs/uav-px4.toml"), "uav-px4.toml").unwrap();
+        let st =
+            crate::statefile::parse_state(&cat, include_bytes!("../../docs/examples/state.json"))
+                .unwrap();
+        let traffic = st
+            .updates
+            .iter()
+            .find(|u| cat.source(u.source).unwrap().name.as_str() == "traffic")
+            .unwrap()
+            .clone();
+        let mut snap = Snapshot::new(&cat);
+        for u in st.updates {
+            snap.apply(&cat, st.now, u).unwrap();
+        }
+        let route = |id: &str| {
+            format!(
+                r#"{{"id":"{id}","type":"route_action","certificate":"c-{id}",
+                "payload":{{"frame":"local_ned","north_m":1,"east_m":2,"down_m":-10,
+                "yaw_deg":0,"duration_s":5}}}}"#
+            )
+        };
+        let text = format!(
+            r#"{{"response_id":"r","agent_id":"a","generation":1,
+            "catalog":{{"id":"{}","version":{}}},"components":[{},{},
+            {{"id":"n","type":"notice","payload":{{"text":"hi"}}}},
+            {{"id":"h","type":"hold","payload":{{"duration_s":2}}}}]}}"#,
+            cat.id(),
+            cat.version(),
+            route("a1"),
+            route("a2"),
+        );
+        let raw = crate::envelope::parse_envelope(text.as_bytes()).unwrap();
+        let v = crate::graph::validate(&cat, &raw).unwrap();
+        let mut kept = Projections::default();
+        let mut check = |snap: &Snapshot, which: &[u16]| {
+            let mut sources = Vec::new();
+            for &i in which {
+                let c = v.graph.component(i).unwrap();
+                let spec = cat.type_spec(c.ty).unwrap();
+                let shared = Witness::capture_sharing(&cat, spec, c, snap, &mut kept);
+                assert_eq!(shared, Witness::capture(&cat, spec, c, snap), "{}", c.id);
+                sources.push(shared.sources);
+            }
+            sources
+        };
+        // Every component, in order and back: the two route actions share one projection.
+        let all = check(&snap, &[0, 1, 2, 3, 2, 1, 0]);
+        assert!(Arc::ptr_eq(&all[0], &all[1]));
+        assert!(Arc::ptr_eq(&all[5], &all[6]));
+        // With a route action's projection kept, an update changes a source of its footprint:
+        // the next capture reads the new state.
+        let before = check(&snap, &[0]);
+        let mut u = traffic;
+        u.state.provenance = Id::new("utm-feed-b").unwrap();
+        u.state.generated_at = st.now;
+        snap.apply(&cat, st.now, u).unwrap();
+        let after = check(&snap, &[0, 1]);
+        assert_ne!(after[0], before[0], "the new provenance is read");
+    }
+
     /// The hand-written bytes are postcard's: with and without a certificate, with one-byte
     /// and multi-byte varints, with no sources.
     #[test]
@@ -424,7 +543,7 @@ mod tests {
         let id = |s: &str| Id::new(s).unwrap();
         let mut w = Witness {
             digest: Digest([7; 32]),
-            sources: vec![
+            sources: Arc::from([
                 StableSource {
                     source: 0,
                     epoch: 5,
@@ -440,7 +559,7 @@ mod tests {
                     epoch: 300,
                     provenance: id("corridor-12"),
                 },
-            ],
+            ]),
             certificate: Some(StableCert {
                 id: id("cert-1"),
                 covers: Digest([0xab; 32]),
@@ -456,7 +575,7 @@ mod tests {
         w.certificate = None;
         w.catalog_version = 5;
         assert_eq!(w.hash(&mut buf), postcard(&w));
-        w.sources.clear();
+        w.sources = Arc::from([]);
         assert_eq!(w.hash(&mut buf), postcard(&w));
     }
 }

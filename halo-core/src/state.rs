@@ -93,6 +93,9 @@ impl std::error::Error for UpdateError {}
 pub struct Snapshot {
     sources: Vec<Option<SourceState>>,
     certificates: BTreeMap<Id, Certificate>,
+    /// Counts the updates applied: what is derived from the sources alone (a type's stable
+    /// projection) stays right while it is unchanged.
+    stamp: u64,
 }
 
 impl Snapshot {
@@ -101,7 +104,14 @@ impl Snapshot {
         Snapshot {
             sources: vec![None; catalog.sources().len()],
             certificates: BTreeMap::new(),
+            stamp: 0,
         }
+    }
+
+    /// A number that changes whenever a source's state does (certificates aside): two reads of
+    /// the sources with the same stamp read the same states.
+    pub fn stamp(&self) -> u64 {
+        self.stamp
     }
 
     /// The newest state of `source`, if any update arrived.
@@ -192,6 +202,7 @@ impl Snapshot {
             .ok_or_else(|| {
                 UpdateError::new(ReasonCode::UNKNOWN_SOURCE, "source index out of range")
             })?;
+        self.stamp = self.stamp.wrapping_add(1);
         Ok(slot.replace(u.state))
     }
 

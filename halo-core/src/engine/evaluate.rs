@@ -251,7 +251,7 @@ impl Shared {
         let Some(spec) = self.cat.type_spec(c.ty) else {
             return;
         };
-        let w = Witness::capture(&self.cat, spec, c, &self.snap);
+        let w = Witness::capture_sharing(&self.cat, spec, c, &self.snap, &mut self.projections);
         let wh = w.hash(&mut self.buf);
         let seq = self.ledger.next_seq();
         let b = binding(&wh, seq);

@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 use serde::Serialize;
 
-use super::binding::{DispatchToken, Ledger, Seq, Witness, binding};
+use super::binding::{DispatchToken, Ledger, Projections, Seq, Witness, binding};
 use super::catalog::{Catalog, Class, Output, Scope, SourceIx, TypeSpec};
 use super::digest::Digest;
 use super::envelope::{MAX_COMPONENTS, Rejection, parse_envelope_named};
@@ -548,6 +548,9 @@ pub(crate) struct Shared {
     pub(crate) ready: VecDeque<(Id, u16)>,
     pub(crate) receipts: ReceiptChain<Record>,
     pub(crate) buf: Vec<u8>,
+    /// The stable projection the last bound action's witness read, shared with the next of its
+    /// type while the state is unchanged.
+    pub(crate) projections: Projections,
     /// True while one admission (or readmission) runs: its phase changes are recorded once, in
     /// the summary receipt and report, not one event per transition.
     pub(crate) summarizing: bool,
@@ -615,6 +618,7 @@ impl Gateway {
                 ready: VecDeque::new(),
                 receipts: ReceiptChain::new(),
                 buf: Vec::with_capacity(512),
+                projections: Projections::default(),
                 summarizing: false,
                 unrecorded: vec![Pending::default(); catalog_sources],
                 summary_due: false,
