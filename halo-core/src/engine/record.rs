@@ -14,7 +14,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use super::{ComponentReport, Record};
 use crate::binding::Seq;
 use crate::canonical::{self, Error, write_str, write_u64};
-use crate::digest::{Digest, tag};
+use crate::digest::{Digest, Message, tag};
 use crate::ids::Id;
 use crate::names::ComponentRef;
 use crate::obligation::ObligationId;
@@ -74,8 +74,13 @@ impl Decisions {
 
     /// SHA-256 over the tag and the component digests in order.
     fn digest(&self) -> Digest {
-        let parts: Vec<&[u8]> = self.0.iter().map(|c| &c.digest.0[..]).collect();
-        Digest::of(tag::COMPONENTS, &parts)
+        // The tag, the digests and the padding (at most 72 bytes), hashed in one buffer.
+        let mut buf = Vec::with_capacity(tag::COMPONENTS.len() + 32 * self.0.len() + 72);
+        let mut m = Message::new(&mut buf, tag::COMPONENTS);
+        for c in self.0.iter() {
+            m.buf().extend_from_slice(&c.digest.0);
+        }
+        m.digest()
     }
 
     /// The decisions' canonical text.
