@@ -646,59 +646,72 @@ impl Payload {
                 put_str(buf, s);
             }
         }
-        // The variant indices, in declaration order (serde numbers them so).
+        // The variant indices, in declaration order (serde numbers them so). Every struct is
+        // taken apart whole, so a field added to one stops the build here until it is written
+        // (a digest must cover every field).
         match self {
-            Payload::Notice(t) => {
+            Payload::Notice(TextPayload { text }) => {
                 buf.push(0);
-                put_str(buf, &t.text);
+                put_str(buf, text);
             }
-            Payload::Report(r) => {
+            Payload::Report(ReportPayload {
+                sensor,
+                value,
+                unit,
+            }) => {
                 buf.push(1);
-                put_str(buf, r.sensor.as_str());
-                buf.extend_from_slice(&r.value.to_le_bytes());
-                skipped_if_none(buf, r.unit.as_ref().map(Id::as_str));
+                put_str(buf, sensor.as_str());
+                buf.extend_from_slice(&value.to_le_bytes());
+                skipped_if_none(buf, unit.as_ref().map(Id::as_str));
             }
-            Payload::RefreshRequest(r) => {
+            Payload::RefreshRequest(RefreshPayload { sources, note }) => {
                 buf.push(2);
-                put_varint(buf, r.sources.len() as u64);
-                for s in &r.sources {
+                put_varint(buf, sources.len() as u64);
+                for s in sources {
                     put_str(buf, s.as_str());
                 }
-                skipped_if_none(buf, r.note.as_deref());
+                skipped_if_none(buf, note.as_deref());
             }
-            Payload::RouteAction(t) => {
+            Payload::RouteAction(RouteTarget {
+                frame: Frame::LocalNed,
+                north_m,
+                east_m,
+                down_m,
+                yaw_deg,
+                duration_s,
+            }) => {
                 // The frame is a one-variant enum: index 0.
-                let Frame::LocalNed = t.frame;
                 buf.extend_from_slice(&[3, 0]);
-                floats(
-                    buf,
-                    [t.north_m, t.east_m, t.down_m, t.yaw_deg, t.duration_s],
-                );
+                floats(buf, [*north_m, *east_m, *down_m, *yaw_deg, *duration_s]);
             }
-            Payload::Hold(h) => {
+            Payload::Hold(HoldPayload { duration_s }) => {
                 buf.push(4);
-                buf.extend_from_slice(&h.duration_s.to_le_bytes());
+                buf.extend_from_slice(&duration_s.to_le_bytes());
             }
             Payload::Land(LandPayload {}) => buf.push(5),
-            Payload::Status(t) => {
+            Payload::Status(TextPayload { text }) => {
                 buf.push(6);
-                put_str(buf, &t.text);
+                put_str(buf, text);
             }
-            Payload::Merge(m) => {
+            Payload::Merge(MergePayload { source, target }) => {
                 buf.push(7);
-                put_str(buf, m.source.as_str());
-                put_str(buf, m.target.as_str());
+                put_str(buf, source.as_str());
+                put_str(buf, target.as_str());
             }
-            Payload::GlobalRoute(g) => {
-                let frame = match g.frame {
+            Payload::GlobalRoute(GlobalTarget {
+                frame,
+                lat_deg,
+                lon_deg,
+                alt_m,
+                yaw_deg,
+                duration_s,
+            }) => {
+                let frame = match frame {
                     GlobalFrame::Global => 0,
                     GlobalFrame::GlobalRelativeAlt => 1,
                 };
                 buf.extend_from_slice(&[8, frame]);
-                floats(
-                    buf,
-                    [g.lat_deg, g.lon_deg, g.alt_m, g.yaw_deg, g.duration_s],
-                );
+                floats(buf, [*lat_deg, *lon_deg, *alt_m, *yaw_deg, *duration_s]);
             }
         }
     }
