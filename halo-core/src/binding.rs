@@ -74,10 +74,10 @@ pub struct Witness {
     pub catalog_version: u32,
 }
 
-/// The stable projections `β` of the footprints of the types captured last, each kept with the
-/// state's [`Snapshot::stamp`] it was read at: an admission binds its actions one by one from
-/// one state, and actions of one type share their projection (the six route actions of an
-/// agent's response read 13 sources each) instead of copying it again.
+/// The stable projection `β` of the footprint of the type captured last, kept with the state's
+/// [`Snapshot::stamp`] it was read at: an admission binds its actions one by one from one state,
+/// and actions of one type share their projection (the six route actions of an agent's response
+/// read 13 sources each) instead of copying it again.
 #[derive(Debug, Default)]
 pub struct Projections {
     kept: Option<(TypeIx, u64, Arc<[StableSource]>)>,

@@ -243,7 +243,7 @@ pub(crate) fn put_str(buf: &mut Vec<u8>, s: &str) {
 /// Appends `b`. Most strings hashed here are ids and names of a few bytes, for which a call of
 /// `memcpy` costs more than the copy: up to 16 bytes are copied as two overlapping words (of 8
 /// or 4 bytes) into room made by one 16-byte store.
-pub(crate) fn put_bytes(buf: &mut Vec<u8>, b: &[u8]) {
+fn put_bytes(buf: &mut Vec<u8>, b: &[u8]) {
     let n = b.len();
     if n > 16 {
         buf.extend_from_slice(b);
