@@ -374,8 +374,11 @@ pub struct LandPayload {}
 pub enum Payload {
     /// See [`PayloadKind::Notice`].
     Notice(TextPayload),
-    /// See [`PayloadKind::Report`].
-    Report(ReportPayload),
+    /// See [`PayloadKind::Report`]. Boxed, as is [`Payload::Merge`]: their inline ids make
+    /// them 144–160 bytes, against at most 48 for every other payload, and each admitted
+    /// component holds its payload in an allocation of its own (the `Arc` a component and its
+    /// events share), which at 56 bytes the allocator serves from its small-size caches.
+    Report(Box<ReportPayload>),
     /// See [`PayloadKind::RefreshRequest`].
     RefreshRequest(RefreshPayload),
     /// See [`PayloadKind::RouteAction`].
@@ -386,12 +389,16 @@ pub enum Payload {
     Land(LandPayload),
     /// See [`PayloadKind::Status`].
     Status(TextPayload),
-    /// See [`PayloadKind::Merge`].
-    Merge(MergePayload),
+    /// See [`PayloadKind::Merge`] (boxed: see [`Payload::Report`]).
+    Merge(Box<MergePayload>),
     /// A [`PayloadKind::RouteAction`] whose target is on the globe. (Last, so that every
     /// other payload keeps its canonical bytes and digest.)
     GlobalRoute(GlobalTarget),
 }
+
+// Kept small on purpose (see `Payload::Report`); a payload struct grown past 48 bytes belongs
+// behind a `Box` too.
+const _: () = assert!(std::mem::size_of::<Payload>() <= 56);
 
 /// The exact command an action hands to the adapter.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -547,7 +554,7 @@ impl Payload {
                 if !r.value.is_finite() {
                     return Err("`value` must be finite".into());
                 }
-                Payload::Report(r)
+                Payload::Report(Box::new(r))
             }
             PayloadKind::RefreshRequest => {
                 let r: RefreshPayload = de(raw)?;
@@ -569,7 +576,7 @@ impl Payload {
                 if m.source == m.target {
                     return Err("`source` and `target` must be different branches".into());
                 }
-                Payload::Merge(m)
+                Payload::Merge(Box::new(m))
             }
         };
         Ok(p)
@@ -654,11 +661,12 @@ impl Payload {
                 buf.push(0);
                 put_str(buf, text);
             }
-            Payload::Report(ReportPayload {
-                sensor,
-                value,
-                unit,
-            }) => {
+            Payload::Report(r) => {
+                let ReportPayload {
+                    sensor,
+                    value,
+                    unit,
+                } = &**r;
                 buf.push(1);
                 put_str(buf, sensor.as_str());
                 buf.extend_from_slice(&value.to_le_bytes());
@@ -693,7 +701,8 @@ impl Payload {
                 buf.push(6);
                 put_str(buf, text);
             }
-            Payload::Merge(MergePayload { source, target }) => {
+            Payload::Merge(m) => {
+                let MergePayload { source, target } = &**m;
                 buf.push(7);
                 put_str(buf, source.as_str());
                 put_str(buf, target.as_str());
@@ -738,16 +747,16 @@ mod tests {
             Payload::Notice(TextPayload {
                 text: String::new(),
             }),
-            Payload::Report(ReportPayload {
+            Payload::Report(Box::new(ReportPayload {
                 sensor: id("z_range"),
                 value: -1.0e-300,
                 unit: None,
-            }),
-            Payload::Report(ReportPayload {
+            })),
+            Payload::Report(Box::new(ReportPayload {
                 sensor: id("z_range"),
                 value: 1.42,
                 unit: Some(id("m")),
-            }),
+            })),
             Payload::RefreshRequest(RefreshPayload {
                 sources: vec![id("map"), id("traffic")],
                 note: None,
@@ -762,10 +771,10 @@ mod tests {
             Payload::Status(TextPayload {
                 text: "En route".into(),
             }),
-            Payload::Merge(MergePayload {
+            Payload::Merge(Box::new(MergePayload {
                 source: id("feature"),
                 target: id("main"),
-            }),
+            })),
             Payload::GlobalRoute(GlobalTarget {
                 frame: GlobalFrame::Global,
                 lat_deg: 47.397742,
