@@ -28,7 +28,9 @@
 //!   1 to 64 live responses (see [`live`]);
 //! - `part/parse_envelope`, `part/parse_envelope_serde_json`, `part/validate`: labelled
 //!   sub-measurements of admission from bytes — stage one as shipped (the fast reader), stage
-//!   one as serde_json alone reads it, and stage two (ids, payloads, digests, the graph).
+//!   one as serde_json alone reads it, and stage two (ids, payloads, digests, the graph);
+//!   `part/admission_without_prerequisites`, admission from bytes of the same response with its
+//!   200 prerequisites left out (what they cost, and what the components' own work costs).
 //!
 //! Each iteration starts from a prepared gateway (built outside the timing, `iter_batched`), so
 //! a number is the call alone. `HALO_BENCH_CALLS=N` times N single calls of each instead and
@@ -668,6 +670,27 @@ fn user_path(c: &mut Criterion) {
         "validate",
         || (),
         |()| validate(&w.cat, black_box(&raw)).is_ok(),
+    );
+    // The same response without its 200 prerequisites (3.4 KB instead of 9.9): against
+    // `user/admission_from_bytes`, what the prerequisites cost and what the 32 components'
+    // own work does.
+    let bare = {
+        let mut v: Value = serde_json::from_str(&text).unwrap();
+        for c in v["components"].as_array_mut().unwrap() {
+            c.as_object_mut().unwrap().remove("requires");
+        }
+        v.to_string()
+    };
+    assert!(w.fresh().handle_response(w.now, bare.as_bytes()).is_ok());
+    bench(
+        &mut g,
+        "part",
+        "admission_without_prerequisites",
+        || w.fresh(),
+        |mut gw| {
+            let r = gw.handle_response(w.now, black_box(bare.as_bytes()));
+            (gw, black_box(r.is_ok()))
+        },
     );
     g.finish();
 }
