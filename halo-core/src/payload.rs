@@ -375,9 +375,10 @@ pub enum Payload {
     /// See [`PayloadKind::Notice`].
     Notice(TextPayload),
     /// See [`PayloadKind::Report`]. Boxed, as is [`Payload::Merge`]: their inline ids make
-    /// them 144–160 bytes, against at most 48 for every other payload, and each admitted
-    /// component holds its payload in an allocation of its own (the `Arc` a component and its
-    /// events share), which at 56 bytes the allocator serves from its small-size caches.
+    /// them 144–160 bytes, against at most 48 for every other payload. Each admitted component
+    /// holds its payload in an allocation of its own (the `Arc` it shares with its events);
+    /// with a 56-byte `Payload` that allocation is 72 bytes, a size glibc serves from its
+    /// small-size caches.
     Report(Box<ReportPayload>),
     /// See [`PayloadKind::RefreshRequest`].
     RefreshRequest(RefreshPayload),
