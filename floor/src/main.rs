@@ -226,6 +226,24 @@ fn calls(name: &str, n: usize, mut one: impl FnMut() -> f64) {
     println!("calls floor/{name} {p10:.3} {median:.3} µs");
 }
 
+/// One timed reading of the response: `bytes` copied into `scratch` first (simd-json parses in
+/// place), outside the timing; then `read` on the copy, timed; its result checked and dropped
+/// after the clock stops. Microseconds.
+fn timed_read<'s, T, E>(
+    scratch: &'s mut Vec<u8>,
+    bytes: &[u8],
+    read: impl FnOnce(&'s mut [u8]) -> Result<T, E>,
+) -> f64 {
+    scratch.clear();
+    scratch.extend_from_slice(bytes);
+    let t = Instant::now();
+    let v = read(scratch.as_mut_slice());
+    let took = t.elapsed().as_secs_f64() * 1e6;
+    assert!(v.is_ok(), "the response does not parse");
+    drop(black_box(v));
+    took
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let Some(file) = args.get(1) else {
@@ -242,55 +260,29 @@ fn main() {
     };
     let mut scratch = bytes.clone();
     let mut buffers = simd_json::Buffers::new(bytes.len());
-    let mut parse = |scratch: &mut Vec<u8>| {
-        scratch.clear();
-        scratch.extend_from_slice(&bytes);
-        let t = Instant::now();
-        let v = simd_json::to_borrowed_value_with_buffers(scratch, &mut buffers);
-        let took = t.elapsed().as_secs_f64() * 1e6;
-        assert!(v.is_ok(), "the response does not parse");
-        drop(black_box(v));
-        took
-    };
-    calls("simd_json_dom", n, || parse(&mut scratch));
-    let mut tape_scratch = bytes.clone();
-    calls("simd_json_tape", n, || {
-        tape_scratch.clear();
-        tape_scratch.extend_from_slice(&bytes);
-        let t = Instant::now();
-        let v = simd_json::to_tape(&mut tape_scratch);
-        let took = t.elapsed().as_secs_f64() * 1e6;
-        assert!(v.is_ok(), "the response does not parse");
-        drop(black_box(v));
-        took
+    calls("simd_json_dom", n, || {
+        timed_read(&mut scratch, &bytes, |b| {
+            simd_json::to_borrowed_value_with_buffers(b, &mut buffers)
+        })
     });
-    let mut reused = bytes.clone();
+    calls("simd_json_tape", n, || {
+        timed_read(&mut scratch, &bytes, simd_json::to_tape)
+    });
     calls("simd_json_tape_reused", n, || {
-        reused.clear();
-        reused.extend_from_slice(&bytes);
-        let t = Instant::now();
-        let v = simd_json::Deserializer::from_slice_with_buffers(&mut reused, &mut buffers);
-        let took = t.elapsed().as_secs_f64() * 1e6;
-        assert!(v.is_ok(), "the response does not parse");
-        drop(black_box(v));
-        took
+        timed_read(&mut scratch, &bytes, |b| {
+            simd_json::Deserializer::from_slice_with_buffers(b, &mut buffers)
+        })
     });
     calls("sha256_of_the_bytes", n, || {
         let t = Instant::now();
         black_box(Sha256::digest(black_box(&bytes)));
         t.elapsed().as_secs_f64() * 1e6
     });
-    let mut both = scratch.clone();
     calls("parse_and_hash", n, || {
-        both.clear();
-        both.extend_from_slice(&bytes);
-        let t = Instant::now();
-        let v = simd_json::Deserializer::from_slice_with_buffers(&mut both, &mut buffers);
-        let h = Sha256::digest(&bytes);
-        let took = t.elapsed().as_secs_f64() * 1e6;
-        assert!(v.is_ok());
-        drop(black_box((v, h)));
-        took
+        timed_read(&mut scratch, &bytes, |b| {
+            let v = simd_json::Deserializer::from_slice_with_buffers(b, &mut buffers)?;
+            Ok::<_, simd_json::Error>((v, Sha256::digest(&bytes)))
+        })
     });
     // The typed reading, checked once: every component, prerequisite and claim read.
     let mut typed = bytes.clone();
@@ -349,19 +341,10 @@ fn main() {
             sources.entry(source).or_insert(n);
         }
     }
-    let mut scratch_typed = bytes.clone();
     calls("simd_json_typed", n, || {
-        scratch_typed.clear();
-        scratch_typed.extend_from_slice(&bytes);
-        let t = Instant::now();
-        let v = simd_json::serde::from_slice_with_buffers::<Envelope<'_>>(
-            &mut scratch_typed,
-            &mut buffers,
-        );
-        let took = t.elapsed().as_secs_f64() * 1e6;
-        assert!(v.is_ok(), "the response does not read");
-        drop(black_box(v));
-        took
+        timed_read(&mut scratch, &bytes, |b| {
+            simd_json::serde::from_slice_with_buffers::<Envelope<'_>>(b, &mut buffers)
+        })
     });
     calls("lookups", n, || {
         let t = Instant::now();
@@ -371,19 +354,11 @@ fn main() {
         took
     });
     calls("typed_parse_lookups_and_hash", n, || {
-        scratch_typed.clear();
-        scratch_typed.extend_from_slice(&bytes);
-        let t = Instant::now();
-        let v = simd_json::serde::from_slice_with_buffers::<Envelope<'_>>(
-            &mut scratch_typed,
-            &mut buffers,
-        );
-        let found = v.as_ref().map_or(0, |e| lookups(e, &types, &sources));
-        let h = Sha256::digest(&bytes);
-        let took = t.elapsed().as_secs_f64() * 1e6;
-        assert!(v.is_ok());
-        drop(black_box((v, found, h)));
-        took
+        timed_read(&mut scratch, &bytes, |b| {
+            let e = simd_json::serde::from_slice_with_buffers::<Envelope<'_>>(b, &mut buffers)?;
+            let found = lookups(&e, &types, &sources);
+            Ok::<_, simd_json::Error>((e, found, Sha256::digest(&bytes)))
+        })
     });
     println!(
         "the response: {} bytes; `{}` from `{}` (generation {}, format {}, catalog `{}` v{}): \
