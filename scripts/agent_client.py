@@ -294,6 +294,22 @@ class SetupError(Exception):
     """Something the example needs is missing (exit 2)."""
 
 
+def refusal(status, body):
+    """An HTTP refusal as people read it: the status, the stable reason code and the message."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        return f"HTTP {status}: {body}"
+    return f"HTTP {status} {err.get('code', 'no reason code')}: {err.get('message', '')}"
+
+
+def phase_of(report, component):
+    """The component's phase and reason in a response report, (None, None) if absent."""
+    for c in report.get("components", []):
+        if c.get("id") == component:
+            return c.get("phase"), c.get("reason")
+    return None, None
+
+
 def reached_vehicle(stream, component, response, timeout):
     """Waits until the vehicle took the dispatched action (phase OBSERVED_SUCCESS: PX4 echoed
     its exact target); says so either way."""
@@ -390,10 +406,20 @@ def run(url, agent_token, world, reach_timeout):
     status, rep = agent.submit(r1)
     say(step="submit", response=r1_id, status=status,
         phases={c["id"]: c["phase"] for c in rep.get("components", [])})
-    ok = status == 200 and all(c["phase"] in ("emitted", "dispatched", "observed_success")
-                               for c in rep["components"])
-    # e3 must fly before the world moves on.
-    ok = reached_vehicle(stream, "e3", r1_id, reach_timeout) and ok
+    if status != 200:
+        print(f"agent_client: {r1_id} refused: {refusal(status, rep)}", file=sys.stderr)
+        return 1
+    ok = all(c["phase"] in ("emitted", "dispatched", "observed_success")
+             for c in rep["components"])
+    # e3 must fly before the world moves on; a withheld e3 never left the gateway, so it is
+    # reported with the gate's reason, not as a dispatch that went missing.
+    phase, reason = phase_of(rep, "e3")
+    if phase in ("dispatched", "observed_success"):
+        ok = reached_vehicle(stream, "e3", r1_id, reach_timeout) and ok
+    else:
+        print(f"agent_client: {r1_id}/e3 was not dispatched: {phase} ({reason})",
+              file=sys.stderr)
+        return 1
 
     # 2. Conditions drift while the agent plans: the map moves to epoch 8.
     if world:
@@ -405,6 +431,9 @@ def run(url, agent_token, world, reach_timeout):
     r2 = {"response_id": r2_id, "agent_id": "planner-1", "generation": 2,
           "catalog": CATALOG, "components": [e5]}
     status, rep = agent.submit(r2)
+    if status != 200:
+        print(f"agent_client: {r2_id} refused: {refusal(status, rep)}", file=sys.stderr)
+        return 1
     c = rep["components"][0]
     say(step="submit", response=r2_id, status=status, phase=c["phase"],
         reason=c["reason"], obligation=c["obligation"])
@@ -426,8 +455,14 @@ def run(url, agent_token, world, reach_timeout):
             "generation": 3, "catalog": CATALOG, "components": [fresh]}
     status, rep = agent.candidate(obl["id"], cand)
     phase = rep.get("current", {}).get("components", [{}])[0].get("phase") if status == 200 else None
+    if status != 200:
+        err = rep.get("error") or {}
+        say(step="candidate", status=status, refused=err.get("code"), why=err.get("message"))
+        print(f"agent_client: the fresh candidate was refused: {refusal(status, rep)}",
+              file=sys.stderr)
+        return 1
     say(step="candidate", status=status, phase=phase)
-    ok = ok and status == 200 and phase in ("dispatched", "observed_success")
+    ok = ok and phase in ("dispatched", "observed_success")
 
     # 4. The gate's outcome for the fresh instance, as the stream reports it.
     ev = stream.wait_for(lambda e: e["event"] == "gate" and e["data"].get("component") == "e5"
@@ -435,7 +470,8 @@ def run(url, agent_token, world, reach_timeout):
                          and e["data"].get("outcome") == "dispatched", 10)
     say(step="gate", dispatched=ev is not None)
     ok = ok and ev is not None
-    ok = reached_vehicle(stream, "e5", r2_id, reach_timeout) and ok
+    if ev is not None:
+        ok = reached_vehicle(stream, "e5", r2_id, reach_timeout) and ok
     if world:
         time.sleep(3)
     stream.stopped = True

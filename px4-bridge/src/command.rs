@@ -40,6 +40,12 @@ pub enum Command {
         /// Interval, µs (-1 disables).
         interval_us: i32,
     },
+    /// `MAV_CMD_REQUEST_MESSAGE`: send the message once, now (PX4 sends `GPS_GLOBAL_ORIGIN`
+    /// only when the origin moves or when asked this way).
+    RequestMessage {
+        /// MAVLink message id.
+        message_id: u32,
+    },
 }
 
 impl Command {
@@ -103,6 +109,10 @@ impl Command {
                     0.0,
                     0.0,
                 ],
+            ),
+            Command::RequestMessage { message_id } => (
+                MavCmd::MAV_CMD_REQUEST_MESSAGE,
+                [message_id as f32, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
             ),
         }
     }
@@ -197,6 +207,12 @@ impl CommandTracker {
         let id = CommandId(self.next_id);
         self.next_id += 1;
         id
+    }
+
+    /// Whether a command with this `MAV_CMD` is in flight or queued behind one.
+    pub fn pending(&self, cmd: MavCmd) -> bool {
+        self.in_flight.iter().any(|p| p.cmd == cmd)
+            || self.queued.iter().any(|(_, c)| c.encode().0 == cmd)
     }
 
     /// Submits a command under an id from [`CommandTracker::reserve`].

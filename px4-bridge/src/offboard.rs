@@ -27,13 +27,16 @@
 //!   streaming, cancels its own pending mode changes, withdraws the permission, and never
 //!   enters OFFBOARD or commands a mode again until the operator permits it anew.
 //! - A mode change is reported accepted only once the HEARTBEAT shows it.
+//! - PX4 v1.16 sends `GPS_GLOBAL_ORIGIN` only when the origin moves or when asked: from link-up
+//!   until it is heard the bridge asks for it (`MAV_CMD_REQUEST_MESSAGE`, every
+//!   `origin_request_ms`) and says so ([`Event::OriginRequested`]).
 
 use std::collections::{BTreeSet, VecDeque};
 
 use mavlink::MavHeader;
 use mavlink::dialects::common::{
-    HEARTBEAT_DATA, MavAutopilot, MavFrame, MavLandedState, MavMessage, MavModeFlag, MavState,
-    MavType, POSITION_TARGET_LOCAL_NED_DATA, PositionTargetTypemask,
+    HEARTBEAT_DATA, MavAutopilot, MavCmd, MavFrame, MavLandedState, MavMessage, MavModeFlag,
+    MavState, MavType, POSITION_TARGET_LOCAL_NED_DATA, PositionTargetTypemask,
     SET_POSITION_TARGET_LOCAL_NED_DATA, TIMESYNC_DATA,
 };
 use serde::{Deserialize, Serialize};
@@ -139,6 +142,11 @@ pub struct Config {
     /// the link is down until a send gets through ([`Offboard::handle_send_result`]).
     #[serde(default = "default_send_failures")]
     pub send_failures_link_down: u32,
+    /// While the link is up and no `GPS_GLOBAL_ORIGIN` has come, ask for it
+    /// (`MAV_CMD_REQUEST_MESSAGE`) this often, ms. PX4 v1.16 sends the origin only when it
+    /// moves or when asked, so a gateway started after PX4 would otherwise never hear it.
+    #[serde(default = "default_origin_request_ms")]
+    pub origin_request_ms: u64,
     /// Unanswered TIMESYNC requests before falling back to arrival time.
     pub timesync_give_up: u32,
 }
@@ -170,9 +178,12 @@ impl Default for Config {
                 (msg_id::BATTERY_STATUS, 2.0),
                 (msg_id::EXTENDED_SYS_STATE, 2.0),
                 (msg_id::SYS_STATUS, 2.0),
-                // Home and the EKF origin are re-sent so the gateway's `home` source stays fresh
-                // on long flights (PX4 sends HOME_POSITION at 0.5 Hz in its normal profile).
+                // Home is re-sent so the gateway's `home` source stays fresh on long flights
+                // (PX4 sends HOME_POSITION at 0.5 Hz in its normal profile).
                 (msg_id::HOME_POSITION, 1.0),
+                // PX4's origin stream sends only when the origin moves, whatever its rate: the
+                // rate makes sure the stream exists on this link; the first value is requested
+                // (`origin_request_ms`).
                 (msg_id::GPS_GLOBAL_ORIGIN, 0.2),
                 // A mode change from another link (a ground station's HOLD, an RC switch)
                 // shows in no extra HEARTBEAT on this one: PX4's next 1 Hz heartbeat came
@@ -183,12 +194,17 @@ impl Default for Config {
             timesync_ms: 1000,
             timesync_give_up: 5,
             send_failures_link_down: default_send_failures(),
+            origin_request_ms: default_origin_request_ms(),
         }
     }
 }
 
 fn default_send_failures() -> u32 {
     10
+}
+
+fn default_origin_request_ms() -> u64 {
+    2000
 }
 
 /// Why an enqueue was refused.
@@ -296,6 +312,12 @@ pub enum Event {
         up: bool,
         /// Time since the last autopilot heartbeat, ms.
         silent_ms: u64,
+    },
+    /// No `GPS_GLOBAL_ORIGIN` yet: the bridge asked PX4 for it (again). Until it comes the
+    /// local frame has no place on the globe and the gateway's `origin` source is missing.
+    OriginRequested {
+        /// Requests sent since the link came up, this one included.
+        attempt: u32,
     },
     /// A telemetry update.
     Telemetry(TelemetryUpdate),
@@ -430,6 +452,8 @@ pub struct Stats {
     pub send_errors: u64,
     /// `STATUSTEXT`s queued for the autopilot ([`Offboard::status_text`]).
     pub status_texts_sent: u64,
+    /// `MAV_CMD_REQUEST_MESSAGE`s sent for `GPS_GLOBAL_ORIGIN`.
+    pub origin_requests: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -482,6 +506,11 @@ pub struct Offboard {
     timesync_unanswered: u32,
     timesync_given_up: bool,
     rates_requested: bool,
+    /// Whether a `GPS_GLOBAL_ORIGIN` was heard, when to ask for it next, and how often it
+    /// was asked for since the link came up.
+    origin_heard: bool,
+    next_origin_request: Mono,
+    origin_attempts: u32,
     commands: CommandTracker,
     /// An arm waiting for PX4 to show HOLD first: the mode change's id and the arm's.
     arm_after_hold: Option<(CommandId, CommandId)>,
@@ -543,6 +572,9 @@ impl Offboard {
             timesync_unanswered: 0,
             timesync_given_up: false,
             rates_requested: false,
+            origin_heard: false,
+            next_origin_request: Mono::NEVER,
+            origin_attempts: 0,
             commands,
             arm_after_hold: None,
             submitted: Vec::new(),
@@ -1181,6 +1213,8 @@ impl Offboard {
                 }
             }
             MavMessage::GPS_GLOBAL_ORIGIN(o) => {
+                self.origin_heard = true;
+                self.next_origin_request = Mono::NEVER;
                 #[allow(clippy::cast_precision_loss, reason = "1e-7 degree and mm units")]
                 let data = Telemetry::Origin {
                     lat_deg: f64::from(o.latitude) / 1e7,
@@ -1223,6 +1257,11 @@ impl Offboard {
                 up: true,
                 silent_ms: 0,
             });
+            if !self.origin_heard {
+                // Asked for after the rate requests have gone out (they share the queue).
+                self.next_origin_request = now;
+                self.origin_attempts = 0;
+            }
         }
         let armed = hb
             .base_mode
@@ -1439,6 +1478,10 @@ impl Offboard {
                 self.next_timesync = now.add_ms(period);
             }
         }
+        // The EKF origin, until it is heard.
+        if self.link_up && !self.origin_heard && now >= self.next_origin_request {
+            self.request_origin(now);
+        }
         // Commands.
         let target = self.target_ids();
         self.commands.handle_timeout(now, target);
@@ -1451,6 +1494,35 @@ impl Offboard {
         if now >= self.next_stream || ends {
             self.stream_tick(now);
         }
+    }
+
+    /// Asks PX4 for `GPS_GLOBAL_ORIGIN` once more and says so.
+    fn request_origin(&mut self, now: Mono) {
+        if self.commands.pending(MavCmd::MAV_CMD_REQUEST_MESSAGE) {
+            // The last request is still being retried: one at a time.
+            self.next_origin_request = now.add_ms(self.cfg.origin_request_ms.max(100));
+            return;
+        }
+        self.origin_attempts = self.origin_attempts.saturating_add(1);
+        self.stats.origin_requests += 1;
+        self.next_origin_request = now.add_ms(self.cfg.origin_request_ms.max(100));
+        let target = self.target_ids();
+        self.commands.submit(
+            now,
+            Command::RequestMessage {
+                message_id: msg_id::GPS_GLOBAL_ORIGIN,
+            },
+            target,
+        );
+        self.events.push_back(Event::OriginRequested {
+            attempt: self.origin_attempts,
+        });
+    }
+
+    /// Whether the link is up and the EKF origin has not been heard yet (the bridge is
+    /// asking PX4 for it).
+    pub fn waiting_for_origin(&self) -> bool {
+        self.link_up && !self.origin_heard
     }
 
     fn stream_tick(&mut self, now: Mono) {
@@ -1599,6 +1671,9 @@ impl Offboard {
         }
         if let Some(a) = self.awaiting_reason.front() {
             t = t.min(a.deadline);
+        }
+        if self.link_up && !self.origin_heard {
+            t = t.min(self.next_origin_request);
         }
         t
     }

@@ -1529,3 +1529,96 @@ fn the_simulator_matches_measured_px4() {
     assert_eq!(got.len(), 37, "every fact measured");
     assert_eq!(matched, facts.facts.len());
 }
+
+/// GPS_GLOBAL_ORIGIN arrivals the bridge received, by time.
+fn origins_heard(p: &Pair<Bridge, SimEndpoint>) -> Vec<u64> {
+    p.a.received
+        .iter()
+        .filter(|(_, m, _)| *m == 49)
+        .map(|(t, _, _)| *t)
+        .collect()
+}
+
+fn origin_requests(p: &Pair<Bridge, SimEndpoint>) -> Vec<(u64, u32)> {
+    p.a.events
+        .iter()
+        .filter_map(|(t, e)| match e {
+            Event::OriginRequested { attempt } => Some((*t, *attempt)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_origin_is_asked_for_at_link_up_until_it_comes() {
+    let mut cases: Vec<(&str, bool)> = Vec::new();
+    // A PX4 whose EKF has its origin: one request at link-up, answered at once.
+    let mut p = pair_with(SimConfig::default(), Config::default());
+    assert!(p.run_until_cond(5 * S, |p| p.a.ob.link_up()), "no link");
+    let up = p.now;
+    assert!(
+        p.run_until_cond(2 * S, |p| !origins_heard(p).is_empty()),
+        "no origin within 2 s of link-up; requests: {:?}",
+        origin_requests(&p)
+    );
+    let first = origins_heard(&p)[0];
+    cases.push(("the origin arrives within 1 s of link-up", first - up < S));
+    p.run_for(30 * S);
+    let stats = p.b.sim.stats();
+    cases.push((
+        "one request, and nothing unsolicited in 30 s (every origin heard was asked for)",
+        origin_requests(&p).len() == 1
+            && stats.messages_requested == 1
+            && origins_heard(&p).len() == 1,
+    ));
+    cases.push(("no longer waiting", !p.a.ob.waiting_for_origin()));
+
+    // A PX4 whose EKF finds its origin 7 s after boot: refused until then, asked again every
+    // `origin_request_ms`, heard within one period after it exists.
+    let cfg = Config::default();
+    let period = cfg.origin_request_ms * MS;
+    let mut p = pair_with(
+        SimConfig {
+            origin_after_ms: 7000,
+            ..SimConfig::default()
+        },
+        cfg,
+    );
+    assert!(p.run_until_cond(5 * S, |p| p.a.ob.link_up()), "no link");
+    p.run_for(3 * S);
+    cases.push((
+        "waiting while the EKF has no origin",
+        p.a.ob.waiting_for_origin() && origins_heard(&p).is_empty(),
+    ));
+    assert!(
+        p.run_until_cond(10 * S, |p| !origins_heard(p).is_empty()),
+        "no origin after the EKF had one"
+    );
+    let heard = origins_heard(&p)[0];
+    let reqs = origin_requests(&p);
+    let exists = S + 7 * S;
+    cases.push((
+        "asked again until it came, numbered 1, 2, ...",
+        reqs.len() >= 3
+            && reqs
+                .iter()
+                .enumerate()
+                .all(|(i, (_, a))| *a as usize == i + 1),
+    ));
+    cases.push((
+        "heard within one request period of existing",
+        heard >= exists && heard < exists + period + 500 * MS,
+    ));
+    let n = reqs.len();
+    p.run_for(10 * S);
+    cases.push((
+        "no request after it came",
+        origin_requests(&p).len() == n && !p.a.ob.waiting_for_origin(),
+    ));
+    let matched = cases.iter().filter(|(_, ok)| *ok).count();
+    for (what, ok) in &cases {
+        println!("  {} {what}", if *ok { "ok  " } else { "FAIL" });
+    }
+    println!("px4-origin: {matched}/{} matched", cases.len());
+    assert_eq!((matched, cases.len()), (7, 7));
+}

@@ -1713,6 +1713,34 @@ fn the_python_example_client_runs_against_the_service() {
         assert_eq!(v["vehicle"]["armed"], false, "{v}");
         assert_eq!(g.stop(), 0);
     }
+    // With no provider publishing, the route action is withheld at the gate: the client says
+    // so with the gate's reason, and never calls it a dispatch that went missing.
+    {
+        let dir = tmp("python-withheld");
+        let sim = Sim::start(&dir.join("vehicle-setpoints.jsonl"));
+        let g = Gateway::start(
+            &dir,
+            &format!("udpout:{}", sim.addr),
+            "[certifier]\nenabled = true\n",
+        );
+        take_off(&g, &sim);
+        // The map is at epoch 8; the client plans at epoch 7 (it plays no provider).
+        Providers::publish_once(&g.url, &g.provider, 8);
+        let out = Command::new("python3")
+            .arg(&script)
+            .args(["--url", &g.url, "--state-dir"])
+            .arg(&g.state)
+            .output()
+            .expect("python3");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+        assert!(
+            stderr.contains("was not dispatched") && !stderr.contains("never reached"),
+            "{stdout}\n{stderr}"
+        );
+        assert_eq!(g.stop(), 0);
+    }
     let dir = tmp("python");
     let g = Gateway::start(&dir, "sim", "[certifier]\nenabled = true\n");
     // No `halo-gateway` on the client's PATH: it needs none.
@@ -2365,4 +2393,63 @@ fn global_targets_fly_through_the_origin_and_a_moved_origin_withholds_them() {
     assert_eq!((matched, outcomes.len()), (7, 7), "{v}");
     assert_eq!(g.stop(), 0);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// PX4 v1.16 sends GPS_GLOBAL_ORIGIN only when asked or when it moves: a gateway started
+/// after PX4 asks for it at link-up, and says in `/v1/status` that it waits until it comes.
+#[test]
+fn the_gateway_asks_px4_for_its_origin_and_says_it_waits() {
+    let _timing = common::shared();
+    let dir = tmp("origin-wait");
+    let sim = Sim::start_with(
+        &dir.join("vehicle-setpoints.jsonl"),
+        None,
+        sitl::sim::px4::SimConfig {
+            // Long enough that a slow start of the gateway still sees the wait.
+            origin_after_ms: 10_000,
+            ..sitl::sim::px4::SimConfig::default()
+        },
+    );
+    let g = Gateway::start(&dir, &format!("udpout:{}", sim.addr), "");
+    let u = g.url.clone();
+    let status = || get(&format!("{u}/v1/status"), None).1;
+    let has_origin = |s: &Value| {
+        s["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["source"] == "origin" && x["epoch"].as_u64().is_some())
+    };
+    let mut cases: Vec<(&str, bool)> = Vec::new();
+    wait_until(10, "the link", || status()["vehicle"]["link_up"] == true);
+    wait_until(5, "a second request", || {
+        status()["vehicle"]["waiting_for_origin"]["requests"]
+            .as_u64()
+            .is_some_and(|n| n >= 2)
+    });
+    let s = status();
+    cases.push((
+        "while PX4 has no origin: status says it waits, in words, and no origin source",
+        s["vehicle"]["waiting_for_origin"]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("GPS_GLOBAL_ORIGIN"))
+            && !has_origin(&s),
+    ));
+    wait_until(15, "the origin", || has_origin(&status()));
+    let heard_ns = sim.now_ns();
+    let s = status();
+    cases.push((
+        "once it exists it is heard and the wait is over",
+        s["vehicle"].get("waiting_for_origin").is_none(),
+    ));
+    cases.push((
+        "heard within one request period (2 s) and a little after it exists",
+        (10_000_000_000..13_000_000_000).contains(&heard_ns),
+    ));
+    let matched = cases.iter().filter(|(_, ok)| *ok).count();
+    for (what, ok) in &cases {
+        println!("  {} {what}", if *ok { "ok  " } else { "FAIL" });
+    }
+    println!("service-origin-wait: {matched}/{} matched", cases.len());
+    assert_eq!((matched, cases.len()), (3, 3), "{s}");
 }

@@ -19,6 +19,8 @@
 //!   heartbeat shows POSCTL (main 3) and, with no manual control, it descends and disarms,
 //!   after which the heartbeat reads the interrupted mode (OFFBOARD) again;
 //! - commands sent to component 0 are accepted and ACKed twice;
+//! - GPS_GLOBAL_ORIGIN only when the origin moves or on `MAV_CMD_REQUEST_MESSAGE`, never
+//!   unsolicited at boot (a `SET_MESSAGE_INTERVAL` for it is accepted and changes nothing);
 //! - a ground-station link with its own streams (POSITION_TARGET_LOCAL_NED at 50 Hz);
 //! - settled at a target it holds 0.2–0.6 m off it; leaving the ground in OFFBOARD it keeps
 //!   its own heading briefly; AUTO.TAKEOFF slows well before its height.
@@ -86,6 +88,10 @@ pub struct SimConfig {
     pub clock_drift_ppm: i64,
     /// Arming is refused until this long after boot (estimator not ready), ms.
     pub ready_after_ms: u64,
+    /// The EKF has no global origin until this long after boot, ms: a request for
+    /// `GPS_GLOBAL_ORIGIN` before it fails and sends nothing.
+    #[serde(default)]
+    pub origin_after_ms: u64,
     /// Arming is refused below this battery level, percent.
     pub min_arm_battery_pct: f64,
     /// `COM_OF_LOSS_T`, ms.
@@ -169,6 +175,7 @@ impl Default for SimConfig {
             clock_offset_ms: 0,
             clock_drift_ppm: 0,
             ready_after_ms: 2000,
+            origin_after_ms: 0,
             min_arm_battery_pct: 20.0,
             offboard_loss_ms: 1000,
             loss_detection_ms: 80,
@@ -304,6 +311,8 @@ pub struct SimStats {
     pub commands: u64,
     /// Offboard-loss failsafes.
     pub failsafes: u64,
+    /// Messages sent in answer to `MAV_CMD_REQUEST_MESSAGE`.
+    pub messages_requested: u64,
 }
 
 /// The simulated vehicle. See the module documentation.
@@ -412,12 +421,21 @@ impl Px4Sim {
                 (1, 1.0),   // SYS_STATUS
                 (245, 5.0), // EXTENDED_SYS_STATE
                 (242, 0.5), // HOME_POSITION (PX4's normal-profile rate)
-                (49, 0.1),  // GPS_GLOBAL_ORIGIN
                 (111, 1.0), // TIMESYNC requests
                 (436, 0.5), // CURRENT_MODE (PX4's onboard profile rate)
             ],
             now_ns,
         );
+        // GPS_GLOBAL_ORIGIN, as PX4 v1.16's stream sends it: only when the origin changes or
+        // when asked with MAV_CMD_REQUEST_MESSAGE, never unsolicited at boot, whatever rate a
+        // SET_MESSAGE_INTERVAL gives it (the stream is there, so the rate is ACCEPTED).
+        let mut streams = streams;
+        streams.push(Stream {
+            msg_id: 49,
+            interval_ns: u64::MAX,
+            next_at: u64::MAX,
+            last_sent: 0,
+        });
         let battery = cfg.battery_pct;
         let cfg_origin = (cfg.home_lat, cfg.home_lon, cfg.home_alt_m);
         let mut sim = Px4Sim {
@@ -942,6 +960,10 @@ impl Px4Sim {
                 let Some(s) = streams.iter_mut().find(|s| s.msg_id == id) else {
                     return MavResult::MAV_RESULT_UNSUPPORTED;
                 };
+                if id == 49 {
+                    // Sent on change and on request only (see `Px4Sim::new`).
+                    return MavResult::MAV_RESULT_ACCEPTED;
+                }
                 let us = f64::from(p[1]);
                 if us < 0.0 {
                     s.interval_ns = u64::MAX;
@@ -955,6 +977,29 @@ impl Px4Sim {
                     let ns = (us * 1000.0) as u64;
                     s.interval_ns = ns.max(MS);
                     s.next_at = now;
+                }
+                MavResult::MAV_RESULT_ACCEPTED
+            }
+            MavCmd::MAV_CMD_REQUEST_MESSAGE => {
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss,
+                    reason = "message ids"
+                )]
+                let id = p[0].round() as u32;
+                if id == 49 && now.saturating_sub(self.boot_ns) < self.cfg.origin_after_ms * MS {
+                    return MavResult::MAV_RESULT_FAILED;
+                }
+                // PX4 answers on the link that asked, after the ACK in practice; order does not
+                // matter to a reader that takes both.
+                let Some(m) = self.stream_message(id, now) else {
+                    return MavResult::MAV_RESULT_UNSUPPORTED;
+                };
+                self.stats.messages_requested += 1;
+                if gcs {
+                    self.gcs_outbox.push_back(m);
+                } else {
+                    self.outbox.push_back(m);
                 }
                 MavResult::MAV_RESULT_ACCEPTED
             }

@@ -369,6 +369,19 @@ pub struct VehicleView {
     /// The mode of the last override (a mode change the gateway did not command), until the
     /// operator releases.
     pub override_mode: Option<String>,
+    /// Set while the PX4 bridge asks for the EKF origin (`GPS_GLOBAL_ORIGIN`) and none has
+    /// come: until then the `origin` source is missing and route actions are withheld.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for_origin: Option<OriginWait>,
+}
+
+/// The PX4 bridge is asking for the EKF origin ([`VehicleView::waiting_for_origin`]).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OriginWait {
+    /// `MAV_CMD_REQUEST_MESSAGE`s sent since the link came up.
+    pub requests: u32,
+    /// What it means, for people.
+    pub note: &'static str,
 }
 
 /// The service task's state.

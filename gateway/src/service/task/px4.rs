@@ -42,6 +42,7 @@ pub(crate) fn command_text(c: &Command) -> String {
                 format!("stop message {message_id}")
             }
         }
+        Command::RequestMessage { message_id } => format!("request message {message_id}"),
     }
 }
 
@@ -86,6 +87,11 @@ impl Task {
                     at: Nanos(u.generated_at.0),
                     uncertainty: Nanos(u.uncertainty_ns),
                 });
+                if let (Telemetry::Origin { .. }, Some(w)) =
+                    (&u.data, self.vehicle.waiting_for_origin.take())
+                {
+                    tracing::info!(requests = w.requests, "EKF origin from PX4");
+                }
                 self.on_telemetry(&u.data);
                 // Fail closed, as for every vehicle source: stamped as old as it may be.
                 let at = Nanos(u.generated_at.0.saturating_sub(u.uncertainty_ns));
@@ -115,6 +121,22 @@ impl Task {
                 });
                 self.publish("vehicle_link", &json!({"up": up, "silent_ms": silent_ms}));
             }
+            BridgeEvent::OriginRequested { attempt } => {
+                if *attempt == 1 {
+                    tracing::info!("asking PX4 for its EKF origin (GPS_GLOBAL_ORIGIN)");
+                } else if attempt % 5 == 0 {
+                    tracing::warn!(
+                        requests = attempt,
+                        "still no EKF origin from PX4: route actions are withheld \
+                         (origin SOURCE_MISSING) until it comes"
+                    );
+                }
+                self.vehicle.waiting_for_origin = Some(super::OriginWait {
+                    requests: *attempt,
+                    note: "waiting for PX4's EKF origin (GPS_GLOBAL_ORIGIN): route actions are \
+                           withheld until it comes",
+                });
+            }
             BridgeEvent::ModeChanged { from, to } => {
                 let from_s = from.map(mode_name);
                 tracing::info!(from = from_s.as_deref().unwrap_or("unknown"), to = %to, "PX4 mode");
@@ -138,7 +160,10 @@ impl Task {
                 ..
             } => {
                 let text = command_text(command);
-                if !matches!(command, Command::SetMessageInterval { .. }) {
+                if !matches!(
+                    command,
+                    Command::SetMessageInterval { .. } | Command::RequestMessage { .. }
+                ) {
                     tracing::info!(command = %text, outcome = outcome_text(*outcome), "PX4 command");
                 }
                 self.publish(
