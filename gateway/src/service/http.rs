@@ -27,11 +27,12 @@ use futures_util::stream::Stream;
 use subtle::ConstantTimeEq;
 use tokio::sync::{mpsc, watch};
 
+use super::clock::{Arrival, Clock};
 use super::hub::{Hub, Item, Reader};
 use super::listener::{RateLimited, RequestIds};
 use super::metrics::{Metrics, RequestLabel};
 use super::statedir::Credentials;
-use super::task::{Answer, ApiError, Cmd, OperatorOp, RESPONSE_LIMIT, Reply, ask, wall_now_ms};
+use super::task::{Answer, ApiError, Cmd, OperatorOp, RESPONSE_LIMIT, Reply, ask};
 use crate::core::reason::ReasonCode;
 
 /// Largest body for every route but responses and candidates.
@@ -86,6 +87,8 @@ pub struct AppState {
     pub(crate) catalog: Arc<crate::core::catalog::Catalog>,
     /// The MCP server's shared part (`/mcp` on the main listener), and the most sessions.
     pub(crate) mcp: Option<(Arc<super::mcp::Shared>, usize)>,
+    /// The service's clock: each request's arrival is stamped on it ([`stamp_arrival`]).
+    pub(crate) clock: Clock,
 }
 
 /// Open event streams per role, against a cap per role.
@@ -166,6 +169,7 @@ pub struct Layers {
 pub fn router(state: AppState, layers: &Layers) -> Router {
     use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
     let operator_only = state.operator_only;
+    let clock = state.clock;
     let guard_state = state.clone();
     let mcp = (!operator_only).then(|| state.mcp.clone()).flatten();
     let mut routes = routes(state);
@@ -219,7 +223,38 @@ pub fn router(state: AppState, layers: &Layers) -> Router {
                     },
                 ),
         )
+        .layer(axum::middleware::from_fn_with_state(clock, stamp_arrival))
         .layer(SetRequestIdLayer::x_request_id(RequestIds::new(layers.boot)))
+}
+
+/// Stamps the request's arrival on both clocks before anything else reads it (its body, a
+/// credential check, the service task's queue), so a provider's generation time and a
+/// certificate's end are mapped at the arrival ([`super::clock`]).
+async fn stamp_arrival(
+    State(clock): State<Clock>,
+    mut req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    req.extensions_mut().insert(clock.arrival());
+    next.run(req).await
+}
+
+/// The request's arrival ([`stamp_arrival`]; stamped now if a router without the layer
+/// served it).
+struct Arrived(Arrival);
+
+impl FromRequestParts<AppState> for Arrived {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Arrived, Infallible> {
+        Ok(Arrived(
+            parts
+                .extensions
+                .get::<Arrival>()
+                .copied()
+                .unwrap_or_else(|| st.clock.arrival()),
+        ))
+    }
 }
 
 /// The handler of a route in [`ROUTES`].
@@ -1098,36 +1133,45 @@ async fn post_candidate(
 
 async fn post_state(
     State(st): State<AppState>,
+    Arrived(arrival): Arrived,
     c: Caller,
     Path(source): Path<String>,
     body: JsonBody,
 ) -> Response {
-    let (caller, wall_ms) = (c.owner(), wall_now_ms());
+    let caller = c.owner();
     ask_core(&st, &c, |reply| Cmd::State {
         caller,
         source,
         bytes: body.0,
-        wall_ms,
+        arrival,
         reply,
     })
     .await
 }
 
-async fn post_certificate(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
-    let wall_ms = wall_now_ms();
+async fn post_certificate(
+    State(st): State<AppState>,
+    Arrived(arrival): Arrived,
+    c: Caller,
+    body: JsonBody,
+) -> Response {
     ask_core(&st, &c, |reply| Cmd::Certificate {
         bytes: body.0,
-        wall_ms,
+        arrival,
         reply,
     })
     .await
 }
 
-async fn post_certify(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
-    let wall_ms = wall_now_ms();
+async fn post_certify(
+    State(st): State<AppState>,
+    Arrived(arrival): Arrived,
+    c: Caller,
+    body: JsonBody,
+) -> Response {
     ask_core(&st, &c, |reply| Cmd::Certify {
         bytes: body.0,
-        wall_ms,
+        arrival,
         reply,
     })
     .await

@@ -13,6 +13,7 @@
 //! call is the bridge's non-blocking `try_enqueue`.
 
 pub mod certifier;
+pub mod clock;
 pub mod config;
 pub mod console;
 pub mod http;
@@ -391,8 +392,7 @@ async fn start_crazyflie(
 /// What the service task is built from, besides the configuration.
 struct CoreParts {
     link: crate::vehicle::VehicleLink,
-    origin: Instant,
-    origin_wall_ms: u64,
+    clock: clock::Clock,
     log: receipts::ReceiptLog,
     hub: hub::Hub,
     metrics: Arc<metrics::Metrics>,
@@ -435,8 +435,7 @@ fn build_task(
         gw,
         crate::contract::Monitor::new(domain),
         p.link,
-        p.origin,
-        p.origin_wall_ms,
+        p.clock,
         Some(p.log),
         p.hub,
         p.metrics,
@@ -561,8 +560,9 @@ impl Service {
             .local_addr()
             .map_err(within(StartError::listen, "listener"))?;
 
-        let origin = Instant::now();
-        let origin_wall_ms = task::wall_now_ms();
+        // The one clock: the bridges, the task and the faces' arrival stamps count from it.
+        let clock = clock::Clock::start();
+        let origin = clock.origin();
         let (stop_bridge, _) = broadcast::channel(1);
 
         let Embedded {
@@ -640,8 +640,7 @@ impl Service {
             domain,
             CoreParts {
                 link,
-                origin,
-                origin_wall_ms,
+                clock,
                 log,
                 hub: hub.clone(),
                 metrics: Arc::clone(&metrics),
@@ -662,6 +661,7 @@ impl Service {
             Arc::clone(&envelope_schema),
             shutdown_rx.clone(),
             cfg.certifier.enabled,
+            clock,
         );
         let task = tokio::spawn(task.run(
             cmd_rx,
@@ -685,6 +685,7 @@ impl Service {
                 owners,
                 catalog: Arc::clone(&mcp_catalog),
                 mcp: Some((Arc::clone(&mcp), cfg.listen.max_mcp_sessions)),
+                clock,
             },
             boot_epoch,
         );

@@ -41,6 +41,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
+use super::clock::Clock;
 use super::hub::{Hub, Item, Resume};
 use super::task::{Answer, ApiError, Cmd, ask, wall_now_ms};
 use crate::core::catalog::Catalog;
@@ -99,6 +100,8 @@ pub struct Shared {
     /// is certified by it before it is sent.
     certifier: bool,
     next_certificate: AtomicU64,
+    /// The service's clock, for arrival stamps ([`super::clock`]).
+    clock: Clock,
 }
 
 impl Shared {
@@ -110,6 +113,7 @@ impl Shared {
         schema: Arc<String>,
         shutdown: watch::Receiver<bool>,
         certifier: bool,
+        clock: Clock,
     ) -> Arc<Shared> {
         let generated = tools::tools(&catalog, certifier);
         let kinds = generated
@@ -134,6 +138,7 @@ impl Shared {
             sent: Mutex::new(VecDeque::new()),
             shutdown,
             certifier,
+            clock,
             next_certificate: AtomicU64::new(1),
         })
     }
@@ -273,10 +278,10 @@ impl McpServer {
         );
         let bytes = serde_json::to_vec(&json!({ "component": component }))
             .map_err(|e| tools::invalid(e.to_string()))?;
-        let wall_ms = wall_now_ms();
+        let arrival = sh.clock.arrival();
         self.ask(|reply| Cmd::Certify {
             bytes,
-            wall_ms,
+            arrival,
             reply,
         })
         .await

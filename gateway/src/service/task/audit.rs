@@ -217,7 +217,7 @@ impl Task {
         if due {
             return self.checkpoint(false);
         }
-        let base = self.origin_wall_ms;
+        let base = self.clock.origin_wall_ms();
         let mut lines = Vec::new();
         while let Some(r) = self
             .gw
@@ -269,7 +269,7 @@ impl Task {
             .as_ref()
             .is_none_or(crate::service::receipts::ReceiptLog::may_sign);
         let now = self.now();
-        let base = self.origin_wall_ms;
+        let base = self.clock.origin_wall_ms();
         let wall = base.saturating_add(now.as_ms());
         let (lines, signed) = match self.audit.as_mut() {
             Some(a) if may_sign => {

@@ -24,13 +24,15 @@ mod requests;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use px4_bridge::Event as BridgeEvent;
 use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub use super::clock::wall_now_ms;
+use super::clock::{Arrival, Clock};
 use super::hub::Hub;
 use super::metrics::{Metrics, OutcomeLabel, SourceLabel};
 use super::pilot_text::Told;
@@ -48,7 +50,9 @@ use crate::vehicle::{VehicleAdapter, VehicleLink};
 
 pub use crate::supervisor::{FullAction, OperatorOp};
 pub use audit::{PreviousHead, ReceiptSummary, Signing};
-pub use requests::{CertificateBody, UpdateBody, read_certificate, read_contract_op, read_update};
+pub use requests::{
+    CertificateBody, UpdateBody, read_certificate, read_contract_op, read_update, read_update_at,
+};
 
 /// The vehicle bridge's event stream.
 pub enum VehicleEvents {
@@ -229,8 +233,8 @@ pub enum Cmd {
         source: String,
         /// The update body.
         bytes: Vec<u8>,
-        /// When the request arrived, Unix ms (to map the provider's generation time).
-        wall_ms: u64,
+        /// When the request arrived (to map the provider's generation time).
+        arrival: Arrival,
         /// Answer.
         reply: Reply,
     },
@@ -238,8 +242,8 @@ pub enum Cmd {
     Certificate {
         /// The certificate body.
         bytes: Vec<u8>,
-        /// Arrival time, Unix ms.
-        wall_ms: u64,
+        /// When the request arrived.
+        arrival: Arrival,
         /// Answer.
         reply: Reply,
     },
@@ -247,8 +251,8 @@ pub enum Cmd {
     Certify {
         /// `{"component": {...}}` or a one-component envelope.
         bytes: Vec<u8>,
-        /// Arrival time, Unix ms.
-        wall_ms: u64,
+        /// When the request arrived.
+        arrival: Arrival,
         /// Answer.
         reply: Reply,
     },
@@ -394,12 +398,10 @@ pub struct Task {
     sup: Supervisor,
     /// The mission-contract monitor (its conjunct is active once a root is registered).
     monitor: Monitor,
-    /// The shared monotonic origin.
-    origin: Instant,
+    /// The shared monotonic clock and the wall time at its origin.
+    clock: Clock,
     /// The vehicle URL, for people.
     vehicle_url: String,
-    /// Wall-clock Unix ms at `origin`.
-    origin_wall_ms: u64,
     /// The receipt log (`None`: receipts are sealed and counted, not kept).
     receipts: Option<super::receipts::ReceiptLog>,
     /// Its path.
@@ -450,13 +452,6 @@ pub struct Task {
 /// Decisions kept in words for `GET /v1/status`.
 pub const RECENT: usize = 8;
 
-/// Unix ms now.
-pub fn wall_now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 fn gate_label(o: &GateOutcome) -> &'static str {
     match o {
         GateOutcome::Dispatched { .. } => "dispatched",
@@ -476,8 +471,7 @@ impl Task {
         gw: Gateway,
         monitor: Monitor,
         link: VehicleLink,
-        origin: Instant,
-        origin_wall_ms: u64,
+        clock: Clock,
         receipts: Option<super::receipts::ReceiptLog>,
         hub: Hub,
         metrics: Arc<Metrics>,
@@ -507,8 +501,7 @@ impl Task {
             adapter: VehicleAdapter::new(link),
             sup: Supervisor::new(kind, "", boot_epoch, Nanos::ZERO, granted),
             monitor,
-            origin,
-            origin_wall_ms,
+            clock,
             receipts,
             receipts_path,
             receipts_unlogged: 0,
@@ -521,7 +514,7 @@ impl Task {
             replies: BTreeMap::new(),
             next_ticket: 0,
             ended: Vec::new(),
-            last_housekeeping: origin,
+            last_housekeeping: clock.origin(),
             audit: None,
             late_failure: None,
             syncer,
@@ -643,20 +636,12 @@ impl Task {
 
     /// Now on the shared monotonic clock.
     pub fn now(&self) -> Nanos {
-        Nanos(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
-    }
-
-    /// Maps a remote wall-clock time onto the monotonic clock, given the wall time `wall_now`
-    /// that corresponds to `now`. Times before the origin map to 0 (they are stale anyway).
-    fn map_wall(now: Nanos, wall_now_ms: u64, remote_ms: u64) -> Nanos {
-        let delta_ns = (i128::from(remote_ms) - i128::from(wall_now_ms)) * 1_000_000;
-        let t = i128::from(now.0) + delta_ns;
-        Nanos(u64::try_from(t.clamp(0, i128::from(u64::MAX))).unwrap_or(0))
+        self.clock.now()
     }
 
     /// Unix milliseconds of an instant on the service's monotonic clock.
     fn wall_ms(&self, at: Nanos) -> u64 {
-        self.origin_wall_ms.saturating_add(at.as_ms())
+        self.clock.wall_ms(at)
     }
 
     /// An obligation as the HTTP, stdio and MCP interfaces show it: states and the discharge
@@ -1108,28 +1093,28 @@ impl Task {
                 caller,
                 source,
                 bytes,
-                wall_ms,
+                arrival,
                 reply,
             } => {
-                let answer = self.state_update(caller, &source, &bytes, wall_ms);
+                let answer = self.state_update(caller, &source, &bytes, arrival);
                 self.pump();
                 let _ = reply.send(answer);
             }
             Cmd::Certificate {
                 bytes,
-                wall_ms,
+                arrival,
                 reply,
             } => {
-                let answer = self.certificate(&bytes, wall_ms);
+                let answer = self.certificate(&bytes, arrival);
                 self.pump();
                 let _ = reply.send(answer);
             }
             Cmd::Certify {
                 bytes,
-                wall_ms,
+                arrival,
                 reply,
             } => {
-                let answer = self.certify(&bytes, wall_ms);
+                let answer = self.certify(&bytes, arrival);
                 self.pump();
                 let _ = reply.send(answer);
             }
@@ -1234,7 +1219,7 @@ impl Task {
             "service": "halo-gateway",
             "version": env!("CARGO_PKG_VERSION"),
             "boot_epoch": self.boot_epoch,
-            "uptime_s": self.origin.elapsed().as_secs(),
+            "uptime_s": self.clock.origin().elapsed().as_secs(),
             "catalog": {"id": cat.id(), "version": cat.version()},
             "vehicle": VehicleView {
                 setpoints_sent: self.adapter.setpoints_sent(),
@@ -1461,22 +1446,3 @@ fn refuse(cmd: Cmd) {
 
 /// Largest body for a response or candidate.
 pub const RESPONSE_LIMIT: usize = MAX_RESPONSE_BYTES;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wall_times_map_onto_the_monotonic_clock() {
-        let now = Nanos::from_ms(10_000);
-        assert_eq!(
-            Task::map_wall(now, 1_000_000, 999_800),
-            Nanos::from_ms(9_800)
-        );
-        assert_eq!(
-            Task::map_wall(now, 1_000_000, 1_000_030),
-            Nanos::from_ms(10_030)
-        );
-        assert_eq!(Task::map_wall(now, 1_000_000, 0), Nanos::ZERO);
-    }
-}

@@ -7,7 +7,7 @@ use serde_json::json;
 use crate::core::state::UpdateError;
 pub use crate::core::update::{CertificateBody, UpdateBody};
 
-use super::{Answer, ApiError, Task, internal, verdict_name};
+use super::{Answer, ApiError, Arrival, Task, internal, verdict_name};
 use crate::contract::{Op, Request as ContractRequest, Role as ContractRole};
 use crate::core::digest::Digest;
 use crate::core::reason::ReasonCode;
@@ -103,7 +103,7 @@ impl Task {
         caller: crate::core::catalog::Owner,
         source: &str,
         bytes: &[u8],
-        wall_ms: u64,
+        arrival: Arrival,
     ) -> Answer {
         use crate::core::catalog::Owner;
         let cat = self.gw.catalog();
@@ -132,7 +132,9 @@ impl Task {
             ));
         }
         let now = self.now();
-        let u = read_update(cat, source, bytes, |ms| Task::map_wall(now, wall_ms, ms))?;
+        // Mapped at the arrival, not at `now`: the time the update waited in the queue counts
+        // toward its age.
+        let u = read_update_at(cat, source, bytes, arrival)?;
         let (epoch, generated_at) = (u.state.epoch, u.state.generated_at);
         match self.gw.handle_source_update(now, u) {
             Ok(()) => {
@@ -156,7 +158,7 @@ impl Task {
     /// issues a certificate for its exact digest through [`Task::certificate`] (a receipt like
     /// any other). The component names the certificate's id in its `certificate` field (the
     /// digest covers it).
-    pub(super) fn certify(&mut self, bytes: &[u8], wall_ms: u64) -> Answer {
+    pub(super) fn certify(&mut self, bytes: &[u8], arrival: Arrival) -> Answer {
         use crate::core::payload::Payload;
         let cfg = self.certifier.clone();
         if !cfg.enabled {
@@ -230,25 +232,26 @@ impl Task {
             "valid_for_ms": valid_for_ms,
             "issuer": cfg.issuer,
         });
-        let issued = self.certificate(body.to_string().as_bytes(), wall_ms)?;
+        let issued = self.certificate(body.to_string().as_bytes(), arrival)?;
         Ok(json!({
             "certificate": cert_id.as_str(),
             "component": c.id.as_str(),
             "covers": digest,
             "valid_for_ms": valid_for_ms,
-            "valid_until_unix_ms": wall_ms + valid_for_ms,
+            "valid_until_unix_ms": arrival.wall_ms + valid_for_ms,
             "issuer": cfg.issuer,
             "checked": "corridor, altitude limit and intruder separation along the straight path from the vehicle, over the action's duration",
             "issued": issued,
         }))
     }
 
-    pub(super) fn certificate(&mut self, bytes: &[u8], wall_ms: u64) -> Answer {
+    pub(super) fn certificate(&mut self, bytes: &[u8], arrival: Arrival) -> Answer {
         let (body, covers) = read_certificate(bytes)?;
         let now = self.now();
         let valid_until = match (body.valid_until_unix_ms, body.valid_for_ms) {
-            (Some(u), None) => Task::map_wall(now, wall_ms, u),
-            (None, Some(ms)) => now.saturating_add(Nanos::from_ms(ms)),
+            // From the arrival, as the issuer meant it: the queue's time is not added.
+            (Some(u), None) => arrival.map(u),
+            (None, Some(ms)) => arrival.mono.saturating_add(Nanos::from_ms(ms)),
             _ => {
                 return Err(ApiError::new(
                     422,
@@ -307,6 +310,21 @@ pub fn read_update(
         .map_err(refused)
 }
 
+/// A provider update as the service takes it: its generation time mapped at the request's
+/// arrival, never at the instant the task gets to it (the queue's time counts toward its age).
+/// Pure.
+///
+/// # Errors
+/// As [`read_update`].
+pub fn read_update_at(
+    cat: &crate::core::catalog::Catalog,
+    source: &str,
+    bytes: &[u8],
+    arrival: Arrival,
+) -> Result<SourceUpdate, ApiError> {
+    read_update(cat, source, bytes, |ms| arrival.map(ms))
+}
+
 /// A certificate's body and the digest it covers, read strictly. Pure.
 ///
 /// # Errors
@@ -341,4 +359,64 @@ pub fn read_contract_op(bytes: &[u8]) -> Result<Op, ApiError> {
         ));
     }
     Ok(op)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn catalog() -> crate::core::catalog::Catalog {
+        crate::core::catalog::Catalog::parse(crate::io::EMBEDDED_CATALOG, "uav-px4.toml")
+            .unwrap_or_else(|e| panic!("the embedded catalog: {e}"))
+    }
+
+    fn traffic(generated_at_unix_ms: u64) -> Vec<u8> {
+        json!({"value": [{"north_m": 300.0, "east_m": -200.0, "down_m": -40.0}], "epoch": 41,
+               "provenance": "utm-feed-a", "generated_at_unix_ms": generated_at_unix_ms})
+        .to_string()
+        .into_bytes()
+    }
+
+    /// An update that waited in the task's queue is as old as it is: the time it waited
+    /// counts. Traffic generated 1.7 s before it arrived, taken 0.5 s after that, is 2.2 s
+    /// old — past the route actions' 2 s footprint — where pairing the arrival's wall time
+    /// with the task's later monotonic time made it 1.7 s and fresh.
+    #[test]
+    fn an_update_delayed_in_the_queue_is_as_old_as_it_is() {
+        let cat = catalog();
+        let arrival = Arrival {
+            mono: Nanos::from_ms(10_000),
+            wall_ms: 1_800_000_000_000,
+        };
+        let taken = Nanos::from_ms(10_500);
+        let u = read_update_at(&cat, "traffic", &traffic(arrival.wall_ms - 1700), arrival)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(u.state.generated_at, Nanos::from_ms(8_300));
+        let age = taken.saturating_sub(u.state.generated_at);
+        assert_eq!(age, Nanos::from_ms(2_200));
+        let traffic_ix = cat.source_ix("traffic");
+        let footprint = cat
+            .types()
+            .iter()
+            .find(|t| t.name.as_str() == "route_action")
+            .and_then(|t| t.footprint.iter().find(|(s, _)| Some(*s) == traffic_ix))
+            .map(|(_, max_age)| *max_age)
+            .unwrap_or_else(|| panic!("route_action has a traffic footprint"));
+        assert!(
+            age > footprint,
+            "stale, as it should be: {age:?} vs {footprint:?}"
+        );
+        // The old pairing (the arrival's wall time with the task's `now`) hid the wait: it
+        // put the generation 1.7 s before `taken`, a fresh 1.7 s old.
+        let biased = taken.saturating_sub(Nanos::from_ms(1_700));
+        assert!(taken.saturating_sub(biased) < footprint);
+        assert!(u.state.generated_at < biased);
+        // Taken at once, the same update is exactly as old as the provider says.
+        let u = read_update_at(&cat, "traffic", &traffic(arrival.wall_ms - 1700), arrival)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(
+            arrival.mono.saturating_sub(u.state.generated_at),
+            Nanos::from_ms(1_700)
+        );
+    }
 }
