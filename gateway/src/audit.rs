@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
 
-use crate::core::Digest;
-use crate::core::receipt::{Checkpoint, Receipt};
+use halo_core::Digest;
+use halo_core::receipt::{Checkpoint, Receipt};
 
 /// Hex digits of an Ed25519 key (seed or public key).
 const KEY_HEX: usize = 64;
@@ -338,7 +338,7 @@ pub fn parse_line(bytes: &[u8]) -> Result<Receipt, String> {
         return Err("a blank line; the gateway never writes one".into());
     }
     let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
-    crate::core::strict::no_duplicate_keys(bytes).map_err(|e| format!("not a receipt: {e}"))?;
+    halo_core::strict::no_duplicate_keys(bytes).map_err(|e| format!("not a receipt: {e}"))?;
     let r: Receipt = serde_json::from_str(text).map_err(|e| format!("not a receipt: {e}"))?;
     if r.to_json_line() != text {
         return Err(
@@ -384,7 +384,7 @@ pub struct Failure {
 /// The first receipt that does not verify.
 pub fn verify(receipts: &[Receipt], key: Option<&VerifyingKey>) -> Result<Verified, Failure> {
     let (first, count) =
-        crate::core::receipt::verify_chain_from(receipts).map_err(|(i, w)| Failure {
+        halo_core::receipt::verify_chain_from(receipts).map_err(|(i, w)| Failure {
             index: i,
             why: w.to_string(),
         })?;
@@ -461,8 +461,8 @@ pub fn check_head(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::receipt::ReceiptChain;
-    use crate::core::time::Nanos;
+    use halo_core::receipt::ReceiptChain;
+    use halo_core::time::Nanos;
 
     fn log(n: u64, signer: &Signer) -> Vec<Receipt> {
         let mut c = ReceiptChain::new();
@@ -499,9 +499,9 @@ mod tests {
         // A body changed and every later hash recomputed: the chain holds, the signature not.
         let mut forged = rs.clone();
         forged[2].body =
-            crate::core::receipt::Body::from_value(&serde_json::json!({"kind": "x", "i": 99}));
+            halo_core::receipt::Body::from_value(&serde_json::json!({"kind": "x", "i": 99}));
         relink(&mut forged);
-        assert!(crate::core::receipt::verify_chain(&forged).is_ok());
+        assert!(halo_core::receipt::verify_chain(&forged).is_ok());
         let e = verify(&forged, Some(&key)).unwrap_err();
         assert_eq!(e.index, 5, "{e:?}");
         // The checkpoint re-signed by another key is named as such.

@@ -5,8 +5,8 @@
 use std::io::{BufRead, Read, Write};
 use std::path::Path;
 
-use crate::contract::{Domain, DomainError};
-use crate::core::catalog::{Catalog, CatalogError};
+use halo_core::catalog::{Catalog, CatalogError};
+use halo_core::contract::{Domain, DomainError};
 
 /// The largest catalog, contract domain or state file read, bytes.
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;

@@ -39,11 +39,6 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
-/// The protocol core (the `halo-core` crate), under its old path.
-pub use halo_core as core;
-/// Mission contracts (`halo_core::contract`), under their old path.
-pub use halo_core::contract;
-
 pub mod audit;
 pub mod cli;
 pub mod io;

@@ -149,10 +149,10 @@ fn route(t: [f64; 4], dur: f64, cert: &str) -> Value {
            "certificate": cert})
 }
 
-fn digest(cat: &halo_gateway::core::catalog::Catalog, env: &Value) -> String {
+fn digest(cat: &halo_core::catalog::Catalog, env: &Value) -> String {
     let text = env.to_string();
-    let raw = halo_gateway::core::envelope::parse_envelope(text.as_bytes()).unwrap();
-    let v = halo_gateway::core::graph::validate(cat, &raw).unwrap();
+    let raw = halo_core::envelope::parse_envelope(text.as_bytes()).unwrap();
+    let v = halo_core::graph::validate(cat, &raw).unwrap();
     v.graph.components()[0].digest.to_hex()
 }
 

@@ -316,8 +316,8 @@ fn run(seconds: u64, binary: &str, retention_ms: Option<u64>) {
             "certificate": "cert-stream"}]});
     let digest = {
         let text = target.to_string();
-        let raw = halo_gateway::core::envelope::parse_envelope(text.as_bytes()).unwrap();
-        let v = halo_gateway::core::graph::validate(&cat, &raw).unwrap();
+        let raw = halo_core::envelope::parse_envelope(text.as_bytes()).unwrap();
+        let v = halo_core::graph::validate(&cat, &raw).unwrap();
         v.graph.components()[0].digest.to_hex()
     };
     let (st, v) = post(

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use halo_gateway::cli::run::{RunArgs, run_configured, tokio_runtime};
 use halo_gateway::cli::{EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_REJECTED, read};
 
-use crate::core::variant::Variant;
+use halo_core::variant::Variant;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -330,8 +330,8 @@ where
                 Some(url) => crate::px4_panels::Peer::Px4 { url, gcs_port },
                 None => crate::px4_panels::Peer::Sim,
             };
-            let variants: &[crate::core::Variant] = if all_variants {
-                &crate::core::Variant::ALL
+            let variants: &[halo_core::Variant] = if all_variants {
+                &halo_core::Variant::ALL
             } else {
                 &crate::px4_mechanisms::TABLE_12
             };
@@ -382,7 +382,7 @@ fn panel<R, F>(
     cold_starts: usize,
     out: &Path,
     peer: &crate::px4_panels::Peer,
-    run: impl FnOnce(crate::core::Catalog) -> F,
+    run: impl FnOnce(halo_core::Catalog) -> F,
 ) -> i32
 where
     R: crate::px4_panels::PanelReport,
@@ -475,7 +475,7 @@ fn domain_text(domain: Option<&Path>) -> Result<(String, String), String> {
 }
 
 /// The catalog at `path`, or the embedded `uav-px4` catalog.
-fn catalog_or_embedded(path: Option<&Path>) -> Result<crate::core::Catalog, String> {
+fn catalog_or_embedded(path: Option<&Path>) -> Result<halo_core::Catalog, String> {
     halo_gateway::cli::check::catalog_or_embedded(path).map_err(|e| e.to_string())
 }
 

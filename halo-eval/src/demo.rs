@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::core::catalog::Catalog;
 use crate::service::{Config, Service};
+use halo_core::catalog::Catalog;
 
 /// What the demo checked at the end.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -312,8 +312,8 @@ impl Client {
         valid_ms: u64,
     ) -> Result<(), DemoError> {
         let text = envelope.to_string();
-        let raw = crate::core::envelope::parse_envelope(text.as_bytes()).map_err(err("certify"))?;
-        let v = crate::core::graph::validate(&self.cat, &raw).map_err(err("certify"))?;
+        let raw = halo_core::envelope::parse_envelope(text.as_bytes()).map_err(err("certify"))?;
+        let v = halo_core::graph::validate(&self.cat, &raw).map_err(err("certify"))?;
         let cid = component.parse().map_err(err("certify"))?;
         let digest = v
             .graph
@@ -521,7 +521,7 @@ pub(crate) fn narrator(
                 {
                     let why = d["reason"]
                         .as_str()
-                        .and_then(crate::core::reason::ReasonCode::from_name)
+                        .and_then(halo_core::reason::ReasonCode::from_name)
                         .map(|r| format!(" ({r}: {})", r.description()))
                         .unwrap_or_default();
                     Some(format!(
@@ -909,7 +909,7 @@ pub(crate) async fn start_on_sim(
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Eval {
     /// The mechanism variant the core runs (`Full` when absent).
-    pub variant: Option<crate::core::Variant>,
+    pub variant: Option<halo_core::Variant>,
     /// How long after a token is ready its final gate runs (at once when absent).
     pub gate_delay: Option<Duration>,
 }
@@ -945,7 +945,7 @@ pub(crate) async fn start_on_sim_as(
 ///
 /// # Errors
 /// [`DemoError`] naming the file and line that does not parse.
-pub fn read_receipts(path: &Path) -> Result<Vec<crate::core::receipt::Receipt>, DemoError> {
+pub fn read_receipts(path: &Path) -> Result<Vec<halo_core::receipt::Receipt>, DemoError> {
     // Strictly, record by record, each at most MAX_RECORD_BYTES: a wrong path is an error, not
     // memory; a torn tail is an error here.
     let log =

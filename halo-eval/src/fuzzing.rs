@@ -3,9 +3,9 @@
 //! these, and `tests/fuzz_smoke.rs` runs them on stable over the seed corpora and deterministic
 //! mutations of them, so CI exercises every target without a nightly toolchain.
 
-use crate::core::engine::{Config, Gateway};
-use crate::core::statefile::parse_state;
-use crate::core::{Catalog, Nanos};
+use halo_core::engine::{Config, Gateway};
+use halo_core::statefile::parse_state;
+use halo_core::{Catalog, Nanos};
 
 /// The example state every envelope is admitted against (healthy sources, map epoch 7).
 const STATE: &str = include_str!("../../docs/examples/state.json");
@@ -15,10 +15,10 @@ const RESPONSE: &str = include_str!("../../docs/examples/response.json");
 /// What every input starts from, parsed once per process (a fuzzer runs millions of inputs).
 struct Fixtures {
     catalog: Catalog,
-    state: crate::core::statefile::StateFile,
+    state: halo_core::statefile::StateFile,
     /// The running example's decisions on a fresh gateway.
     fresh: Option<serde_json::Value>,
-    domain: crate::contract::Domain,
+    domain: halo_core::contract::Domain,
     checker: sitl::oracle::contract_audit::AuditDomain,
 }
 
@@ -27,7 +27,7 @@ fn fixtures() -> Option<&'static Fixtures> {
     F.get_or_init(|| {
         let catalog = Catalog::parse(crate::io::EMBEDDED_CATALOG, "embedded uav-px4.toml").ok()?;
         let state = parse_state(&catalog, STATE.as_bytes()).ok()?;
-        let domain = crate::contract::Domain::parse(
+        let domain = halo_core::contract::Domain::parse(
             crate::io::EMBEDDED_CONTRACT_DOMAIN,
             "embedded contract-uav.toml",
         )
@@ -93,7 +93,7 @@ pub fn envelope(data: &[u8]) {
     let Some((mut gw, now)) = gateway() else {
         return;
     };
-    let _ = crate::core::envelope::parse_candidate(data);
+    let _ = halo_core::envelope::parse_candidate(data);
     envelope_readers(data);
     payload_readers(gw.catalog(), data);
     match gw.handle_response(now, data) {
@@ -113,7 +113,7 @@ pub fn envelope(data: &[u8]) {
 }
 
 /// Every payload of an envelope that reads, typed as its catalog type's kind both ways: by
-/// [`crate::core::Payload::parse`] (which reads plainly written payloads directly) and by
+/// [`halo_core::Payload::parse`] (which reads plainly written payloads directly) and by
 /// serde_json alone. Returns how many payloads were compared.
 ///
 /// # Panics
@@ -124,8 +124,8 @@ pub fn envelope(data: &[u8]) {
     reason = "a fuzz target reports a broken invariant by panicking"
 )]
 pub fn payload_readers(catalog: &Catalog, data: &[u8]) -> usize {
-    use crate::core::Payload;
-    let Ok(raw) = crate::core::envelope::parse_envelope(data) else {
+    use halo_core::Payload;
+    let Ok(raw) = halo_core::envelope::parse_envelope(data) else {
         return 0;
     };
     let mut compared = 0;
@@ -175,7 +175,7 @@ pub enum Reading {
     reason = "a fuzz target reports a broken invariant by panicking"
 )]
 pub fn envelope_readers(data: &[u8]) -> (Reading, Reading) {
-    use crate::core::envelope::{RawCandidate, RawResponse, fast, too_many_by_structure};
+    use halo_core::envelope::{RawCandidate, RawResponse, fast, too_many_by_structure};
     // The structural count refuses nothing serde_json would take (whose bounded reader stops
     // at a 65th component itself).
     if too_many_by_structure(data).is_some()
@@ -210,10 +210,10 @@ pub fn envelope_readers(data: &[u8]) -> (Reading, Reading) {
 /// The two outcomes, when the fast reader read something serde_json refuses or reads
 /// otherwise, or refused at the component limit what serde_json does not refuse so.
 pub fn agree(
-    fast: crate::core::envelope::fast::Fast<String>,
+    fast: halo_core::envelope::fast::Fast<String>,
     serde: Result<String, serde_json::Error>,
 ) -> Result<Reading, (String, Option<String>)> {
-    use crate::core::envelope::fast::Fast;
+    use halo_core::envelope::fast::Fast;
     let at_limit = |e: &serde_json::Error| e.to_string().starts_with("too many components");
     match (fast, serde) {
         (Fast::StepAside, _) => Ok(Reading::SteppedAside),
@@ -236,7 +236,7 @@ pub fn state_file(data: &[u8]) {
             let _ = gw.handle_certificate(st.now, c);
         }
     }
-    let _ = crate::core::statefile::ProviderUpdate::parse(data);
+    let _ = halo_core::statefile::ProviderUpdate::parse(data);
 }
 
 /// Catalog text.
@@ -258,7 +258,7 @@ pub fn catalog_text(data: &[u8]) {
 )]
 pub fn contract_domain(data: &[u8]) {
     if let Ok(s) = std::str::from_utf8(data) {
-        let monitor = crate::contract::Domain::parse(s, "fuzz.toml");
+        let monitor = halo_core::contract::Domain::parse(s, "fuzz.toml");
         let checker = sitl::oracle::contract_audit::AuditDomain::from_toml(s);
         match (monitor, checker) {
             (Ok(_), Err(e)) => panic!("the monitor accepts, the checker refuses ({e}):\n{s}"),
@@ -501,7 +501,7 @@ pub fn offboard(data: &[u8]) -> usize {
     reason = "a fuzz target reports a broken invariant by panicking"
 )]
 pub fn contract_workflow(data: &[u8]) {
-    use crate::contract::workflow::{Runner, WorkflowFile};
+    use halo_core::contract::workflow::{Runner, WorkflowFile};
     let Ok(wf) = serde_json::from_slice::<WorkflowFile>(data) else {
         return;
     };
@@ -509,7 +509,7 @@ pub fn contract_workflow(data: &[u8]) {
         return;
     };
     let checker = &f.checker;
-    let mut runner = Runner::new(crate::contract::Monitor::new(f.domain.clone()), "fuzz");
+    let mut runner = Runner::new(halo_core::contract::Monitor::new(f.domain.clone()), "fuzz");
     if runner.register(&wf.contract, &wf.approved_by).allowed() {
         for step in &wf.steps {
             let _ = runner.step(step);
@@ -533,8 +533,8 @@ pub fn contract_workflow(data: &[u8]) {
 /// # Panics
 /// When a reader refuses with an undocumented code or an empty message.
 pub fn service_bodies(data: &[u8]) {
-    use crate::core::reason::ReasonCode as R;
     use crate::service::task::{read_certificate, read_contract_op, read_update};
+    use halo_core::reason::ReasonCode as R;
     let Some(f) = fixtures() else { return };
     let check = |e: &crate::service::task::ApiError, allowed: &[R]| {
         assert!(
@@ -564,7 +564,7 @@ pub fn service_bodies(data: &[u8]) {
     match read_certificate(data) {
         Ok((body, covers)) => {
             let ms = body.valid_for_ms.or(body.valid_until_unix_ms).unwrap_or(0);
-            let cert = crate::core::state::Certificate {
+            let cert = halo_core::state::Certificate {
                 id: body.id,
                 covers,
                 valid_until: now.saturating_add(Nanos::from_ms(ms)),
@@ -577,13 +577,13 @@ pub fn service_bodies(data: &[u8]) {
     gw.handle_timeout(now.saturating_add(Nanos::from_ms(60_000)));
     match read_contract_op(data) {
         Ok(op) => {
-            let mut m = crate::contract::Monitor::new(f.domain.clone());
+            let mut m = halo_core::contract::Monitor::new(f.domain.clone());
             for caller in [
-                crate::contract::Role::Operator,
-                crate::contract::Role::Provider,
-                crate::contract::Role::Agent,
+                halo_core::contract::Role::Operator,
+                halo_core::contract::Role::Provider,
+                halo_core::contract::Role::Agent,
             ] {
-                let _ = m.handle(crate::contract::Request {
+                let _ = m.handle(halo_core::contract::Request {
                     caller,
                     op: op.clone(),
                 });

@@ -30,8 +30,6 @@
 #![warn(missing_docs, unreachable_pub)]
 
 // The gateway's rooms under the names the evaluation code has always used.
-use halo_core as core;
-use halo_core::contract;
 use halo_gateway::{audit, io, service};
 
 pub mod cf_sequence;

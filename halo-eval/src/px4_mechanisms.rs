@@ -39,11 +39,11 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::core::Variant;
-use crate::core::catalog::Catalog;
 use crate::demo::{DemoError, Eval, err};
 use crate::px4_panels::{Peer, PeerObserver, ns_since};
 use crate::px4_profiles::{ActionSpec, Agent, DWELL, one_cold_start};
+use halo_core::Variant;
+use halo_core::catalog::Catalog;
 
 /// The shared conditions, compiled in.
 const CONDITIONS: &str = include_str!("../../halo-core/tests/data/mechanisms/conditions.json");

@@ -43,9 +43,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::core::catalog::Catalog;
 use crate::demo::{Client, DemoError, demo_config, err, feed, stop_service};
 use crate::service::Service;
+use halo_core::catalog::Catalog;
 
 /// What the command line needs of a PX4 panel's result.
 pub trait PanelReport {

@@ -37,12 +37,12 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::core::catalog::Catalog;
 use crate::demo::{Client, DemoError, err, feed, stop_service};
 use crate::px4_panels::{
     Evidence, GcsObserver, Peer, PeerObserver, cold_start, fingerprint, ns_since,
 };
 use crate::service::Service;
+use halo_core::catalog::Catalog;
 
 /// The data file, compiled in so the binary runs from any directory.
 const CONDITIONS: &str = include_str!("../data/px4-profiles.json");
@@ -154,7 +154,7 @@ pub fn conditions() -> Result<Vec<Condition>, DemoError> {
         if c.class != "aoi" && c.class != "part107" {
             return Err(DemoError(format!("`{}`: unknown class", c.name)));
         }
-        if c.expect != "dispatched" && crate::core::ReasonCode::from_name(&c.expect).is_none() {
+        if c.expect != "dispatched" && halo_core::ReasonCode::from_name(&c.expect).is_none() {
             return Err(DemoError(format!(
                 "`{}`: `{}` is neither `dispatched` nor a reason code",
                 c.name, c.expect

@@ -28,10 +28,10 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::core::catalog::Catalog;
 use crate::demo::{DemoError, err};
 use crate::px4_panels::{Peer, PeerObserver, fingerprint, ns_since};
 use crate::px4_profiles::{ActionSpec, Agent, Condition, DWELL, Step, one_cold_start};
+use halo_core::catalog::Catalog;
 
 /// The data file, compiled in so the binary runs from any directory.
 const ROUTES: &str = include_str!("../data/recovery-routes.json");
@@ -65,7 +65,7 @@ fn routes(recoverable: &dyn Fn(&str, &str) -> bool) -> Result<Vec<Condition>, De
     let mut out = Vec::new();
     for dependent in [false, true] {
         for r in &f.routes {
-            if crate::core::ReasonCode::from_name(&r.expect).is_none() {
+            if halo_core::ReasonCode::from_name(&r.expect).is_none() {
                 return Err(DemoError(format!(
                     "`{}`: `{}` is not a reason code",
                     r.name, r.expect

@@ -35,9 +35,9 @@ use sha2::{Digest as _, Sha256};
 
 use sitl::oracle::replay::{Failure, Oracle, OracleSource, World, expected, prerequisites};
 
-use crate::core::statefile::parse_state;
-use crate::core::variant::Variant;
-use crate::core::{
+use halo_core::statefile::parse_state;
+use halo_core::variant::Variant;
+use halo_core::{
     Catalog, Certificate, Config, DispatchToken, Event, Gateway, Id, Nanos, RecordingAdapter,
     SourceUpdate,
 };
@@ -397,8 +397,8 @@ impl Replay {
             let _ = gw.handle_certificate(t0, c.clone());
         }
         // The tube verifier certifies each certified action's exact digest, as issued.
-        if let Ok(raw) = crate::core::envelope::parse_envelope(env_text.as_bytes())
-            && let Ok(val) = crate::core::graph::validate(gw.catalog(), &raw)
+        if let Ok(raw) = halo_core::envelope::parse_envelope(env_text.as_bytes())
+            && let Ok(val) = halo_core::graph::validate(gw.catalog(), &raw)
         {
             for (cid, cert) in certs {
                 let (Ok(cid), Ok(cert)) = (cid.parse::<Id>(), cert.parse::<Id>()) else {
@@ -427,7 +427,7 @@ impl Replay {
     fn drift(&self, gw: &mut Gateway, cond: &Condition, certs: &[(String, String)], at: u64) {
         let t = Nanos::from_ms(at);
         for (src, value, epoch, prov) in &cond.updates {
-            let u = crate::core::statefile::ProviderUpdate {
+            let u = halo_core::statefile::ProviderUpdate {
                 source: (*src).to_string(),
                 value: value.clone(),
                 epoch: *epoch,

@@ -13,10 +13,10 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::core::payload::ActionCommand;
-use crate::core::statefile::ProviderUpdate;
-use crate::core::variant::Variant;
-use crate::core::{
+use halo_core::payload::ActionCommand;
+use halo_core::statefile::ProviderUpdate;
+use halo_core::variant::Variant;
+use halo_core::{
     Adapter, AdapterError, Catalog, Config, EnqueueRequest, Event, Gateway, Id, Nanos,
 };
 

@@ -42,7 +42,7 @@ pub(crate) enum AuditCmd {
 }
 
 /// One receipt as a line for people.
-pub fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)> {
+pub fn receipt_line(r: &halo_core::receipt::Receipt) -> Option<(bool, String)> {
     let body = r.body.value();
     let b = &body;
     let s = |k: &str| b.get(k).and_then(serde_json::Value::as_str).unwrap_or("");
@@ -55,7 +55,7 @@ pub fn receipt_line(r: &crate::core::receipt::Receipt) -> Option<(bool, String)>
     let kind = s("kind");
     let (decision, text) = match kind {
         "admitted" | "readmitted" => {
-            let comps = crate::core::receipt::recorded_components(b)
+            let comps = halo_core::receipt::recorded_components(b)
                 .iter()
                 .map(|c| {
                     let why = c
@@ -479,8 +479,8 @@ pub(crate) fn audit_verify(paths: &[PathBuf], key: Option<&str>, head: Option<&P
 /// wrote (`{"log", "public_key", "checkpoint"}`); each with the log it names, if any.
 fn kept_heads(
     bytes: &[u8],
-) -> Result<Vec<(Option<String>, crate::core::receipt::Checkpoint)>, String> {
-    use crate::core::receipt::Checkpoint;
+) -> Result<Vec<(Option<String>, halo_core::receipt::Checkpoint)>, String> {
+    use halo_core::receipt::Checkpoint;
     if let Ok(c) = serde_json::from_slice::<Checkpoint>(bytes) {
         return Ok(vec![(None, c)]);
     }
@@ -511,8 +511,8 @@ fn kept_heads(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::receipt::ReceiptChain;
-    use crate::core::time::Nanos;
+    use halo_core::receipt::ReceiptChain;
+    use halo_core::time::Nanos;
     use serde_json::json;
 
     fn line(body: serde_json::Value) -> Option<(bool, String)> {

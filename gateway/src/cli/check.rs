@@ -3,16 +3,16 @@
 
 use std::path::Path;
 
-use crate::core::engine::{AdmissionReport, Config, Gateway};
-use crate::core::obligation::Obligation;
-use crate::core::phase::Phase;
-use crate::core::statefile::parse_state;
-use crate::core::variant::Variant;
+use halo_core::engine::{AdmissionReport, Config, Gateway};
+use halo_core::obligation::Obligation;
+use halo_core::phase::Phase;
+use halo_core::statefile::parse_state;
+use halo_core::variant::Variant;
 
 use super::{EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_REJECTED, read};
 
 /// The envelope's own size limit.
-const RESPONSE_READ_CAP: u64 = crate::core::envelope::MAX_RESPONSE_BYTES as u64;
+const RESPONSE_READ_CAP: u64 = halo_core::envelope::MAX_RESPONSE_BYTES as u64;
 
 /// `halo-gateway check` (and `halo-eval check --variant`): the exit code.
 pub fn check(
@@ -113,10 +113,10 @@ pub fn check(
 /// The named catalog, or the one compiled into the binary (`uav-px4`).
 ///
 /// # Errors
-/// [`crate::core::catalog::CatalogError`] naming the file, the line and the field.
+/// [`halo_core::catalog::CatalogError`] naming the file, the line and the field.
 pub fn catalog_or_embedded(
     catalog: Option<&Path>,
-) -> Result<crate::core::catalog::Catalog, crate::core::catalog::CatalogError> {
+) -> Result<halo_core::catalog::Catalog, halo_core::catalog::CatalogError> {
     crate::io::load_catalog(catalog, crate::io::EmbeddedCatalog::UavPx4)
 }
 
@@ -136,8 +136,8 @@ pub(crate) fn digest(catalog: Option<&Path>, response: &Path, json: bool) -> i32
             return EXIT_ERROR;
         }
     };
-    let v = crate::core::envelope::parse_envelope(&bytes)
-        .and_then(|raw| crate::core::graph::validate(&cat, &raw));
+    let v = halo_core::envelope::parse_envelope(&bytes)
+        .and_then(|raw| halo_core::graph::validate(&cat, &raw));
     match v {
         Ok(v) => {
             if json {
@@ -232,7 +232,7 @@ fn print_report(
                 req.join(", "),
                 scope.join(", "),
                 o.expiry
-                    .saturating_sub(crate::core::Nanos::from_ms(now_ms))
+                    .saturating_sub(halo_core::Nanos::from_ms(now_ms))
                     .as_ms()
             );
         }
@@ -254,7 +254,7 @@ pub fn catalog(path: &Path) -> i32 {
                 println!(
                     "  {:<16} {:<10} payload {:<16} footprint {:>2} rules {:>2}",
                     t.name.as_str(),
-                    if t.class == crate::core::Class::Action {
+                    if t.class == halo_core::Class::Action {
                         "action"
                     } else {
                         "non-action"

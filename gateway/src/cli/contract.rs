@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::Subcommand;
 
 use super::{EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, read};
-use crate::contract::workflow::WorkflowFile;
+use halo_core::contract::workflow::WorkflowFile;
 
 /// `halo-gateway contract ...`.
 #[derive(Subcommand, Debug)]
@@ -67,7 +67,7 @@ pub fn toml_has_table(path: &Path, has: &str, lacks: &str) -> bool {
 /// `halo-gateway contract domain`: the exit code.
 pub(crate) fn contract_domain(path: &Path) -> i32 {
     let d = match domain_text(Some(path))
-        .and_then(|(t, name)| crate::contract::Domain::parse(&t, &name).map_err(|e| e.0))
+        .and_then(|(t, name)| halo_core::contract::Domain::parse(&t, &name).map_err(|e| e.0))
     {
         Ok(d) => d,
         Err(e) => {
@@ -132,9 +132,9 @@ pub(crate) fn contract_run(
             return EXIT_ERROR;
         }
     };
-    use crate::contract::workflow::{Runner, Step};
+    use halo_core::contract::workflow::{Runner, Step};
     let loaded = domain_text(domain)
-        .and_then(|(t, name)| crate::contract::Domain::parse(&t, &name).map_err(|e| e.0))
+        .and_then(|(t, name)| halo_core::contract::Domain::parse(&t, &name).map_err(|e| e.0))
         .and_then(|d| {
             let wf: WorkflowFile = read(workflow, crate::io::MAX_WORKFLOW_BYTES, "workflow")
                 .and_then(|b| {
@@ -142,7 +142,7 @@ pub(crate) fn contract_run(
                         format!(
                             "{}: {}",
                             workflow.display(),
-                            crate::core::strict::explain(&b, &e)
+                            halo_core::strict::explain(&b, &e)
                         )
                     })
                 })?;
@@ -155,7 +155,7 @@ pub(crate) fn contract_run(
             return EXIT_ERROR;
         }
     };
-    let mut runner = Runner::new(crate::contract::Monitor::new(d), "cli");
+    let mut runner = Runner::new(halo_core::contract::Monitor::new(d), "cli");
     let reg = runner.register(&wf.contract, &wf.approved_by);
     println!(
         "register root `{}` (epoch {}): {}{}",

@@ -238,7 +238,7 @@ where
             &state,
             &response,
             json,
-            crate::core::variant::Variant::Full,
+            halo_core::variant::Variant::Full,
         ),
         Cmd::Digest {
             catalog,

@@ -427,7 +427,7 @@ pub(crate) fn summary(
                     s(ob, "component"),
                     ob.get("reason")
                         .and_then(Value::as_str)
-                        .and_then(crate::core::ReasonCode::from_name)
+                        .and_then(halo_core::ReasonCode::from_name)
                         .map_or_else(|| s(ob, "reason"), |c| c.description().to_string()),
                     list("required"),
                     list("scope"),

@@ -86,7 +86,7 @@ impl Flight {
             let s = |k: &str| b.get(k).and_then(Value::as_str).unwrap_or("");
             match s("kind") {
                 "admitted" | "readmitted" => {
-                    for c in crate::core::receipt::recorded_components(b) {
+                    for c in halo_core::receipt::recorded_components(b) {
                         phase(
                             &mut f,
                             *at,

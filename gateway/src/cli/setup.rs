@@ -218,11 +218,12 @@ mod tests {
             (EmbeddedName::UavPx4, "uav-px4"),
             (EmbeddedName::Crazyflie, "crazyflie"),
         ] {
-            let c = crate::core::catalog::Catalog::parse(name.text(), "embedded");
+            let c = halo_core::catalog::Catalog::parse(name.text(), "embedded");
             assert_eq!(c.map(|c| c.id().to_string()).ok().as_deref(), Some(catalog));
         }
         assert!(
-            crate::contract::Domain::parse(EmbeddedName::ContractUav.text(), "embedded").is_ok()
+            halo_core::contract::Domain::parse(EmbeddedName::ContractUav.text(), "embedded")
+                .is_ok()
         );
     }
 }

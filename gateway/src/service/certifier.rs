@@ -14,11 +14,11 @@
 //!
 //! Synchronous and pure over the snapshot it is given: the service task calls it in place.
 
-use crate::core::catalog::{Catalog, Rule, TypeSpec};
-use crate::core::payload::RouteTarget;
-use crate::core::reason::ReasonCode;
-use crate::core::state::Snapshot;
-use crate::core::value::{BoxNed, Point, Value};
+use halo_core::catalog::{Catalog, Rule, TypeSpec};
+use halo_core::payload::RouteTarget;
+use halo_core::reason::ReasonCode;
+use halo_core::state::Snapshot;
+use halo_core::value::{BoxNed, Point, Value};
 
 /// `[certifier]`.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
@@ -85,7 +85,7 @@ pub fn segment_distance(a: [f64; 3], b: [f64; 3], p: [f64; 3]) -> f64 {
     ((p[0] - q[0]).powi(2) + (p[1] - q[1]).powi(2) + (p[2] - q[2]).powi(2)).sqrt()
 }
 
-fn name(cat: &Catalog, s: crate::core::catalog::SourceIx) -> String {
+fn name(cat: &Catalog, s: halo_core::catalog::SourceIx) -> String {
     cat.source(s)
         .map_or_else(|| "?".to_string(), |x| x.name.to_string())
 }

@@ -539,10 +539,8 @@ impl Config {
     /// vehicle kind.
     ///
     /// # Errors
-    /// [`crate::core::catalog::CatalogError`] naming the file, the line and the field.
-    pub fn catalog(
-        &self,
-    ) -> Result<crate::core::catalog::Catalog, crate::core::catalog::CatalogError> {
+    /// [`halo_core::catalog::CatalogError`] naming the file, the line and the field.
+    pub fn catalog(&self) -> Result<halo_core::catalog::Catalog, halo_core::catalog::CatalogError> {
         let embedded = match self.vehicle.effective_kind() {
             VehicleKind::Px4 => crate::io::EmbeddedCatalog::UavPx4,
             VehicleKind::Crazyflie => crate::io::EmbeddedCatalog::Crazyflie,
@@ -554,8 +552,8 @@ impl Config {
     /// compiled in.
     ///
     /// # Errors
-    /// [`crate::contract::DomainError`] naming the file.
-    pub fn domain(&self) -> Result<crate::contract::Domain, crate::contract::DomainError> {
+    /// [`halo_core::contract::DomainError`] naming the file.
+    pub fn domain(&self) -> Result<halo_core::contract::Domain, halo_core::contract::DomainError> {
         crate::io::load_domain(self.contract.domain.as_deref())
     }
 

@@ -33,7 +33,7 @@ use super::listener::{RateLimited, RequestIds};
 use super::metrics::{Metrics, RequestLabel};
 use super::statedir::Credentials;
 use super::task::{Answer, ApiError, Cmd, OperatorOp, RESPONSE_LIMIT, Reply, ask};
-use crate::core::reason::ReasonCode;
+use halo_core::reason::ReasonCode;
 
 /// Largest body for every route but responses and candidates.
 pub const SMALL_LIMIT: usize = 64 * 1024;
@@ -82,9 +82,9 @@ pub struct AppState {
     pub(crate) operator_only: bool,
     /// Each catalog source's owner, so a write from the wrong party is refused before its
     /// body is read.
-    pub(crate) owners: Arc<std::collections::BTreeMap<String, crate::core::catalog::Owner>>,
+    pub(crate) owners: Arc<std::collections::BTreeMap<String, halo_core::catalog::Owner>>,
     /// The loaded catalog (`POST /v1/digest`).
-    pub(crate) catalog: Arc<crate::core::catalog::Catalog>,
+    pub(crate) catalog: Arc<halo_core::catalog::Catalog>,
     /// The MCP server's shared part (`/mcp` on the main listener), and the most sessions.
     pub(crate) mcp: Option<(Arc<super::mcp::Shared>, usize)>,
     /// The service's clock: each request's arrival is stamped on it ([`stamp_arrival`]).
@@ -897,10 +897,10 @@ pub struct Caller {
 
 impl Caller {
     /// The catalog owner a provider or operator writes as.
-    fn owner(&self) -> crate::core::catalog::Owner {
+    fn owner(&self) -> halo_core::catalog::Owner {
         match self.role {
-            Some(Role::Operator) => crate::core::catalog::Owner::Operator,
-            _ => crate::core::catalog::Owner::Provider,
+            Some(Role::Operator) => halo_core::catalog::Owner::Operator,
+            _ => halo_core::catalog::Owner::Provider,
         }
     }
 }
@@ -941,7 +941,7 @@ impl FromRequestParts<AppState> for Caller {
                     .unwrap_or_default();
                 if let Some(owner) = st.owners.get(&source).filter(|o| **o != caller.owner()) {
                     let who = match owner {
-                        crate::core::catalog::Owner::Vehicle => {
+                        halo_core::catalog::Owner::Vehicle => {
                             "the gateway itself, from the vehicle link".to_string()
                         }
                         o => format!("the {} credential", o.name()),
@@ -1193,10 +1193,10 @@ async fn post_digest(State(st): State<AppState>, c: Caller, body: JsonBody) -> R
     clippy::indexing_slicing,
     reason = "a serde_json::Value read by key never panics"
 )]
-pub fn digests(cat: &crate::core::catalog::Catalog, bytes: &[u8]) -> Answer {
+pub fn digests(cat: &halo_core::catalog::Catalog, bytes: &[u8]) -> Answer {
     let bytes = one_component_envelope(cat, bytes);
-    let raw = crate::core::envelope::parse_envelope(&bytes).map_err(|r| ApiError::rejection(&r))?;
-    let v = crate::core::graph::validate(cat, &raw).map_err(|r| ApiError::rejection(&r))?;
+    let raw = halo_core::envelope::parse_envelope(&bytes).map_err(|r| ApiError::rejection(&r))?;
+    let v = halo_core::graph::validate(cat, &raw).map_err(|r| ApiError::rejection(&r))?;
     let components: Vec<serde_json::Value> = v
         .graph
         .components()
@@ -1215,7 +1215,7 @@ pub fn digests(cat: &crate::core::catalog::Catalog, bytes: &[u8]) -> Answer {
 
 /// `{"component": {...}}` as a one-component envelope of `cat`, the form `POST /v1/digest` and
 /// `POST /v1/certify` take besides a whole envelope (which is returned as it is).
-pub(crate) fn one_component_envelope(cat: &crate::core::catalog::Catalog, bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn one_component_envelope(cat: &halo_core::catalog::Catalog, bytes: &[u8]) -> Vec<u8> {
     match serde_json::from_slice::<serde_json::Value>(bytes) {
         Ok(serde_json::Value::Object(m)) if m.len() == 1 && m.contains_key("component") => {
             serde_json::json!({
@@ -1240,8 +1240,8 @@ async fn delete_certificate(
 
 async fn post_contract(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
     let caller = match c.role {
-        Some(Role::Operator) => crate::contract::Role::Operator,
-        _ => crate::contract::Role::Provider,
+        Some(Role::Operator) => halo_core::contract::Role::Operator,
+        _ => halo_core::contract::Role::Provider,
     };
     ask_core(&st, &c, |reply| Cmd::Contract {
         caller,
@@ -1257,7 +1257,7 @@ async fn get_contract(State(st): State<AppState>, c: Caller) -> Response {
 
 async fn post_goal(State(st): State<AppState>, c: Caller, body: JsonBody) -> Response {
     ask_core(&st, &c, |reply| Cmd::Contract {
-        caller: crate::contract::Role::Agent,
+        caller: halo_core::contract::Role::Agent,
         bytes: body.0,
         reply,
     })

@@ -39,10 +39,10 @@ use px4_bridge::shell::BridgeOptions;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::core::catalog::Catalog;
-use crate::core::engine::{Config as CoreConfig, Gateway, ReceiptPolicy};
-use crate::core::time::Nanos;
 pub use config::Config;
+use halo_core::catalog::Catalog;
+use halo_core::engine::{Config as CoreConfig, Gateway, ReceiptPolicy};
+use halo_core::time::Nanos;
 use statedir::{CredentialFiles, Credentials};
 use task::Task;
 
@@ -184,7 +184,7 @@ pub struct Embedded {
     /// Evaluation only: the mechanism variant the core runs (`Full`, the product, when
     /// absent). No configuration key or flag reaches it; the evaluation binary's mechanism
     /// panel sets it to measure what each mechanism buys.
-    pub variant: Option<crate::core::Variant>,
+    pub variant: Option<halo_core::Variant>,
     /// Evaluation only: the final gate runs this long after an action's token is ready rather
     /// than at once, so a harness can change the world between admission and the gate (the
     /// HALO paper's late-drift order: admission, mutation, final gate). Absent: at once.
@@ -400,7 +400,7 @@ struct CoreParts {
     signer: crate::audit::Signer,
     previous_head: Option<task::PreviousHead>,
     vehicle_url: String,
-    variant: crate::core::Variant,
+    variant: halo_core::Variant,
     gate_delay: Option<Duration>,
 }
 
@@ -409,13 +409,13 @@ struct CoreParts {
 fn build_task(
     cfg: &Config,
     catalog: Catalog,
-    domain: crate::contract::Domain,
+    domain: halo_core::contract::Domain,
     p: CoreParts,
 ) -> Task {
     let receipts_policy = match cfg.receipts.policy {
         config::ReceiptPolicyName::All => ReceiptPolicy::All,
         config::ReceiptPolicyName::Decisions => ReceiptPolicy::Decisions {
-            summary_every: crate::core::time::Nanos::from_ms(
+            summary_every: halo_core::time::Nanos::from_ms(
                 cfg.receipts.summary_every_s.saturating_mul(1000),
             ),
         },
@@ -433,7 +433,7 @@ fn build_task(
     );
     Task::new(
         gw,
-        crate::contract::Monitor::new(domain),
+        halo_core::contract::Monitor::new(domain),
         p.link,
         p.clock,
         Some(p.log),
@@ -588,7 +588,7 @@ impl Service {
             .into_iter()
             .flatten()
             .reduce(|a, b| format!("{a}; {b}"));
-        if let Some(v) = variant.filter(|v| *v != crate::core::Variant::Full) {
+        if let Some(v) = variant.filter(|v| *v != halo_core::Variant::Full) {
             tracing::warn!(
                 variant = v.name(),
                 "evaluation: the core runs a reduced mechanism variant, not the product"

@@ -7,7 +7,7 @@
 use serde_json::{Map, Value, json};
 
 use super::http::{Access, ROUTES, Role, Route};
-use crate::core::catalog::Catalog;
+use halo_core::catalog::Catalog;
 
 fn error_schema() -> Value {
     json!({

@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 
-use crate::core::{Nanos, ReasonCode};
+use halo_core::{Nanos, ReasonCode};
 
 /// The longest line, bytes.
 pub const MAX_LEN: usize = 50;
@@ -57,7 +57,7 @@ pub enum Told<'a> {
         /// Its component id.
         component: &'a str,
         /// The sources to refresh.
-        sources: &'a [crate::core::Id],
+        sources: &'a [halo_core::Id],
     },
     /// The action being flown lost its support: the vehicle holds.
     DenyHold {
@@ -341,8 +341,8 @@ impl PilotTexts {
 mod tests {
     use super::*;
 
-    fn id(s: &str) -> crate::core::Id {
-        crate::core::Id::new(s).unwrap_or_else(|_| unreachable!("a valid id"))
+    fn id(s: &str) -> halo_core::Id {
+        halo_core::Id::new(s).unwrap_or_else(|_| unreachable!("a valid id"))
     }
 
     #[test]

@@ -12,9 +12,9 @@ use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
-use crate::core::catalog::Catalog;
-use crate::core::envelope::{FORMAT_VERSION, MAX_COMPONENTS, MAX_PREREQUISITES};
-use crate::core::payload::{
+use halo_core::catalog::Catalog;
+use halo_core::envelope::{FORMAT_VERSION, MAX_COMPONENTS, MAX_PREREQUISITES};
+use halo_core::payload::{
     HoldPayload, LandPayload, MergePayload, PayloadKind, RefreshPayload, ReportPayload,
     RouteTarget, TextPayload,
 };
@@ -46,7 +46,7 @@ pub(crate) fn payload_schema(kind: PayloadKind) -> Value {
 
 /// The JSON Schema of an id.
 pub(crate) fn id_schema() -> Value {
-    schema_of::<crate::core::ids::Id>()
+    schema_of::<halo_core::ids::Id>()
 }
 
 /// The `support` object a component of type `t` takes (each source of its footprint a `claim`,
@@ -54,7 +54,7 @@ pub(crate) fn id_schema() -> Value {
 /// without a footprint.
 pub(crate) fn support_schema(
     cat: &Catalog,
-    t: &crate::core::catalog::TypeSpec,
+    t: &halo_core::catalog::TypeSpec,
     claim: &Value,
 ) -> Option<(Value, bool)> {
     if t.footprint.is_empty() {
@@ -290,8 +290,8 @@ pub fn strict_envelope_schema(cat: &Catalog) -> Value {
 /// `DUPLICATE_KEY` or `MALFORMED_JSON` (400).
 pub fn from_strict_form(bytes: &[u8]) -> Result<Vec<u8>, super::task::ApiError> {
     use super::task::ApiError;
-    use crate::core::reason::ReasonCode;
-    crate::core::strict::check_keys(bytes).map_err(|e| {
+    use halo_core::reason::ReasonCode;
+    halo_core::strict::check_keys(bytes).map_err(|e| {
         let code = if e.duplicate {
             ReasonCode::DUPLICATE_KEY
         } else {
@@ -473,7 +473,7 @@ mod tests {
         let dup = br#"{"a":null,"a":1}"#;
         assert_eq!(
             from_strict_form(dup).unwrap_err().code(),
-            crate::core::reason::ReasonCode::DUPLICATE_KEY
+            halo_core::reason::ReasonCode::DUPLICATE_KEY
         );
     }
 }

@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::hub::Hub;
 use super::task::{Answer, ApiError, Cmd, RESPONSE_LIMIT};
-use crate::core::reason::ReasonCode;
+use halo_core::reason::ReasonCode;
 
 /// One request line. A plain struct rather than a tagged enum, so the envelope stays raw
 /// bytes and the core's own parser (duplicate keys, unknown fields) sees it as sent.

@@ -49,11 +49,11 @@ use std::collections::VecDeque;
 
 use serde_json::{Value, json};
 
-use crate::core::digest::Digest;
-use crate::core::gate::EffectGate;
-use crate::core::ids::Id;
-use crate::core::reason::ReasonCode;
-use crate::core::time::Nanos;
+use halo_core::digest::Digest;
+use halo_core::gate::EffectGate;
+use halo_core::ids::Id;
+use halo_core::reason::ReasonCode;
+use halo_core::time::Nanos;
 
 /// A dispatched target's binding `b_e`.
 pub type Binding = [u8; 32];

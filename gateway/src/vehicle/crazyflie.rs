@@ -15,11 +15,11 @@ use crazyflie_bridge::shell::BridgeEvent;
 use crazyflie_bridge::telemetry::sup;
 use crazyflie_bridge::{Event, Telemetry};
 
-use crate::core::catalog::Catalog;
-use crate::core::ids::Id;
-use crate::core::state::{Point, SourceUpdate, Value};
-use crate::core::time::Nanos;
 use crate::vehicle::px4::source_update;
+use halo_core::catalog::Catalog;
+use halo_core::ids::Id;
+use halo_core::state::{Point, SourceUpdate, Value};
+use halo_core::time::Nanos;
 
 /// The Crazyflie's estimate in the gateway's local NED, m.
 pub fn to_ned(p: [f32; 3]) -> [f64; 3] {

@@ -23,10 +23,10 @@ use std::collections::VecDeque;
 use crazyflie_bridge::shell::CfHandle;
 use px4_bridge::shell::BridgeHandle;
 
-use crate::core::gate::{Adapter, AdapterError, EnqueueRequest};
-use crate::core::ids::Id;
-use crate::core::payload::ActionCommand;
 use crate::supervisor::{Enqueued, VehicleCommand, VehicleControl, VehicleError};
+use halo_core::gate::{Adapter, AdapterError, EnqueueRequest};
+use halo_core::ids::Id;
+use halo_core::payload::ActionCommand;
 
 /// How many dispatched commands the adapter remembers for attributing the vehicle's echo of a
 /// target. It echoes a target within a few stream periods, long before this many newer exist.

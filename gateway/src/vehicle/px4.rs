@@ -3,12 +3,12 @@
 use px4_bridge::Event as BridgeEvent;
 use px4_bridge::telemetry::{LandedState, Telemetry};
 
-use crate::core::catalog::Catalog;
-use crate::core::digest::Digest;
-use crate::core::ids::Id;
-use crate::core::state::Snapshot;
-use crate::core::state::{SourceUpdate, Value};
-use crate::core::time::Nanos;
+use halo_core::catalog::Catalog;
+use halo_core::digest::Digest;
+use halo_core::ids::Id;
+use halo_core::state::Snapshot;
+use halo_core::state::{SourceUpdate, Value};
+use halo_core::time::Nanos;
 
 /// A vehicle source update from PX4 (provenance `px4`, epoch 1), or `None` when the catalog has
 /// no such source or gives it another kind of value.
@@ -70,7 +70,7 @@ pub fn telemetry_updates(cat: &Catalog, ev: &BridgeEvent, now: Nanos) -> Vec<Sou
                 } => push(
                     "home",
                     at,
-                    Value::Position(crate::core::state::Point {
+                    Value::Position(halo_core::state::Point {
                         north_m: f64::from(*north_m),
                         east_m: f64::from(*east_m),
                         down_m: f64::from(*down_m),
@@ -97,7 +97,7 @@ pub fn telemetry_updates(cat: &Catalog, ev: &BridgeEvent, now: Nanos) -> Vec<Sou
 pub struct OriginTrack {
     origin: Option<(f64, f64, f64)>,
     home_alt_m: Option<f64>,
-    current: Option<crate::core::value::GeoOrigin>,
+    current: Option<halo_core::value::GeoOrigin>,
     changes: u64,
 }
 
@@ -118,9 +118,9 @@ impl OriginTrack {
     /// The value to publish and its epoch (`boot × ORIGIN_EPOCHS_PER_BOOT + n`, n counting the
     /// values seen in this start from 1), once both messages were heard and the value is
     /// usable; `None` before.
-    pub fn value(&mut self, boot: u64) -> Option<(crate::core::value::GeoOrigin, u64)> {
+    pub fn value(&mut self, boot: u64) -> Option<(halo_core::value::GeoOrigin, u64)> {
         let ((lat_deg, lon_deg, alt_m), home_alt_m) = (self.origin?, self.home_alt_m?);
-        let v = crate::core::value::GeoOrigin {
+        let v = halo_core::value::GeoOrigin {
             lat_deg,
             lon_deg,
             alt_m,

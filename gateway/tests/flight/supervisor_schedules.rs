@@ -31,10 +31,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use halo_gateway::core::gate::EffectGate;
-use halo_gateway::core::ids::Id;
-use halo_gateway::core::reason::ReasonCode;
-use halo_gateway::core::time::Nanos;
+use halo_core::gate::EffectGate;
+use halo_core::ids::Id;
+use halo_core::reason::ReasonCode;
+use halo_core::time::Nanos;
 use halo_gateway::supervisor::{
     Binding, Enqueued, Observation, OperatorOp, Output, Supervisor, Ticket, VehicleCommand,
     VehicleControl, VehicleError, VehicleKind,

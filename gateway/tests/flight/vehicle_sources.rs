@@ -16,8 +16,8 @@
 
 use crate::common;
 
-use halo_gateway::core::Nanos;
-use halo_gateway::core::reason::ReasonCode;
+use halo_core::Nanos;
+use halo_core::reason::ReasonCode;
 use halo_gateway::vehicle::px4::{link_stamp, monotonic, source_update, telemetry_updates};
 use px4_bridge::{Config, Event, Mono, Offboard};
 use sitl::SimEndpoint;
@@ -65,9 +65,9 @@ impl Endpoint for Bridge {
 
 /// Feeds one update, clamped or not; true when it was refused as out of order.
 fn feed(
-    gw: &mut halo_gateway::core::Gateway,
+    gw: &mut halo_core::Gateway,
     now: Nanos,
-    u: halo_gateway::core::state::SourceUpdate,
+    u: halo_core::state::SourceUpdate,
     clamp: bool,
 ) -> bool {
     let u = if clamp {
@@ -94,9 +94,9 @@ fn ten_minutes_with_drift_and_jitter_and_no_refused_vehicle_update() {
     };
     let mut p = Pair::new(bridge, SimEndpoint::new(Px4Sim::new(sim_cfg, t0)), t0, 42);
     let cat = common::uav_catalog();
-    let cfg = halo_gateway::core::Config::default();
-    let mut clamped = halo_gateway::core::Gateway::new(cat.clone(), cfg.clone());
-    let mut raw = halo_gateway::core::Gateway::new(cat.clone(), cfg);
+    let cfg = halo_core::Config::default();
+    let mut clamped = halo_core::Gateway::new(cat.clone(), cfg.clone());
+    let mut raw = halo_core::Gateway::new(cat.clone(), cfg);
     let mut rng = common::Rng(0x5eed_1234);
     let (mut updates, mut refused_raw, mut refused_clamped) = (0u64, 0u64, 0u64);
     let mut last_link = 0u64;
@@ -121,7 +121,7 @@ fn ten_minutes_with_drift_and_jitter_and_no_refused_vehicle_update() {
                     &cat,
                     "link",
                     at,
-                    halo_gateway::core::state::Value::Flag(true),
+                    halo_core::state::Value::Flag(true),
                     "px4",
                     1,
                 ));

@@ -68,7 +68,7 @@ fn contract_run_and_independent_audit() {
         .unwrap();
     lines[i]["body"]["verdict"] = serde_json::json!("allow");
     lines[i]["body"]["reason"] = serde_json::Value::Null;
-    let rs: Vec<halo_gateway::core::Receipt> = lines
+    let rs: Vec<halo_core::Receipt> = lines
         .into_iter()
         .map(|v| serde_json::from_value(v).unwrap())
         .collect();

@@ -29,11 +29,11 @@ async fn the_demo_flies_and_every_check_holds() {
     assert_eq!(summary.stale_reached_vehicle, 0);
     // The receipt log on disk verifies independently of the run, and a flipped byte is caught.
     let receipts = halo_eval::demo::read_receipts(&out.join("receipts.jsonl")).unwrap();
-    assert!(halo_gateway::core::receipt::verify_chain(&receipts).is_ok());
+    assert!(halo_core::receipt::verify_chain(&receipts).is_ok());
     let mut tampered = receipts.clone();
     let k = tampered.len() / 2;
     tampered[k].at_ns += 1;
-    assert!(halo_gateway::core::receipt::verify_chain(&tampered).is_err());
+    assert!(halo_core::receipt::verify_chain(&tampered).is_err());
     signed_receipts_catch_rewrites_deletions_and_cuts(&out);
     // The stale target (30, 20, -10, yaw 45) never appears in the vehicle's log.
     let log = std::fs::read_to_string(out.join("vehicle-setpoints.jsonl")).unwrap();

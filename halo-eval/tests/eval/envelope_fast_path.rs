@@ -18,9 +18,9 @@ use crate::common;
 
 use common::Rng;
 
+use halo_core::envelope::fast::Fast;
+use halo_core::envelope::{RawResponse, too_many_by_structure};
 use halo_eval::fuzzing::{Reading, agree, envelope_readers};
-use halo_gateway::core::envelope::fast::Fast;
-use halo_gateway::core::envelope::{RawResponse, too_many_by_structure};
 use serde_json::{Value, json};
 
 /// Mutations per seed.
@@ -350,7 +350,7 @@ fn the_comparison_catches_a_planted_difference() {
     let _timing = common::exclusive();
     // A fast reading that lost a prerequisite's phase, and one serde_json refuses.
     let text = agent_shaped();
-    let raw = halo_gateway::core::envelope::parse_envelope(text.as_bytes()).unwrap();
+    let raw = halo_core::envelope::parse_envelope(text.as_bytes()).unwrap();
     let honest = format!("{raw:?}");
     let planted = honest.replacen("dispatched", "emitted", 1);
     let refused = || serde_json::from_str::<Value>("{").map(|_| String::new());

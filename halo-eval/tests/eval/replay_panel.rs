@@ -14,8 +14,8 @@
 
 use crate::common;
 
+use halo_core::Variant;
 use halo_eval::replay::{Replay, claims, read_cohort, render};
-use halo_gateway::core::Variant;
 
 fn replay() -> Replay {
     let root = common::repo_root();

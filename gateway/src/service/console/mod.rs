@@ -10,7 +10,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::core::reason::ReasonCode;
+use halo_core::reason::ReasonCode;
 
 const PAGE: &str = include_str!("index.html");
 const SCRIPT: &str = include_str!("console.js");

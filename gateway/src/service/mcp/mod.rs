@@ -44,8 +44,8 @@ use tokio::sync::{mpsc, watch};
 use super::clock::Clock;
 use super::hub::{Hub, Item, Resume};
 use super::task::{Answer, ApiError, Cmd, ask, wall_now_ms};
-use crate::core::catalog::Catalog;
-use crate::core::reason::ReasonCode;
+use halo_core::catalog::Catalog;
+use halo_core::reason::ReasonCode;
 use tools::{MCP_AGENT, ToolKind};
 
 /// The resources a client may read and subscribe to.
@@ -964,7 +964,7 @@ fn catalog_summary(cat: &Catalog) -> Value {
                 .collect();
             json!({
                 "name": t.name.as_str(),
-                "action": t.class == crate::core::catalog::Class::Action,
+                "action": t.class == halo_core::catalog::Class::Action,
                 "payload": t.payload.name(),
                 "max_age_ms": footprint,
                 "requires_certificate": t.requires_certificate,

@@ -14,12 +14,12 @@ use std::sync::Arc;
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
 
-use crate::core::catalog::{Catalog, Class, Rule, TypeSpec};
-use crate::core::envelope::FORMAT_VERSION;
-use crate::core::payload::{MAX_DURATION_S, MAX_LOCAL_COORD_M, PayloadKind};
-use crate::core::reason::ReasonCode;
 use crate::service::schema::{id_schema, payload_schema};
 use crate::service::task::ApiError;
+use halo_core::catalog::{Catalog, Class, Rule, TypeSpec};
+use halo_core::envelope::FORMAT_VERSION;
+use halo_core::payload::{MAX_DURATION_S, MAX_LOCAL_COORD_M, PayloadKind};
+use halo_core::reason::ReasonCode;
 
 /// What a tool does.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,7 +142,7 @@ pub fn bounded_payload_schema(cat: &Catalog, t: &TypeSpec) -> Value {
 /// A route action's target on the globe, for a type with an `origin` source: converted to the
 /// local frame through it (claim its epoch).
 fn global_target_schema(origin: &str, max_s: f64) -> Value {
-    let mut s = crate::service::schema::schema_of::<crate::core::payload::GlobalTarget>();
+    let mut s = crate::service::schema::schema_of::<halo_core::payload::GlobalTarget>();
     if let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) {
         let ranges = [
             (
@@ -380,7 +380,7 @@ pub fn tools(cat: &Catalog, certifier: bool) -> Vec<(Tool, ToolKind)> {
                 "type": "object", "additionalProperties": false, "required": ["obligation", "components"],
                 "properties": {
                     "obligation": {"type": "integer", "minimum": 1},
-                    "components": {"type": "array", "minItems": 1, "maxItems": crate::core::envelope::MAX_COMPONENTS, "items": any_component()},
+                    "components": {"type": "array", "minItems": 1, "maxItems": halo_core::envelope::MAX_COMPONENTS, "items": any_component()},
                 },
             })),
         )
@@ -626,8 +626,8 @@ mod tests {
         );
         assert_eq!(v["generation"], 4);
         // The core takes it as it is.
-        let raw = crate::core::envelope::parse_envelope(&b).unwrap();
-        crate::core::graph::validate(&c, &raw).unwrap();
+        let raw = halo_core::envelope::parse_envelope(&b).unwrap();
+        halo_core::graph::validate(&c, &raw).unwrap();
         // `type` is the tool's.
         let bad: JsonObject =
             serde_json::from_value(json!({"type": "route_action", "payload": {}})).unwrap();

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::{Answer, ApiError, Task};
-use crate::core::digest::Digest;
-use crate::core::reason::ReasonCode;
+use halo_core::digest::Digest;
+use halo_core::reason::ReasonCode;
 
 /// How the receipts of a start ended, for the exit code.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub struct PreviousHead {
     /// Its log (`boot-3`).
     pub log: String,
     /// The checkpoint.
-    pub checkpoint: crate::core::receipt::Checkpoint,
+    pub checkpoint: halo_core::receipt::Checkpoint,
 }
 
 impl PreviousHead {
@@ -45,7 +45,7 @@ impl PreviousHead {
         let last = files.iter().rev().find(|p| stem_of(p) != now)?;
         let line = last_line(last).ok()??;
         let r = crate::audit::parse_line(&line).ok()?;
-        let checkpoint = crate::core::receipt::Checkpoint::from_body(&r.body).ok()??;
+        let checkpoint = halo_core::receipt::Checkpoint::from_body(&r.body).ok()??;
         Some(PreviousHead {
             log: stem_of(last)?,
             checkpoint,
@@ -62,13 +62,13 @@ pub struct Signing {
     since: u64,
     /// When the oldest of them was written.
     since_at: Option<Instant>,
-    latest: Option<crate::core::receipt::Checkpoint>,
+    latest: Option<halo_core::receipt::Checkpoint>,
     /// The newest checkpoints written this start, `(count, head)`, for the operator's
     /// confirmation that one was kept ([`ISSUED_KEPT`] at most).
     issued: VecDeque<(u64, Digest)>,
     /// Checkpoints written and waiting for their sync (by sync id), oldest first; bounded by
     /// the sync worker's queue.
-    pending: VecDeque<(u64, crate::core::receipt::Checkpoint)>,
+    pending: VecDeque<(u64, halo_core::receipt::Checkpoint)>,
 }
 
 /// Checkpoints remembered for `POST /v1/audit/exported`.
@@ -118,7 +118,7 @@ impl Task {
             _ => "receipts could not be written".to_string(),
         };
         self.metrics.receipts_refusing.set(1);
-        let withheld: Vec<(crate::core::ids::Id, crate::core::ids::Id)> = dropped
+        let withheld: Vec<(halo_core::ids::Id, halo_core::ids::Id)> = dropped
             .iter()
             .filter_map(|b| self.adapter.attribute(b))
             .map(|(r, c)| (r.clone(), c.clone()))
@@ -287,7 +287,7 @@ impl Task {
                 a.since_at = None;
                 (
                     rs.iter()
-                        .map(crate::core::Receipt::to_json_line)
+                        .map(halo_core::Receipt::to_json_line)
                         .collect::<Vec<_>>(),
                     signed,
                 )
@@ -342,7 +342,7 @@ impl Task {
     fn synced_in_place(
         &mut self,
         r: std::io::Result<()>,
-        signed: Option<crate::core::receipt::Checkpoint>,
+        signed: Option<halo_core::receipt::Checkpoint>,
         last: bool,
     ) -> bool {
         if let Err(e) = &r {
@@ -361,7 +361,7 @@ impl Task {
 
     /// A signed head is durable: offered at `GET /v1/audit/head` and for the operator's
     /// confirmation that it was kept.
-    fn publish_head(&mut self, cp: crate::core::receipt::Checkpoint, last: bool) {
+    fn publish_head(&mut self, cp: halo_core::receipt::Checkpoint, last: bool) {
         tracing::debug!(count = cp.count, head = %cp.head.short(), last, "signed checkpoint");
         if let Some(a) = self.audit.as_mut() {
             if a.issued.len() == ISSUED_KEPT {
@@ -436,7 +436,7 @@ impl Task {
             head: String,
         }
         let k: Kept = serde_json::from_slice(bytes).map_err(|err| {
-            let e = crate::core::strict::explain(bytes, &err);
+            let e = halo_core::strict::explain(bytes, &err);
             ApiError::new(
                 400,
                 ReasonCode::INVALID_REQUEST,

@@ -6,11 +6,11 @@
 use serde_json::{Value as Json, json};
 
 use super::Task;
-use crate::core::catalog::{Catalog, Class, SourceIx};
-use crate::core::engine::ComponentReport;
-use crate::core::ids::Id;
-use crate::core::payload::Payload;
-use crate::core::time::Nanos;
+use halo_core::catalog::{Catalog, Class, SourceIx};
+use halo_core::engine::ComponentReport;
+use halo_core::ids::Id;
+use halo_core::payload::Payload;
+use halo_core::time::Nanos;
 
 impl Task {
     /// `GET /v1/responses`: the live responses in id order, each component as

@@ -19,10 +19,10 @@ use crazyflie_bridge::{Event as PacerEvent, Telemetry};
 use serde_json::json;
 
 use super::Task;
-use crate::core::digest::Digest;
-use crate::core::time::Nanos;
 use crate::supervisor::Observation;
 use crate::vehicle::crazyflie::{telemetry_updates, to_ned};
+use halo_core::digest::Digest;
+use halo_core::time::Nanos;
 
 impl Task {
     /// Feeds one Crazyflie bridge event.

@@ -36,17 +36,17 @@ use super::clock::{Arrival, Clock};
 use super::hub::Hub;
 use super::metrics::{Metrics, OutcomeLabel, SourceLabel};
 use super::pilot_text::Told;
-use crate::contract::{Monitor, Role as ContractRole};
-use crate::core::engine::{Event, Gateway};
-use crate::core::envelope::{MAX_RESPONSE_BYTES, Rejection};
-use crate::core::gate::GateOutcome;
-use crate::core::ids::Id;
-use crate::core::reason::ReasonCode;
-use crate::core::state::{SourceUpdate, Value};
-use crate::core::time::Nanos;
 use crate::supervisor::{Output, Refusal, Supervisor, Ticket};
 use crate::vehicle::px4::source_update;
 use crate::vehicle::{VehicleAdapter, VehicleLink};
+use halo_core::contract::{Monitor, Role as ContractRole};
+use halo_core::engine::{Event, Gateway};
+use halo_core::envelope::{MAX_RESPONSE_BYTES, Rejection};
+use halo_core::gate::GateOutcome;
+use halo_core::ids::Id;
+use halo_core::reason::ReasonCode;
+use halo_core::state::{SourceUpdate, Value};
+use halo_core::time::Nanos;
 
 pub use crate::supervisor::{FullAction, OperatorOp};
 pub use audit::{PreviousHead, ReceiptSummary, Signing};
@@ -228,7 +228,7 @@ pub enum Cmd {
     /// `POST /v1/state/{source}`.
     State {
         /// Who writes: a provider or the operator (checked against the source's owner).
-        caller: crate::core::catalog::Owner,
+        caller: halo_core::catalog::Owner,
         /// Source name.
         source: String,
         /// The update body.
@@ -442,7 +442,7 @@ pub struct Task {
     gate_delay: Option<Duration>,
     /// Evaluation only: tokens waiting for their gate, in polling order (bounded by the core's
     /// live tokens).
-    deferred: std::collections::VecDeque<(Instant, crate::core::DispatchToken)>,
+    deferred: std::collections::VecDeque<(Instant, halo_core::DispatchToken)>,
     /// Lines for the pilot's ground station (`vehicle.statustext`, PX4 only).
     pilot: Option<super::pilot_text::PilotTexts>,
     /// The last decisions in words, newest last (at most [`RECENT`]), for `GET /v1/status`.
@@ -647,8 +647,8 @@ impl Task {
     /// An obligation as the HTTP, stdio and MCP interfaces show it: states and the discharge
     /// condition in snake case (the discharge with a `kind` tag), instants as Unix
     /// milliseconds, and whether a candidate may still answer it (`open`).
-    fn obligation_view(&self, o: &crate::core::obligation::Obligation) -> serde_json::Value {
-        let crate::core::obligation::Discharge::FreshCandidate { after } = o.discharge;
+    fn obligation_view(&self, o: &halo_core::obligation::Obligation) -> serde_json::Value {
+        let halo_core::obligation::Discharge::FreshCandidate { after } = o.discharge;
         json!({
             "id": o.id.0,
             "response": o.component.response(),
@@ -712,7 +712,7 @@ impl Task {
     }
 
     /// The final gate for one ready token, and what follows it at once.
-    fn gate(&mut self, tok: crate::core::DispatchToken) {
+    fn gate(&mut self, tok: halo_core::DispatchToken) {
         let t0 = Instant::now();
         let out = self
             .gw
@@ -807,7 +807,7 @@ impl Task {
             } => {
                 let (response, component) = (at.response(), at.id());
                 self.metrics.decision(reason.map(|r| r.name()));
-                if *phase == crate::core::Phase::Withheld
+                if *phase == halo_core::Phase::Withheld
                     && self
                         .gw
                         .component_report(response, component)
@@ -991,7 +991,7 @@ impl Task {
             for c in rep
                 .components
                 .iter()
-                .filter(|c| c.action && c.phase == crate::core::Phase::Withheld)
+                .filter(|c| c.action && c.phase == halo_core::Phase::Withheld)
             {
                 self.tell(&Told::Withheld {
                     component: c.id.as_str(),
@@ -1198,7 +1198,7 @@ impl Task {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let ix = crate::core::catalog::SourceIx(u8::try_from(i).unwrap_or(u8::MAX));
+                let ix = halo_core::catalog::SourceIx(u8::try_from(i).unwrap_or(u8::MAX));
                 let st = self.gw.snapshot().source(ix);
                 let mut v = json!({
                     "source": s.name,
@@ -1276,7 +1276,7 @@ impl Task {
         let now = self.now();
         let cat = self.gw.catalog();
         for (i, s) in cat.sources().iter().enumerate() {
-            let ix = crate::core::catalog::SourceIx(u8::try_from(i).unwrap_or(u8::MAX));
+            let ix = halo_core::catalog::SourceIx(u8::try_from(i).unwrap_or(u8::MAX));
             if let Some(age) = self.gw.snapshot().age(ix, now) {
                 #[allow(clippy::cast_precision_loss, reason = "seconds for a gauge")]
                 let secs = age.0 as f64 / 1e9;
@@ -1402,12 +1402,12 @@ async fn next_synced(
     }
 }
 
-fn verdict_name(v: crate::contract::Verdict) -> &'static str {
+fn verdict_name(v: halo_core::contract::Verdict) -> &'static str {
     match v {
-        crate::contract::Verdict::Allow => "allow",
-        crate::contract::Verdict::Deny => "deny",
-        crate::contract::Verdict::Indeterminate => "indeterminate",
-        crate::contract::Verdict::Reauthorize => "reauthorize",
+        halo_core::contract::Verdict::Allow => "allow",
+        halo_core::contract::Verdict::Deny => "deny",
+        halo_core::contract::Verdict::Indeterminate => "indeterminate",
+        halo_core::contract::Verdict::Reauthorize => "reauthorize",
     }
 }
 

@@ -6,10 +6,10 @@ use px4_bridge::{Command, CommandOutcome, Event as BridgeEvent, Px4Mode};
 use serde_json::json;
 
 use super::Task;
-use crate::core::digest::Digest;
-use crate::core::time::Nanos;
 use crate::supervisor::Observation;
 use crate::vehicle::px4::telemetry_updates;
+use halo_core::digest::Digest;
+use halo_core::time::Nanos;
 
 fn mode_name(m: Px4Mode) -> String {
     m.to_string()
@@ -309,7 +309,7 @@ impl Task {
             self.gw.catalog(),
             "origin",
             at,
-            crate::core::state::Value::Geo(value),
+            halo_core::state::Value::Geo(value),
             provenance,
             epoch,
         ) {

@@ -4,15 +4,15 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::core::state::UpdateError;
-pub use crate::core::update::{CertificateBody, UpdateBody};
+use halo_core::state::UpdateError;
+pub use halo_core::update::{CertificateBody, UpdateBody};
 
 use super::{Answer, ApiError, Arrival, Task, internal, verdict_name};
-use crate::contract::{Op, Request as ContractRequest, Role as ContractRole};
-use crate::core::digest::Digest;
-use crate::core::reason::ReasonCode;
-use crate::core::state::{Certificate, SourceUpdate};
-use crate::core::time::Nanos;
+use halo_core::contract::{Op, Request as ContractRequest, Role as ContractRole};
+use halo_core::digest::Digest;
+use halo_core::reason::ReasonCode;
+use halo_core::state::{Certificate, SourceUpdate};
+use halo_core::time::Nanos;
 
 impl Task {
     pub(super) fn contract_op(&mut self, caller: ContractRole, bytes: &[u8]) -> Answer {
@@ -52,22 +52,22 @@ impl Task {
         #[serde(deny_unknown_fields)]
         struct Req {
             parent: String,
-            goal: crate::contract::GoalSpec,
+            goal: halo_core::contract::GoalSpec,
         }
         let r: Req = serde_json::from_slice(bytes).map_err(|err| {
-            let e = crate::core::strict::explain(bytes, &err);
+            let e = halo_core::strict::explain(bytes, &err);
             ApiError::new(
                 400,
                 ReasonCode::SCHEMA_INVALID,
                 format!("expected {{\"parent\", \"goal\"}}: {e}"),
             )
         })?;
-        let digest = crate::contract::monitor::edit_digest(&r.goal);
+        let digest = halo_core::contract::monitor::edit_digest(&r.goal);
         serde_json::to_value(self.monitor.witness_for(&r.parent, &digest)).map_err(internal)
     }
 
     pub(super) fn candidate(&mut self, obligation: u64, bytes: &[u8]) -> Answer {
-        let named = crate::core::envelope::parse_candidate(bytes).map(|c| c.obligation);
+        let named = halo_core::envelope::parse_candidate(bytes).map(|c| c.obligation);
         if let Ok(n) = named
             && n != obligation
         {
@@ -100,12 +100,12 @@ impl Task {
 
     pub(super) fn state_update(
         &mut self,
-        caller: crate::core::catalog::Owner,
+        caller: halo_core::catalog::Owner,
         source: &str,
         bytes: &[u8],
         arrival: Arrival,
     ) -> Answer {
-        use crate::core::catalog::Owner;
+        use halo_core::catalog::Owner;
         let cat = self.gw.catalog();
         let Some(ix) = cat.source_ix(source) else {
             return Err(ApiError::new(
@@ -159,7 +159,7 @@ impl Task {
     /// any other). The component names the certificate's id in its `certificate` field (the
     /// digest covers it).
     pub(super) fn certify(&mut self, bytes: &[u8], arrival: Arrival) -> Answer {
-        use crate::core::payload::Payload;
+        use halo_core::payload::Payload;
         let cfg = self.certifier.clone();
         if !cfg.enabled {
             return Err(ApiError::new(
@@ -170,9 +170,9 @@ impl Task {
         }
         let cat = self.gw.catalog();
         let envelope = super::super::http::one_component_envelope(cat, bytes);
-        let raw = crate::core::envelope::parse_envelope(&envelope)
-            .map_err(|r| ApiError::rejection(&r))?;
-        let v = crate::core::graph::validate(cat, &raw).map_err(|r| ApiError::rejection(&r))?;
+        let raw =
+            halo_core::envelope::parse_envelope(&envelope).map_err(|r| ApiError::rejection(&r))?;
+        let v = halo_core::graph::validate(cat, &raw).map_err(|r| ApiError::rejection(&r))?;
         let [c] = v.graph.components() else {
             return Err(ApiError::new(
                 400,
@@ -213,7 +213,7 @@ impl Task {
         };
         // A global target is swept where the gate would fly it: converted through the origin
         // in force now.
-        let Some(local) = crate::core::support::route_target(spec, &c.payload, self.gw.snapshot())
+        let Some(local) = halo_core::support::route_target(spec, &c.payload, self.gw.snapshot())
         else {
             return Err(ApiError::with_ids(
                 422,
@@ -299,7 +299,7 @@ fn refused(e: UpdateError) -> ApiError {
 /// `DUPLICATE_KEY`, `INVALID_UPDATE` (not JSON, or not the update's shape), `UNKNOWN_SOURCE`,
 /// `VALUE_KIND_MISMATCH`.
 pub fn read_update(
-    cat: &crate::core::catalog::Catalog,
+    cat: &halo_core::catalog::Catalog,
     source: &str,
     bytes: &[u8],
     generated_at: impl FnOnce(u64) -> Nanos,
@@ -317,7 +317,7 @@ pub fn read_update(
 /// # Errors
 /// As [`read_update`].
 pub fn read_update_at(
-    cat: &crate::core::catalog::Catalog,
+    cat: &halo_core::catalog::Catalog,
     source: &str,
     bytes: &[u8],
     arrival: Arrival,
@@ -344,7 +344,7 @@ pub fn read_certificate(bytes: &[u8]) -> Result<(CertificateBody, Digest), ApiEr
 /// `SCHEMA_INVALID`, `FORBIDDEN_ROLE`.
 pub fn read_contract_op(bytes: &[u8]) -> Result<Op, ApiError> {
     let op: Op = serde_json::from_slice(bytes).map_err(|err| {
-        let e = crate::core::strict::explain(bytes, &err);
+        let e = halo_core::strict::explain(bytes, &err);
         ApiError::new(
             400,
             ReasonCode::SCHEMA_INVALID,
@@ -365,8 +365,8 @@ pub fn read_contract_op(bytes: &[u8]) -> Result<Op, ApiError> {
 mod tests {
     use super::*;
 
-    fn catalog() -> crate::core::catalog::Catalog {
-        crate::core::catalog::Catalog::parse(crate::io::EMBEDDED_CATALOG, "uav-px4.toml")
+    fn catalog() -> halo_core::catalog::Catalog {
+        halo_core::catalog::Catalog::parse(crate::io::EMBEDDED_CATALOG, "uav-px4.toml")
             .unwrap_or_else(|e| panic!("the embedded catalog: {e}"))
     }
 

@@ -470,13 +470,13 @@ pub fn seq_catalog_text() -> String {
 
 pub fn digest_of(envelope: &Value, component: &str) -> String {
     let cat = if envelope["catalog"]["id"] == "uav-px4-seq" {
-        halo_gateway::core::catalog::Catalog::parse(&seq_catalog_text(), "seq.toml").unwrap()
+        halo_core::catalog::Catalog::parse(&seq_catalog_text(), "seq.toml").unwrap()
     } else {
         halo_gateway::service::Config::default().catalog().unwrap()
     };
     let bytes = envelope.to_string();
-    let raw = halo_gateway::core::envelope::parse_envelope(bytes.as_bytes()).unwrap();
-    let v = halo_gateway::core::graph::validate(&cat, &raw).unwrap();
+    let raw = halo_core::envelope::parse_envelope(bytes.as_bytes()).unwrap();
+    let v = halo_core::graph::validate(&cat, &raw).unwrap();
     let i = v.graph.index_of(&component.parse().unwrap()).unwrap();
     v.graph.component(i).unwrap().digest.to_hex()
 }
