@@ -69,33 +69,48 @@ impl Default for Config {
     }
 }
 
+/// A pacer configuration the firmware's timings cannot work with; the message names the key,
+/// its allowed range and the value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidConfig(pub String);
+
+impl std::fmt::Display for InvalidConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidConfig {}
+
 impl Config {
     /// Checks the values against the firmware's timings.
     ///
     /// # Errors
-    /// A message naming the offending key.
-    pub fn validate(&self) -> Result<(), String> {
+    /// [`InvalidConfig`], naming the offending key.
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         if !(self.stream_hz.is_finite() && (4.0..=100.0).contains(&self.stream_hz)) {
-            return Err(format!(
+            return Err(InvalidConfig(format!(
                 "stream_hz must be 4–100 Hz (the firmware levels the vehicle after 500 ms without a setpoint); got {}",
                 self.stream_hz
-            ));
+            )));
         }
         if self.watchdog_refresh_ms == 0 || self.watchdog_refresh_ms >= 1000 {
-            return Err(format!(
+            return Err(InvalidConfig(format!(
                 "watchdog_refresh_ms must be 1–999 ms (the emergency-stop watchdog fires after 1000 ms); got {}",
                 self.watchdog_refresh_ms
-            ));
+            )));
         }
         if !(100..=5000).contains(&self.link_timeout_ms) {
-            return Err(format!(
+            return Err(InvalidConfig(format!(
                 "link_timeout_ms must be 100–5000 ms; got {}",
                 self.link_timeout_ms
-            ));
+            )));
         }
         let positive = |v: f32| v.is_finite() && v > 0.0;
         if !positive(self.hold_duration_s) || !positive(self.land_speed_mps) {
-            return Err("hold_duration_s and land_speed_mps must be positive".into());
+            return Err(InvalidConfig(
+                "hold_duration_s and land_speed_mps must be positive".into(),
+            ));
         }
         Ok(())
     }

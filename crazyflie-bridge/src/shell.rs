@@ -551,7 +551,9 @@ pub async fn connect(
 pub async fn start(
     opts: BridgeOptions,
 ) -> Result<(CfHandle, mpsc::Receiver<BridgeEvent>), ConnectError> {
-    opts.config.validate().map_err(ConnectError::Link)?;
+    opts.config
+        .validate()
+        .map_err(|e| ConnectError::Link(e.0))?;
     for (name, v) in [
         ("log_period_ms", opts.log_period_ms),
         ("status_period_ms", opts.status_period_ms),

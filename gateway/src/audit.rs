@@ -19,6 +19,8 @@ use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
 use halo_core::Digest;
 use halo_core::receipt::{Checkpoint, Receipt};
 
+use crate::error::{Error, ErrorKind};
+
 /// Hex digits of an Ed25519 key (seed or public key).
 const KEY_HEX: usize = 64;
 /// The largest key file read, bytes.
@@ -73,10 +75,14 @@ impl Signer {
     ///
     /// # Errors
     /// When the random source fails.
-    pub fn generate() -> Result<Signer, String> {
+    pub fn generate() -> Result<Signer, Error> {
         let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed)
-            .map_err(|e| format!("no random source for the audit key: {e}"))?;
+        getrandom::fill(&mut seed).map_err(|e| {
+            Error::new(
+                ErrorKind::System,
+                format!("no random source for the audit key: {e}"),
+            )
+        })?;
         Ok(Signer::from_seed(seed))
     }
 
@@ -85,27 +91,33 @@ impl Signer {
     ///
     /// # Errors
     /// A message naming the file: missing, unreadable, too open, or not a key.
-    pub fn load(path: &Path) -> Result<Signer, String> {
+    pub fn load(path: &Path) -> Result<Signer, Error> {
         let name = path.display();
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt as _;
-            let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => format!("{name}: no such file"),
-                _ => format!("{name}: {e}"),
+            let meta = std::fs::metadata(path).map_err(|e| {
+                Error::file(match e.kind() {
+                    std::io::ErrorKind::NotFound => format!("{name}: no such file"),
+                    _ => format!("{name}: {e}"),
+                })
             })?;
             if meta.permissions().mode() & 0o077 != 0 {
-                return Err(format!(
-                    "{name}: the audit key is readable by others (mode {:o}); run `chmod 600 {name}`",
-                    meta.permissions().mode() & 0o777
+                return Err(Error::new(
+                    ErrorKind::Permissions,
+                    format!(
+                        "{name}: the audit key is readable by others (mode {:o}); run `chmod 600 {name}`",
+                        meta.permissions().mode() & 0o777
+                    ),
                 ));
             }
         }
         crate::io::check_private(path, "audit key")?;
-        let text = crate::io::read_text_capped(path, MAX_KEY_FILE, "audit key")
-            .map_err(|e| e.to_string())?;
+        let text = crate::io::read_text_capped(path, MAX_KEY_FILE, "audit key")?;
         let seed = unhex::<32>(text.trim()).ok_or_else(|| {
-            format!("{name}: not an audit key (one line of {KEY_HEX} lower-case hex digits)")
+            Error::key(format!(
+                "{name}: not an audit key (one line of {KEY_HEX} lower-case hex digits)"
+            ))
         })?;
         Ok(Signer::from_seed(seed))
     }
@@ -115,7 +127,7 @@ impl Signer {
     ///
     /// # Errors
     /// As [`Signer::load`], or the key cannot be written.
-    pub fn load_or_create(path: &Path) -> Result<(Signer, bool), String> {
+    pub fn load_or_create(path: &Path) -> Result<(Signer, bool), Error> {
         if path.exists() {
             let s = Signer::load(path)?;
             // Keep the public half beside it, for the operator to copy off the vehicle.
@@ -128,14 +140,19 @@ impl Signer {
         let s = Signer::generate()?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
-                .map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
+                .map_err(|e| Error::file(format!("{}: cannot create: {e}", dir.display())))?;
         }
         crate::io::write_atomic(
             path,
             format!("{}\n", hex(s.key.as_bytes())).as_bytes(),
             0o600,
         )
-        .map_err(|e| format!("{}: cannot write the audit key: {e}", path.display()))?;
+        .map_err(|e| {
+            Error::file(format!(
+                "{}: cannot write the audit key: {e}",
+                path.display()
+            ))
+        })?;
         s.write_public(&public_path(path))?;
         Ok((s, true))
     }
@@ -144,9 +161,15 @@ impl Signer {
     ///
     /// # Errors
     /// The I/O error, with the path.
-    pub fn write_public(&self, path: &Path) -> Result<(), String> {
-        crate::io::write_atomic(path, format!("{}\n", self.public_hex()).as_bytes(), 0o644)
-            .map_err(|e| format!("{}: cannot write the public key: {e}", path.display()))
+    pub fn write_public(&self, path: &Path) -> Result<(), Error> {
+        crate::io::write_atomic(path, format!("{}\n", self.public_hex()).as_bytes(), 0o644).map_err(
+            |e| {
+                Error::file(format!(
+                    "{}: cannot write the public key: {e}",
+                    path.display()
+                ))
+            },
+        )
     }
 
     /// The public key, 64 hex digits.
@@ -195,33 +218,36 @@ pub fn public_path(secret: &Path) -> PathBuf {
 ///
 /// # Errors
 /// A message when it is neither.
-pub fn public_key(arg: &str) -> Result<VerifyingKey, String> {
+pub fn public_key(arg: &str) -> Result<VerifyingKey, Error> {
     let text = if unhex::<32>(arg.trim()).is_some() {
         arg.to_string()
     } else {
-        crate::io::read_text_capped(Path::new(arg), MAX_KEY_FILE, "public key")
-            .map_err(|e| e.to_string())?
+        crate::io::read_text_capped(Path::new(arg), MAX_KEY_FILE, "public key")?
     };
     let bytes = unhex::<32>(text.trim()).ok_or_else(|| {
-        format!("{arg}: not a public key (one line of {KEY_HEX} lower-case hex digits)")
+        Error::key(format!(
+            "{arg}: not a public key (one line of {KEY_HEX} lower-case hex digits)"
+        ))
     })?;
-    VerifyingKey::from_bytes(&bytes).map_err(|_| format!("{arg}: not a valid Ed25519 public key"))
+    VerifyingKey::from_bytes(&bytes)
+        .map_err(|_| Error::key(format!("{arg}: not a valid Ed25519 public key")))
 }
 
 /// Checks a checkpoint's signature under `key`.
 ///
 /// # Errors
 /// Why it does not verify.
-pub fn verify_checkpoint(cp: &Checkpoint, key: &VerifyingKey) -> Result<(), String> {
+pub fn verify_checkpoint(cp: &Checkpoint, key: &VerifyingKey) -> Result<(), Error> {
     if cp.key != hex(key.as_bytes()) {
-        return Err(format!(
+        return Err(Error::key(format!(
             "signed by another key ({}…), not the one given",
             cp.key.get(..8).unwrap_or(&cp.key)
-        ));
+        )));
     }
-    let sig = unhex::<64>(&cp.sig).ok_or("the signature is not 128 hex digits")?;
+    let sig =
+        unhex::<64>(&cp.sig).ok_or_else(|| Error::key("the signature is not 128 hex digits"))?;
     key.verify_strict(&cp.message(), &Signature::from_bytes(&sig))
-        .map_err(|_| "the signature does not verify".to_string())
+        .map_err(|_| Error::key("the signature does not verify"))
 }
 
 /// Where a log was cut off mid-record.
@@ -333,19 +359,20 @@ pub fn is_torn_record(bytes: &[u8]) -> bool {
 ///
 /// # Errors
 /// What is wrong with the line, for people.
-pub fn parse_line(bytes: &[u8]) -> Result<Receipt, String> {
+pub fn parse_line(bytes: &[u8]) -> Result<Receipt, Error> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err("a blank line; the gateway never writes one".into());
+        return Err(Error::record("a blank line; the gateway never writes one"));
     }
-    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
-    halo_core::strict::no_duplicate_keys(bytes).map_err(|e| format!("not a receipt: {e}"))?;
-    let r: Receipt = serde_json::from_str(text).map_err(|e| format!("not a receipt: {e}"))?;
+    let text = std::str::from_utf8(bytes).map_err(|e| Error::record(format!("not UTF-8: {e}")))?;
+    halo_core::strict::no_duplicate_keys(bytes)
+        .map_err(|e| Error::record(format!("not a receipt: {e}")))?;
+    let r: Receipt =
+        serde_json::from_str(text).map_err(|e| Error::record(format!("not a receipt: {e}")))?;
     if r.to_json_line() != text {
-        return Err(
+        return Err(Error::record(
             "not in canonical form (key order, whitespace, number or string escapes differ from \
-             what the gateway writes), so the bytes are not the ones the hash covers"
-                .into(),
-        );
+             what the gateway writes), so the bytes are not the ones the hash covers",
+        ));
     }
     Ok(r)
 }
@@ -399,7 +426,7 @@ pub fn verify(receipts: &[Receipt], key: Option<&VerifyingKey>) -> Result<Verifi
             index: r.index,
             why,
         };
-        let Some(cp) = Checkpoint::from_body(&r.body).map_err(fail)? else {
+        let Some(cp) = Checkpoint::from_body(&r.body).map_err(|e| fail(e.to_string()))? else {
             continue;
         };
         let uncovered = |why: &str| match v.covered {
@@ -440,21 +467,21 @@ pub fn check_head(
     receipts: &[Receipt],
     head: &Checkpoint,
     key: &VerifyingKey,
-) -> Result<(), String> {
-    verify_checkpoint(head, key).map_err(|w| format!("the kept head: {w}"))?;
+) -> Result<(), Error> {
+    verify_checkpoint(head, key).map_err(|w| Error::key(format!("the kept head: {w}")))?;
     let Some(r) = receipts.iter().find(|r| r.index == head.count) else {
         let last = receipts.last().map_or(0, |r| r.index);
-        return Err(format!(
+        return Err(Error::record(format!(
             "the log ends at receipt {last}, before the signed head you kept (receipt {}): receipts were cut",
             head.count
-        ));
+        )));
     };
     match Checkpoint::from_body(&r.body) {
         Ok(Some(c)) if c == *head => Ok(()),
-        _ => Err(format!(
+        _ => Err(Error::record(format!(
             "receipt {} is not the checkpoint you kept: the log was rewritten",
             head.count
-        )),
+        ))),
     }
 }
 
@@ -527,6 +554,7 @@ mod tests {
         assert!(
             check_head(&rs[..4], &head, &key)
                 .unwrap_err()
+                .message()
                 .contains("cut")
         );
     }

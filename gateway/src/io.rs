@@ -8,6 +8,8 @@ use std::path::Path;
 use halo_core::catalog::{Catalog, CatalogError};
 use halo_core::contract::{Domain, DomainError};
 
+use crate::error::{Error, ErrorKind};
+
 /// The largest catalog, contract domain or state file read, bytes.
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 /// The largest contract workflow file read, bytes.
@@ -77,6 +79,16 @@ impl std::fmt::Display for ReadError {
 
 impl std::error::Error for ReadError {}
 
+impl From<ReadError> for Error {
+    fn from(e: ReadError) -> Error {
+        let kind = match e.kind {
+            ReadErrorKind::TooLarge(_) | ReadErrorKind::NotUtf8(_) => ErrorKind::Record,
+            _ => ErrorKind::File,
+        };
+        Error::new(kind, e.to_string())
+    }
+}
+
 /// Reads a whole file, refusing it past `cap` bytes without reading further; `what` names the
 /// kind of file in the message (`state file`, `response`, ...). `-` reads standard input. The
 /// one way the binaries read a file whole.
@@ -143,10 +155,11 @@ impl LogLine<'_> {
     /// The line as UTF-8.
     ///
     /// # Errors
-    /// A message naming the line when it is not UTF-8.
-    pub fn text(&self, name: &str) -> Result<&str, String> {
+    /// An [`ErrorKind::Record`](crate::error::ErrorKind::Record) error naming the line when it
+    /// is not UTF-8.
+    pub fn text(&self, name: &str) -> Result<&str, Error> {
         std::str::from_utf8(self.bytes)
-            .map_err(|e| format!("{name}:{}: the record is not UTF-8: {e}", self.no))
+            .map_err(|e| Error::record(format!("{name}:{}: the record is not UTF-8: {e}", self.no)))
     }
 }
 
@@ -154,17 +167,19 @@ impl LogLine<'_> {
 /// line, its number, offset and whether a newline ended it. Blank lines are passed too.
 ///
 /// # Errors
-/// A one-line message naming the file and line: cannot open or read, a line over the cap, or
-/// the first error `each` returns.
-pub fn for_each_line(
+/// An [`Error`] naming the file and line (cannot open or read: `File`; a line over the cap:
+/// `Record`), or the first error `each` returns.
+pub fn for_each_line<E: From<Error>>(
     path: &Path,
     cap: u64,
-    mut each: impl FnMut(LogLine<'_>) -> Result<(), String>,
-) -> Result<(), String> {
+    mut each: impl FnMut(LogLine<'_>) -> Result<(), E>,
+) -> Result<(), E> {
     let name = path.display().to_string();
-    let f = std::fs::File::open(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("{name}: no such file"),
-        _ => format!("{name}: cannot open: {e}"),
+    let f = std::fs::File::open(path).map_err(|e| {
+        Error::file(match e.kind() {
+            std::io::ErrorKind::NotFound => format!("{name}: no such file"),
+            _ => format!("{name}: cannot open: {e}"),
+        })
     })?;
     let mut r = std::io::BufReader::new(f);
     let mut line = Vec::new();
@@ -175,7 +190,7 @@ pub fn for_each_line(
         let got = (&mut r)
             .take(cap + 1)
             .read_until(b'\n', &mut line)
-            .map_err(|e| format!("{name}: cannot read: {e}"))?;
+            .map_err(|e| Error::file(format!("{name}: cannot read: {e}")))?;
         if got == 0 {
             return Ok(());
         }
@@ -184,9 +199,10 @@ pub fn for_each_line(
         if terminated {
             line.pop();
         } else if line.len() as u64 > cap {
-            return Err(format!(
+            return Err(Error::record(format!(
                 "{name}:{n}: a record is longer than the {cap}-byte limit; nothing was read past it"
-            ));
+            ))
+            .into());
         }
         each(LogLine {
             no: n,
@@ -202,13 +218,12 @@ pub fn for_each_line(
 /// the 1-based line number and the line (without its newline). Blank lines are passed too.
 ///
 /// # Errors
-/// A one-line message naming the file and line: cannot read, a record over the cap, not UTF-8,
-/// or the first error `each` returns.
-pub fn for_each_record(
+/// As [`for_each_line`], and a `Record` error for a line that is not UTF-8.
+pub fn for_each_record<E: From<Error>>(
     path: &Path,
     cap: u64,
-    mut each: impl FnMut(usize, &str) -> Result<(), String>,
-) -> Result<(), String> {
+    mut each: impl FnMut(usize, &str) -> Result<(), E>,
+) -> Result<(), E> {
     let name = path.display().to_string();
     for_each_line(path, cap, |l| each(l.no, l.text(&name)?))
 }
@@ -315,8 +330,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
 /// in a directory others can write to (they could replace it), with the `chmod` that fixes it.
 ///
 /// # Errors
-/// A message naming the file and the command.
-pub fn check_private(path: &Path, what: &str) -> Result<(), String> {
+/// An [`ErrorKind::Permissions`](crate::error::ErrorKind::Permissions) error naming the file
+/// and the command that fixes it (or a `File` error when its metadata cannot be read).
+pub fn check_private(path: &Path, what: &str) -> Result<(), Error> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt as _;
@@ -324,12 +340,15 @@ pub fn check_private(path: &Path, what: &str) -> Result<(), String> {
         let meta = match std::fs::metadata(path) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(format!("{name}: {e}")),
+            Err(e) => return Err(Error::file(format!("{name}: {e}"))),
         };
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
-            return Err(format!(
-                "{name}: the {what} is readable or writable by others (mode {mode:o}); run `chmod 600 {name}`"
+            return Err(Error::new(
+                ErrorKind::Permissions,
+                format!(
+                    "{name}: the {what} is readable or writable by others (mode {mode:o}); run `chmod 600 {name}`"
+                ),
             ));
         }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
@@ -338,10 +357,13 @@ pub fn check_private(path: &Path, what: &str) -> Result<(), String> {
             let dmode = m.permissions().mode() & 0o777;
             let sticky = m.permissions().mode() & 0o1000 != 0;
             if dmode & 0o002 != 0 && !sticky {
-                return Err(format!(
-                    "{name}: the {what} is in {}, which anyone can write to (mode {dmode:o}), so it could be replaced; run `chmod o-w {}`",
-                    dir.display(),
-                    dir.display()
+                return Err(Error::new(
+                    ErrorKind::Permissions,
+                    format!(
+                        "{name}: the {what} is in {}, which anyone can write to (mode {dmode:o}), so it could be replaced; run `chmod o-w {}`",
+                        dir.display(),
+                        dir.display()
+                    ),
                 ));
             }
         }
@@ -365,7 +387,7 @@ mod tests {
             e.contains("/dev/zero") && e.contains("4096-byte limit"),
             "{e}"
         );
-        let e = for_each_record(Path::new("/dev/zero"), 4096, |_, _| Ok(())).unwrap_err();
+        let e: String = for_each_record(Path::new("/dev/zero"), 4096, |_, _| Ok(())).unwrap_err();
         assert!(
             e.contains("/dev/zero:1") && e.contains("4096-byte limit"),
             "{e}"
@@ -381,7 +403,7 @@ mod tests {
         let mut got = Vec::new();
         for_each_record(&p, 64, |n, l| {
             got.push((n, l.to_string()));
-            Ok(())
+            Ok::<(), Error>(())
         })
         .unwrap();
         assert_eq!(
@@ -394,7 +416,7 @@ mod tests {
             ]
         );
         std::fs::write(&p, "short\nthis line is too long\n").unwrap();
-        let e = for_each_record(&p, 8, |_, _| Ok(())).unwrap_err();
+        let e: String = for_each_record(&p, 8, |_, _| Ok(())).unwrap_err();
         assert!(e.contains(":2:"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }

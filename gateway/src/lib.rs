@@ -17,8 +17,8 @@
 //! every decision ─▶ hash-linked receipt
 //! ```
 //!
-//! The protocol core ([`core`], the `halo-core` crate) is sans-IO and deterministic: time is
-//! passed in, inputs are values, outputs are polled. See [`core::engine`] for the call order.
+//! The protocol core (the `halo-core` crate, [`halo_core`]) is sans-IO and deterministic: time is
+//! passed in, inputs are values, outputs are polled. See [`halo_core::engine`] for the call order.
 //! Around it:
 //!
 //! - [`supervisor`]: the shell's safety decisions (deny-hold, control and overrides, the
@@ -28,7 +28,8 @@
 //!   gate's enqueue staged until its receipt is written) and their telemetry as vehicle sources;
 //! - [`service`]: `halo-gateway run` — the HTTP interfaces, the service task that owns the core
 //!   and the supervisor and carries out what they decide, the receipt log;
-//! - [`cli`], [`audit`], [`io`]: the command line, the receipt log's tools, file reading.
+//! - [`cli`], [`audit`], [`io`]: the command line, the receipt log's tools, file reading;
+//!   [`error`]: the shell's typed errors.
 //!
 //! This crate links no simulator and no judge: those are the evaluation crate's (`halo-eval`)
 //! and `sitl`'s.
@@ -41,6 +42,7 @@
 
 pub mod audit;
 pub mod cli;
+pub mod error;
 pub mod io;
 pub mod service;
 pub mod supervisor;

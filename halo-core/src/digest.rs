@@ -60,11 +60,11 @@ impl Digest {
     /// Parses 64 hex digits.
     ///
     /// # Errors
-    /// A message when `s` is not 64 hex digits.
-    pub fn from_hex(s: &str) -> Result<Digest, String> {
+    /// [`HexError`] when `s` is not 64 hex digits.
+    pub fn from_hex(s: &str) -> Result<Digest, HexError> {
         let b = s.as_bytes();
         if b.len() != 64 {
-            return Err(format!("a digest is 64 hex digits, got {}", b.len()));
+            return Err(HexError::Length(b.len()));
         }
         let mut out = [0u8; 32];
         for (i, pair) in b.chunks_exact(2).enumerate() {
@@ -85,12 +85,32 @@ impl Digest {
     }
 }
 
-fn hexval(c: u8) -> Result<u8, String> {
+/// Why [`Digest::from_hex`] refused its text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HexError {
+    /// Not 64 characters long (the length it had).
+    Length(usize),
+    /// A character that is not a hex digit.
+    NotHex(char),
+}
+
+impl std::fmt::Display for HexError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HexError::Length(n) => write!(f, "a digest is 64 hex digits, got {n}"),
+            HexError::NotHex(c) => write!(f, "`{c}` is not a hex digit"),
+        }
+    }
+}
+
+impl std::error::Error for HexError {}
+
+fn hexval(c: u8) -> Result<u8, HexError> {
     match c {
         b'0'..=b'9' => Ok(c - b'0'),
         b'a'..=b'f' => Ok(c - b'a' + 10),
         b'A'..=b'F' => Ok(c - b'A' + 10),
-        _ => Err(format!("`{}` is not a hex digit", char::from(c))),
+        _ => Err(HexError::NotHex(char::from(c))),
     }
 }
 

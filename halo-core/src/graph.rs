@@ -171,15 +171,8 @@ fn build_component_into<P: Parents + ?Sized>(
         .type_spec(ty)
         .ok_or_else(|| Rejection::new(ReasonCode::UNKNOWN_TYPE, me(), "type index out of range"))?;
     let payload = Payload::parse(spec.payload, raw.payload.get()).map_err(|m| {
-        let code = if m.contains("duplicate field") {
-            ReasonCode::DUPLICATE_KEY
-        } else if m.contains("unknown field") {
-            ReasonCode::UNKNOWN_FIELD
-        } else {
-            ReasonCode::INVALID_PAYLOAD
-        };
         Rejection::new(
-            code,
+            m.code(),
             me(),
             format!("payload of `{}` as {}: {m}", raw.id, spec.payload.name()),
         )

@@ -422,25 +422,83 @@ pub enum ActionCommand {
     },
 }
 
-fn check_coord(name: &str, v: f64) -> Result<(), String> {
+/// Why a payload was refused: what the envelope's `PAYLOAD_INVALID` message says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayloadError {
+    /// The JSON does not have the kind's shape (serde_json's words for what is wrong).
+    Schema(String),
+    /// A field's value breaks its rule; `rule` completes "`field` must …".
+    Field {
+        /// The payload field, as the agent writes it.
+        field: &'static str,
+        /// The rule in words, e.g. "be in (0, 600] s".
+        rule: String,
+    },
+    /// A route target's `frame` names none of the frames the gateway reads.
+    UnknownFrame,
+    /// A merge whose source and target are the same branch.
+    SameBranch,
+}
+
+impl PayloadError {
+    /// The stable code an envelope's rejection carries for it: a repeated or unknown field has
+    /// its own, everything else is `INVALID_PAYLOAD`.
+    pub fn code(&self) -> crate::reason::ReasonCode {
+        use crate::reason::ReasonCode;
+        match self {
+            // serde_json names both in its message, and only there.
+            PayloadError::Schema(m) if m.contains("duplicate field") => ReasonCode::DUPLICATE_KEY,
+            PayloadError::Schema(m) if m.contains("unknown field") => ReasonCode::UNKNOWN_FIELD,
+            _ => ReasonCode::INVALID_PAYLOAD,
+        }
+    }
+
+    fn field(field: &'static str, rule: impl Into<String>) -> PayloadError {
+        PayloadError::Field {
+            field,
+            rule: rule.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for PayloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PayloadError::Schema(m) => f.write_str(m),
+            PayloadError::Field { field, rule } => write!(f, "`{field}` must {rule}"),
+            PayloadError::UnknownFrame => f.write_str(
+                "`frame` must be `local_ned` (north_m, east_m, down_m), \
+                 `global` or `global_relative_alt` (lat_deg, lon_deg, alt_m)",
+            ),
+            PayloadError::SameBranch => {
+                f.write_str("`source` and `target` must be different branches")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PayloadError {}
+
+fn check_coord(name: &'static str, v: f64) -> Result<(), PayloadError> {
     if !v.is_finite() || v.abs() > MAX_LOCAL_COORD_M {
-        return Err(format!(
-            "`{name}` must be finite and within ±{MAX_LOCAL_COORD_M} m"
+        return Err(PayloadError::field(
+            name,
+            format!("be finite and within ±{MAX_LOCAL_COORD_M} m"),
         ));
     }
     Ok(())
 }
 
-fn check_yaw(v: f64) -> Result<(), String> {
+fn check_yaw(v: f64) -> Result<(), PayloadError> {
     if !v.is_finite() || v.abs() > 360.0 {
-        return Err("`yaw_deg` must be within ±360".into());
+        return Err(PayloadError::field("yaw_deg", "be within ±360"));
     }
     Ok(())
 }
 
 /// A route action's target: local NED (read first, the usual case; plainly written, directly)
 /// or global.
-fn parse_route(raw: &str, direct: bool) -> Result<Payload, String> {
+fn parse_route(raw: &str, direct: bool) -> Result<Payload, PayloadError> {
     let local = match direct.then(|| plain_route(raw)).flatten() {
         Some(t) => Ok(t),
         None => serde_json::from_str::<RouteTarget>(raw),
@@ -454,10 +512,10 @@ fn parse_route(raw: &str, direct: bool) -> Result<Payload, String> {
             return match global {
                 Ok(g) => {
                     if !g.lat_deg.is_finite() || g.lat_deg.abs() >= 90.0 {
-                        return Err("`lat_deg` must be within (-90, 90)".into());
+                        return Err(PayloadError::field("lat_deg", "be within (-90, 90)"));
                     }
                     if !g.lon_deg.is_finite() || g.lon_deg.abs() > 180.0 {
-                        return Err("`lon_deg` must be within ±180".into());
+                        return Err(PayloadError::field("lon_deg", "be within ±180"));
                     }
                     check_coord("alt_m", g.alt_m)?;
                     check_yaw(g.yaw_deg)?;
@@ -474,12 +532,11 @@ fn parse_route(raw: &str, direct: bool) -> Result<Payload, String> {
                         .ok()
                         .and_then(|f| f.frame);
                     Err(match frame.as_deref() {
-                        Some("local_ned") => local_err.to_string(),
-                        Some("global" | "global_relative_alt") => global_err.to_string(),
-                        Some(_) => "`frame` must be `local_ned` (north_m, east_m, down_m), \
-                                    `global` or `global_relative_alt` (lat_deg, lon_deg, alt_m)"
-                            .into(),
-                        None => local_err.to_string(),
+                        Some("local_ned") | None => PayloadError::Schema(local_err.to_string()),
+                        Some("global" | "global_relative_alt") => {
+                            PayloadError::Schema(global_err.to_string())
+                        }
+                        Some(_) => PayloadError::UnknownFrame,
                     })
                 }
             };
@@ -493,9 +550,12 @@ fn parse_route(raw: &str, direct: bool) -> Result<Payload, String> {
     Ok(Payload::RouteAction(t))
 }
 
-fn check_duration(v: f64) -> Result<(), String> {
+fn check_duration(v: f64) -> Result<(), PayloadError> {
     if !v.is_finite() || v <= 0.0 || v > MAX_DURATION_S {
-        return Err(format!("`duration_s` must be in (0, {MAX_DURATION_S}] s"));
+        return Err(PayloadError::field(
+            "duration_s",
+            format!("be in (0, {MAX_DURATION_S}] s"),
+        ));
     }
     Ok(())
 }
@@ -507,9 +567,9 @@ impl Payload {
     /// everything else by serde_json.)
     ///
     /// # Errors
-    /// A message for people when the JSON does not match the kind's schema or a value is out of
+    /// [`PayloadError`] when the JSON does not match the kind's schema or a value is out of
     /// range.
-    pub fn parse(kind: PayloadKind, raw: &str) -> Result<Payload, String> {
+    pub fn parse(kind: PayloadKind, raw: &str) -> Result<Payload, PayloadError> {
         Payload::read(kind, raw, true)
     }
 
@@ -519,20 +579,20 @@ impl Payload {
     ///
     /// # Errors
     /// As [`Payload::parse`].
-    pub fn parse_by_serde_json(kind: PayloadKind, raw: &str) -> Result<Payload, String> {
+    pub fn parse_by_serde_json(kind: PayloadKind, raw: &str) -> Result<Payload, PayloadError> {
         Payload::read(kind, raw, false)
     }
 
-    fn read(kind: PayloadKind, raw: &str, direct: bool) -> Result<Payload, String> {
-        fn de<'a, T: Deserialize<'a>>(raw: &'a str) -> Result<T, String> {
-            serde_json::from_str(raw).map_err(|e| e.to_string())
+    fn read(kind: PayloadKind, raw: &str, direct: bool) -> Result<Payload, PayloadError> {
+        fn de<'a, T: Deserialize<'a>>(raw: &'a str) -> Result<T, PayloadError> {
+            serde_json::from_str(raw).map_err(|e| PayloadError::Schema(e.to_string()))
         }
         // The direct reading of a plainly written payload, or serde_json's.
         fn either<'a, T: Deserialize<'a>>(
             direct: bool,
             plain: impl FnOnce(&'a str) -> Option<T>,
             raw: &'a str,
-        ) -> Result<T, String> {
+        ) -> Result<T, PayloadError> {
             match direct.then(|| plain(raw)).flatten() {
                 Some(t) => Ok(t),
                 None => de(raw),
@@ -553,14 +613,14 @@ impl Payload {
             PayloadKind::Report => {
                 let r: ReportPayload = either(direct, plain_report, raw)?;
                 if !r.value.is_finite() {
-                    return Err("`value` must be finite".into());
+                    return Err(PayloadError::field("value", "be finite"));
                 }
                 Payload::Report(Box::new(r))
             }
             PayloadKind::RefreshRequest => {
                 let r: RefreshPayload = de(raw)?;
                 if r.sources.is_empty() || r.sources.len() > 64 {
-                    return Err("`sources` must name 1 to 64 sources".into());
+                    return Err(PayloadError::field("sources", "name 1 to 64 sources"));
                 }
                 Payload::RefreshRequest(r)
             }
@@ -575,7 +635,7 @@ impl Payload {
             PayloadKind::Merge => {
                 let m: MergePayload = de(raw)?;
                 if m.source == m.target {
-                    return Err("`source` and `target` must be different branches".into());
+                    return Err(PayloadError::SameBranch);
                 }
                 Payload::Merge(Box::new(m))
             }
@@ -824,7 +884,8 @@ mod tests {
             r#"{}"#,
         ];
         for raw in texts {
-            let serde = serde_json::from_str::<TextPayload>(raw).map_err(|e| e.to_string());
+            let serde = serde_json::from_str::<TextPayload>(raw)
+                .map_err(|e| PayloadError::Schema(e.to_string()));
             for kind in [PayloadKind::Notice, PayloadKind::Status] {
                 let got = Payload::parse(kind, raw).map(|p| match p {
                     Payload::Notice(t) if kind == PayloadKind::Notice => t,
@@ -1004,8 +1065,9 @@ mod tests {
                 format!(r#"{{"text":"{n}"}}"#),
             ] {
                 for kind in kinds {
-                    let bytes =
-                        |p: Result<Payload, String>| p.map(|p| postcard::to_allocvec(&p).unwrap());
+                    let bytes = |p: Result<Payload, PayloadError>| {
+                        p.map(|p| postcard::to_allocvec(&p).unwrap())
+                    };
                     assert_eq!(
                         bytes(Payload::parse(kind, &raw)),
                         bytes(Payload::parse_by_serde_json(kind, &raw)),

@@ -264,6 +264,19 @@ pub struct Checkpoint {
     pub sig: String,
 }
 
+/// A receipt whose body says `"kind": "checkpoint"` but whose fields are not a checkpoint's
+/// (serde_json's words for what is wrong).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotACheckpoint(pub String);
+
+impl std::fmt::Display for NotACheckpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a checkpoint record that is not one: {}", self.0)
+    }
+}
+
+impl std::error::Error for NotACheckpoint {}
+
 impl Checkpoint {
     /// Domain tag of the signed message.
     pub const TAG: &'static [u8] = b"halo/checkpoint/v1\0";
@@ -284,8 +297,8 @@ impl Checkpoint {
     /// The checkpoint a receipt body holds, when it is one (`{"kind": "checkpoint", ...}`).
     ///
     /// # Errors
-    /// A message when the body says it is a checkpoint but its fields are not one's.
-    pub fn from_body(body: &Body) -> Result<Option<Checkpoint>, String> {
+    /// [`NotACheckpoint`] when the body says it is a checkpoint but its fields are not one's.
+    pub fn from_body(body: &Body) -> Result<Option<Checkpoint>, NotACheckpoint> {
         // Canonical text: a checkpoint's body has this exact member; most bodies do not.
         if !body.as_str().contains(r#""kind":"checkpoint""#) {
             return Ok(None);
@@ -301,7 +314,7 @@ impl Checkpoint {
         m.remove("kind");
         serde_json::from_value(serde_json::Value::Object(m))
             .map(Some)
-            .map_err(|e| format!("a checkpoint record that is not one: {e}"))
+            .map_err(|e| NotACheckpoint(e.to_string()))
     }
 
     /// This checkpoint as a receipt body.

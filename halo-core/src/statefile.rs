@@ -13,7 +13,8 @@ use serde::Deserialize;
 
 use super::catalog::Catalog;
 use super::ids::Id;
-use super::state::{Certificate, SourceUpdate};
+use super::reason::ReasonCode;
+use super::state::{Certificate, SourceUpdate, UpdateError};
 use super::time::Nanos;
 
 #[derive(Deserialize)]
@@ -82,7 +83,7 @@ fn to_update(
     epoch: u64,
     provenance: &Id,
     at_ms: u64,
-) -> Result<SourceUpdate, String> {
+) -> Result<SourceUpdate, UpdateError> {
     SourceUpdate::from_json(
         cat,
         name,
@@ -91,23 +92,27 @@ fn to_update(
         provenance.clone(),
         Nanos::from_ms(at_ms),
     )
-    .map_err(|e| e.message().to_string())
+}
+
+fn invalid(message: impl Into<String>) -> UpdateError {
+    UpdateError::new(ReasonCode::INVALID_UPDATE, message)
 }
 
 impl ProviderUpdate {
     /// Parses one update.
     ///
     /// # Errors
-    /// A message for people.
-    pub fn parse(bytes: &[u8]) -> Result<ProviderUpdate, String> {
-        serde_json::from_slice(bytes).map_err(|e| super::strict::explain(bytes, &e))
+    /// `INVALID_UPDATE` with a message for people.
+    pub fn parse(bytes: &[u8]) -> Result<ProviderUpdate, UpdateError> {
+        serde_json::from_slice(bytes).map_err(|e| invalid(super::strict::explain(bytes, &e)))
     }
 
     /// Types the update against the catalog.
     ///
     /// # Errors
-    /// A message naming the source when it is unknown or the value does not fit its kind.
-    pub fn typed(&self, cat: &Catalog) -> Result<SourceUpdate, String> {
+    /// The [`UpdateError`] naming the source when it is unknown or the value does not fit its
+    /// kind.
+    pub fn typed(&self, cat: &Catalog) -> Result<SourceUpdate, UpdateError> {
         to_update(
             cat,
             &self.source,
@@ -122,11 +127,12 @@ impl ProviderUpdate {
 /// Parses a state file.
 ///
 /// # Errors
-/// A message for people naming the offending source or certificate.
-pub fn parse_state(cat: &Catalog, bytes: &[u8]) -> Result<StateFile, String> {
-    super::strict::no_duplicate_keys(bytes)?;
+/// An [`UpdateError`] (`INVALID_UPDATE`, or the update's own code) naming the offending source or
+/// certificate.
+pub fn parse_state(cat: &Catalog, bytes: &[u8]) -> Result<StateFile, UpdateError> {
+    super::strict::check_keys(bytes).map_err(|e| invalid(e.message))?;
     let raw: RawStateFile =
-        serde_json::from_slice(bytes).map_err(|e| super::strict::explain(bytes, &e))?;
+        serde_json::from_slice(bytes).map_err(|e| invalid(super::strict::explain(bytes, &e)))?;
     let mut updates = Vec::new();
     for (name, s) in &raw.sources {
         updates.push(to_update(
@@ -141,11 +147,11 @@ pub fn parse_state(cat: &Catalog, bytes: &[u8]) -> Result<StateFile, String> {
     let mut certificates: Vec<Certificate> = Vec::new();
     for c in raw.certificates {
         if certificates.iter().any(|x| x.id == c.id) {
-            return Err(format!("certificate `{}` appears twice", c.id));
+            return Err(invalid(format!("certificate `{}` appears twice", c.id)));
         }
         certificates.push(Certificate {
             id: c.id,
-            covers: crate::update::parse_covers(&c.covers).map_err(|e| e.message().to_string())?,
+            covers: crate::update::parse_covers(&c.covers)?,
             valid_until: Nanos::from_ms(c.valid_until_ms),
             issuer: c.issuer,
         });

@@ -9,10 +9,10 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 /// Checks that no object in `bytes` repeats a key.
 ///
 /// # Errors
-/// `duplicate key `K`` (with the path to it, e.g. `sources.map`) for the first repeat, or the
-/// JSON syntax error.
-pub fn no_duplicate_keys(bytes: &[u8]) -> Result<(), String> {
-    check_keys(bytes).map_err(|e| e.message)
+/// A [`KeyError`] whose message is `duplicate key `K`` (with the path to it, e.g.
+/// `sources.map`) for the first repeat, or the JSON syntax error.
+pub fn no_duplicate_keys(bytes: &[u8]) -> Result<(), KeyError> {
+    check_keys(bytes)
 }
 
 /// Why [`check_keys`] refused a document.
@@ -24,6 +24,14 @@ pub struct KeyError {
     /// What is wrong, for people.
     pub message: String,
 }
+
+impl std::fmt::Display for KeyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for KeyError {}
 
 /// As [`no_duplicate_keys`], telling a repeated key from text that is not JSON at all.
 ///
@@ -176,9 +184,9 @@ mod tests {
     fn repeated_keys_are_found_at_any_depth() {
         assert!(no_duplicate_keys(br#"{"a": [1, {"b": 2}], "c": {"d": null}}"#).is_ok());
         let e = no_duplicate_keys(br#"{"sources": {"map": {}, "map": {}}}"#).unwrap_err();
-        assert!(e.contains("duplicate key `sources.map`"), "{e}");
+        assert!(e.message.contains("duplicate key `sources.map`"), "{e}");
         let e = no_duplicate_keys(br#"{"value": [{"n": 1}, {"n": 1, "n": 2}]}"#).unwrap_err();
-        assert!(e.contains("duplicate key `value[1].n`"), "{e}");
+        assert!(e.message.contains("duplicate key `value[1].n`"), "{e}");
         assert!(
             no_duplicate_keys(br#"{"a": 1} x"#).is_err(),
             "trailing bytes"
@@ -226,6 +234,7 @@ mod explain_tests {
         assert!(
             no_duplicate_keys(bom)
                 .unwrap_err()
+                .message
                 .contains("byte-order mark")
         );
     }

@@ -74,19 +74,55 @@ pub struct GeoOrigin {
     pub home_alt_m: f64,
 }
 
+/// Why a source value was refused: what an update's `VALUE_INVALID` message says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueError {
+    /// The JSON does not have the kind's shape (serde_json's words for what is wrong).
+    Schema(String),
+    /// A number that is NaN or infinite.
+    NotFinite,
+    /// A value for a source that carries none.
+    NotNull,
+    /// A bounds box with a minimum above its maximum.
+    InvertedBounds,
+    /// An origin off the projection's domain.
+    OffTheGlobe,
+    /// More intruders than a traffic update may carry.
+    TooManyIntruders,
+}
+
+impl std::fmt::Display for ValueError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ValueError::Schema(m) => f.write_str(m),
+            ValueError::NotFinite => f.write_str("numbers must be finite"),
+            ValueError::NotNull => f.write_str("this source carries no value; send `null`"),
+            ValueError::InvertedBounds => f.write_str("bounds must have min <= max on every axis"),
+            ValueError::OffTheGlobe => {
+                f.write_str("`lat_deg` must be within (-90, 90) and `lon_deg` within ±180")
+            }
+            ValueError::TooManyIntruders => {
+                write!(f, "at most {MAX_TRAFFIC} intruders per traffic update")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ValueError {}
+
 impl GeoOrigin {
     /// Checks the origin is usable: finite, latitude within ±90° (the poles excluded, where
     /// the projection degenerates), longitude within ±180°.
     ///
     /// # Errors
-    /// A message for people.
-    pub fn check(&self) -> Result<(), String> {
+    /// [`ValueError::NotFinite`] or [`ValueError::OffTheGlobe`].
+    pub fn check(&self) -> Result<(), ValueError> {
         let all = [self.lat_deg, self.lon_deg, self.alt_m, self.home_alt_m];
         if !all.iter().all(|x| x.is_finite()) {
-            return Err("numbers must be finite".into());
+            return Err(ValueError::NotFinite);
         }
         if self.lat_deg.abs() >= 90.0 || self.lon_deg.abs() > 180.0 {
-            return Err("`lat_deg` must be within (-90, 90) and `lon_deg` within ±180".into());
+            return Err(ValueError::OffTheGlobe);
         }
         Ok(())
     }
@@ -114,8 +150,8 @@ impl BoxNed {
     /// Checks the box is usable: every bound finite and `min <= max` on every axis.
     ///
     /// # Errors
-    /// A message for people.
-    pub fn check(&self) -> Result<(), String> {
+    /// [`ValueError::NotFinite`] or [`ValueError::InvertedBounds`].
+    pub fn check(&self) -> Result<(), ValueError> {
         let all = [
             self.north_min,
             self.north_max,
@@ -125,13 +161,13 @@ impl BoxNed {
             self.down_max,
         ];
         if !all.iter().all(|x| x.is_finite()) {
-            return Err("numbers must be finite".into());
+            return Err(ValueError::NotFinite);
         }
         if self.north_min > self.north_max
             || self.east_min > self.east_max
             || self.down_min > self.down_max
         {
-            return Err("bounds must have min <= max on every axis".into());
+            return Err(ValueError::InvertedBounds);
         }
         Ok(())
     }
@@ -184,22 +220,22 @@ impl Value {
     /// [`ValueKind::None`].
     ///
     /// # Errors
-    /// A message for people when the JSON does not fit the kind.
-    pub fn parse(kind: ValueKind, raw: &serde_json::Value) -> Result<Value, String> {
-        fn de<T: for<'a> Deserialize<'a>>(raw: &serde_json::Value) -> Result<T, String> {
-            T::deserialize(raw).map_err(|e| e.to_string())
+    /// [`ValueError`] when the JSON does not fit the kind.
+    pub fn parse(kind: ValueKind, raw: &serde_json::Value) -> Result<Value, ValueError> {
+        fn de<T: for<'a> Deserialize<'a>>(raw: &serde_json::Value) -> Result<T, ValueError> {
+            T::deserialize(raw).map_err(|e| ValueError::Schema(e.to_string()))
         }
         let finite = |x: f64| {
             if x.is_finite() {
                 Ok(x)
             } else {
-                Err("numbers must be finite".to_string())
+                Err(ValueError::NotFinite)
             }
         };
         Ok(match kind {
             ValueKind::None => {
                 if !raw.is_null() {
-                    return Err("this source carries no value; send `null`".into());
+                    return Err(ValueError::NotNull);
                 }
                 Value::None
             }
@@ -214,9 +250,7 @@ impl Value {
             ValueKind::Traffic => {
                 let v: Vec<Point> = de(raw)?;
                 if v.len() > MAX_TRAFFIC {
-                    return Err(format!(
-                        "at most {MAX_TRAFFIC} intruders per traffic update"
-                    ));
+                    return Err(ValueError::TooManyIntruders);
                 }
                 for p in &v {
                     finite(p.north_m)?;

@@ -265,7 +265,7 @@ pub async fn demo(out: &Path, quiet: bool) -> Result<(Outcome, bool), DemoError>
     let (cfg, embedded, vehicle) =
         crate::embedded::start(cfg, Some(&out.join("vehicle-setpoints.jsonl")))
             .await
-            .map_err(DemoError)?;
+            .map_err(|e| DemoError(e.to_string()))?;
     let svc = Service::start_with(cfg, catalog.clone(), embedded.keeping(vehicle))
         .await
         .map_err(super::demo::err("service"))?;
@@ -314,7 +314,7 @@ pub async fn demo(out: &Path, quiet: bool) -> Result<(Outcome, bool), DemoError>
     }
     let receipts = super::demo::read_receipts(&out.join("receipts.jsonl"))?;
     let key = crate::audit::public_key(&out.join("receipts.pub").display().to_string())
-        .map_err(DemoError)?;
+        .map_err(|e| DemoError(e.to_string()))?;
     let signed = crate::audit::verify(&receipts, Some(&key))
         .is_ok_and(|v| v.ends_final && v.covered == Some(v.first + v.count));
     Ok((outcome, signed))

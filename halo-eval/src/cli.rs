@@ -463,15 +463,18 @@ fn run_embedded(a: &RunArgs, sim_setpoint_log: Option<PathBuf>) -> i32 {
         if !simulated {
             return Ok((cfg, crate::service::Embedded::default()));
         }
-        let (cfg, embedded, vehicle) =
-            crate::embedded::start(cfg, sim_setpoint_log.as_deref()).await?;
+        let (cfg, embedded, vehicle) = crate::embedded::start(cfg, sim_setpoint_log.as_deref())
+            .await
+            .map_err(|e| {
+                halo_gateway::error::Error::new(halo_gateway::error::ErrorKind::System, e)
+            })?;
         Ok((cfg, embedded.keeping(vehicle)))
     })
 }
 
 /// The contract domain's text and a name for it (the file, or the one compiled in).
 fn domain_text(domain: Option<&Path>) -> Result<(String, String), String> {
-    halo_gateway::cli::contract::domain_text(domain)
+    Ok(halo_gateway::cli::contract::domain_text(domain)?)
 }
 
 /// The catalog at `path`, or the embedded `uav-px4` catalog.

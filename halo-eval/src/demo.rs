@@ -779,11 +779,11 @@ pub(crate) async fn stop_service(svc: Service, out: &Path) -> Result<(), DemoErr
 /// # Errors
 /// The plot's own error (no log, nothing to draw, the file cannot be written).
 pub(crate) fn draw_run(receipts: &Path, dir: &Path) -> Result<String, String> {
-    halo_gateway::cli::plot::draw_flight(
+    Ok(halo_gateway::cli::plot::draw_flight(
         receipts,
         Some(&dir.join("bridge-setpoints.jsonl")),
         &dir.join("flight.svg"),
-    )
+    )?)
 }
 
 /// A panel run's picture: drawn next to its logs; a run with nothing to draw says so and goes
@@ -860,7 +860,7 @@ pub async fn run(catalog: Catalog, out: &Path, quiet: bool) -> Result<DemoSummar
         out.join("flight.svg").display()
     );
     let key = crate::audit::public_key(&out.join("receipts.pub").display().to_string())
-        .map_err(DemoError)?;
+        .map_err(|e| DemoError(e.to_string()))?;
     let signed = crate::audit::verify(&receipts, Some(&key))
         .is_ok_and(|v| v.ends_final && v.covered == Some(v.first + v.count));
     let g = seen.lock().map_err(|_| DemoError("narrator".into()))?;
@@ -928,7 +928,7 @@ pub(crate) async fn start_on_sim_as(
 ) -> Result<(Service, sitl::sim::udp::SimControl), DemoError> {
     let (cfg, mut embedded, vehicle) = crate::embedded::start_px4_at(cfg, Some(log), sim, origin)
         .await
-        .map_err(DemoError)?;
+        .map_err(|e| DemoError(e.to_string()))?;
     embedded.variant = eval.variant;
     embedded.gate_delay = eval.gate_delay;
     let control = vehicle

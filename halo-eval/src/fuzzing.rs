@@ -138,7 +138,9 @@ pub fn payload_readers(catalog: &Catalog, data: &[u8]) -> usize {
             continue;
         };
         let text = c.payload.get();
-        let bytes = |p: Result<Payload, String>| p.map(|p| postcard::to_allocvec(&p).ok());
+        let bytes = |p: Result<Payload, halo_core::payload::PayloadError>| {
+            p.map(|p| postcard::to_allocvec(&p).ok())
+        };
         let (direct, serde) = (
             bytes(Payload::parse(kind, text)),
             bytes(Payload::parse_by_serde_json(kind, text)),

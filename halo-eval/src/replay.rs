@@ -311,7 +311,8 @@ impl Replay {
     pub fn new(catalog_text: &str, catalog_name: &str, state_text: &str) -> Result<Replay, String> {
         let catalog = Catalog::parse(catalog_text, catalog_name).map_err(|e| e.to_string())?;
         let oracle = Oracle::read(catalog_text)?;
-        let st = parse_state(&catalog, state_text.as_bytes())?;
+        let st =
+            parse_state(&catalog, state_text.as_bytes()).map_err(|e| e.message().to_string())?;
         // The oracle reads the same state file itself.
         let raw: Value = serde_json::from_str(state_text).map_err(|e| e.to_string())?;
         let now = raw["now_ms"].as_u64().ok_or("state: no now_ms")?;

@@ -32,17 +32,38 @@ impl GcsEndpoint {
     /// `udpout:` or `udpin:` (and their aliases, [`crate::url`]).
     ///
     /// # Errors
-    /// A URL that is not UDP, for people.
-    pub fn parse(url: &str) -> Result<GcsEndpoint, String> {
-        match crate::url::TransportUrl::parse(url).map_err(|e| e.to_string())? {
+    /// [`GcsError`]: not a transport URL, or one that is not UDP.
+    pub fn parse(url: &str) -> Result<GcsEndpoint, GcsError> {
+        match crate::url::TransportUrl::parse(url).map_err(GcsError::Url)? {
             crate::url::TransportUrl::UdpOut(a) => Ok(GcsEndpoint::To(a)),
             crate::url::TransportUrl::UdpIn(a) => Ok(GcsEndpoint::Listen(a)),
-            other => Err(format!(
-                "`{other}`: the ground station is relayed over UDP: udpout:HOST:PORT (e.g. udpout:192.168.1.10:14550) or udpin:ADDR:PORT"
-            )),
+            other => Err(GcsError::NotUdp(other.to_string())),
         }
     }
 }
+
+/// Why a ground-station endpoint was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GcsError {
+    /// Not a transport URL at all.
+    Url(crate::url::UrlError),
+    /// A transport that is not UDP (its canonical spelling).
+    NotUdp(String),
+}
+
+impl std::fmt::Display for GcsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GcsError::Url(e) => e.fmt(f),
+            GcsError::NotUdp(url) => write!(
+                f,
+                "`{url}`: the ground station is relayed over UDP: udpout:HOST:PORT (e.g. udpout:192.168.1.10:14550) or udpin:ADDR:PORT"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for GcsError {}
 
 /// The frames of one datagram from the ground station: those to pass to the vehicle (raw, as
 /// they came), and how many claimed the gateway's own `(system, component)` and were dropped.
@@ -130,7 +151,9 @@ mod tests {
             GcsEndpoint::parse("udp://:14550"),
             Ok(GcsEndpoint::Listen("0.0.0.0:14550".parse().unwrap()))
         );
-        let e = GcsEndpoint::parse("serial:/dev/ttyUSB0:57600").unwrap_err();
+        let e = GcsEndpoint::parse("serial:/dev/ttyUSB0:57600")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("udpout:HOST:PORT"), "{e}");
     }
 }

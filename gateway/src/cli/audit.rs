@@ -440,11 +440,10 @@ pub(crate) fn audit_verify(paths: &[PathBuf], key: Option<&str>, head: Option<&P
                 .map(|(_, h)| crate::audit::check_head(&log.receipts, h, k).map(|()| h.count))
                 .find(Result::is_ok)
                 .unwrap_or_else(|| {
-                    heads
-                        .first()
-                        .map_or(Err("no signed head in the file".into()), |(_, h)| {
-                            crate::audit::check_head(&log.receipts, h, k).map(|()| h.count)
-                        })
+                    heads.first().map_or(
+                        Err(crate::error::Error::record("no signed head in the file")),
+                        |(_, h)| crate::audit::check_head(&log.receipts, h, k).map(|()| h.count),
+                    )
                 }),
         };
         match result {

@@ -39,7 +39,7 @@ pub fn check(
     let st = match parse_state(&cat, &state_bytes) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {}: {e}", state.display());
+            eprintln!("error: {}: {}", state.display(), e.message());
             return EXIT_ERROR;
         }
     };

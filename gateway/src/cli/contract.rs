@@ -43,8 +43,8 @@ pub(crate) enum ContractCmd {
 ///
 /// # Errors
 /// The file cannot be read, for people.
-pub fn domain_text(domain: Option<&Path>) -> Result<(String, String), String> {
-    crate::io::domain_text(domain).map_err(|e| e.to_string())
+pub fn domain_text(domain: Option<&Path>) -> Result<(String, String), crate::error::Error> {
+    Ok(crate::io::domain_text(domain)?)
 }
 
 /// A value's snake_case wire name (`allow`, `closed`), for people.
@@ -67,6 +67,7 @@ pub fn toml_has_table(path: &Path, has: &str, lacks: &str) -> bool {
 /// `halo-gateway contract domain`: the exit code.
 pub(crate) fn contract_domain(path: &Path) -> i32 {
     let d = match domain_text(Some(path))
+        .map_err(String::from)
         .and_then(|(t, name)| halo_core::contract::Domain::parse(&t, &name).map_err(|e| e.0))
     {
         Ok(d) => d,
@@ -134,9 +135,11 @@ pub(crate) fn contract_run(
     };
     use halo_core::contract::workflow::{Runner, Step};
     let loaded = domain_text(domain)
+        .map_err(String::from)
         .and_then(|(t, name)| halo_core::contract::Domain::parse(&t, &name).map_err(|e| e.0))
         .and_then(|d| {
             let wf: WorkflowFile = read(workflow, crate::io::MAX_WORKFLOW_BYTES, "workflow")
+                .map_err(String::from)
                 .and_then(|b| {
                     serde_json::from_slice(&b).map_err(|e| {
                         format!(

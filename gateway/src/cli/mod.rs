@@ -313,6 +313,6 @@ fn moved_to_eval(cmd: &str, sub: &str) -> Option<String> {
 ///
 /// # Errors
 /// A one-line message naming the file.
-pub fn read(path: &Path, cap: u64, what: &str) -> Result<Vec<u8>, String> {
-    crate::io::read_capped(path, cap, what).map_err(|e| e.to_string())
+pub fn read(path: &Path, cap: u64, what: &str) -> Result<Vec<u8>, crate::error::Error> {
+    Ok(crate::io::read_capped(path, cap, what)?)
 }

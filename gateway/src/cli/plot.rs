@@ -14,6 +14,7 @@ use plotters::prelude::*;
 use serde_json::Value;
 
 use super::{EXIT_ERROR, EXIT_OK};
+use crate::error::Error;
 
 /// One streamed target.
 #[derive(Clone, Debug, PartialEq)]
@@ -409,14 +410,20 @@ fn draw(f: &Flight, out: &Path) -> Result<(), String> {
 
 /// The file's JSON lines (blank lines aside); a line that is not JSON is an error naming the
 /// file and the line.
-fn json_lines(path: &Path) -> Result<Vec<Value>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn json_lines(path: &Path) -> Result<Vec<Value>, Error> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::file(format!("{}: {e}", path.display())))?;
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str(l)
-                .map_err(|e| format!("{}:{}: not a JSON line: {e}", path.display(), i + 1))
+            serde_json::from_str(l).map_err(|e| {
+                Error::record(format!(
+                    "{}:{}: not a JSON line: {e}",
+                    path.display(),
+                    i + 1
+                ))
+            })
         })
         .collect()
 }
@@ -425,13 +432,11 @@ fn json_lines(path: &Path) -> Result<Vec<Value>, String> {
 /// returns what it drew, in words (the demo calls this at its end).
 ///
 /// # Errors
-/// A message naming the file that could not be read or written, or a log with nothing to draw.
-pub fn draw_flight(
-    receipts: &Path,
-    setpoints: Option<&Path>,
-    out: &Path,
-) -> Result<String, String> {
-    let log = crate::audit::read_log(&[PathBuf::from(receipts)]).map_err(|e| e.to_string())?;
+/// An [`Error`] naming the file that could not be read (`File`, `Record`) or written
+/// (`File`), or a log with nothing to draw (`Record`).
+pub fn draw_flight(receipts: &Path, setpoints: Option<&Path>, out: &Path) -> Result<String, Error> {
+    let log = crate::audit::read_log(&[PathBuf::from(receipts)])
+        .map_err(|e| Error::record(e.to_string()))?;
     let bodies: Vec<(u64, Value)> = log
         .receipts
         .iter()
@@ -440,12 +445,12 @@ pub fn draw_flight(
     let sp = setpoints.map(json_lines).transpose()?.unwrap_or_default();
     let f = Flight::read(&bodies, &sp);
     if f.rows.is_empty() && f.targets.is_empty() {
-        return Err(format!(
+        return Err(Error::record(format!(
             "{}: no component and no target to draw (is it a receipt log?)",
             receipts.display()
-        ));
+        )));
     }
-    draw(&f, out).map_err(|e| format!("{}: {e}", out.display()))?;
+    draw(&f, out).map_err(|e| Error::file(format!("{}: {e}", out.display())))?;
     Ok(f.summary())
 }
 

@@ -70,9 +70,10 @@ impl RunArgs {
     ///
     /// # Errors
     /// The configuration error, for people.
-    pub fn config(&self) -> Result<crate::service::Config, String> {
+    pub fn config(&self) -> Result<crate::service::Config, crate::error::Error> {
         let mut cfg = match &self.config {
-            Some(p) => crate::service::Config::load(p).map_err(|e| e.to_string())?,
+            Some(p) => crate::service::Config::load(p)
+                .map_err(|e| crate::error::Error::config(e.to_string()))?,
             None => crate::service::Config::default(),
         };
         if let Some(c) = &self.catalog {
@@ -98,7 +99,7 @@ impl RunArgs {
         }
         cfg.vehicle
             .check_url()
-            .map_err(|e| format!("vehicle: {e}"))?;
+            .map_err(|e| crate::error::Error::config(format!("vehicle: {e}")))?;
         Ok(cfg)
     }
 }
@@ -132,7 +133,10 @@ pub fn run_configured<F, Fut>(a: &RunArgs, cfg: crate::service::Config, embed: F
 where
     F: FnOnce(crate::service::Config) -> Fut,
     Fut: std::future::Future<
-            Output = Result<(crate::service::Config, crate::service::Embedded), String>,
+            Output = Result<
+                (crate::service::Config, crate::service::Embedded),
+                crate::error::Error,
+            >,
         >,
 {
     use crate::service::{Service, banner, init_tracing};

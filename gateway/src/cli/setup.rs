@@ -119,7 +119,7 @@ pub fn check_run(
                             Ok(Some(_)) => "MAVLink signed".to_string(),
                             Ok(None) => "unsigned".to_string(),
                             Err(e) => {
-                                problems.push(e);
+                                problems.push(e.to_string());
                                 String::new()
                             }
                         }

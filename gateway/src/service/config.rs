@@ -178,21 +178,28 @@ impl VehicleConfig {
     ///
     /// # Errors
     /// What is wrong with the file, naming it (never its contents).
-    pub fn signing_key(&self) -> Result<Option<px4_bridge::signing::SigningKey>, String> {
+    pub fn signing_key(
+        &self,
+    ) -> Result<Option<px4_bridge::signing::SigningKey>, crate::error::Error> {
+        use crate::error::Error;
         let Some(path) = self.signing_key_file.as_deref() else {
             return Ok(None);
         };
         let name = path.display();
         if self.effective_kind() != VehicleKind::Px4 {
-            return Err(format!(
+            return Err(Error::config(format!(
                 "vehicle.signing_key_file: {name}: MAVLink signing is for a PX4 link; a Crazyflie has none"
-            ));
+            )));
         }
         crate::io::check_private(path, "MAVLink signing key")?;
-        let bytes = crate::io::read_capped(path, 256, "MAVLink signing key")
-            .map_err(|e| format!("vehicle.signing_key_file: {e}"))?;
+        let bytes = crate::io::read_capped(path, 256, "MAVLink signing key").map_err(|e| {
+            Error::new(
+                crate::error::Error::from(e.clone()).kind(),
+                format!("vehicle.signing_key_file: {e}"),
+            )
+        })?;
         let secret = px4_bridge::signing::SigningKey::parse_secret(&bytes)
-            .map_err(|e| format!("vehicle.signing_key_file: {name}: {e}"))?;
+            .map_err(|e| Error::key(format!("vehicle.signing_key_file: {name}: {e}")))?;
         Ok(Some(px4_bridge::signing::SigningKey::new(
             secret,
             self.signing_link_id,

@@ -785,7 +785,7 @@ impl Service {
 
     /// Serves one MCP session on this process's standard input and output ([`mcp`],
     /// `halo-gateway run --mcp stdio`); the task ends when the client closes it.
-    pub fn serve_mcp_stdio(&self) -> JoinHandle<Result<(), String>> {
+    pub fn serve_mcp_stdio(&self) -> JoinHandle<Result<(), crate::error::Error>> {
         tokio::spawn(mcp::serve_stdio(
             Arc::clone(&self.mcp),
             tokio::io::stdin(),

@@ -211,14 +211,14 @@ impl Exported {
     ///
     /// # Errors
     /// The file exists and cannot be read or parsed.
-    pub fn load(dir: &Path) -> Result<Exported, String> {
+    pub fn load(dir: &Path) -> Result<Exported, crate::error::Error> {
         let p = dir.join(EXPORTED_NAME);
         match crate::io::read_capped(&p, 1024 * 1024, "exported heads record") {
             Ok(b) => serde_json::from_slice::<BTreeMap<String, u64>>(&b)
                 .map(Exported)
-                .map_err(|e| format!("{}: {e}", p.display())),
+                .map_err(|e| crate::error::Error::record(format!("{}: {e}", p.display()))),
             Err(_) if !p.exists() => Ok(Exported::default()),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::error::{Error, ErrorKind};
 use crate::io::{check_private, write_atomic};
 
 /// A secret (a bearer credential): never printed by `Debug` or `Display`, read only through
@@ -59,24 +60,24 @@ pub struct CredentialFiles {
 ///
 /// # Errors
 /// A message naming the file when it cannot be read, parsed or written.
-pub fn bump_boot_epoch(dir: &Path) -> Result<u64, String> {
+pub fn bump_boot_epoch(dir: &Path) -> Result<u64, Error> {
     let path = dir.join("boot_epoch");
     let prev = match read_small(&path) {
         Ok(s) => s.trim().parse::<u64>().map_err(|e| {
-            format!(
+            Error::record(format!(
                 "{}: not a boot epoch ({e}); remove it only if you accept that tokens minted \
                  before could be confused with new ones",
                 path.display()
-            )
+            ))
         })?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(e) => return Err(Error::file(format!("{}: {e}", path.display()))),
     };
     let next = prev
         .checked_add(1)
-        .ok_or_else(|| format!("{}: boot epoch overflow", path.display()))?;
+        .ok_or_else(|| Error::record(format!("{}: boot epoch overflow", path.display())))?;
     write_atomic(&path, format!("{next}\n").as_bytes(), 0o644)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| Error::file(format!("{}: {e}", path.display())))?;
     Ok(next)
 }
 
@@ -84,9 +85,14 @@ pub fn bump_boot_epoch(dir: &Path) -> Result<u64, String> {
 ///
 /// # Errors
 /// A message when the OS has no randomness to give.
-pub fn new_credential() -> Result<String, String> {
+pub fn new_credential() -> Result<String, Error> {
     let mut b = [0u8; 32];
-    getrandom::fill(&mut b).map_err(|e| format!("no randomness for a credential: {e}"))?;
+    getrandom::fill(&mut b).map_err(|e| {
+        Error::new(
+            ErrorKind::System,
+            format!("no randomness for a credential: {e}"),
+        )
+    })?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
@@ -107,26 +113,26 @@ fn read_small(path: &Path) -> std::io::Result<String> {
     String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-fn load_or_create(path: &Path) -> Result<(String, bool), String> {
+fn load_or_create(path: &Path) -> Result<(String, bool), Error> {
     check_private(path, "credential file")?;
     match read_small(path) {
         Ok(s) => {
             let t = s.trim().to_string();
             if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(format!(
+                return Err(Error::config(format!(
                     "{}: a credential must be at least 16 printable characters",
                     path.display()
-                ));
+                )));
             }
             Ok((t, false))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let t = new_credential()?;
             write_atomic(path, format!("{t}\n").as_bytes(), 0o600)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+                .map_err(|e| Error::file(format!("{}: {e}", path.display())))?;
             Ok((t, true))
         }
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(e) => Err(Error::file(format!("{}: {e}", path.display()))),
     }
 }
 
@@ -139,7 +145,7 @@ pub fn credentials(
     agent: Option<&Path>,
     provider: Option<&Path>,
     operator: Option<&Path>,
-) -> Result<(Credentials, CredentialFiles), String> {
+) -> Result<(Credentials, CredentialFiles), Error> {
     let base = dir.join("credentials");
     let pick = |p: Option<&Path>, name: &str| {
         p.map_or_else(|| base.join(format!("{name}.token")), Path::to_path_buf)
@@ -153,7 +159,9 @@ pub fn credentials(
     let (p, cp) = load_or_create(&fp)?;
     let (o, co) = load_or_create(&fo)?;
     if a == p || a == o || p == o {
-        return Err("two roles share one credential; each role needs its own".into());
+        return Err(Error::config(
+            "two roles share one credential; each role needs its own",
+        ));
     }
     Ok((
         Credentials {
@@ -187,7 +195,12 @@ mod tests {
         assert_eq!(bump_boot_epoch(&d).unwrap(), 2);
         assert_eq!(bump_boot_epoch(&d).unwrap(), 3);
         std::fs::write(d.join("boot_epoch"), "garbage").unwrap();
-        assert!(bump_boot_epoch(&d).unwrap_err().contains("boot_epoch"));
+        assert!(
+            bump_boot_epoch(&d)
+                .unwrap_err()
+                .message()
+                .contains("boot_epoch")
+        );
     }
 
     #[test]
@@ -221,7 +234,9 @@ mod tests {
             let f = open.join("credentials/agent.token");
             std::fs::write(&f, "0123456789abcdef0123456789abcdef\n").unwrap();
             std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
-            let e = credentials(&open, None, None, None).unwrap_err();
+            let e = credentials(&open, None, None, None)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("chmod 600") && e.contains("agent.token"), "{e}");
             std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
             std::fs::set_permissions(
@@ -229,7 +244,9 @@ mod tests {
                 std::fs::Permissions::from_mode(0o777),
             )
             .unwrap();
-            let e = credentials(&open, None, None, None).unwrap_err();
+            let e = credentials(&open, None, None, None)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("chmod o-w"), "{e}");
         }
     }

@@ -1139,7 +1139,11 @@ pub fn http_service(
 ///
 /// # Errors
 /// The handshake's failure, for people.
-pub async fn serve_stdio<R, W>(shared: Arc<Shared>, input: R, output: W) -> Result<(), String>
+pub async fn serve_stdio<R, W>(
+    shared: Arc<Shared>,
+    input: R,
+    output: W,
+) -> Result<(), crate::error::Error>
 where
     R: tokio::io::AsyncRead + Send + Unpin + 'static,
     W: tokio::io::AsyncWrite + Send + Unpin + 'static,
@@ -1149,7 +1153,12 @@ where
     let running = McpServer::new(shared)
         .serve((input, output))
         .await
-        .map_err(|e| format!("MCP handshake on standard input failed: {e}"))?;
+        .map_err(|e| {
+            crate::error::Error::new(
+                crate::error::ErrorKind::System,
+                format!("MCP handshake on standard input failed: {e}"),
+            )
+        })?;
     let cancel = running.cancellation_token();
     tokio::select! {
         r = running.waiting() => { let _ = r; }
