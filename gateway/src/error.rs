@@ -1,6 +1,6 @@
 //! The shell's own errors: a kind a program can match, with a stable name, and a message for
 //! people. The core's refusals keep their own types ([`halo_core::state::UpdateError`],
-//! [`halo_core::catalog::CatalogError`], …) and the API's are [`crate::service::task::ApiError`];
+//! [`halo_core::catalog::CatalogError`], …) and the API's are [`crate::service::api::ApiError`];
 //! this is for the gateway's files, keys, logs and configuration.
 
 /// What went wrong, for a program to match on.

@@ -1,4 +1,4 @@
-//! SHA-256 digests with domain separation, over postcard canonical bytes (DESIGN §4).
+//! SHA-256 digests with domain separation, over postcard canonical bytes (docs/envelope.md).
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest as _, Sha256};

@@ -182,8 +182,8 @@ fn latency(n: usize, neighbours: usize, realtime: Option<u8>) {
     // The neighbours first: a process started afterwards would inherit SCHED_FIFO.
     let running: Vec<Neighbour> = (0..neighbours).map(|_| Neighbour::start()).collect();
     if let Some(p) = realtime {
-        let cfg = halo_gateway::service::realtime::RealtimeConfig { priority: Some(p) };
-        if let Err(e) = halo_gateway::service::realtime::apply(&cfg) {
+        let cfg = halo_gateway::service::infra::realtime::RealtimeConfig { priority: Some(p) };
+        if let Err(e) = halo_gateway::service::infra::realtime::apply(&cfg) {
             eprintln!("bench_e2e: {e}");
             drop(running);
             std::process::exit(1);
@@ -192,7 +192,7 @@ fn latency(n: usize, neighbours: usize, realtime: Option<u8>) {
     println!(
         "bench_e2e latency: {neighbours} CPU-bound neighbour process(es) on {} cores, {}",
         std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
-        halo_gateway::service::realtime::current()
+        halo_gateway::service::infra::realtime::current()
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -538,7 +538,7 @@ pub fn service_bodies(data: &[u8]) {
     use crate::service::task::{read_certificate, read_contract_op, read_update};
     use halo_core::reason::ReasonCode as R;
     let Some(f) = fixtures() else { return };
-    let check = |e: &crate::service::task::ApiError, allowed: &[R]| {
+    let check = |e: &crate::service::api::ApiError, allowed: &[R]| {
         assert!(
             allowed.contains(&e.code()) && !e.message().is_empty(),
             "an undocumented refusal: {e}"
@@ -603,7 +603,7 @@ pub fn service_bodies(data: &[u8]) {
 /// # Panics
 /// When the hub accepts an impossible id, a reader starts elsewhere, or the hub stops working.
 pub fn last_event_id(data: &[u8]) {
-    use crate::service::hub::{Hub, Item, Resume};
+    use crate::service::infra::hub::{Hub, Item, Resume};
     let hub = Hub::new(3);
     for i in 0..10 {
         hub.publish("x", format!("{i}"));

@@ -428,7 +428,7 @@ pub(crate) fn audit_verify(paths: &[PathBuf], key: Option<&str>, head: Option<&P
         // holds.
         let stem = paths
             .first()
-            .and_then(|p| crate::service::receipts::stem_of(p));
+            .and_then(|p| crate::service::store::receipts::stem_of(p));
         let named = heads
             .iter()
             .find(|(log, _)| log.is_some() && *log == stem)

@@ -142,7 +142,7 @@ where
     use crate::service::{Service, banner, init_tracing};
     init_tracing(cfg.log.format, &cfg.log.level);
     // Before the runtime: its threads, and the ones they start, inherit the setting.
-    match crate::service::realtime::apply(&cfg.realtime) {
+    match crate::service::infra::realtime::apply(&cfg.realtime) {
         Ok(None) => {}
         Ok(Some(p)) => tracing::info!(
             "real-time scheduling: the gateway's threads run SCHED_FIFO at priority {p}"

@@ -40,11 +40,11 @@ pub struct Config {
     /// Limits of the protocol core.
     pub limits: LimitsConfig,
     /// The reference certifier (off by default).
-    pub certifier: super::certifier::CertifierConfig,
+    pub certifier: crate::service::task::certifier::CertifierConfig,
     /// The pilot's ground station, kept in the loop (PX4 only).
     pub gcs: GcsConfig,
     /// The optional real-time scheduling of the gateway's threads (off by default).
-    pub realtime: super::realtime::RealtimeConfig,
+    pub realtime: crate::service::infra::realtime::RealtimeConfig,
 }
 
 /// `[gcs]`.
@@ -464,7 +464,7 @@ impl Default for ReceiptConfig {
             checkpoint_every: 1000,
             checkpoint_interval_s: 10,
             full_action: FullActionName::Refuse,
-            reserve_bytes: crate::service::receipts::RESERVE_BYTES,
+            reserve_bytes: crate::service::store::receipts::RESERVE_BYTES,
         }
     }
 }
@@ -602,7 +602,7 @@ impl Config {
                 .map_err(|e| ConfigError(format!("{file}: gcs.forward: {e}")))?;
         }
         if let Some(p) = self.realtime.priority
-            && !super::realtime::PRIORITIES.contains(&p)
+            && !crate::service::infra::realtime::PRIORITIES.contains(&p)
         {
             return Err(ConfigError(format!(
                 "{file}: realtime.priority: {p} is outside 1..99 (SCHED_FIFO's priorities; 50 leaves room above for the kernel's own threads)"

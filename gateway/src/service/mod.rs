@@ -11,23 +11,29 @@
 //! One task owns the protocol core; interfaces send it commands over a bounded queue and await
 //! the answer. The gate's critical section is the core's synchronous `final_gate`, whose adapter
 //! call is the bridge's non-blocking `try_enqueue`.
+//!
+//! # Rooms
+//!
+//! Each depends only on the rooms below it (a test holds the import graph acyclic):
+//!
+//! - [`faces`]: HTTP/SSE, MCP, stdio and the console: protocols turned into the task's commands;
+//! - [`task`]: the engine, the one owner of the core, the supervisor and the adapter;
+//! - [`api`]: what the faces share below them: the route table, the schemas, the OpenAPI
+//!   document, the error form, the digest computation;
+//! - [`store`]: the receipt log and the state directory;
+//! - [`infra`]: the clock, the event hub, the listener, metrics, real-time scheduling;
+//! - [`config`] and this module: the configuration and the wiring that starts the rest.
+//!
+//! A plane between gateways (the fleet) is a room of its own beside `faces`: it speaks to the
+//! task through the same commands and reads the same hub, and nothing below it knows it exists.
 
-pub mod certifier;
-pub mod clock;
+pub mod api;
 pub mod config;
-pub mod console;
-pub mod http;
-pub mod hub;
-pub mod listener;
-pub mod mcp;
-pub mod metrics;
-pub mod openapi;
-pub mod pilot_text;
-pub mod realtime;
-pub mod receipts;
-pub mod schema;
-pub mod statedir;
-pub mod stdio;
+pub mod faces;
+pub mod infra;
+#[cfg(test)]
+mod rooms;
+pub mod store;
 pub mod task;
 
 use std::net::SocketAddr;
@@ -43,7 +49,7 @@ pub use config::Config;
 use halo_core::catalog::Catalog;
 use halo_core::engine::{Config as CoreConfig, Gateway, ReceiptPolicy};
 use halo_core::time::Nanos;
-use statedir::{CredentialFiles, Credentials};
+use store::statedir::{CredentialFiles, Credentials};
 use task::Task;
 
 /// What went wrong, for people: its message names the thing (the file, the address, the device).
@@ -159,9 +165,9 @@ pub struct Service {
     shutdown: watch::Sender<bool>,
     shutdown_rx: watch::Receiver<bool>,
     cmds: mpsc::Sender<task::Cmd>,
-    hub: hub::Hub,
+    hub: infra::hub::Hub,
     /// The MCP server's shared part (`/mcp`, `--mcp stdio`).
-    mcp: Arc<mcp::Shared>,
+    mcp: Arc<faces::mcp::Shared>,
     stop_bridge: broadcast::Sender<()>,
     task: JoinHandle<Task>,
     http: JoinHandle<()>,
@@ -207,7 +213,7 @@ struct TouchedState {
     credential_files: CredentialFiles,
     signer: crate::audit::Signer,
     audit_public_key: PathBuf,
-    receipts: receipts::ReceiptLog,
+    receipts: store::receipts::ReceiptLog,
     previous_head: Option<task::PreviousHead>,
 }
 
@@ -222,8 +228,8 @@ fn touch_state(
         StartError::state,
         &format!("cannot create the state directory {}", state_dir.display()),
     ))?;
-    let boot_epoch = statedir::bump_boot_epoch(state_dir).map_err(StartError::state)?;
-    let (credentials, credential_files) = statedir::credentials(
+    let boot_epoch = store::statedir::bump_boot_epoch(state_dir).map_err(StartError::state)?;
+    let (credentials, credential_files) = store::statedir::credentials(
         state_dir,
         cfg.auth.agent_file.as_deref(),
         cfg.auth.provider_file.as_deref(),
@@ -261,11 +267,11 @@ fn touch_state(
         .parent()
         .unwrap_or(Path::new("."))
         .to_path_buf();
-    let exported = receipts::Exported::load(&dir).map_err(StartError::state)?;
+    let exported = store::receipts::Exported::load(&dir).map_err(StartError::state)?;
     let previous_head = task::PreviousHead::find(&dir, &receipts_path);
-    let log = receipts::ReceiptLog::open(
+    let log = store::receipts::ReceiptLog::open(
         &receipts_path,
-        receipts::Options {
+        store::receipts::Options {
             max_bytes: cfg.receipts.max_file_bytes,
             max_files: cfg.receipts.max_files,
             reserve_bytes: cfg.receipts.reserve_bytes,
@@ -392,10 +398,10 @@ async fn start_crazyflie(
 /// What the service task is built from, besides the configuration.
 struct CoreParts {
     link: crate::vehicle::VehicleLink,
-    clock: clock::Clock,
-    log: receipts::ReceiptLog,
-    hub: hub::Hub,
-    metrics: Arc<metrics::Metrics>,
+    clock: infra::clock::Clock,
+    log: store::receipts::ReceiptLog,
+    hub: infra::hub::Hub,
+    metrics: Arc<infra::metrics::Metrics>,
     boot_epoch: u64,
     signer: crate::audit::Signer,
     previous_head: Option<task::PreviousHead>,
@@ -462,34 +468,34 @@ fn build_task(
 fn serve_http(
     cfg: &Config,
     (listener, op_listener): (tokio::net::TcpListener, tokio::net::TcpListener),
-    state: http::AppState,
+    state: faces::http::AppState,
     boot: u64,
 ) -> (JoinHandle<()>, JoinHandle<()>) {
     let l = &cfg.listen;
-    let layers = http::Layers {
+    let layers = faces::http::Layers {
         body_timeout: Duration::from_millis(l.body_timeout_ms),
         request_timeout: Duration::from_millis(l.request_timeout_ms),
         boot,
     };
     let (shutdown, metrics) = (state.shutdown.clone(), Arc::clone(&state.metrics));
-    let op_state = http::AppState {
+    let op_state = faces::http::AppState {
         operator_only: true,
         ..state.clone()
     };
-    let app = http::router(state, &layers);
-    let op_app = http::router(op_state, &layers);
-    let limits = listener::Limits {
+    let app = faces::http::router(state, &layers);
+    let op_app = faces::http::router(op_state, &layers);
+    let limits = infra::listener::Limits {
         max_connections: l.max_connections,
         max_per_peer: l.max_connections_per_peer,
         header_timeout: Duration::from_millis(l.header_timeout_ms),
         write_timeout: Duration::from_millis(l.write_timeout_ms),
     };
-    let op_limits = listener::Limits {
+    let op_limits = infra::listener::Limits {
         max_connections: l.operator_max_connections,
         max_per_peer: 8.min(l.operator_max_connections),
         ..limits.clone()
     };
-    let http = tokio::spawn(listener::serve(
+    let http = tokio::spawn(infra::listener::serve(
         "main",
         listener,
         app,
@@ -497,7 +503,7 @@ fn serve_http(
         shutdown.clone(),
         Arc::clone(&metrics),
     ));
-    let op_http = tokio::spawn(listener::serve(
+    let op_http = tokio::spawn(infra::listener::serve(
         "operator",
         op_listener,
         op_app,
@@ -561,7 +567,7 @@ impl Service {
             .map_err(within(StartError::listen, "listener"))?;
 
         // The one clock: the bridges, the task and the faces' arrival stamps count from it.
-        let clock = clock::Clock::start();
+        let clock = infra::clock::Clock::start();
         let origin = clock.origin();
         let (stop_bridge, _) = broadcast::channel(1);
 
@@ -623,7 +629,7 @@ impl Service {
         } = touched;
         let receipts_path = log.current().to_path_buf();
 
-        let envelope_schema = Arc::new(schema::envelope_schema(&catalog).to_string());
+        let envelope_schema = Arc::new(api::schema::envelope_schema(&catalog).to_string());
         let owners = Arc::new(
             catalog
                 .sources()
@@ -631,8 +637,8 @@ impl Service {
                 .map(|s| (s.name.to_string(), s.owner))
                 .collect(),
         );
-        let hub = hub::Hub::new(boot_epoch);
-        let metrics = Arc::new(metrics::Metrics::new());
+        let hub = infra::hub::Hub::new(boot_epoch);
+        let metrics = Arc::new(infra::metrics::Metrics::new());
         let mcp_catalog = Arc::new(catalog.clone());
         let task = build_task(
             &cfg,
@@ -654,7 +660,7 @@ impl Service {
         );
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (cmd_tx, cmd_rx) = mpsc::channel(256);
-        let mcp = mcp::Shared::new(
+        let mcp = faces::mcp::Shared::new(
             cmd_tx.clone(),
             hub.clone(),
             Arc::clone(&mcp_catalog),
@@ -672,7 +678,7 @@ impl Service {
         let (http, op_http) = serve_http(
             &cfg,
             (listener, op_listener),
-            http::AppState {
+            faces::http::AppState {
                 cmds: cmd_tx.clone(),
                 hub: hub.clone(),
                 metrics,
@@ -680,7 +686,7 @@ impl Service {
                 require_for_read: cfg.auth.require_for_read,
                 shutdown: shutdown_rx.clone(),
                 schema: envelope_schema,
-                streams: Arc::new(http::StreamCaps::new(cfg.listen.max_event_streams)),
+                streams: Arc::new(faces::http::StreamCaps::new(cfg.listen.max_event_streams)),
                 operator_only: false,
                 owners,
                 catalog: Arc::clone(&mcp_catalog),
@@ -774,7 +780,7 @@ impl Service {
     /// ([`stdio`]); the task ends at end of input.
     pub fn serve_stdio(&self) -> JoinHandle<()> {
         let input = tokio::io::BufReader::new(tokio::io::stdin());
-        tokio::spawn(stdio::serve(
+        tokio::spawn(faces::stdio::serve(
             input,
             tokio::io::stdout(),
             self.cmds.clone(),
@@ -786,7 +792,7 @@ impl Service {
     /// Serves one MCP session on this process's standard input and output ([`mcp`],
     /// `halo-gateway run --mcp stdio`); the task ends when the client closes it.
     pub fn serve_mcp_stdio(&self) -> JoinHandle<Result<(), crate::error::Error>> {
-        tokio::spawn(mcp::serve_stdio(
+        tokio::spawn(faces::mcp::serve_stdio(
             Arc::clone(&self.mcp),
             tokio::io::stdin(),
             tokio::io::stdout(),

@@ -1530,7 +1530,7 @@ fn the_openapi_document_is_valid_and_names_every_route() {
     let g = Gateway::start(&dir, "sim", "");
     let (st, doc) = get(&format!("{}/v1/openapi.json", g.url), None);
     assert_eq!(st, 200, "{doc}");
-    for r in halo_gateway::service::http::ROUTES {
+    for r in halo_gateway::service::api::routes::ROUTES {
         assert!(
             doc["paths"][r.path][r.method.to_ascii_lowercase()].is_object(),
             "{} {} is not in the document",
@@ -1566,7 +1566,7 @@ fn the_openapi_document_is_valid_and_names_every_route() {
     assert_eq!(g.stop(), 0);
     println!(
         "service-openapi: 1/1 matched ({} operations)",
-        halo_gateway::service::http::ROUTES.len()
+        halo_gateway::service::api::routes::ROUTES.len()
     );
 }
 

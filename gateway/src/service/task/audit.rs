@@ -39,7 +39,7 @@ impl PreviousHead {
     /// The newest receipt file in `dir` that is not `current`'s log, if it ends with a signed
     /// checkpoint.
     pub fn find(dir: &std::path::Path, current: &std::path::Path) -> Option<PreviousHead> {
-        use crate::service::receipts::{files_in, last_line, stem_of};
+        use crate::service::store::receipts::{files_in, last_line, stem_of};
         let now = stem_of(current);
         let files = files_in(dir, "");
         let last = files.iter().rev().find(|p| stem_of(p) != now)?;
@@ -114,7 +114,7 @@ impl Task {
     pub(super) fn fail_closed(&mut self, dropped: &[[u8; 32]]) {
         let now = self.now();
         let why = match self.receipts.as_ref().map(|r| r.health().clone()) {
-            Some(crate::service::receipts::Health::Refusing(w)) => w.to_string(),
+            Some(crate::service::store::receipts::Health::Refusing(w)) => w.to_string(),
             _ => "receipts could not be written".to_string(),
         };
         self.metrics.receipts_refusing.set(1);
@@ -244,7 +244,7 @@ impl Task {
             return true;
         };
         if lines.is_empty() {
-            return log.health() == &crate::service::receipts::Health::Ok;
+            return log.health() == &crate::service::store::receipts::Health::Ok;
         }
         let errors_before = log.write_errors();
         let a = log.append(lines);
@@ -256,7 +256,7 @@ impl Task {
         if errors > 0 {
             self.metrics.receipt_write_errors.inc_by(errors);
         }
-        a.lost == 0 && !a.failed_now && log.health() == &crate::service::receipts::Health::Ok
+        a.lost == 0 && !a.failed_now && log.health() == &crate::service::store::receipts::Health::Ok
     }
 
     /// Seals what is pending and a signed checkpoint over the whole chain so far (`last` at
@@ -267,7 +267,7 @@ impl Task {
         let may_sign = self
             .receipts
             .as_ref()
-            .is_none_or(crate::service::receipts::ReceiptLog::may_sign);
+            .is_none_or(crate::service::store::receipts::ReceiptLog::may_sign);
         let now = self.now();
         let base = self.clock.origin_wall_ms();
         let wall = base.saturating_add(now.as_ms());
@@ -312,7 +312,7 @@ impl Task {
             let job = self
                 .receipts
                 .as_ref()
-                .and_then(crate::service::receipts::ReceiptLog::detached_sync);
+                .and_then(crate::service::store::receipts::ReceiptLog::detached_sync);
             if let (Some(job), Some(worker)) = (job, self.syncer.as_ref()) {
                 self.next_sync += 1;
                 let id = self.next_sync;
@@ -347,7 +347,7 @@ impl Task {
     ) -> bool {
         if let Err(e) = &r {
             if let Some(log) = self.receipts.as_mut()
-                && log.health() == &crate::service::receipts::Health::Ok
+                && log.health() == &crate::service::store::receipts::Health::Ok
             {
                 log.sync_failed(e);
             }

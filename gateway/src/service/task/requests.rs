@@ -7,9 +7,13 @@ use serde_json::json;
 use halo_core::state::UpdateError;
 pub use halo_core::update::{CertificateBody, UpdateBody};
 
+use std::time::Instant;
+
+use super::pilot_text::Told;
 use super::{Answer, ApiError, Arrival, Task, internal, verdict_name};
 use halo_core::contract::{Op, Request as ContractRequest, Role as ContractRole};
 use halo_core::digest::Digest;
+use halo_core::ids::Id;
 use halo_core::reason::ReasonCode;
 use halo_core::state::{Certificate, SourceUpdate};
 use halo_core::time::Nanos;
@@ -144,7 +148,7 @@ impl Task {
             Err(e) => {
                 self.metrics
                     .updates_refused
-                    .get_or_create(&crate::service::metrics::CodeLabel {
+                    .get_or_create(&crate::service::infra::metrics::CodeLabel {
                         code: e.code().name().into(),
                     })
                     .inc();
@@ -153,7 +157,7 @@ impl Task {
         }
     }
 
-    /// `POST /v1/certify`: the reference certifier ([`super::super::certifier`]) checks the
+    /// `POST /v1/certify`: the reference certifier ([`crate::service::task::certifier`]) checks the
     /// route action against the current state and the vehicle's position and, when it passes,
     /// issues a certificate for its exact digest through [`Task::certificate`] (a receipt like
     /// any other). The component names the certificate's id in its `certificate` field (the
@@ -169,7 +173,7 @@ impl Task {
             ));
         }
         let cat = self.gw.catalog();
-        let envelope = super::super::http::one_component_envelope(cat, bytes);
+        let envelope = crate::service::api::digest::one_component_envelope(cat, bytes);
         let raw =
             halo_core::envelope::parse_envelope(&envelope).map_err(|r| ApiError::rejection(&r))?;
         let v = halo_core::graph::validate(cat, &raw).map_err(|r| ApiError::rejection(&r))?;
@@ -223,9 +227,10 @@ impl Task {
             ));
         };
         let target = &local;
-        super::super::certifier::check(&cfg, cat, spec, self.gw.snapshot(), from, target)
+        crate::service::task::certifier::check(&cfg, cat, spec, self.gw.snapshot(), from, target)
             .map_err(|r| ApiError::with_ids(422, r.code, r.message, vec![c.id.to_string()]))?;
-        let valid_for_ms = super::super::certifier::valid_for_ms(&cfg, cat, target.duration_s);
+        let valid_for_ms =
+            crate::service::task::certifier::valid_for_ms(&cfg, cat, target.duration_s);
         let body = json!({
             "id": cert_id.as_str(),
             "covers": digest,
@@ -359,6 +364,88 @@ pub fn read_contract_op(bytes: &[u8]) -> Result<Op, ApiError> {
         ));
     }
     Ok(op)
+}
+
+impl Task {
+    /// `POST /v1/responses`: admission, the pump (the gate for what became ready), and the
+    /// decisions as they stand after it.
+    pub(super) fn response(&mut self, bytes: &[u8]) -> Answer {
+        let t0 = Instant::now();
+        let now = self.now();
+        let r = self.gw.handle_response(now, bytes);
+        if let Ok(rep) = &r {
+            self.publish_admitted(&rep.response, &rep.components);
+            // Withheld at admission: told before the refresh requests the pump publishes.
+            for c in rep
+                .components
+                .iter()
+                .filter(|c| c.action && c.phase == halo_core::Phase::Withheld)
+            {
+                self.tell(&Told::Withheld {
+                    component: c.id.as_str(),
+                    reason: c.reason,
+                });
+            }
+        }
+        self.pump();
+        self.metrics
+            .admission_seconds
+            .observe(t0.elapsed().as_secs_f64());
+        // The receipts of this very response could not be written: what it would have
+        // dispatched was dropped, so the report would not be true.
+        if let Some(e) = self.receipts_refusal() {
+            return Err(e);
+        }
+        match r {
+            Ok(rep) => {
+                let current = self.gw.response_report(&rep.response).unwrap_or(rep);
+                for c in current.components.iter() {
+                    self.metrics.decision(c.reason.map(|r| r.name()));
+                }
+                let withheld = current
+                    .components
+                    .iter()
+                    .filter(|c| c.reason.is_some())
+                    .count();
+                tracing::debug!(
+                    response = %current.response,
+                    components = current.components.len(),
+                    withheld,
+                    us = t0.elapsed().as_micros() as u64,
+                    "admission"
+                );
+                serde_json::to_value(&current).map_err(internal)
+            }
+            Err(rej) => {
+                self.metrics.decision(Some(rej.code().name()));
+                tracing::debug!(reason = %rej.code(), "admission: response rejected whole");
+                Err(ApiError::rejection(&rej))
+            }
+        }
+    }
+
+    /// `DELETE /v1/certificates/{id}`: a held certificate revoked (what it covered loses its
+    /// support).
+    pub(super) fn revoke(&mut self, id: &str) -> Answer {
+        match Id::new(id) {
+            Ok(cid) => {
+                let held = self.gw.snapshot().certificate(&cid).is_some();
+                if held {
+                    let now = self.now();
+                    self.gw.handle_certificate_revoked(now, &cid);
+                    self.pump();
+                    Ok(json!({"revoked": id}))
+                } else {
+                    Err(ApiError::new(
+                        404,
+                        ReasonCode::CERTIFICATE_UNKNOWN,
+                        format!("no certificate `{id}` is held"),
+                    ))
+                }
+            }
+            Err(e) => Err(ApiError::new(400, ReasonCode::INVALID_ID, e.to_string())),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,11 +12,11 @@ use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
-use halo_core::catalog::Catalog;
+use halo_core::catalog::{Catalog, Rule, TypeSpec};
 use halo_core::envelope::{FORMAT_VERSION, MAX_COMPONENTS, MAX_PREREQUISITES};
 use halo_core::payload::{
-    HoldPayload, LandPayload, MergePayload, PayloadKind, RefreshPayload, ReportPayload,
-    RouteTarget, TextPayload,
+    HoldPayload, LandPayload, MAX_DURATION_S, MAX_LOCAL_COORD_M, MergePayload, PayloadKind,
+    RefreshPayload, ReportPayload, RouteTarget, TextPayload,
 };
 
 pub(crate) fn schema_of<T: JsonSchema>() -> Value {
@@ -95,10 +95,7 @@ pub fn envelope_schema(cat: &Catalog) -> Value {
         let mut required = vec![json!("id"), json!("type"), json!("payload")];
         props.insert("id".into(), id_schema());
         props.insert("type".into(), json!({"const": t.name.as_str()}));
-        props.insert(
-            "payload".into(),
-            super::mcp::tools::bounded_payload_schema(cat, t),
-        );
+        props.insert("payload".into(), bounded_payload_schema(cat, t));
         if !t.prerequisites.is_empty() {
             props.insert(
                 "requires".into(),
@@ -288,8 +285,8 @@ pub fn strict_envelope_schema(cat: &Catalog) -> Value {
 ///
 /// # Errors
 /// `DUPLICATE_KEY` or `MALFORMED_JSON` (400).
-pub fn from_strict_form(bytes: &[u8]) -> Result<Vec<u8>, super::task::ApiError> {
-    use super::task::ApiError;
+pub fn from_strict_form(bytes: &[u8]) -> Result<Vec<u8>, crate::service::api::ApiError> {
+    use crate::service::api::ApiError;
     use halo_core::reason::ReasonCode;
     halo_core::strict::check_keys(bytes).map_err(|e| {
         let code = if e.duplicate {
@@ -315,6 +312,126 @@ fn strip_nulls(v: &mut Value) {
         Value::Array(a) => a.iter_mut().for_each(strip_nulls),
         _ => {}
     }
+}
+
+/// The type's payload schema with the catalog's and the core's limits as numeric ranges.
+pub fn bounded_payload_schema(cat: &Catalog, t: &TypeSpec) -> Value {
+    let mut s = payload_schema(t.payload);
+    let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) else {
+        return s;
+    };
+    let mut set = |field: &str, extra: Value| {
+        if let (Some(Value::Object(p)), Value::Object(e)) = (props.get_mut(field), extra) {
+            p.extend(e);
+        }
+    };
+    match t.payload {
+        PayloadKind::RouteAction => {
+            let max_alt = t
+                .rules
+                .iter()
+                .filter_map(|r| match r.rule {
+                    Rule::MaxAltitude { max_m } => Some(max_m),
+                    _ => None,
+                })
+                .fold(MAX_LOCAL_COORD_M, f64::min);
+            let max_distance = t.rules.iter().find_map(|r| match r.rule {
+                Rule::MaxDistance { source, max_m } => {
+                    cat.source(source).map(|s| (s.name.to_string(), max_m))
+                }
+                _ => None,
+            });
+            let horizontal = match &max_distance {
+                Some((src, m)) => format!(
+                    "metres in PX4's local NED frame; the target must be within {m} m (horizontal) of `{src}`"
+                ),
+                None => "metres in PX4's local NED frame".to_string(),
+            };
+            for f in ["north_m", "east_m"] {
+                set(
+                    f,
+                    json!({"minimum": -MAX_LOCAL_COORD_M, "maximum": MAX_LOCAL_COORD_M, "description": format!("{} ({horizontal})", if f == "north_m" { "north" } else { "east" })}),
+                );
+            }
+            set(
+                "down_m",
+                json!({"minimum": -max_alt, "maximum": MAX_LOCAL_COORD_M,
+                       "description": format!("down, metres (negative is up; at most {max_alt} m above the origin)")}),
+            );
+            set(
+                "yaw_deg",
+                json!({"minimum": -360.0, "maximum": 360.0, "description": "heading, degrees clockwise from north"}),
+            );
+            let max_s = if t.requires_certificate {
+                (cat.max_certificate().0 as f64 / 1e9).min(MAX_DURATION_S)
+            } else {
+                MAX_DURATION_S
+            };
+            set(
+                "duration_s",
+                json!({"exclusiveMinimum": 0.0, "maximum": max_s,
+                       "description": "how long to fly and hold the target, seconds (the interval the certificate must cover)"}),
+            );
+            if let Some(origin) = t.origin.and_then(|o| cat.source(o)) {
+                return json!({"anyOf": [s, global_target_schema(origin.name.as_str(), max_s)]});
+            }
+        }
+        PayloadKind::Hold => set(
+            "duration_s",
+            json!({"exclusiveMinimum": 0.0, "maximum": MAX_DURATION_S, "description": "how long to hold, seconds"}),
+        ),
+        PayloadKind::RefreshRequest => {
+            let names: Vec<&str> = cat.sources().iter().map(|s| s.name.as_str()).collect();
+            set(
+                "sources",
+                json!({"minItems": 1, "maxItems": 64, "items": {"enum": names}, "uniqueItems": true}),
+            );
+        }
+        _ => {}
+    }
+    s
+}
+
+/// A route action's target on the globe, for a type with an `origin` source: converted to the
+/// local frame through it (claim its epoch).
+fn global_target_schema(origin: &str, max_s: f64) -> Value {
+    let mut s = schema_of::<halo_core::payload::GlobalTarget>();
+    if let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) {
+        let ranges = [
+            (
+                "lat_deg",
+                json!({"exclusiveMinimum": -90.0, "exclusiveMaximum": 90.0, "description": "latitude, degrees (WGS 84)"}),
+            ),
+            (
+                "lon_deg",
+                json!({"minimum": -180.0, "maximum": 180.0, "description": "longitude, degrees"}),
+            ),
+            (
+                "alt_m",
+                json!({"minimum": -MAX_LOCAL_COORD_M, "maximum": MAX_LOCAL_COORD_M, "description": "altitude, metres: above mean sea level for `global`, above home for `global_relative_alt`"}),
+            ),
+            (
+                "yaw_deg",
+                json!({"minimum": -360.0, "maximum": 360.0, "description": "heading, degrees clockwise from north"}),
+            ),
+            (
+                "duration_s",
+                json!({"exclusiveMinimum": 0.0, "maximum": max_s, "description": "how long to fly and hold the target, seconds (the interval the certificate must cover)"}),
+            ),
+        ];
+        for (field, extra) in ranges {
+            if let (Some(Value::Object(p)), Value::Object(e)) = (props.get_mut(field), extra) {
+                p.extend(e);
+            }
+        }
+    }
+    if let Some(m) = s.as_object_mut() {
+        m.insert(
+            "description".into(),
+            json!(format!("a target on the globe, converted to PX4's local frame through the `{origin}` source: claim its current epoch in `support`")),
+        );
+    }
+    s
 }
 
 #[cfg(test)]

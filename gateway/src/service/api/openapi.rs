@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::http::{Access, ROUTES, Role, Route};
+use crate::service::api::routes::{Access, ROUTES, Role, Route};
 use halo_core::catalog::Catalog;
 
 fn error_schema() -> Value {
@@ -170,7 +170,7 @@ pub fn openapi(cat: &Catalog) -> Value {
             e.insert(r.method.to_ascii_lowercase(), op);
         }
     }
-    let mut envelope = super::schema::envelope_schema(cat);
+    let mut envelope = crate::service::api::schema::envelope_schema(cat);
     if let Some(m) = envelope.as_object_mut() {
         m.remove("$schema");
     }

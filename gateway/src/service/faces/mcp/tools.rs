@@ -14,11 +14,11 @@ use std::sync::Arc;
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
 
-use crate::service::schema::{id_schema, payload_schema};
-use crate::service::task::ApiError;
-use halo_core::catalog::{Catalog, Class, Rule, TypeSpec};
+use crate::service::api::ApiError;
+use crate::service::api::schema::id_schema;
+use halo_core::catalog::{Catalog, Class, TypeSpec};
 use halo_core::envelope::FORMAT_VERSION;
-use halo_core::payload::{MAX_DURATION_S, MAX_LOCAL_COORD_M, PayloadKind};
+use halo_core::payload::PayloadKind;
 use halo_core::reason::ReasonCode;
 
 /// What a tool does.
@@ -61,126 +61,6 @@ fn ms(ns: u64) -> u64 {
     ns / 1_000_000
 }
 
-/// The type's payload schema with the catalog's and the core's limits as numeric ranges.
-pub fn bounded_payload_schema(cat: &Catalog, t: &TypeSpec) -> Value {
-    let mut s = payload_schema(t.payload);
-    let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) else {
-        return s;
-    };
-    let mut set = |field: &str, extra: Value| {
-        if let (Some(Value::Object(p)), Value::Object(e)) = (props.get_mut(field), extra) {
-            p.extend(e);
-        }
-    };
-    match t.payload {
-        PayloadKind::RouteAction => {
-            let max_alt = t
-                .rules
-                .iter()
-                .filter_map(|r| match r.rule {
-                    Rule::MaxAltitude { max_m } => Some(max_m),
-                    _ => None,
-                })
-                .fold(MAX_LOCAL_COORD_M, f64::min);
-            let max_distance = t.rules.iter().find_map(|r| match r.rule {
-                Rule::MaxDistance { source, max_m } => {
-                    cat.source(source).map(|s| (s.name.to_string(), max_m))
-                }
-                _ => None,
-            });
-            let horizontal = match &max_distance {
-                Some((src, m)) => format!(
-                    "metres in PX4's local NED frame; the target must be within {m} m (horizontal) of `{src}`"
-                ),
-                None => "metres in PX4's local NED frame".to_string(),
-            };
-            for f in ["north_m", "east_m"] {
-                set(
-                    f,
-                    json!({"minimum": -MAX_LOCAL_COORD_M, "maximum": MAX_LOCAL_COORD_M, "description": format!("{} ({horizontal})", if f == "north_m" { "north" } else { "east" })}),
-                );
-            }
-            set(
-                "down_m",
-                json!({"minimum": -max_alt, "maximum": MAX_LOCAL_COORD_M,
-                       "description": format!("down, metres (negative is up; at most {max_alt} m above the origin)")}),
-            );
-            set(
-                "yaw_deg",
-                json!({"minimum": -360.0, "maximum": 360.0, "description": "heading, degrees clockwise from north"}),
-            );
-            let max_s = if t.requires_certificate {
-                (cat.max_certificate().0 as f64 / 1e9).min(MAX_DURATION_S)
-            } else {
-                MAX_DURATION_S
-            };
-            set(
-                "duration_s",
-                json!({"exclusiveMinimum": 0.0, "maximum": max_s,
-                       "description": "how long to fly and hold the target, seconds (the interval the certificate must cover)"}),
-            );
-            if let Some(origin) = t.origin.and_then(|o| cat.source(o)) {
-                return json!({"anyOf": [s, global_target_schema(origin.name.as_str(), max_s)]});
-            }
-        }
-        PayloadKind::Hold => set(
-            "duration_s",
-            json!({"exclusiveMinimum": 0.0, "maximum": MAX_DURATION_S, "description": "how long to hold, seconds"}),
-        ),
-        PayloadKind::RefreshRequest => {
-            let names: Vec<&str> = cat.sources().iter().map(|s| s.name.as_str()).collect();
-            set(
-                "sources",
-                json!({"minItems": 1, "maxItems": 64, "items": {"enum": names}, "uniqueItems": true}),
-            );
-        }
-        _ => {}
-    }
-    s
-}
-
-/// A route action's target on the globe, for a type with an `origin` source: converted to the
-/// local frame through it (claim its epoch).
-fn global_target_schema(origin: &str, max_s: f64) -> Value {
-    let mut s = crate::service::schema::schema_of::<halo_core::payload::GlobalTarget>();
-    if let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) {
-        let ranges = [
-            (
-                "lat_deg",
-                json!({"exclusiveMinimum": -90.0, "exclusiveMaximum": 90.0, "description": "latitude, degrees (WGS 84)"}),
-            ),
-            (
-                "lon_deg",
-                json!({"minimum": -180.0, "maximum": 180.0, "description": "longitude, degrees"}),
-            ),
-            (
-                "alt_m",
-                json!({"minimum": -MAX_LOCAL_COORD_M, "maximum": MAX_LOCAL_COORD_M, "description": "altitude, metres: above mean sea level for `global`, above home for `global_relative_alt`"}),
-            ),
-            (
-                "yaw_deg",
-                json!({"minimum": -360.0, "maximum": 360.0, "description": "heading, degrees clockwise from north"}),
-            ),
-            (
-                "duration_s",
-                json!({"exclusiveMinimum": 0.0, "maximum": max_s, "description": "how long to fly and hold the target, seconds (the interval the certificate must cover)"}),
-            ),
-        ];
-        for (field, extra) in ranges {
-            if let (Some(Value::Object(p)), Value::Object(e)) = (props.get_mut(field), extra) {
-                p.extend(e);
-            }
-        }
-    }
-    if let Some(m) = s.as_object_mut() {
-        m.insert(
-            "description".into(),
-            json!(format!("a target on the globe, converted to PX4's local frame through the `{origin}` source: claim its current epoch in `support`")),
-        );
-    }
-    s
-}
-
 fn claim_schema() -> Value {
     json!({
         "type": "object",
@@ -195,7 +75,7 @@ fn claim_schema() -> Value {
 
 /// The input schema of the tool for type `t`.
 pub fn component_input_schema(cat: &Catalog, t: &TypeSpec, certifier: bool) -> Value {
-    let payload = bounded_payload_schema(cat, t);
+    let payload = crate::service::api::schema::bounded_payload_schema(cat, t);
     let payload_required = payload
         .get("required")
         .and_then(Value::as_array)
@@ -219,7 +99,7 @@ pub fn component_input_schema(cat: &Catalog, t: &TypeSpec, certifier: bool) -> V
         required.push(json!("payload"));
     }
     if let Some((mut support, needed)) =
-        crate::service::schema::support_schema(cat, t, &claim_schema())
+        crate::service::api::schema::support_schema(cat, t, &claim_schema())
     {
         if needed {
             required.push(json!("support"));
@@ -582,7 +462,10 @@ mod tests {
         // max_altitude 120 m in the catalog; max_certificate 600 s bounds the duration.
         assert_eq!(p["down_m"]["minimum"], json!(-120.0));
         assert_eq!(p["duration_s"]["maximum"], json!(600.0));
-        assert_eq!(p["north_m"]["maximum"], json!(MAX_LOCAL_COORD_M));
+        assert_eq!(
+            p["north_m"]["maximum"],
+            json!(halo_core::payload::MAX_LOCAL_COORD_M)
+        );
         assert!(
             p["north_m"]["description"]
                 .as_str()

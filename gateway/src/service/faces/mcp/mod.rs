@@ -41,9 +41,10 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use super::clock::Clock;
-use super::hub::{Hub, Item, Resume};
-use super::task::{Answer, ApiError, Cmd, ask, wall_now_ms};
+use crate::service::api::ApiError;
+use crate::service::infra::clock::Clock;
+use crate::service::infra::hub::{Hub, Item, Resume};
+use crate::service::task::{Answer, Cmd, ask, wall_now_ms};
 use halo_core::catalog::Catalog;
 use halo_core::reason::ReasonCode;
 use tools::{MCP_AGENT, ToolKind};
@@ -100,7 +101,7 @@ pub struct Shared {
     /// is certified by it before it is sent.
     certifier: bool,
     next_certificate: AtomicU64,
-    /// The service's clock, for arrival stamps ([`super::clock`]).
+    /// The service's clock, for arrival stamps ([`crate::service::infra::clock`]).
     clock: Clock,
 }
 
@@ -206,7 +207,7 @@ impl McpServer {
         }
     }
 
-    async fn ask(&self, make: impl FnOnce(super::task::Reply) -> Cmd) -> Answer {
+    async fn ask(&self, make: impl FnOnce(crate::service::task::Reply) -> Cmd) -> Answer {
         ask(&self.shared.cmds, make).await
     }
 
@@ -309,7 +310,7 @@ impl McpServer {
         // A model's strict structured output: a null member is absent.
         let bytes = match serde_json::to_vec(env)
             .map_err(|e| tools::invalid(e.to_string()))
-            .and_then(|b| super::schema::from_strict_form(&b))
+            .and_then(|b| crate::service::api::schema::from_strict_form(&b))
         {
             Ok(b) => b,
             Err(e) => return refused(&e),

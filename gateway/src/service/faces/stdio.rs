@@ -27,8 +27,9 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::hub::Hub;
-use super::task::{Answer, ApiError, Cmd, RESPONSE_LIMIT};
+use crate::service::api::ApiError;
+use crate::service::infra::hub::Hub;
+use crate::service::task::{Answer, Cmd, RESPONSE_LIMIT};
 use halo_core::reason::ReasonCode;
 
 /// One request line. A plain struct rather than a tagged enum, so the envelope stays raw
@@ -121,7 +122,7 @@ async fn call(
     cmds: &mpsc::Sender<Cmd>,
     make: impl FnOnce(oneshot::Sender<Answer>) -> Cmd,
 ) -> Answer {
-    super::task::ask(cmds, make).await
+    crate::service::task::ask(cmds, make).await
 }
 
 async fn handle(cmds: &mpsc::Sender<Cmd>, line: &[u8]) -> String {
@@ -200,7 +201,7 @@ pub async fn serve<R, W>(
 {
     let (out_tx, mut out_rx) = mpsc::channel::<String>(1024);
     // Events: every one from the start, in order.
-    let mut reader = hub.reader(super::hub::Resume::Start);
+    let mut reader = hub.reader(crate::service::infra::hub::Resume::Start);
     let boot = hub.boot();
     let ev_tx = out_tx.clone();
     let mut ev_shutdown = shutdown.clone();
@@ -218,14 +219,14 @@ pub async fn serve<R, W>(
                 }
             };
             let line = match &item {
-                super::hub::Item::Event(e) => format!(
+                crate::service::infra::hub::Item::Event(e) => format!(
                     "{{\"event\":\"{}\",\"event_id\":\"{boot}.{}\",\"data\":{}}}",
                     e.name, e.id, e.data
                 ),
-                super::hub::Item::Gap { from, to } => format!(
+                crate::service::infra::hub::Item::Gap { from, to } => format!(
                     "{{\"event\":\"gap\",\"data\":{{\"boot_epoch\":{boot},\"missed_from\":{from},\"missed_to\":{to}}}}}"
                 ),
-                super::hub::Item::Reset { .. } => continue,
+                crate::service::infra::hub::Item::Reset { .. } => continue,
             };
             if ev_tx.send(line).await.is_err() {
                 return;

@@ -39,7 +39,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tower::ServiceExt as _;
 
-use super::metrics::{CodeLabel, Metrics};
+use crate::service::infra::metrics::{CodeLabel, Metrics};
 
 /// How one listener bounds its clients.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -27,37 +27,17 @@ use futures_util::stream::Stream;
 use subtle::ConstantTimeEq;
 use tokio::sync::{mpsc, watch};
 
-use super::clock::{Arrival, Clock};
-use super::hub::{Hub, Item, Reader};
-use super::listener::{RateLimited, RequestIds};
-use super::metrics::{Metrics, RequestLabel};
-use super::statedir::Credentials;
-use super::task::{Answer, ApiError, Cmd, OperatorOp, RESPONSE_LIMIT, Reply, ask};
+use crate::service::api::ApiError;
+use crate::service::api::digest::digests;
+use crate::service::api::routes::{Access, BodyCap, ROUTES, Role, Route, SMALL_LIMIT};
+use crate::service::infra::clock::{Arrival, Clock};
+use crate::service::infra::hub::{Hub, Item, Reader};
+use crate::service::infra::listener::{RateLimited, RequestIds};
+use crate::service::infra::metrics::{Metrics, RequestLabel};
+use crate::service::store::statedir::Credentials;
+use crate::service::task::{Answer, Cmd, OperatorOp, RESPONSE_LIMIT, Reply, ask};
+use Role::{Agent, Operator, Provider};
 use halo_core::reason::ReasonCode;
-
-/// Largest body for every route but responses and candidates.
-pub const SMALL_LIMIT: usize = 64 * 1024;
-
-/// A caller's role.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// The untrusted planner.
-    Agent,
-    /// A trusted state provider or certificate issuer.
-    Provider,
-    /// The operator.
-    Operator,
-}
-
-impl Role {
-    fn name(self) -> &'static str {
-        match self {
-            Role::Agent => "agent",
-            Role::Provider => "provider",
-            Role::Operator => "operator",
-        }
-    }
-}
 
 /// Shared state of the HTTP layer.
 #[derive(Clone)]
@@ -86,7 +66,7 @@ pub struct AppState {
     /// The loaded catalog (`POST /v1/digest`).
     pub(crate) catalog: Arc<halo_core::catalog::Catalog>,
     /// The MCP server's shared part (`/mcp` on the main listener), and the most sessions.
-    pub(crate) mcp: Option<(Arc<super::mcp::Shared>, usize)>,
+    pub(crate) mcp: Option<(Arc<crate::service::faces::mcp::Shared>, usize)>,
     /// The service's clock: each request's arrival is stamped on it ([`stamp_arrival`]).
     pub(crate) clock: Clock,
 }
@@ -188,7 +168,7 @@ pub fn router(state: AppState, layers: &Layers) -> Router {
     // listeners (outside the operator listener's guard); everything it shows comes from the
     // routes above with the credential the operator types into it.
     routes
-        .merge(super::console::routes())
+        .merge(crate::service::faces::console::routes())
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             layers.body_timeout,
         ))
@@ -229,7 +209,7 @@ pub fn router(state: AppState, layers: &Layers) -> Router {
 
 /// Stamps the request's arrival on both clocks before anything else reads it (its body, a
 /// credential check, the service task's queue), so a provider's generation time and a
-/// certificate's end are mapped at the arrival ([`super::clock`]).
+/// certificate's end are mapped at the arrival ([`crate::service::infra::clock`]).
 async fn stamp_arrival(
     State(clock): State<Clock>,
     mut req: Request,
@@ -306,12 +286,17 @@ fn routes(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// `/mcp`: the MCP server over streamable HTTP ([`super::mcp`]), for the agent credential
+/// `/mcp`: the MCP server over streamable HTTP ([`crate::service::faces::mcp`]), for the agent credential
 /// only (401 / 403 as every route). An `initialize` (a POST without `Mcp-Session-Id`) while
 /// `max_sessions` sessions are open is `429 TOO_MANY_STREAMS`; a session idle for five minutes
 /// is closed.
-fn mcp_routes(state: AppState, shared: &Arc<super::mcp::Shared>, max_sessions: usize) -> Router {
-    let (service, sessions) = super::mcp::http_service(shared, RESPONSE_LIMIT + SMALL_LIMIT);
+fn mcp_routes(
+    state: AppState,
+    shared: &Arc<crate::service::faces::mcp::Shared>,
+    max_sessions: usize,
+) -> Router {
+    let (service, sessions) =
+        crate::service::faces::mcp::http_service(shared, RESPONSE_LIMIT + SMALL_LIMIT);
     let guard = move |req: Request, next: axum::middleware::Next| {
         let state = state.clone();
         let sessions = Arc::clone(&sessions);
@@ -497,310 +482,12 @@ fn warn_unauthenticated(headers: &HeaderMap) {
     }
 }
 
-/// Who may use a route.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// These roles.
-    Roles(&'static [Role]),
-    /// The owner of the source the path names (catalog `owner`): provider or operator; never a
-    /// vehicle source.
-    SourceOwner,
-    /// Anyone; any role's credential with `auth.require_for_read`.
-    Read,
-}
-
-/// How large a route's body may be, and the code for one that is larger.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BodyCap {
-    /// Bytes.
-    pub bytes: usize,
-    /// The reason code of a 413.
-    pub too_large: ReasonCode,
-}
-
-const SMALL: Option<BodyCap> = Some(BodyCap {
-    bytes: SMALL_LIMIT,
-    too_large: ReasonCode::BODY_TOO_LARGE,
-});
-
-/// One route: what the role table says of it.
-#[derive(Clone, Copy, Debug)]
-pub struct Route {
-    /// Method.
-    pub method: &'static str,
-    /// Path, as the router matches it.
-    pub path: &'static str,
-    /// Who may use it.
-    pub access: Access,
-    /// What it does, in "the agent credential may not …".
-    pub what: &'static str,
-    /// Its label in `halo_http_requests_total` (none: not counted).
-    pub endpoint: Option<&'static str>,
-    /// Its body cap (none: it takes no body).
-    pub body: Option<BodyCap>,
-    /// A note for the role table (a provider's limited use of a route).
-    pub note: &'static str,
-}
-
-use Role::{Agent, Operator, Provider};
-
-/// Every route the listeners serve, with the roles each admits: the one place authorization is
-/// decided ([`Caller`]), rendered as docs/run.md's role table ([`role_table`]).
-pub const ROUTES: &[Route] = &[
-    Route {
-        method: "POST",
-        path: "/v1/responses",
-        access: Access::Roles(&[Agent]),
-        what: "submit responses",
-        endpoint: Some("responses"),
-        body: Some(BodyCap {
-            bytes: RESPONSE_LIMIT,
-            too_large: ReasonCode::RESPONSE_TOO_LARGE,
-        }),
-        note: "",
-    },
-    Route {
-        method: "GET",
-        path: "/v1/responses",
-        access: Access::Roles(&[Agent, Operator]),
-        what: "read responses",
-        endpoint: Some("response"),
-        body: None,
-        note: "every live one, with the certificate each component names and route targets",
-    },
-    Route {
-        method: "GET",
-        path: "/v1/responses/{id}",
-        access: Access::Roles(&[Agent, Operator]),
-        what: "read responses",
-        endpoint: Some("response"),
-        body: None,
-        note: "",
-    },
-    Route {
-        method: "POST",
-        path: "/v1/obligations/{id}/candidates",
-        access: Access::Roles(&[Agent]),
-        what: "submit candidates",
-        endpoint: Some("candidates"),
-        body: Some(BodyCap {
-            bytes: RESPONSE_LIMIT,
-            too_large: ReasonCode::BODY_TOO_LARGE,
-        }),
-        note: "",
-    },
-    Route {
-        method: "GET",
-        path: "/v1/obligations",
-        access: Access::Roles(&[Agent, Operator]),
-        what: "read obligations",
-        endpoint: Some("obligations"),
-        body: None,
-        note: "",
-    },
-    Route {
-        method: "GET",
-        path: "/v1/events",
-        access: Access::Roles(&[Agent, Operator]),
-        what: "read the event stream",
-        endpoint: None,
-        body: None,
-        note: "SSE, `Last-Event-ID`",
-    },
-    Route {
-        method: "POST",
-        path: "/v1/state/{source}",
-        access: Access::SourceOwner,
-        what: "write source state",
-        endpoint: Some("state"),
-        body: SMALL,
-        note: "",
-    },
-    Route {
-        method: "POST",
-        path: "/v1/certificates",
-        access: Access::Roles(&[Provider, Operator]),
-        what: "issue certificates",
-        endpoint: Some("certificates"),
-        body: SMALL,
-        note: "",
-    },
-    Route {
-        method: "POST",
-        path: "/v1/certify",
-        access: Access::Roles(&[Agent, Provider, Operator]),
-        what: "ask the reference certifier",
-        endpoint: Some("certify"),
-        body: Some(BodyCap {
-            bytes: RESPONSE_LIMIT,
-            too_large: ReasonCode::RESPONSE_TOO_LARGE,
-        }),
-        note: "when `[certifier] enabled`",
-    },
-    Route {
-        method: "POST",
-        path: "/v1/digest",
-        access: Access::Roles(&[Provider, Operator]),
-        what: "compute digests",
-        endpoint: Some("digest"),
-        body: Some(BodyCap {
-            bytes: RESPONSE_LIMIT,
-            too_large: ReasonCode::RESPONSE_TOO_LARGE,
-        }),
-        note: "",
-    },
-    Route {
-        method: "DELETE",
-        path: "/v1/certificates/{id}",
-        access: Access::Roles(&[Provider, Operator]),
-        what: "revoke certificates",
-        endpoint: Some("revoke"),
-        body: None,
-        note: "",
-    },
-    Route {
-        method: "POST",
-        path: "/v1/operator/{action}",
-        access: Access::Roles(&[Operator]),
-        what: "command the vehicle",
-        endpoint: Some("operator"),
-        body: SMALL,
-        note: "`arm`, `disarm`, `takeoff`, `land`, `rtl`, `hold`, `release`",
-    },
-    Route {
-        method: "POST",
-        path: "/v1/contract",
-        access: Access::Roles(&[Operator, Provider]),
-        what: "change the mission contract",
-        endpoint: Some("contract"),
-        body: SMALL,
-        note: "the provider: `change_version` with `observe`",
-    },
-    Route {
-        method: "GET",
-        path: "/v1/contract",
-        access: Access::Roles(&[Agent, Operator]),
-        what: "read the mission contract",
-        endpoint: Some("contract"),
-        body: None,
-        note: "",
-    },
-    Route {
-        method: "POST",
-        path: "/v1/goals",
-        access: Access::Roles(&[Agent]),
-        what: "propose goals",
-        endpoint: Some("goals"),
-        body: SMALL,
-        note: "",
-    },
-    Route {
-        method: "POST",
-        path: "/v1/goals/witness",
-        access: Access::Roles(&[Agent]),
-        what: "ask for a witness",
-        endpoint: Some("witness"),
-        body: SMALL,
-        note: "",
-    },
-    Route {
-        method: "POST",
-        path: "/v1/audit/exported",
-        access: Access::Roles(&[Operator]),
-        what: "confirm a kept signed head",
-        endpoint: Some("audit_exported"),
-        body: SMALL,
-        note: "",
-    },
-    Route {
-        method: "GET",
-        path: "/v1/status",
-        access: Access::Read,
-        what: "read status",
-        endpoint: Some("status"),
-        body: None,
-        note: "",
-    },
-    Route {
-        method: "GET",
-        path: "/v1/audit/head",
-        access: Access::Read,
-        what: "read the audit head",
-        endpoint: Some("audit_head"),
-        body: None,
-        note: "",
-    },
-    Route {
-        method: "GET",
-        path: "/v1/schema",
-        access: Access::Read,
-        what: "read the schema",
-        endpoint: None,
-        body: None,
-        note: "",
-    },
-    Route {
-        method: "GET",
-        path: "/v1/openapi.json",
-        access: Access::Read,
-        what: "read the OpenAPI document",
-        endpoint: None,
-        body: None,
-        note: "",
-    },
-    Route {
-        method: "GET",
-        path: "/metrics",
-        access: Access::Read,
-        what: "read metrics",
-        endpoint: None,
-        body: None,
-        note: "",
-    },
-];
-
 /// The route a request matched.
 fn route_of(method: &Method, path: Option<&MatchedPath>) -> Option<&'static Route> {
     let path = path?.as_str();
     ROUTES
         .iter()
         .find(|r| r.path == path && r.method == method.as_str())
-}
-
-/// docs/run.md's role table, from [`ROUTES`].
-pub fn role_table() -> String {
-    let mut out =
-        String::from("| route | agent | provider | operator |\n| --- | --- | --- | --- |\n");
-    for r in ROUTES {
-        let cell = |role: Role| -> String {
-            match r.access {
-                Access::Roles(rs) if rs.contains(&role) => "yes".into(),
-                Access::Roles(_) => String::new(),
-                Access::SourceOwner if role == Agent => String::new(),
-                Access::SourceOwner => "the sources it owns".into(),
-                Access::Read => "anyone".into(),
-            }
-        };
-        let note = if r.note.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", r.note)
-        };
-        let read = if r.access == Access::Read {
-            " (open; any credential with `auth.require_for_read`)"
-        } else {
-            ""
-        };
-        out.push_str(&format!(
-            "| `{} {}`{note}{read} | {} | {} | {} |\n",
-            r.method,
-            r.path,
-            cell(Agent),
-            cell(Provider),
-            cell(Operator)
-        ));
-    }
-    out
 }
 
 /// The caller's role from `Authorization: Bearer …`, compared in constant time against every
@@ -1036,11 +723,11 @@ fn answer(st: &AppState, caller: &Caller, a: Answer) -> Response {
 }
 
 /// The body as the core reads it: `?form=strict` is the strict structured-output form (a `null`
-/// member is absent, [`super::schema::from_strict_form`]); no query, the body as sent.
+/// member is absent, [`crate::service::api::schema::from_strict_form`]); no query, the body as sent.
 fn body_form(uri: &axum::http::Uri, body: Vec<u8>) -> Result<Vec<u8>, ApiError> {
     match uri.query() {
         None | Some("") => Ok(body),
-        Some("form=strict") => super::schema::from_strict_form(&body),
+        Some("form=strict") => crate::service::api::schema::from_strict_form(&body),
         Some(q) => Err(ApiError::new(
             400,
             ReasonCode::INVALID_REQUEST,
@@ -1182,54 +869,6 @@ async fn post_digest(State(st): State<AppState>, c: Caller, body: JsonBody) -> R
     answer(&st, &c, a)
 }
 
-/// `POST /v1/digest`: the exact digest the gate checks a certificate against, for each
-/// component of a response envelope, or of `{"component": {...}}` alone (a certifier in any
-/// language needs nothing else). The envelope is validated as `POST /v1/responses` validates it
-/// (the same reason codes); nothing is admitted.
-///
-/// # Errors
-/// The envelope's rejection.
-#[allow(
-    clippy::indexing_slicing,
-    reason = "a serde_json::Value read by key never panics"
-)]
-pub fn digests(cat: &halo_core::catalog::Catalog, bytes: &[u8]) -> Answer {
-    let bytes = one_component_envelope(cat, bytes);
-    let raw = halo_core::envelope::parse_envelope(&bytes).map_err(|r| ApiError::rejection(&r))?;
-    let v = halo_core::graph::validate(cat, &raw).map_err(|r| ApiError::rejection(&r))?;
-    let components: Vec<serde_json::Value> = v
-        .graph
-        .components()
-        .iter()
-        .map(|c| {
-            serde_json::json!({
-                "id": c.id.as_str(),
-                "type": cat.type_spec(c.ty).map(|t| t.name.as_str()),
-                "digest": c.digest.to_hex(),
-                "certificate": c.certificate.as_ref().map(|x| x.as_str()),
-            })
-        })
-        .collect();
-    Ok(serde_json::json!({ "components": components }))
-}
-
-/// `{"component": {...}}` as a one-component envelope of `cat`, the form `POST /v1/digest` and
-/// `POST /v1/certify` take besides a whole envelope (which is returned as it is).
-pub(crate) fn one_component_envelope(cat: &halo_core::catalog::Catalog, bytes: &[u8]) -> Vec<u8> {
-    match serde_json::from_slice::<serde_json::Value>(bytes) {
-        Ok(serde_json::Value::Object(m)) if m.len() == 1 && m.contains_key("component") => {
-            serde_json::json!({
-                "response_id": "one-component", "agent_id": "one-component", "generation": 0,
-                "catalog": {"id": cat.id().as_str(), "version": cat.version()},
-                "components": [m.get("component")],
-            })
-            .to_string()
-            .into_bytes()
-        }
-        _ => bytes.to_vec(),
-    }
-}
-
 async fn delete_certificate(
     State(st): State<AppState>,
     c: Caller,
@@ -1350,16 +989,18 @@ async fn get_metrics(State(st): State<AppState>, _: Caller) -> Response {
         .into_response()
 }
 
-/// `GET /v1/openapi.json` ([`super::openapi`]).
+/// `GET /v1/openapi.json` ([`crate::service::api::openapi`]).
 async fn get_openapi(State(st): State<AppState>, _: Caller) -> Response {
-    axum::Json(super::openapi::openapi(&st.catalog)).into_response()
+    axum::Json(crate::service::api::openapi::openapi(&st.catalog)).into_response()
 }
 
 /// `GET /v1/schema`, and `?strict=true`: the strict structured-output form.
 async fn get_schema(State(st): State<AppState>, c: Caller, uri: axum::http::Uri) -> Response {
     let body = match uri.query() {
         None | Some("") | Some("strict=false") => st.schema.as_str().to_string(),
-        Some("strict=true") => super::schema::strict_envelope_schema(&st.catalog).to_string(),
+        Some("strict=true") => {
+            crate::service::api::schema::strict_envelope_schema(&st.catalog).to_string()
+        }
         Some(q) => {
             let e = ApiError::new(
                 400,
@@ -1485,11 +1126,11 @@ mod tests {
                 r.path
             );
         }
-        let docs = include_str!("../../../docs/run.md");
+        let docs = include_str!("../../../../docs/run.md");
         assert!(
-            docs.contains(&role_table()),
+            docs.contains(&crate::service::api::routes::role_table()),
             "docs/run.md's role table is not the route table; it should read:\n{}",
-            role_table()
+            crate::service::api::routes::role_table()
         );
     }
 }

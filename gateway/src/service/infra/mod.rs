@@ -1,0 +1,10 @@
+//! What every room stands on: the one clock ([`clock`]), the event hub the streams read
+//! ([`hub`]), the TCP listener with its connection limits ([`listener`]), the Prometheus
+//! metrics ([`metrics`]) and real-time scheduling ([`realtime`]). Nothing here knows the
+//! protocol or a face.
+
+pub mod clock;
+pub mod hub;
+pub mod listener;
+pub mod metrics;
+pub mod realtime;
