@@ -181,7 +181,7 @@ mod tests {
                 .arg(&exe)
                 .args([
                     "--exact",
-                    "service::realtime::tests::probe",
+                    "service::infra::realtime::tests::probe",
                     "--ignored",
                     "--nocapture",
                 ])
