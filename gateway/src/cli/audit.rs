@@ -117,87 +117,7 @@ pub fn receipt_line(r: &halo_core::receipt::Receipt) -> Option<(bool, String)> {
                 code("code")
             ),
         ),
-        "external" => {
-            let what = s("what");
-            let detail = b.get("detail").cloned().unwrap_or_default();
-            let decision = matches!(
-                what,
-                "deny_hold"
-                    | "deny_hold_done"
-                    | "target_expired"
-                    | "contract"
-                    | "operator_hold"
-                    | "operator_release"
-                    | "operator_override"
-                    | "control_granted"
-                    | "takeoff_stalled"
-                    | "operator_command"
-                    | "shutdown"
-            );
-            let d = |k: &str| {
-                detail
-                    .get(k)
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or("?")
-                    .to_string()
-            };
-            // The action a hold or an override stopped, when one was streaming.
-            let stopped = detail.get("stopped").filter(|v| !v.is_null()).map(|v| {
-                let g = |k: &str| v.get(k).and_then(serde_json::Value::as_str).unwrap_or("?");
-                format!("; stopped streaming {}/{}", g("response"), g("component"))
-            });
-            let text = if what == "operator_override" {
-                let stopped = stopped.unwrap_or_else(|| "; nothing was streaming".into());
-                format!(
-                    "operator override: PX4 went from {} to {} (not commanded by the gateway){stopped}",
-                    d("from"),
-                    d("to")
-                )
-            } else if what == "operator_release"
-                || (what == "operator_hold"
-                    && detail.get("held") == Some(&serde_json::Value::Bool(false)))
-            {
-                "operator release: agent actions may dispatch again".to_string()
-            } else if what == "operator_hold" {
-                format!(
-                    "operator hold: agent actions do not dispatch{}",
-                    stopped.unwrap_or_default()
-                )
-            } else if what == "target_expired" {
-                format!(
-                    "expiry hold: the certified interval of {}/{} ended, the vehicle holds",
-                    d("response"),
-                    d("component")
-                )
-            } else if what == "control_granted" {
-                format!(
-                    "the operator handed the vehicle to the gateway ({})",
-                    d("by")
-                )
-            } else if what == "contract" {
-                let body = detail.get("body").cloned().unwrap_or_default();
-                let op = body
-                    .get("request")
-                    .and_then(|r| r.get("op"))
-                    .and_then(|o| o.get("op"))
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or("?")
-                    .to_string();
-                let verdict = body
-                    .get("verdict")
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or("?");
-                let reason = body
-                    .get("reason")
-                    .and_then(serde_json::Value::as_str)
-                    .map(|x| format!(" ({x})"))
-                    .unwrap_or_default();
-                format!("contract {op}: {verdict}{reason}")
-            } else {
-                format!("{what} {detail}")
-            };
-            (decision, text)
-        }
+        "external" => external_line(b),
         "source_update" => (
             false,
             format!(
@@ -264,6 +184,90 @@ pub fn receipt_line(r: &halo_core::receipt::Receipt) -> Option<(bool, String)> {
         _ => (false, kind.to_string()),
     };
     Some((decision, text))
+}
+
+/// An `external` receipt (the supervisor's and the operator's decisions, the contract monitor's
+/// verdicts) in words, and whether it is a decision.
+fn external_line(b: &serde_json::Value) -> (bool, String) {
+    let s = |k: &str| b.get(k).and_then(serde_json::Value::as_str).unwrap_or("");
+    let what = s("what");
+    let detail = b.get("detail").cloned().unwrap_or_default();
+    let decision = matches!(
+        what,
+        "deny_hold"
+            | "deny_hold_done"
+            | "target_expired"
+            | "contract"
+            | "operator_hold"
+            | "operator_release"
+            | "operator_override"
+            | "control_granted"
+            | "takeoff_stalled"
+            | "operator_command"
+            | "shutdown"
+    );
+    let d = |k: &str| {
+        detail
+            .get(k)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("?")
+            .to_string()
+    };
+    // The action a hold or an override stopped, when one was streaming.
+    let stopped = detail.get("stopped").filter(|v| !v.is_null()).map(|v| {
+        let g = |k: &str| v.get(k).and_then(serde_json::Value::as_str).unwrap_or("?");
+        format!("; stopped streaming {}/{}", g("response"), g("component"))
+    });
+    let text = if what == "operator_override" {
+        let stopped = stopped.unwrap_or_else(|| "; nothing was streaming".into());
+        format!(
+            "operator override: PX4 went from {} to {} (not commanded by the gateway){stopped}",
+            d("from"),
+            d("to")
+        )
+    } else if what == "operator_release"
+        || (what == "operator_hold" && detail.get("held") == Some(&serde_json::Value::Bool(false)))
+    {
+        "operator release: agent actions may dispatch again".to_string()
+    } else if what == "operator_hold" {
+        format!(
+            "operator hold: agent actions do not dispatch{}",
+            stopped.unwrap_or_default()
+        )
+    } else if what == "target_expired" {
+        format!(
+            "expiry hold: the certified interval of {}/{} ended, the vehicle holds",
+            d("response"),
+            d("component")
+        )
+    } else if what == "control_granted" {
+        format!(
+            "the operator handed the vehicle to the gateway ({})",
+            d("by")
+        )
+    } else if what == "contract" {
+        let body = detail.get("body").cloned().unwrap_or_default();
+        let op = body
+            .get("request")
+            .and_then(|r| r.get("op"))
+            .and_then(|o| o.get("op"))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        let verdict = body
+            .get("verdict")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("?");
+        let reason = body
+            .get("reason")
+            .and_then(serde_json::Value::as_str)
+            .map(|x| format!(" ({x})"))
+            .unwrap_or_default();
+        format!("contract {op}: {verdict}{reason}")
+    } else {
+        format!("{what} {detail}")
+    };
+    (decision, text)
 }
 
 /// `halo-gateway audit show`: the exit code.
@@ -360,7 +364,6 @@ pub(crate) fn audit_verify(paths: &[PathBuf], key: Option<&str>, head: Option<&P
             return EXIT_REJECTED;
         }
     };
-    let mut ok = true;
     let last = (v.first + v.count).saturating_sub(1);
     if v.count == 0 {
         println!("{label}: no receipts");
@@ -374,8 +377,34 @@ pub(crate) fn audit_verify(paths: &[PathBuf], key: Option<&str>, head: Option<&P
             v.first, v.count, v.first
         );
     }
-    match (key.as_ref(), v.covered) {
-        (Some(_), Some(covered)) => {
+    let mut ok = report_signatures(&v, key.is_some(), last);
+    if let (Some(heads), Some(k)) = (&kept, key.as_ref()) {
+        ok &= report_kept_head(paths, heads, &log, k);
+    }
+    if key.is_some() && v.count == 0 {
+        ok = false;
+        println!("  no evidence: the log holds no receipts, so nothing is covered by a signature");
+    }
+    if let Some(t) = &log.torn {
+        ok = false;
+        println!(
+            "  {}:{}: torn record at byte {} ({} bytes, no newline): the log was cut off mid-write; \
+             the {} receipts before it are the ones checked above",
+            t.file.display(),
+            t.line,
+            t.offset,
+            t.bytes,
+            v.count
+        );
+    }
+    if ok { EXIT_OK } else { EXIT_REJECTED }
+}
+
+/// What the signatures say of a verified log, printed; false when they leave receipts uncovered.
+fn report_signatures(v: &crate::audit::Verified, key_given: bool, last: u64) -> bool {
+    let mut ok = true;
+    match (key_given, v.covered) {
+        (true, Some(covered)) => {
             println!(
                 "  {} signed checkpoint{} under the given key",
                 v.checkpoints,
@@ -422,55 +451,48 @@ pub(crate) fn audit_verify(paths: &[PathBuf], key: Option<&str>, head: Option<&P
             );
         }
     }
-    if let (Some(heads), Some(k)) = (&kept, key.as_ref()) {
-        // A body of `GET /v1/audit/head` may carry this start's head and the previous
-        // start's: the one for these files is the one whose log they are, else the one that
-        // holds.
-        let stem = paths
-            .first()
-            .and_then(|p| crate::service::store::receipts::stem_of(p));
-        let named = heads
+    ok
+}
+
+/// Whether the log holds the signed head kept off the vehicle (printed either way).
+fn report_kept_head(
+    paths: &[PathBuf],
+    heads: &[(Option<String>, halo_core::receipt::Checkpoint)],
+    log: &crate::audit::Log,
+    k: &ed25519_dalek::VerifyingKey,
+) -> bool {
+    let mut ok = true;
+    // A body of `GET /v1/audit/head` may carry this start's head and the previous
+    // start's: the one for these files is the one whose log they are, else the one that
+    // holds.
+    let stem = paths
+        .first()
+        .and_then(|p| crate::service::store::receipts::stem_of(p));
+    let named = heads
+        .iter()
+        .find(|(log, _)| log.is_some() && *log == stem)
+        .map(|(_, h)| h);
+    let result = match named {
+        Some(h) => crate::audit::check_head(&log.receipts, h, k).map(|()| h.count),
+        None => heads
             .iter()
-            .find(|(log, _)| log.is_some() && *log == stem)
-            .map(|(_, h)| h);
-        let result = match named {
-            Some(h) => crate::audit::check_head(&log.receipts, h, k).map(|()| h.count),
-            None => heads
-                .iter()
-                .map(|(_, h)| crate::audit::check_head(&log.receipts, h, k).map(|()| h.count))
-                .find(Result::is_ok)
-                .unwrap_or_else(|| {
-                    heads.first().map_or(
-                        Err(crate::error::Error::record("no signed head in the file")),
-                        |(_, h)| crate::audit::check_head(&log.receipts, h, k).map(|()| h.count),
-                    )
-                }),
-        };
-        match result {
-            Ok(count) => println!("  the log holds the signed head you kept (receipt {count})"),
-            Err(e) => {
-                ok = false;
-                println!("  {e}");
-            }
+            .map(|(_, h)| crate::audit::check_head(&log.receipts, h, k).map(|()| h.count))
+            .find(Result::is_ok)
+            .unwrap_or_else(|| {
+                heads.first().map_or(
+                    Err(crate::error::Error::record("no signed head in the file")),
+                    |(_, h)| crate::audit::check_head(&log.receipts, h, k).map(|()| h.count),
+                )
+            }),
+    };
+    match result {
+        Ok(count) => println!("  the log holds the signed head you kept (receipt {count})"),
+        Err(e) => {
+            ok = false;
+            println!("  {e}");
         }
     }
-    if key.is_some() && v.count == 0 {
-        ok = false;
-        println!("  no evidence: the log holds no receipts, so nothing is covered by a signature");
-    }
-    if let Some(t) = &log.torn {
-        ok = false;
-        println!(
-            "  {}:{}: torn record at byte {} ({} bytes, no newline): the log was cut off mid-write; \
-             the {} receipts before it are the ones checked above",
-            t.file.display(),
-            t.line,
-            t.offset,
-            t.bytes,
-            v.count
-        );
-    }
-    if ok { EXIT_OK } else { EXIT_REJECTED }
+    ok
 }
 
 /// The signed heads in a kept file: a bare checkpoint (as `--head` took before), the body of

@@ -258,88 +258,110 @@ fn draw(f: &Flight, out: &Path) -> Result<(), String> {
         .flat_map(|(ts, (_, c))| ts.iter().map(move |t| (f.secs(*t), c)))
         .collect();
     if !f.targets.is_empty() {
-        let lo = f
-            .targets
-            .iter()
-            .flat_map(|t| [t.north_m, t.east_m, t.height_m])
-            .fold(0.0, f64::min)
-            - 1.0;
-        let hi = f
-            .targets
-            .iter()
-            .flat_map(|t| [t.north_m, t.east_m, t.height_m])
-            .fold(0.0, f64::max)
-            + 1.0;
-        let mut chart = ChartBuilder::on(&upper)
-            .caption(
-                "target streamed to the vehicle (setpoint log)",
-                ("sans-serif", 16),
-            )
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(160)
-            .build_cartesian_2d(x_start..x_end, lo..hi)
-            .map_err(failed)?;
-        chart
-            .configure_mesh()
-            .x_desc("s since the first receipt")
-            .y_desc(if f.crazyflie {
-                "m (the Crazyflie's estimator frame)"
-            } else {
-                "m (local NED origin; height up)"
-            })
-            .draw()
-            .map_err(failed)?;
-        for (t, c) in &marks {
-            chart
-                .draw_series(LineSeries::new(vec![(*t, lo), (*t, hi)], c.stroke_width(1)))
-                .map_err(failed)?;
-        }
-        let names = if f.crazyflie {
-            ["x (forward)", "y (left)", "z (up)"]
+        draw_targets(&upper, f, x_start..x_end, &marks)?;
+    }
+    draw_phases(&lower, f, x_start..x_end, &marks)?;
+    root.present().map_err(failed)
+}
+
+/// The upper chart: the targets streamed to the vehicle, with the marks.
+fn draw_targets(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    f: &Flight,
+    xs: std::ops::Range<f64>,
+    marks: &[(f64, RGBColor)],
+) -> Result<(), String> {
+    let (x_start, x_end) = (xs.start, xs.end);
+    let lo = f
+        .targets
+        .iter()
+        .flat_map(|t| [t.north_m, t.east_m, t.height_m])
+        .fold(0.0, f64::min)
+        - 1.0;
+    let hi = f
+        .targets
+        .iter()
+        .flat_map(|t| [t.north_m, t.east_m, t.height_m])
+        .fold(0.0, f64::max)
+        + 1.0;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "target streamed to the vehicle (setpoint log)",
+            ("sans-serif", 16),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(160)
+        .build_cartesian_2d(x_start..x_end, lo..hi)
+        .map_err(failed)?;
+    chart
+        .configure_mesh()
+        .x_desc("s since the first receipt")
+        .y_desc(if f.crazyflie {
+            "m (the Crazyflie's estimator frame)"
         } else {
-            ["north", "east", "height"]
-        };
-        let series: [Series; 3] = [
-            (names[0], RGBColor(31, 119, 180), |t| t.north_m),
-            (names[1], RGBColor(23, 190, 207), |t| t.east_m),
-            (names[2], RGBColor(0, 0, 0), |t| t.height_m),
-        ];
-        for (name, colour, value) in series {
-            for (k, t) in f.targets.iter().enumerate() {
-                let y = value(t);
-                let s = chart
-                    .draw_series(LineSeries::new(
-                        vec![(f.secs(t.from_ns), y), (f.secs(t.to_ns), y)],
-                        colour.stroke_width(3),
-                    ))
-                    .map_err(failed)?;
-                if k == 0 {
-                    s.label(name).legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(3))
-                    });
-                }
-            }
-        }
-        for (name, colour) in MARKS {
-            chart
-                .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
-                .map_err(failed)?
-                .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x + 8, y - 6), (x + 8, y + 6)], colour)
-                });
-        }
+            "m (local NED origin; height up)"
+        })
+        .draw()
+        .map_err(failed)?;
+    for (t, c) in marks {
         chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
+            .draw_series(LineSeries::new(vec![(*t, lo), (*t, hi)], c.stroke_width(1)))
             .map_err(failed)?;
     }
+    let names = if f.crazyflie {
+        ["x (forward)", "y (left)", "z (up)"]
+    } else {
+        ["north", "east", "height"]
+    };
+    let series: [Series; 3] = [
+        (names[0], RGBColor(31, 119, 180), |t| t.north_m),
+        (names[1], RGBColor(23, 190, 207), |t| t.east_m),
+        (names[2], RGBColor(0, 0, 0), |t| t.height_m),
+    ];
+    for (name, colour, value) in series {
+        for (k, t) in f.targets.iter().enumerate() {
+            let y = value(t);
+            let s = chart
+                .draw_series(LineSeries::new(
+                    vec![(f.secs(t.from_ns), y), (f.secs(t.to_ns), y)],
+                    colour.stroke_width(3),
+                ))
+                .map_err(failed)?;
+            if k == 0 {
+                s.label(name).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(3))
+                });
+            }
+        }
+    }
+    for (name, colour) in MARKS {
+        chart
+            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+            .map_err(failed)?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x + 8, y - 6), (x + 8, y + 6)], colour));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(failed)?;
+    Ok(())
+}
+
+/// The lower chart: each component's phases in its row, with the marks.
+fn draw_phases(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    f: &Flight,
+    xs: std::ops::Range<f64>,
+    marks: &[(f64, RGBColor)],
+) -> Result<(), String> {
+    let (x_start, x_end) = (xs.start, xs.end);
     let n = i32::try_from(f.rows.len().max(1)).unwrap_or(i32::MAX);
-    let mut chart = ChartBuilder::on(&lower)
+    let mut chart = ChartBuilder::on(area)
         .caption("phases per component (receipts)", ("sans-serif", 16))
         .margin(10)
         .x_label_area_size(30)
@@ -374,7 +396,7 @@ fn draw(f: &Flight, out: &Path) -> Result<(), String> {
                 .map_err(failed)?;
         }
     }
-    for (t, c) in &marks {
+    for (t, c) in marks {
         chart
             .draw_series(LineSeries::new(
                 vec![(*t, SegmentValue::Exact(0)), (*t, SegmentValue::Last)],
@@ -405,7 +427,7 @@ fn draw(f: &Flight, out: &Path) -> Result<(), String> {
         .border_style(BLACK)
         .draw()
         .map_err(failed)?;
-    root.present().map_err(failed)
+    Ok(())
 }
 
 /// The file's JSON lines (blank lines aside); a line that is not JSON is an error naming the
