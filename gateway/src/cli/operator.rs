@@ -307,7 +307,6 @@ pub(crate) fn summary(
     use std::fmt::Write as _;
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
     let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
-    let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -318,28 +317,7 @@ pub(crate) fn summary(
     );
     let cat = st.get("catalog").cloned().unwrap_or_default();
     let v = st.get("vehicle").cloned().unwrap_or_default();
-    let link = if v.get("link_up") == Some(&Value::Bool(true)) {
-        "link up"
-    } else {
-        "LINK DOWN"
-    };
-    let mut vehicle = format!("{}, {link}", s(st, "vehicle_url"));
-    if let Some(m) = v.get("mode").and_then(Value::as_str) {
-        let _ = write!(vehicle, ", mode {m}");
-    }
-    let armed = v.get("armed") == Some(&Value::Bool(true));
-    vehicle.push_str(if armed { ", armed" } else { ", disarmed" });
-    if let Some(l) = v.get("landed_state").and_then(Value::as_str) {
-        let _ = write!(vehicle, ", {l}");
-    }
-    if let Some(h) = f(&v, "height_above_home_m") {
-        let _ = write!(vehicle, ", {h:.1} m above home");
-    }
-    if let Some(b) = f(&v, "battery_pct") {
-        let _ = write!(vehicle, ", battery {b:.0} %");
-    } else if let Some(b) = f(&v, "battery_v") {
-        let _ = write!(vehicle, ", battery {b:.2} V");
-    }
+    let vehicle = vehicle_words(st, &v);
     let _ = writeln!(o, "vehicle      {vehicle}");
     let control = match v.get("control").and_then(Value::as_str) {
         Some("gateway") => "the gateway flies (agent actions dispatch)".to_string(),
@@ -394,46 +372,7 @@ pub(crate) fn summary(
         },
     );
     if let Some(Value::Array(obs)) = obligations {
-        if obs.is_empty() {
-            let _ = writeln!(o, "obligations  none open");
-        } else {
-            let _ = writeln!(o, "obligations  {} open", obs.len());
-            for ob in obs {
-                let list = |k: &str| {
-                    ob.get(k)
-                        .and_then(Value::as_array)
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(Value::as_str)
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        })
-                        .unwrap_or_default()
-                };
-                let left = n(ob, "expires_at_unix_ms")
-                    .map(|e| {
-                        if e > now_ms {
-                            format!("expires in {}", duration_words((e - now_ms) / 1000))
-                        } else {
-                            "expired".into()
-                        }
-                    })
-                    .unwrap_or_default();
-                let _ = writeln!(
-                    o,
-                    "  #{} {}/{}: {}; refresh {}; a fresh candidate may replace {}; {left}",
-                    n(ob, "id").unwrap_or(0),
-                    s(ob, "response"),
-                    s(ob, "component"),
-                    ob.get("reason")
-                        .and_then(Value::as_str)
-                        .and_then(halo_core::ReasonCode::from_name)
-                        .map_or_else(|| s(ob, "reason"), |c| c.description().to_string()),
-                    list("required"),
-                    list("scope"),
-                );
-            }
-        }
+        obligation_lines(&mut o, obs, now_ms);
     }
     let decisions = st
         .get("last_decisions")
@@ -458,6 +397,86 @@ pub(crate) fn summary(
         }
     }
     o
+}
+
+/// The vehicle's line of the summary: its link, PX4 mode, arming, landed state, height, battery.
+fn vehicle_words(st: &serde_json::Value, v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    use std::fmt::Write as _;
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
+    let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
+    let link = if v.get("link_up") == Some(&Value::Bool(true)) {
+        "link up"
+    } else {
+        "LINK DOWN"
+    };
+    let mut vehicle = format!("{}, {link}", s(st, "vehicle_url"));
+    if let Some(m) = v.get("mode").and_then(Value::as_str) {
+        let _ = write!(vehicle, ", mode {m}");
+    }
+    let armed = v.get("armed") == Some(&Value::Bool(true));
+    vehicle.push_str(if armed { ", armed" } else { ", disarmed" });
+    if let Some(l) = v.get("landed_state").and_then(Value::as_str) {
+        let _ = write!(vehicle, ", {l}");
+    }
+    if let Some(h) = f(v, "height_above_home_m") {
+        let _ = write!(vehicle, ", {h:.1} m above home");
+    }
+    if let Some(b) = f(v, "battery_pct") {
+        let _ = write!(vehicle, ", battery {b:.0} %");
+    } else if let Some(b) = f(v, "battery_v") {
+        let _ = write!(vehicle, ", battery {b:.2} V");
+    }
+    vehicle
+}
+
+/// The open obligations, one line each: what is missing, what a candidate may replace, when it
+/// expires.
+fn obligation_lines(o: &mut String, obs: &[serde_json::Value], now_ms: u64) {
+    use serde_json::Value;
+    use std::fmt::Write as _;
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
+    let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
+    if obs.is_empty() {
+        let _ = writeln!(o, "obligations  none open");
+    } else {
+        let _ = writeln!(o, "obligations  {} open", obs.len());
+        for ob in obs {
+            let list = |k: &str| {
+                ob.get(k)
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_default()
+            };
+            let left = n(ob, "expires_at_unix_ms")
+                .map(|e| {
+                    if e > now_ms {
+                        format!("expires in {}", duration_words((e - now_ms) / 1000))
+                    } else {
+                        "expired".into()
+                    }
+                })
+                .unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "  #{} {}/{}: {}; refresh {}; a fresh candidate may replace {}; {left}",
+                n(ob, "id").unwrap_or(0),
+                s(ob, "response"),
+                s(ob, "component"),
+                ob.get("reason")
+                    .and_then(Value::as_str)
+                    .and_then(halo_core::ReasonCode::from_name)
+                    .map_or_else(|| s(ob, "reason"), |c| c.description().to_string()),
+                list("required"),
+                list("scope"),
+            );
+        }
+    }
 }
 
 /// Seconds as `42 s`, `3 min 12 s` or `2 h 5 min`.

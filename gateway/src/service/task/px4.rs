@@ -107,36 +107,8 @@ impl Task {
                     &json!({"system_id": system_id, "component_id": component_id}),
                 );
             }
-            BridgeEvent::Link { up, silent_ms } => {
-                self.vehicle.link_up = *up;
-                self.metrics.link_up.set(i64::from(*up));
-                if *up {
-                    tracing::info!("autopilot link up");
-                } else {
-                    tracing::warn!(silent_ms, "autopilot link down: no heartbeat");
-                }
-                self.observe(Observation::Link {
-                    up: *up,
-                    silent_ms: *silent_ms,
-                });
-                self.publish("vehicle_link", &json!({"up": up, "silent_ms": silent_ms}));
-            }
-            BridgeEvent::OriginRequested { attempt } => {
-                if *attempt == 1 {
-                    tracing::info!("asking PX4 for its EKF origin (GPS_GLOBAL_ORIGIN)");
-                } else if attempt % 5 == 0 {
-                    tracing::warn!(
-                        requests = attempt,
-                        "still no EKF origin from PX4: route actions are withheld \
-                         (origin SOURCE_MISSING) until it comes"
-                    );
-                }
-                self.vehicle.waiting_for_origin = Some(super::OriginWait {
-                    requests: *attempt,
-                    note: "waiting for PX4's EKF origin (GPS_GLOBAL_ORIGIN): route actions are \
-                           withheld until it comes",
-                });
-            }
+            BridgeEvent::Link { up, silent_ms } => self.on_link(*up, *silent_ms),
+            BridgeEvent::OriginRequested { attempt } => self.on_origin_requested(*attempt),
             BridgeEvent::ModeChanged { from, to } => {
                 let from_s = from.map(mode_name);
                 tracing::info!(from = from_s.as_deref().unwrap_or("unknown"), to = %to, "PX4 mode");
@@ -244,6 +216,37 @@ impl Task {
             }
             BridgeEvent::TargetObserved { .. } | BridgeEvent::TimeSync { .. } => {}
         }
+    }
+
+    /// The autopilot link went up or down (no heartbeat for `vehicle.link_timeout_ms`).
+    fn on_link(&mut self, up: bool, silent_ms: u64) {
+        self.vehicle.link_up = up;
+        self.metrics.link_up.set(i64::from(up));
+        if up {
+            tracing::info!("autopilot link up");
+        } else {
+            tracing::warn!(silent_ms, "autopilot link down: no heartbeat");
+        }
+        self.observe(Observation::Link { up, silent_ms });
+        self.publish("vehicle_link", &json!({"up": up, "silent_ms": silent_ms}));
+    }
+
+    /// The bridge asked PX4 for its EKF origin again: said in the log and in `/v1/status`.
+    fn on_origin_requested(&mut self, attempt: u32) {
+        if attempt == 1 {
+            tracing::info!("asking PX4 for its EKF origin (GPS_GLOBAL_ORIGIN)");
+        } else if attempt.is_multiple_of(5) {
+            tracing::warn!(
+                requests = attempt,
+                "still no EKF origin from PX4: route actions are withheld \
+                 (origin SOURCE_MISSING) until it comes"
+            );
+        }
+        self.vehicle.waiting_for_origin = Some(super::OriginWait {
+            requests: attempt,
+            note: "waiting for PX4's EKF origin (GPS_GLOBAL_ORIGIN): route actions are \
+                   withheld until it comes",
+        });
     }
 
     /// One telemetry sample: the status view, and home's altitude for the takeoff.
