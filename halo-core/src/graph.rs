@@ -243,6 +243,35 @@ fn build_component_into<P: Parents + ?Sized>(
         }
     }
 
+    let claims = support_claims(cat, raw, spec)?;
+
+    let certificate = raw.certificate.as_deref().map(id_of).transpose()?;
+    // Built in place at the end of `out` (a component is a few hundred bytes; moving each
+    // through a return value and into the list was measurable).
+    out.push(Component {
+        id,
+        ty,
+        payload: std::sync::Arc::new(payload),
+        requires,
+        unresolved,
+        claims,
+        certificate,
+        digest: Digest::default(),
+    });
+    if let Some(c) = out.last_mut() {
+        c.digest = canonical_digest(cat, c, &named, buf);
+    }
+    Ok(())
+}
+
+/// A component's support claims, each on a source of its type's footprint and naming an epoch
+/// or a provenance, in source order.
+fn support_claims(
+    cat: &Catalog,
+    raw: &RawComponent<'_>,
+    spec: &crate::catalog::TypeSpec,
+) -> Result<Vec<(SourceIx, Claim)>, Rejection> {
+    let me = || vec![raw.id.to_string()];
     let mut claims = Vec::with_capacity(raw.support.0.len());
     for (name, claim) in &raw.support.0 {
         let src = cat
@@ -268,24 +297,7 @@ fn build_component_into<P: Parents + ?Sized>(
         claims.push((src, claim.clone()));
     }
     claims.sort_by_key(|(s, _)| *s);
-
-    let certificate = raw.certificate.as_deref().map(id_of).transpose()?;
-    // Built in place at the end of `out` (a component is a few hundred bytes; moving each
-    // through a return value and into the list was measurable).
-    out.push(Component {
-        id,
-        ty,
-        payload: std::sync::Arc::new(payload),
-        requires,
-        unresolved,
-        claims,
-        certificate,
-        digest: Digest::default(),
-    });
-    if let Some(c) = out.last_mut() {
-        c.digest = canonical_digest(cat, c, &named, buf);
-    }
-    Ok(())
+    Ok(claims)
 }
 
 /// The ids a component's prerequisites may name, with where each sits: the components of the

@@ -576,6 +576,29 @@ impl Config {
     }
 
     fn check(&self, file: &str) -> Result<(), ConfigError> {
+        self.check_vehicle(file)?;
+        self.check_receipts(file)?;
+        self.check_listen(file)?;
+        if !(1..=65_536).contains(&self.limits.max_live_responses) {
+            return Err(ConfigError(format!(
+                "{file}: limits.max_live_responses: {} is outside 1..65536",
+                self.limits.max_live_responses
+            )));
+        }
+        if self.limits.done_retention_ms > 3_600_000 {
+            return Err(ConfigError(format!(
+                "{file}: limits.done_retention_ms: {} is over one hour (3600000)",
+                self.limits.done_retention_ms
+            )));
+        }
+        if self.log.level.trim().is_empty() {
+            return Err(ConfigError(format!("{file}: log.level: empty")));
+        }
+        Ok(())
+    }
+
+    /// `[vehicle]`, `[gcs]` and `[realtime]`: rates, timeouts, ids and URLs the bridges can use.
+    fn check_vehicle(&self, file: &str) -> Result<(), ConfigError> {
         if !(self.vehicle.stream_hz.is_finite() && (2.5..=200.0).contains(&self.vehicle.stream_hz))
         {
             return Err(ConfigError(format!(
@@ -635,6 +658,11 @@ impl Config {
                 self.vehicle.connect_timeout_ms
             )));
         }
+        Ok(())
+    }
+
+    /// `[receipts]`: the log's rotation, summaries, checkpoints and disk reserve.
+    fn check_receipts(&self, file: &str) -> Result<(), ConfigError> {
         if !(1..=3600).contains(&self.receipts.summary_every_s) {
             return Err(ConfigError(format!(
                 "{file}: receipts.summary_every_s: {} s is outside 1..3600",
@@ -665,6 +693,17 @@ impl Config {
                 self.receipts.max_files
             )));
         }
+        if self.receipts.reserve_bytes > 64 * 1024 * 1024 {
+            return Err(ConfigError(format!(
+                "{file}: receipts.reserve_bytes: {} is over 64 MiB",
+                self.receipts.reserve_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// `[listen]`: connection caps and timeouts, and an operator listener of its own.
+    fn check_listen(&self, file: &str) -> Result<(), ConfigError> {
         let l = &self.listen;
         for (key, v, lo, hi) in [
             (
@@ -723,27 +762,6 @@ impl Config {
                 "{file}: listen.operator: {} is the main listener's address; give it its own port",
                 l.http
             )));
-        }
-        if self.receipts.reserve_bytes > 64 * 1024 * 1024 {
-            return Err(ConfigError(format!(
-                "{file}: receipts.reserve_bytes: {} is over 64 MiB",
-                self.receipts.reserve_bytes
-            )));
-        }
-        if !(1..=65_536).contains(&self.limits.max_live_responses) {
-            return Err(ConfigError(format!(
-                "{file}: limits.max_live_responses: {} is outside 1..65536",
-                self.limits.max_live_responses
-            )));
-        }
-        if self.limits.done_retention_ms > 3_600_000 {
-            return Err(ConfigError(format!(
-                "{file}: limits.done_retention_ms: {} is over one hour (3600000)",
-                self.limits.done_retention_ms
-            )));
-        }
-        if self.log.level.trim().is_empty() {
-            return Err(ConfigError(format!("{file}: log.level: empty")));
         }
         Ok(())
     }

@@ -514,6 +514,82 @@ fn serve_http(
     (http, op_http)
 }
 
+/// Each source's owner, the map the HTTP face checks a provider's write against.
+fn source_owners(
+    catalog: &Catalog,
+) -> std::collections::BTreeMap<String, halo_core::catalog::Owner> {
+    catalog
+        .sources()
+        .iter()
+        .map(|s| (s.name.to_string(), s.owner))
+        .collect()
+}
+
+/// An evaluation start with a reduced mechanism variant says so loudly.
+fn warn_variant(variant: Option<halo_core::Variant>) {
+    if let Some(v) = variant.filter(|v| *v != halo_core::Variant::Full) {
+        tracing::warn!(
+            variant = v.name(),
+            "evaluation: the core runs a reduced mechanism variant, not the product"
+        );
+    }
+}
+
+/// Binds the main listener and the operator's own, before anything else is touched.
+async fn bind_listeners(
+    cfg: &Config,
+) -> Result<
+    (
+        tokio::net::TcpListener,
+        tokio::net::TcpListener,
+        SocketAddr,
+        SocketAddr,
+    ),
+    StartError,
+> {
+    let listener = tokio::net::TcpListener::bind(cfg.listen.http)
+        .await
+        .map_err(within(
+            StartError::listen,
+            &format!("cannot listen on {}", cfg.listen.http),
+        ))?;
+    let http_addr = listener
+        .local_addr()
+        .map_err(within(StartError::listen, "listener"))?;
+    let op_want = cfg.listen.operator_addr();
+    let op_listener = tokio::net::TcpListener::bind(op_want)
+        .await
+        .map_err(within(
+            StartError::listen,
+            &format!("cannot listen on {op_want} (listen.operator, the operator's own listener)"),
+        ))?;
+    let operator_addr = op_listener
+        .local_addr()
+        .map_err(within(StartError::listen, "listener"))?;
+    Ok((listener, op_listener, http_addr, operator_addr))
+}
+
+/// What `/v1/status` and the banner say of the vehicle link besides its URL: the embedder's
+/// note, MAVLink signing, the ground-station relay.
+fn vehicle_note_of(cfg: &Config, note: Option<String>) -> Option<String> {
+    let signing = cfg.vehicle.signing_key_file.as_ref().map(|_| {
+        if cfg.vehicle.accept_unsigned {
+            "MAVLink signed; unsigned frames accepted"
+        } else {
+            "MAVLink signed"
+        }
+    });
+    let relay = cfg
+        .gcs
+        .forward
+        .as_ref()
+        .map(|f| format!("ground station relayed on {f}"));
+    [note, signing.map(str::to_string), relay]
+        .into_iter()
+        .flatten()
+        .reduce(|a, b| format!("{a}; {b}"))
+}
+
 impl Service {
     /// Starts everything: state directory, credentials, the vehicle link, the service task and the
     /// HTTP listeners.
@@ -544,27 +620,7 @@ impl Service {
             None => None,
         };
         let domain = cfg.domain().map_err(StartError::config)?;
-        let listener = tokio::net::TcpListener::bind(cfg.listen.http)
-            .await
-            .map_err(within(
-                StartError::listen,
-                &format!("cannot listen on {}", cfg.listen.http),
-            ))?;
-        let http_addr = listener
-            .local_addr()
-            .map_err(within(StartError::listen, "listener"))?;
-        let op_want = cfg.listen.operator_addr();
-        let op_listener = tokio::net::TcpListener::bind(op_want)
-            .await
-            .map_err(within(
-                StartError::listen,
-                &format!(
-                    "cannot listen on {op_want} (listen.operator, the operator's own listener)"
-                ),
-            ))?;
-        let operator_addr = op_listener
-            .local_addr()
-            .map_err(within(StartError::listen, "listener"))?;
+        let (listener, op_listener, http_addr, operator_addr) = bind_listeners(&cfg).await?;
 
         // The one clock: the bridges, the task and the faces' arrival stamps count from it.
         let clock = infra::clock::Clock::start();
@@ -578,28 +634,8 @@ impl Service {
             variant,
             gate_delay,
         } = embedded;
-        let signing = cfg.vehicle.signing_key_file.as_ref().map(|_| {
-            if cfg.vehicle.accept_unsigned {
-                "MAVLink signed; unsigned frames accepted"
-            } else {
-                "MAVLink signed"
-            }
-        });
-        let relay = cfg
-            .gcs
-            .forward
-            .as_ref()
-            .map(|f| format!("ground station relayed on {f}"));
-        let vehicle_note = [vehicle_note, signing.map(str::to_string), relay]
-            .into_iter()
-            .flatten()
-            .reduce(|a, b| format!("{a}; {b}"));
-        if let Some(v) = variant.filter(|v| *v != halo_core::Variant::Full) {
-            tracing::warn!(
-                variant = v.name(),
-                "evaluation: the core runs a reduced mechanism variant, not the product"
-            );
-        }
+        let vehicle_note = vehicle_note_of(&cfg, vehicle_note);
+        warn_variant(variant);
         let vehicle = match cfg.vehicle.effective_kind() {
             config::VehicleKind::Px4 => start_px4(&cfg, origin, &stop_bridge).await?,
             config::VehicleKind::Crazyflie => {
@@ -630,13 +666,7 @@ impl Service {
         let receipts_path = log.current().to_path_buf();
 
         let envelope_schema = Arc::new(api::schema::envelope_schema(&catalog).to_string());
-        let owners = Arc::new(
-            catalog
-                .sources()
-                .iter()
-                .map(|s| (s.name.to_string(), s.owner))
-                .collect(),
-        );
+        let owners = Arc::new(source_owners(&catalog));
         let hub = infra::hub::Hub::new(boot_epoch);
         let metrics = Arc::new(infra::metrics::Metrics::new());
         let mcp_catalog = Arc::new(catalog.clone());

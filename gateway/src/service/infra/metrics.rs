@@ -142,6 +142,14 @@ impl Metrics {
             overrides: Counter::default(),
             heartbeat_gaps: Counter::default(),
         };
+        m.register_decisions(&mut registry);
+        m.register_links(&mut registry);
+        Metrics { registry, ..m }
+    }
+
+    /// The core's and the receipt log's metrics: decisions, gate outcomes, latencies, ages.
+    fn register_decisions(&self, registry: &mut Registry) {
+        let m = self;
         registry.register(
             "decisions",
             "Component decisions by reason code",
@@ -207,6 +215,11 @@ impl Metrics {
             "1 while the receipt log refuses (a failed write or receipts.max_files): nothing dispatches",
             m.receipts_refusing.clone(),
         );
+    }
+
+    /// The connections', the links' and the interfaces' metrics.
+    fn register_links(&self, registry: &mut Registry) {
+        let m = self;
         registry.register(
             "connections_refused",
             "HTTP connections refused at a listener's cap, by cap (code)",
@@ -277,7 +290,6 @@ impl Metrics {
             "Gaps over 1.2 s between autopilot heartbeats (PX4 sends 1 Hz)",
             m.heartbeat_gaps.clone(),
         );
-        Metrics { registry, ..m }
     }
 
     /// The text exposition.
