@@ -21,7 +21,7 @@
 //! passed in, inputs are values, outputs are polled. See [`halo_core::engine`] for the call order.
 //! Around it:
 //!
-//! - [`supervisor`]: the shell's safety decisions (deny-hold, control and overrides, the
+//! - the supervisor (the `halo-supervisor` crate, [`halo_supervisor`]): the shell's safety decisions (deny-hold, control and overrides, the
 //!   operator hold, operator commands and their deadlines, arrival, the receipt log's failure,
 //!   the shutdown), sans-IO too, with time passed in;
 //! - [`vehicle`]: the bridges as the gate's adapter (closed while the supervisor says so; the
@@ -45,5 +45,4 @@ pub mod cli;
 pub mod error;
 pub mod io;
 pub mod service;
-pub mod supervisor;
 pub mod vehicle;

@@ -37,28 +37,24 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+/// The one client of the service's API ([`sitl::client`]).
 fn http() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .new_agent()
+    sitl::client::agent(Some(Duration::from_secs(30)))
 }
 
 fn post(a: &ureq::Agent, url: &str, token: &str, body: &Value) -> (u16, Value) {
-    let mut r = a
-        .post(url)
-        .header("Authorization", &format!("Bearer {token}"))
-        .send_json(body)
-        .unwrap();
-    let st = r.status().as_u16();
-    let t = r.body_mut().read_to_string().unwrap_or_default();
-    (st, serde_json::from_str(&t).unwrap_or(Value::Null))
+    sitl::client::request(
+        a,
+        "POST",
+        url,
+        Some(token),
+        Some(body.to_string().as_bytes()),
+    )
+    .unwrap()
 }
 
 fn get(a: &ureq::Agent, url: &str) -> Value {
-    let mut r = a.get(url).call().unwrap();
-    serde_json::from_str(&r.body_mut().read_to_string().unwrap_or_default()).unwrap_or(Value::Null)
+    sitl::client::request(a, "GET", url, None, None).unwrap().1
 }
 
 struct Sim {
@@ -143,10 +139,7 @@ fn take_off(a: &ureq::Agent, url: &str, op: &str, sim: &Sim) {
 }
 
 fn route(t: [f64; 4], dur: f64, cert: &str) -> Value {
-    json!({"id": "a", "type": "route_action",
-           "payload": {"frame": "local_ned", "north_m": t[0], "east_m": t[1], "down_m": t[2], "yaw_deg": t[3], "duration_s": dur},
-           "support": {"map": {"epoch": 7}, "traffic": {"epoch": 41}, "bounds": {"epoch": 3, "provenance": "corridor-12"}},
-           "certificate": cert})
+    sitl::client::route_action("a", t, dur, 7, cert)
 }
 
 fn digest(cat: &halo_core::catalog::Catalog, env: &Value) -> String {

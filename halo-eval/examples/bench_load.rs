@@ -32,33 +32,21 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+/// The one client of the service's API ([`sitl::client`]).
 fn http() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .new_agent()
+    sitl::client::agent(Some(Duration::from_secs(30)))
 }
 
-fn post_raw(a: &ureq::Agent, url: &str, token: &str, body: &[u8]) -> Option<(u16, String)> {
-    let mut r = a
-        .post(url)
-        .header("Authorization", &format!("Bearer {token}"))
-        .header("Content-Type", "application/json")
-        .send(body)
-        .ok()?;
-    let st = r.status().as_u16();
-    Some((st, r.body_mut().read_to_string().unwrap_or_default()))
+fn post_raw(a: &ureq::Agent, url: &str, token: &str, body: &[u8]) -> Option<(u16, Value)> {
+    sitl::client::request(a, "POST", url, Some(token), Some(body)).ok()
 }
 
 fn post(a: &ureq::Agent, url: &str, token: &str, body: &Value) -> (u16, Value) {
-    let (st, t) = post_raw(a, url, token, body.to_string().as_bytes()).unwrap();
-    (st, serde_json::from_str(&t).unwrap_or(Value::Null))
+    post_raw(a, url, token, body.to_string().as_bytes()).unwrap()
 }
 
 fn get(a: &ureq::Agent, url: &str) -> Value {
-    let mut r = a.get(url).call().unwrap();
-    serde_json::from_str(&r.body_mut().read_to_string().unwrap_or_default()).unwrap_or(Value::Null)
+    sitl::client::request(a, "GET", url, None, None).unwrap().1
 }
 
 /// A 32-component agent bundle named `rid`.

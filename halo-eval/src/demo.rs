@@ -152,11 +152,7 @@ impl Client {
     ) -> Client {
         let [agent, provider, operator] = credentials;
         Client {
-            http: ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .timeout_global(Some(Duration::from_secs(30)))
-                .build()
-                .new_agent(),
+            http: sitl::client::agent(Some(Duration::from_secs(30))),
             url,
             agent,
             provider,
@@ -206,25 +202,10 @@ impl Client {
 
     pub(crate) fn call(&self, method: &str, path: &str, token: &str, body: &Value) -> (u16, Value) {
         let url = format!("{}{path}", self.url);
-        let auth = format!("Bearer {token}");
-        let r = if method == "GET" {
-            self.http.get(&url).header("Authorization", &auth).call()
-        } else if method == "DELETE" {
-            self.http.delete(&url).header("Authorization", &auth).call()
-        } else {
-            self.http
-                .post(&url)
-                .header("Authorization", &auth)
-                .send_json(body)
-        };
-        match r {
-            Ok(mut resp) => {
-                let status = resp.status().as_u16();
-                let text = resp.body_mut().read_to_string().unwrap_or_default();
-                (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-            }
-            Err(e) => (0, json!({"error": {"message": e.to_string()}})),
-        }
+        let bytes = body.to_string();
+        let body = (method == "POST").then_some(bytes.as_bytes());
+        sitl::client::request(&self.http, method, &url, Some(token), body)
+            .unwrap_or_else(|e| (0, json!({"error": {"message": e.to_string()}})))
     }
 
     pub(crate) fn operator(&self, action: &str, body: &Value) -> (u16, Value) {
@@ -414,19 +395,17 @@ pub(crate) fn feed(
     updates: impl Fn(u64) -> Vec<(&'static str, Value)> + Send + 'static,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let http = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(10)))
-            .build()
-            .new_agent();
-        let auth = format!("Bearer {token}");
+        let http = sitl::client::agent(Some(Duration::from_secs(10)));
         while !stop.load(Ordering::Relaxed) {
             let at = crate::service::task::wall_now_ms();
             for (source, body) in updates(at) {
-                let _ = http
-                    .post(format!("{url}/v1/state/{source}"))
-                    .header("Authorization", &auth)
-                    .send_json(&body);
+                let _ = sitl::client::request(
+                    &http,
+                    "POST",
+                    &format!("{url}/v1/state/{source}"),
+                    Some(&token),
+                    Some(body.to_string().as_bytes()),
+                );
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -449,11 +428,7 @@ pub(crate) fn narrator(
     seen: Arc<Mutex<Seen>>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let http = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_recv_body(None)
-            .build()
-            .new_agent();
+        let http = sitl::client::agent(None);
         let Ok(resp) = http
             .get(format!("{url}/v1/events"))
             .header("Authorization", &format!("Bearer {token}"))
@@ -579,11 +554,7 @@ pub(crate) fn narrator(
 }
 
 fn route(id: &str, target: [f64; 4], dur: f64, map_epoch: u64, cert: &str) -> Value {
-    let [n, e, d, yaw] = target;
-    json!({"id": id, "type": "route_action",
-           "payload": {"frame": "local_ned", "north_m": n, "east_m": e, "down_m": d, "yaw_deg": yaw, "duration_s": dur},
-           "support": {"map": {"epoch": map_epoch}, "traffic": {"epoch": 41}, "bounds": {"epoch": 3, "provenance": "corridor-12"}},
-           "certificate": cert})
+    sitl::client::route_action(id, target, dur, map_epoch, cert)
 }
 
 #[allow(

@@ -20,6 +20,7 @@
 //!   catalog and its own LocalOK.
 //!
 //! [`peer`]: the tests' independent Python peers (pymavlink), started and read the same way.
+//! [`client`]: the one HTTP client of the service's API for tests, demos and benchmarks.
 //!
 //! This crate judges the gateway from outside: it imports none of the gateway's decision code
 //! and none of the bridge's; the two sides share only the MAVLink wire format, the documented
@@ -32,6 +33,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod client;
 pub mod oracle;
 pub mod peer;
 pub mod sim;

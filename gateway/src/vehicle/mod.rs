@@ -23,10 +23,10 @@ use std::collections::VecDeque;
 use crazyflie_bridge::shell::CfHandle;
 use px4_bridge::shell::BridgeHandle;
 
-use crate::supervisor::{Enqueued, VehicleCommand, VehicleControl, VehicleError};
 use halo_core::gate::{Adapter, AdapterError, EnqueueRequest};
 use halo_core::ids::Id;
 use halo_core::payload::ActionCommand;
+use halo_supervisor::{Enqueued, VehicleCommand, VehicleControl, VehicleError};
 
 /// How many dispatched commands the adapter remembers for attributing the vehicle's echo of a
 /// target. It echoes a target within a few stream periods, long before this many newer exist.
@@ -69,7 +69,7 @@ pub enum VehicleLink {
 pub struct VehicleAdapter {
     link: VehicleLink,
     /// Whether the gate's enqueues are taken: the supervisor closes it while the operator
-    /// holds and for good once the receipt log refused ([`crate::supervisor::Supervisor::dispatch_open`]).
+    /// holds and for good once the receipt log refused ([`halo_supervisor::Supervisor::dispatch_open`]).
     open: bool,
     /// The newest commands the bridge took (at most [`RECENT`], newest last), each with the
     /// response and component it belongs to.
@@ -175,11 +175,8 @@ impl VehicleAdapter {
     /// The bridge's refusal.
     pub fn hold(&mut self) -> Result<(), VehicleError> {
         let r = match &self.link {
-            VehicleLink::Px4(h) => h.reserve_hold().map(Staged::Px4).map_err(VehicleError::Px4),
-            VehicleLink::Crazyflie(h) => h
-                .reserve_hold()
-                .map(Staged::Crazyflie)
-                .map_err(VehicleError::Crazyflie),
+            VehicleLink::Px4(h) => h.reserve_hold().map(Staged::Px4).map_err(refused),
+            VehicleLink::Crazyflie(h) => h.reserve_hold().map(Staged::Crazyflie).map_err(refused),
         }?;
         if self.staged.is_empty() {
             r.release();
@@ -333,7 +330,7 @@ impl VehicleControl for VehicleAdapter {
                         mode: px4_bridge::Px4Mode::HOLD,
                     },
                 };
-                h.command(c).map_err(VehicleError::Px4)
+                h.command(c).map_err(refused)
             }
             VehicleLink::Crazyflie(h) => match *command {
                 VehicleCommand::Arm => h.arm(true),
@@ -344,13 +341,13 @@ impl VehicleControl for VehicleAdapter {
                     return Err(VehicleError::Unsupported);
                 }
             }
-            .map_err(VehicleError::Crazyflie),
+            .map_err(refused),
         }
     }
 
     fn permit_offboard(&mut self) -> Result<(), VehicleError> {
         match &self.link {
-            VehicleLink::Px4(h) => h.permit_offboard().map_err(VehicleError::Px4),
+            VehicleLink::Px4(h) => h.permit_offboard().map_err(refused),
             VehicleLink::Crazyflie(_) => Ok(()),
         }
     }
@@ -398,4 +395,9 @@ pub fn px4_command(c: &px4_bridge::Command) -> Option<VehicleCommand> {
         }
         _ => return None,
     })
+}
+
+/// A bridge's refusal as the supervisor reports it: the bridge's own words.
+fn refused(e: impl std::fmt::Display) -> VehicleError {
+    VehicleError::Refused(e.to_string())
 }

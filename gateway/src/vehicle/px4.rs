@@ -163,7 +163,7 @@ pub fn monotonic(snapshot: &Snapshot, mut u: SourceUpdate) -> SourceUpdate {
     u
 }
 
-pub use crate::supervisor::link_stamp;
+pub use halo_supervisor::link_stamp;
 
 #[cfg(test)]
 mod tests {

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use crate::common;
 
+use common::Checks;
 use common::service::*;
 
 #[test]
@@ -205,11 +206,15 @@ fn the_running_example_flies_over_http() {
     drop(providers);
 
     // What the vehicle took: both dispatched targets, never the stale one.
+    let mut example = Checks::new("service-example");
     let taken = sim.fingerprints();
-    assert!(taken.contains(&e3_fp) && taken.contains(&fresh_fp));
-    assert!(
+    example.check(
+        "the vehicle took e3 and the readmitted e5 (the simulator's setpoint log)",
+        taken.contains(&e3_fp) && taken.contains(&fresh_fp),
+    );
+    example.check(
+        "the withheld e5 never reached the vehicle",
         !taken.contains(&stale_fp),
-        "the withheld target reached the vehicle"
     );
 
     // The event stream carried the story; a client resuming from the middle gets exactly the
@@ -217,6 +222,7 @@ fn the_running_example_flies_over_http() {
     std::thread::sleep(Duration::from_millis(300));
     let seen = events.lock().unwrap().clone();
     let names: Vec<&str> = seen.iter().map(|(_, n, _)| n.as_str()).collect();
+    let mut resume = Checks::new("service-sse-resume");
     for want in [
         "emit",
         "gate",
@@ -224,12 +230,15 @@ fn the_running_example_flies_over_http() {
         "vehicle_mode",
         "vehicle_command",
     ] {
-        assert!(names.contains(&want), "no `{want}` event in {names:?}");
+        resume.check(
+            format!("the stream carried a `{want}` event"),
+            names.contains(&want),
+        );
     }
     let ids: Vec<u64> = seen.iter().map(|e| e.0).collect();
-    assert!(
+    resume.check(
+        "event ids are sequential",
         ids.windows(2).all(|w| w[1] == w[0] + 1),
-        "ids are sequential"
     );
     let mid = ids[ids.len() / 2];
     let resumed = Arc::new(Mutex::new(Vec::new()));
@@ -246,37 +255,50 @@ fn the_running_example_flies_over_http() {
     });
     let got = resumed.lock().unwrap().clone();
     let expect: Vec<_> = seen.iter().filter(|e| e.0 > mid).cloned().collect();
-    assert_eq!(got.first().map(|e| e.0), Some(mid + 1));
-    assert_eq!(
-        &got[..expect.len()],
-        &expect[..],
-        "resume lost or changed events"
+    resume.check(
+        format!("the resumed stream starts at id {}", mid + 1),
+        got.first().map(|e| e.0) == Some(mid + 1),
     );
-    println!(
-        "service-sse-resume: 1/1 matched ({} events replayed after id {mid})",
-        expect.len()
+    resume.check(
+        "the resumed stream is exactly the events after Last-Event-ID",
+        got.get(..expect.len()) == Some(&expect[..]),
+    );
+    resume.finish(
+        8,
+        &format!("{} events replayed after id {mid}", expect.len()),
     );
 
     // Clean shutdown: exit 0, the receipt log verifies.
     stop_sse.store(true, Ordering::Relaxed);
     stop2.store(true, Ordering::Relaxed);
     let state = g.state.clone();
-    assert_eq!(g.stop(), 0);
+    example.check("the gateway stopped cleanly (exit 0)", g.stop() == 0);
     let log = state.join("receipts").join("boot-1.jsonl");
     let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
         .args(["audit", "verify"])
         .arg(&log)
         .output()
         .unwrap();
-    assert!(
+    example.check(
+        format!(
+            "`audit verify` accepts the receipt log: {}",
+            String::from_utf8_lossy(&out.stdout).trim()
+        ),
         out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
     );
     let text = std::fs::read_to_string(&log).unwrap();
-    assert!(text.contains("\"wall_unix_ms\":"));
-    assert!(text.contains("\"what\":\"operator_command\""));
-    assert!(text.contains("\"kind\":\"support_lost\""));
+    example.check(
+        "receipts carry wall-clock time",
+        text.contains("\"wall_unix_ms\":"),
+    );
+    example.check(
+        "the operator's commands are receipted",
+        text.contains("\"what\":\"operator_command\""),
+    );
+    example.check(
+        "the revoked certificate's loss of support is receipted",
+        text.contains("\"kind\":\"support_lost\""),
+    );
     let latency = text
         .lines()
         .find(|l| l.contains("\"what\":\"deny_hold_done\""))
@@ -286,7 +308,10 @@ fn the_running_example_flies_over_http() {
     println!(
         "  the running example's deny-hold: support lost to the first hold setpoint in {latency} µs"
     );
-    assert!(text.contains("\"what\":\"shutdown\""));
+    example.check(
+        "the shutdown is receipted",
+        text.contains("\"what\":\"shutdown\""),
+    );
     // resp-0007's admission receipt (format 3): its ids in envelope order, the digest over
     // theirs, and every position given one decision.
     let admitted = text
@@ -296,8 +321,14 @@ fn the_running_example_flies_over_http() {
         .find(|b| b["kind"] == "admitted" && b["response"] == "resp-0007")
         .expect("resp-0007's admission receipt");
     let c = &admitted["components"];
-    assert_eq!(c["ids"], json!(["e1", "e2", "e3", "e4"]), "{admitted}");
-    assert_eq!(c["digest"], r1_pinned.as_str(), "{admitted}");
+    example.check(
+        "resp-0007's admission names its ids in envelope order",
+        c["ids"] == json!(["e1", "e2", "e3", "e4"]),
+    );
+    example.check(
+        "resp-0007's admission digest is the pinned one",
+        c["digest"] == r1_pinned.as_str(),
+    );
     let mut at: Vec<u64> = c["decisions"]
         .as_array()
         .unwrap()
@@ -311,8 +342,11 @@ fn the_running_example_flies_over_http() {
         })
         .collect();
     at.sort_unstable();
-    assert_eq!(at, [0, 1, 2, 3], "{admitted}");
-    println!("service-example: 1/1 matched");
+    example.check(
+        "every position of resp-0007 has exactly one decision",
+        at == [0, 1, 2, 3],
+    );
+    example.finish(11, &format!("deny-hold in {latency} µs"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -453,10 +487,14 @@ fn a_failed_start_touches_no_state() {
         v.sort();
         v
     };
-    for _ in 0..3 {
+    let mut c = Checks::new("service-failed-start");
+    for k in 1..=3 {
         // A listener that cannot bind is its own exit code (5), not a configuration error.
         let err = refused_start(&cfg, 5);
-        assert!(err.contains("cannot listen"), "{err}");
+        c.check(
+            format!("start {k} on a taken port exits 5 saying it cannot listen"),
+            err.contains("cannot listen"),
+        );
     }
     drop(taken);
     let mut after: Vec<String> = std::fs::read_dir(&state)
@@ -464,20 +502,24 @@ fn a_failed_start_touches_no_state() {
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
         .collect();
     after.sort();
-    assert_eq!(before, after, "a failed start created or deleted something");
-    assert_eq!(
-        std::fs::read_to_string(state.join("boot_epoch")).unwrap(),
-        "7\n"
+    c.check(
+        "nothing in the state directory was created or deleted",
+        before == after,
+    );
+    c.check(
+        "the boot epoch was not bumped",
+        std::fs::read_to_string(state.join("boot_epoch")).unwrap() == "7\n",
     );
     let mut logs: Vec<String> = std::fs::read_dir(&receipts)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
         .collect();
     logs.sort();
-    assert_eq!(logs, ["boot-5.jsonl", "boot-6.jsonl"]);
-    println!(
-        "service-failed-start: 1/1 matched (3 starts refused on a taken port; nothing created, bumped or deleted)"
+    c.check(
+        "no receipt log was rotated away or created",
+        logs == ["boot-5.jsonl", "boot-6.jsonl"],
     );
+    c.finish(6, "3 starts refused on a taken port");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -496,36 +538,35 @@ fn vehicle_commands_without_a_link_fail_at_once() {
         b"{}",
     );
     let took = t0.elapsed();
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (503, Some("NO_VEHICLE_LINK")),
-        "{v}"
+    let mut c = Checks::new("service-no-vehicle-link");
+    c.check(
+        format!("arming without a link is 503 NO_VEHICLE_LINK: {v}"),
+        (st, v["error"]["code"].as_str()) == (503, Some("NO_VEHICLE_LINK")),
     );
-    assert!(
+    c.check(
+        "the refusal names the vehicle URL",
         v["error"]["message"]
             .as_str()
-            .unwrap()
-            .contains("127.0.0.1:9"),
-        "{v}"
+            .is_some_and(|m| m.contains("127.0.0.1:9")),
     );
-    assert!(
+    c.check(
+        format!("refused at once, without retries ({} ms)", took.as_millis()),
         took < Duration::from_secs(5),
-        "the refusal waited for retries"
     );
     let (st, _) = post(
         &format!("{}/v1/operator/hold", g.url),
         Some(&g.operator),
         b"{}",
     );
-    assert_eq!(st, 200);
+    c.check("the operator's hold still works (200)", st == 200);
     let (st, _) = post(
         &format!("{}/v1/operator/release", g.url),
         Some(&g.operator),
         b"{}",
     );
-    assert_eq!(st, 200);
-    assert_eq!(g.stop(), 0);
-    println!("service-no-vehicle-link: 1/1 matched");
+    c.check("the operator's release still works (200)", st == 200);
+    c.check("the gateway stops cleanly (exit 0)", g.stop() == 0);
+    c.finish(6, "");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -936,11 +977,15 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
     let received = sim.control.view().stats.setpoints_received;
     std::thread::sleep(Duration::from_millis(1500));
     let v = sim.control.view();
-    assert_eq!(
-        v.stats.setpoints_received, received,
-        "the gateway sent setpoints after the override"
+    let mut c = Checks::new("service-pilot-override");
+    c.check(
+        "no setpoint reached the vehicle after the RTL override (the simulator's count)",
+        v.stats.setpoints_received == received,
     );
-    assert_eq!(v.mode, (4, 5), "the gateway took the vehicle back from RTL");
+    c.check(
+        "the vehicle stays in AUTO.RTL: the gateway never takes it back",
+        v.mode == (4, 5),
+    );
 
     // The pilot pauses (AUTO.LOITER, in the air again): the vehicle stays theirs, and the
     // agent's next action is withheld at admission: the catalog's `control` source is false,
@@ -951,15 +996,24 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
         v["vehicle"]["mode"] == "AUTO.LOITER" && v["vehicle"]["landed_state"] == "in air"
     });
     let c2 = submit("pilot-2", 2, [12.0, 3.0, -6.0, 0.0], "cert-p2");
-    assert_eq!(
-        (c2["phase"].as_str(), c2["reason"].as_str()),
-        (Some("withheld"), Some("CONTROL_NOT_GRANTED")),
-        "{c2}"
+    c.check(
+        format!("the next action is withheld CONTROL_NOT_GRANTED: {c2}"),
+        (c2["phase"].as_str(), c2["reason"].as_str())
+            == (Some("withheld"), Some("CONTROL_NOT_GRANTED")),
     );
-    assert!(c2["obligation"].is_u64(), "{c2}");
+    c.check(
+        "with an obligation for a fresh candidate",
+        c2["obligation"].is_u64(),
+    );
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(sim.control.view().mode, (4, 3), "still AUTO.LOITER");
-    assert_eq!(sim.control.view().stats.setpoints_received, received);
+    c.check(
+        "the vehicle stays in the pilot's AUTO.LOITER",
+        sim.control.view().mode == (4, 3),
+    );
+    c.check(
+        "and still no setpoint reaches it",
+        sim.control.view().stats.setpoints_received == received,
+    );
 
     // The operator hands the vehicle back; a fresh action flies.
     let (st, v) = post(
@@ -972,11 +1026,17 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
         status()["vehicle"]["control"] == "gateway"
     });
     let c3 = submit("pilot-3", 3, [10.0, 4.0, -6.0, 0.0], "cert-p3");
-    assert_eq!(c3["phase"], "dispatched", "{c3}");
+    c.check(
+        format!("after `operator release` a fresh action dispatches: {c3}"),
+        c3["phase"] == "dispatched",
+    );
     wait_until(15, "the fresh target taken in OFFBOARD", || {
         sim.fingerprints().contains(&fp(10.0, 4.0, -6.0, 0.0)) && sim.control.view().mode.0 == 6
     });
-    assert!(!sim.fingerprints().contains(&fp(12.0, 3.0, -6.0, 0.0)));
+    c.check(
+        "the withheld target never flew (the simulator's log)",
+        !sim.fingerprints().contains(&fp(12.0, 3.0, -6.0, 0.0)),
+    );
     // The same, from PX4's own reports to a ground station (an independent observer, not the
     // simulator's log): the vehicle holds the fresh target, never the refused one.
     let watched = pilot(port, &["watch", "1.5"]);
@@ -986,25 +1046,23 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    assert!(
+    c.check(
+        "PX4's own reports to a ground station show the fresh target",
         targets.contains(&fp(10.0, 4.0, -6.0, 0.0).as_str()),
-        "{targets:?}"
     );
-    assert!(!targets.contains(&fp(12.0, 3.0, -6.0, 0.0).as_str()));
+    c.check(
+        "and never the withheld one",
+        !targets.contains(&fp(12.0, 3.0, -6.0, 0.0).as_str()),
+    );
     // Two overrides: RTL, then the pilot's own pause while the vehicle was still theirs.
     let metrics = metrics_text(&u);
-    assert!(
+    c.check(
+        "/metrics counts the two overrides",
         metrics.contains("halo_operator_overrides_total 2"),
-        "{}",
-        metrics
-            .lines()
-            .filter(|l| l.contains("override"))
-            .collect::<Vec<_>>()
-            .join("\n")
     );
     drop(providers);
     let state = g.state.clone();
-    assert_eq!(g.stop(), 0);
+    c.check("the gateway stops cleanly (exit 0)", g.stop() == 0);
     // The decisions view shows the pilot: the override with the action it stopped, and the
     // operator's release as a release.
     let files: Vec<String> = std::fs::read_dir(state.join("receipts"))
@@ -1017,18 +1075,30 @@ fn a_pilots_mode_switch_takes_the_vehicle_from_the_gateway() {
     args.extend(files.iter().map(String::as_str));
     let (rc, shown) = common::halo(&args);
     assert_eq!(rc, 0, "{shown}");
-    assert!(
+    c.check(
+        "`audit show --decisions` names the override and the action it stopped",
         shown.contains(
-            "operator override: PX4 went from OFFBOARD to AUTO.RTL (not commanded by the gateway); stopped streaming pilot-1/a"
+            "operator override: PX4 went from OFFBOARD to AUTO.RTL (not commanded by the gateway); stopped streaming pilot-1/a",
         ),
-        "{shown}"
     );
-    assert!(shown.contains("operator release"), "{shown}");
+    c.check(
+        "and the operator's release",
+        shown.contains("operator release"),
+    );
     // The takeoff left the ground (PX4 says "taking off" while it climbs): no false report.
-    assert!(!shown.contains("takeoff_stalled"), "{shown}");
-    println!(
-        "service-pilot-override: 1/1 matched (AUTO.RTL shown by PX4's heartbeat after {} ms, AUTO.LOITER after {} ms)",
-        p["switched"][0]["after_ms"], p2["switched"][0]["after_ms"]
+    c.check(
+        "no false takeoff_stalled report",
+        !shown.contains("takeoff_stalled"),
+    );
+    if c.done_failed() {
+        println!("{shown}");
+    }
+    c.finish(
+        15,
+        &format!(
+            "AUTO.RTL shown by PX4's heartbeat after {} ms, AUTO.LOITER after {} ms",
+            p["switched"][0]["after_ms"], p2["switched"][0]["after_ms"]
+        ),
     );
 }
 
@@ -1525,17 +1595,18 @@ fn statustext_off_keeps_the_ground_station_quiet() {
 /// table the router is built from.
 #[test]
 fn the_openapi_document_is_valid_and_names_every_route() {
+    // The routes docs/run.md's table lists.
+    const OPENAPI_ROUTES: usize = 22;
     let _timing = common::shared();
     let dir = tmp("openapi");
     let g = Gateway::start(&dir, "sim", "");
     let (st, doc) = get(&format!("{}/v1/openapi.json", g.url), None);
     assert_eq!(st, 200, "{doc}");
+    let mut c = Checks::new("service-openapi");
     for r in halo_gateway::service::api::routes::ROUTES {
-        assert!(
+        c.check(
+            format!("{} {} is in the document", r.method, r.path),
             doc["paths"][r.path][r.method.to_ascii_lowercase()].is_object(),
-            "{} {} is not in the document",
-            r.method,
-            r.path
         );
     }
     let validate = |v: &Value, name: &str| {
@@ -1551,23 +1622,23 @@ fn the_openapi_document_is_valid_and_names_every_route() {
             .expect("python3 with openapi-spec-validator (scripts/test.sh installs it)")
     };
     let out = validate(&doc, "openapi.json");
-    assert!(
+    c.check(
+        format!(
+            "openapi-spec-validator accepts the document {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
         out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     // A path parameter must be required: the validator refuses one that is not.
     let mut broken = doc.clone();
     broken["paths"]["/v1/responses/{id}"]["get"]["parameters"][0]["required"] = json!(false);
-    assert!(
+    c.check(
+        "and refuses it with an optional path parameter planted",
         !validate(&broken, "broken.json").status.success(),
-        "the validator took an optional path parameter"
     );
     assert_eq!(g.stop(), 0);
-    println!(
-        "service-openapi: 1/1 matched ({} operations)",
-        halo_gateway::service::api::routes::ROUTES.len()
-    );
+    // Every route of the table, the document's validity, the planted defect caught.
+    c.finish(OPENAPI_ROUTES + 2, &format!("{OPENAPI_ROUTES} operations"));
 }
 
 /// The strict structured-output form: the running example written as such a mode writes it
@@ -1640,10 +1711,13 @@ fn the_strict_form_validates_and_is_taken() {
             .expect("python3 with jsonschema (scripts/test.sh installs it)")
     };
     let out = check(&df);
-    assert!(
+    let mut c = Checks::new("service-strict-form");
+    c.check(
+        format!(
+            "jsonschema validates the strict form against /v1/schema?strict=true {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
         out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     // The validator is not a rubber stamp: a member left out fails the strict form.
     let mut missing = doc.clone();
@@ -1653,41 +1727,52 @@ fn the_strict_form_validates_and_is_taken() {
         .remove("unit");
     let mf = dir.join("strict-missing.json");
     std::fs::write(&mf, missing.to_string()).unwrap();
-    assert!(!check(&mf).status.success(), "a missing member validated");
+    c.check(
+        "and refuses it with a member left out",
+        !check(&mf).status.success(),
+    );
     let body = doc.to_string();
-    let (st, v) = post(
+    let (st, _) = post(
         &format!("{}/v1/responses", g.url),
         Some(&g.agent),
         body.as_bytes(),
     );
-    assert!((400..500).contains(&st), "{v}");
+    c.check(
+        format!("the strict form without ?form=strict is refused ({st})"),
+        (400..500).contains(&st),
+    );
     let (st, v) = post(
         &format!("{}/v1/responses?form=strict", g.url),
         Some(&g.agent),
         body.as_bytes(),
     );
-    assert_eq!(st, 200, "{v}");
-    assert_eq!(v["response"], "resp-strict", "{v}");
+    c.check(
+        format!("POST /v1/responses?form=strict takes it: {v}"),
+        st == 200 && v["response"] == "resp-strict",
+    );
     let ids: Vec<&str> = v["components"]
         .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["id"].as_str())
-        .collect();
-    assert_eq!(ids, ["e1", "e2", "e3", "e4"], "{v}");
-    assert_eq!(v["components"][0]["phase"], "emitted", "{v}");
+        .map(|a| a.iter().filter_map(|c| c["id"].as_str()).collect())
+        .unwrap_or_default();
+    c.check(
+        "every component admitted, in envelope order",
+        ids == ["e1", "e2", "e3", "e4"],
+    );
+    c.check(
+        "the notice is emitted",
+        v["components"][0]["phase"] == "emitted",
+    );
     let (st, v) = post(
         &format!("{}/v1/responses?form=loose", g.url),
         Some(&g.agent),
         body.as_bytes(),
     );
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (400, Some("INVALID_REQUEST")),
-        "{v}"
+    c.check(
+        "an unknown form is 400 INVALID_REQUEST",
+        (st, v["error"]["code"].as_str()) == (400, Some("INVALID_REQUEST")),
     );
-    assert_eq!(g.stop(), 0);
-    println!("service-strict-form: 1/1 matched");
+    c.check("the gateway stops cleanly (exit 0)", g.stop() == 0);
+    c.finish(8, "");
 }
 
 /// The example Python client, an independent peer, runs the running example against the
@@ -1696,6 +1781,7 @@ fn the_strict_form_validates_and_is_taken() {
 fn the_python_example_client_runs_against_the_service() {
     let _timing = common::shared();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/agent_client.py");
+    let mut c = Checks::new("service-python-client");
     // Without a certifier and without --demo's stand-in, nothing is armed: exit 2 at once.
     {
         let dir = tmp("python-no-certifier");
@@ -1707,10 +1793,15 @@ fn the_python_example_client_runs_against_the_service() {
             .output()
             .expect("python3");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert!(stderr.contains("certifier is off"), "{stderr}");
+        c.check(
+            format!(
+                "without a certifier the client exits 2 saying so: {}",
+                stderr.trim()
+            ),
+            out.status.code() == Some(2) && stderr.contains("certifier is off"),
+        );
         let v = get(&format!("{}/v1/status", g.url), None).1;
-        assert_eq!(v["vehicle"]["armed"], false, "{v}");
+        c.check("and nothing was armed", v["vehicle"]["armed"] == false);
         assert_eq!(g.stop(), 0);
     }
     // With no provider publishing, the route action is withheld at the gate: the client says
@@ -1733,11 +1824,11 @@ fn the_python_example_client_runs_against_the_service() {
             .output()
             .expect("python3");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
-        assert!(
-            stderr.contains("was not dispatched") && !stderr.contains("never reached"),
-            "{stdout}\n{stderr}"
+        c.check(
+            format!("an action withheld at the gate: the client exits 1 with the gate's reason, not a lost dispatch: {}", stderr.trim()),
+            out.status.code() == Some(1)
+                && stderr.contains("was not dispatched")
+                && !stderr.contains("never reached"),
         );
         assert_eq!(g.stop(), 0);
     }
@@ -1766,7 +1857,13 @@ fn the_python_example_client_runs_against_the_service() {
         !stderr.contains("No module named 'httpx'"),
         "httpx is missing: run ./scripts/test.sh, which installs it into target/pyenv"
     );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    c.check(
+        format!(
+            "--demo flies the running example (exit 0) {}",
+            stderr.trim()
+        ),
+        out.status.success(),
+    );
     let steps: Vec<Value> = stdout
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
@@ -1778,22 +1875,39 @@ fn the_python_example_client_runs_against_the_service() {
             .cloned()
             .unwrap_or(Value::Null)
     };
-    assert_eq!(
-        find("schema")["valid"],
-        true,
-        "the running example fits /v1/schema"
+    c.check(
+        "the running example fits /v1/schema (the client's jsonschema)",
+        find("schema")["valid"] == true,
     );
-    assert_eq!(find("schema")["rejects_extra"], true);
-    assert_eq!(find("certifier")["reference"], true, "{stdout}");
+    c.check(
+        "and the schema refuses an extra member",
+        find("schema")["rejects_extra"] == true,
+    );
+    c.check(
+        "the client found the reference certifier",
+        find("certifier")["reference"] == true,
+    );
     let by: Vec<&str> = steps
         .iter()
         .filter(|v| v["step"] == "certificate")
         .map(|v| v["by"].as_str().unwrap_or(""))
         .collect();
-    assert_eq!(by, vec!["reference certifier"; 3], "{stdout}");
-    assert_eq!(find("obligation")["reason"], "EPOCH_CHANGED");
-    assert_eq!(find("candidate")["status"], 200);
-    assert_eq!(find("gate")["dispatched"], true);
+    c.check(
+        "all three certificates came from the reference certifier",
+        by == vec!["reference certifier"; 3],
+    );
+    c.check(
+        "the stale action's obligation says EPOCH_CHANGED",
+        find("obligation")["reason"] == "EPOCH_CHANGED",
+    );
+    c.check(
+        "the fresh candidate is taken (200)",
+        find("candidate")["status"] == 200,
+    );
+    c.check(
+        "and dispatched at the gate",
+        find("gate")["dispatched"] == true,
+    );
     // Each dispatched action reached the vehicle before the next step: e3 before the map
     // moved, the fresh e5 after.
     let reached: Vec<(String, bool)> = steps
@@ -1806,18 +1920,17 @@ fn the_python_example_client_runs_against_the_service() {
             )
         })
         .collect();
-    assert_eq!(
-        reached,
-        vec![("e3".to_string(), true), ("e5".to_string(), true)],
-        "{stdout}"
+    c.check(
+        "e3 and then the fresh e5 reached the vehicle",
+        reached == vec![("e3".to_string(), true), ("e5".to_string(), true)],
     );
-    assert!(
+    c.check(
+        "the demo took off through the operator's routes",
         find("operator")["did"] == "arm and takeoff",
-        "the demo took off through the operator: {stdout}"
     );
-    assert_eq!(find("done")["ok"], true);
-    assert_eq!(g.stop(), 0);
-    println!("service-python-client: 1/1 matched");
+    c.check("the client says it is done", find("done")["ok"] == true);
+    c.check("the gateway stops cleanly (exit 0)", g.stop() == 0);
+    c.finish(15, "");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1885,8 +1998,11 @@ fn stdio_agent_link() {
     )
     .unwrap();
     let (mut events, r1) = next_reply(json!(1));
-    assert_eq!(r1["ok"], true, "{r1}");
-    assert_eq!(r1["result"]["components"][0]["phase"], "emitted", "{r1}");
+    let mut c = Checks::new("service-stdio");
+    c.check(
+        format!("a response over stdio is admitted and its notice emitted: {r1}"),
+        r1["ok"] == true && r1["result"]["components"][0]["phase"] == "emitted",
+    );
     writeln!(
         stdin,
         "{}",
@@ -1895,7 +2011,10 @@ fn stdio_agent_link() {
     .unwrap();
     let (more, r2) = next_reply(json!(2));
     events.extend(more);
-    assert_eq!(r2["result"]["response"], "r-stdio", "{r2}");
+    c.check(
+        "get_response answers with the response",
+        r2["result"]["response"] == "r-stdio",
+    );
     writeln!(
         stdin,
         "{}",
@@ -1904,23 +2023,31 @@ fn stdio_agent_link() {
     .unwrap();
     let (more, r3) = next_reply(json!(3));
     events.extend(more);
-    assert_eq!(
-        (r3["ok"].clone(), r3["error"]["code"].clone()),
-        (json!(false), json!("MALFORMED_JSON")),
-        "{r3}"
+    c.check(
+        format!("a malformed envelope is refused MALFORMED_JSON: {r3}"),
+        (r3["ok"].clone(), r3["error"]["code"].clone()) == (json!(false), json!("MALFORMED_JSON")),
     );
     writeln!(stdin, "{{\"op\": \"fly\"}}").unwrap();
     let (more, r4) = next_reply(Value::Null);
     events.extend(more);
-    assert_eq!(r4["error"]["code"], "INVALID_REQUEST", "{r4}");
+    c.check(
+        "an unknown op is INVALID_REQUEST",
+        r4["error"]["code"] == "INVALID_REQUEST",
+    );
     writeln!(stdin, "{}", "x".repeat(600 * 1024)).unwrap();
     let (more, r5) = next_reply(Value::Null);
     events.extend(more);
-    assert_eq!(r5["error"]["code"], "RESPONSE_TOO_LARGE", "{r5}");
+    c.check(
+        "a 600 KiB line is RESPONSE_TOO_LARGE",
+        r5["error"]["code"] == "RESPONSE_TOO_LARGE",
+    );
     writeln!(stdin, "{}", json!({"id": "s", "op": "status"})).unwrap();
     let (more, r6) = next_reply(json!("s"));
     events.extend(more);
-    assert_eq!(r6["result"]["responses_live"], 1, "{r6}");
+    c.check(
+        "status still answers after the bad lines (one response live)",
+        r6["result"]["responses_live"] == 1,
+    );
     // End of input: a clean stop.
     drop(stdin);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -1934,21 +2061,27 @@ fn stdio_agent_link() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert_eq!(status.code(), Some(0));
+    c.check(
+        "end of input stops the gateway cleanly (exit 0)",
+        status.code() == Some(0),
+    );
     // Everything the gateway wrote before it exited (the reader ends at end of output).
     while let Ok(v) = rx.recv_timeout(Duration::from_secs(10)) {
         events.push(v);
     }
     // The notice's emission arrived as an event line, with its payload.
-    assert!(
+    c.check(
+        "the notice's emission came as an event line with its payload",
         events
             .iter()
             .any(|v| v["event"] == "emit" && v["data"]["payload"]["text"] == "hello from stdio"),
-        "{events:?}"
     );
     let log = std::fs::read_to_string(state.join("receipts/boot-1.jsonl")).unwrap();
-    assert!(log.contains("\"kind\":\"admitted\""));
-    println!("service-stdio: 1/1 matched");
+    c.check(
+        "the admission is receipted",
+        log.contains("\"kind\":\"admitted\""),
+    );
+    c.finish(9, "");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1986,15 +2119,16 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
         Some(&g.agent),
         register.to_string().as_bytes(),
     );
-    assert_eq!(st, 403);
+    let mut k = Checks::new("service-contract");
+    k.check("the agent cannot register a contract (403)", st == 403);
     let (st, v) = post(
         &format!("{u}/v1/goals"),
         Some(&g.agent),
         br#"{"op": "authorize_effect", "effect": "goto(wp3)", "goal": "survey"}"#,
     );
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (403, Some("FORBIDDEN_ROLE"))
+    k.check(
+        "nor commit an effect itself (403 FORBIDDEN_ROLE)",
+        (st, v["error"]["code"].as_str()) == (403, Some("FORBIDDEN_ROLE")),
     );
 
     // The agent proposes its goal, with the witness the gateway computes at current versions.
@@ -2024,7 +2158,10 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
         "resources": ["radio", "zone:wp1", "zone:wp2"],
         "traces": [["takeoff", "goto(wp1)", "goto(wp2)", "return", "land"]]});
     let d = propose(&g1, "propose_goal", None);
-    assert_eq!(d["verdict"], "allow", "{d}");
+    k.check(
+        format!("the agent's goal with its witness is allowed: {d}"),
+        d["verdict"] == "allow",
+    );
 
     // The operator's takeoff is the contract's first effect.
     take_off(&g, &sim);
@@ -2044,7 +2181,10 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
     };
     // goto(wp1): admitted by the approved plan.
     let c = send("c-1", 1, [12.0, 3.5, -10.0, 90.0], "cert-c1");
-    assert_eq!(c["phase"], "dispatched", "{c}");
+    k.check(
+        format!("goto(wp1) of the approved plan dispatches: {c}"),
+        c["phase"] == "dispatched",
+    );
     let wp1 = fp(12.0, 3.5, -10.0, 90.0);
     wait_until(20, "wp1 at the vehicle", || {
         sim.fingerprints().contains(&wp1)
@@ -2056,10 +2196,9 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
         "resources": ["radio", "zone:wp1", "zone:wp2"],
         "traces": [["goto(wp2)", "return", "land"]]});
     let d = propose(&drop_review, "replace_goal", Some("g1"));
-    assert_eq!(
-        (d["verdict"].as_str(), d["reason"].as_str()),
-        (Some("deny"), Some("OBLIGATION_DROPPED")),
-        "{d}"
+    k.check(
+        format!("a replan that drops the review is denied OBLIGATION_DROPPED: {d}"),
+        (d["verdict"].as_str(), d["reason"].as_str()) == (Some("deny"), Some("OBLIGATION_DROPPED")),
     );
     // It replans to skip the review and head for wp3 instead: refused as well.
     let skip = json!({"closing": ["airborne == false", "zone == home"], "completion": [[]],
@@ -2067,18 +2206,26 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
         "resources": ["radio", "zone:wp1", "zone:wp2"],
         "traces": [["goto(wp3)", "return", "land"]]});
     let d = propose(&skip, "replace_goal", Some("g1"));
-    assert_eq!(d["verdict"], "deny", "{d}");
+    k.check(
+        "a replan that skips it for wp3 is denied",
+        d["verdict"] == "deny",
+    );
     println!(
         "replanning without the review: {} ({})",
         d["reason"], d["detail"]
     );
     // It sends the new plan's action anyway: denied at the final gate, terminally.
     let c = send("c-2", 2, [50.0, -20.0, -10.0, 0.0], "cert-c2");
-    assert_eq!(c["phase"], "invalidated", "{c}");
-    assert_eq!(c["reason"], "EFFECT_NOT_ADMITTED", "{c}");
+    k.check(
+        format!("the refused plan's action is invalidated EFFECT_NOT_ADMITTED at the gate: {c}"),
+        c["phase"] == "invalidated" && c["reason"] == "EFFECT_NOT_ADMITTED",
+    );
     // An action whose target lies in no zone names no effect: denied too.
     let c = send("c-3", 3, [-30.0, -30.0, -10.0, 0.0], "cert-c3");
-    assert_eq!(c["reason"], "ZONE_UNRESOLVED", "{c}");
+    k.check(
+        "an action in no zone is ZONE_UNRESOLVED",
+        c["reason"] == "ZONE_UNRESOLVED",
+    );
     // A policy change suspends the root: nothing dispatches until a path is reauthorized.
     let (st, d) = post(
         &format!("{u}/v1/contract"),
@@ -2087,10 +2234,10 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
     );
     assert_eq!((st, d["verdict"].as_str()), (200, Some("allow")), "{d}");
     let c = send("c-4s", 4, [30.0, 18.0, -10.0, 45.0], "cert-c4s");
-    assert_eq!(
-        (c["phase"].as_str(), c["reason"].as_str()),
-        (Some("invalidated"), Some("ROOT_SUSPENDED")),
-        "{c}"
+    k.check(
+        format!("after a policy change nothing dispatches (ROOT_SUSPENDED): {c}"),
+        (c["phase"].as_str(), c["reason"].as_str())
+            == (Some("invalidated"), Some("ROOT_SUSPENDED")),
     );
     let (st, d) = post(
         &format!("{u}/v1/contract"),
@@ -2100,7 +2247,10 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
     assert_eq!((st, d["verdict"].as_str()), (200, Some("allow")), "{d}");
     // The approved plan goes on: goto(wp2).
     let c = send("c-4", 5, [30.0, 18.0, -10.0, 45.0], "cert-c4");
-    assert_eq!(c["phase"], "dispatched", "{c}");
+    k.check(
+        format!("after reauthorization goto(wp2) dispatches: {c}"),
+        c["phase"] == "dispatched",
+    );
     let wp2 = fp(30.0, 18.0, -10.0, 45.0);
     wait_until(20, "wp2 at the vehicle", || {
         sim.fingerprints().contains(&wp2)
@@ -2110,23 +2260,31 @@ fn the_mission_contract_bounds_the_agent_at_the_gate() {
 
     // The vehicle's own log: never a setpoint of the refused plan.
     let taken = sim.fingerprints();
-    assert!(
+    k.check(
+        "the refused plan's target never reached the vehicle (the simulator's log)",
         !taken.contains(&fp(50.0, -20.0, -10.0, 0.0)),
-        "the refused plan reached the vehicle"
     );
-    assert!(!taken.contains(&fp(-30.0, -30.0, -10.0, 0.0)));
+    k.check(
+        "nor the zoneless one",
+        !taken.contains(&fp(-30.0, -30.0, -10.0, 0.0)),
+    );
     let (_, cs) = get(&format!("{u}/v1/contract"), Some(&g.operator));
-    assert_eq!(
-        cs["trace"],
-        json!(["takeoff()", "goto(wp1)", "goto(wp2)"]),
-        "{cs}"
+    k.check(
+        format!("the committed trace is takeoff, wp1, wp2: {}", cs["trace"]),
+        cs["trace"] == json!(["takeoff()", "goto(wp1)", "goto(wp2)"]),
     );
     let state = g.state.clone();
-    assert_eq!(g.stop(), 0);
+    k.check("the gateway stops cleanly (exit 0)", g.stop() == 0);
     let log = std::fs::read_to_string(state.join("receipts/boot-1.jsonl")).unwrap();
-    assert!(log.contains("\"what\":\"contract\""));
-    assert!(log.contains("\"effect\":\"goto(wp2)\""));
-    println!("service-contract: 1/1 matched");
+    k.check(
+        "the monitor's verdicts are receipted",
+        log.contains("\"what\":\"contract\""),
+    );
+    k.check(
+        "and the committed effect goto(wp2)",
+        log.contains("\"effect\":\"goto(wp2)\""),
+    );
+    k.finish(16, "");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -2149,12 +2307,15 @@ fn receipts_rotate_and_verify_across_files() {
         get(&format!("{}/v1/status", g.url), None).1["receipts"]["state"] == "refusing"
     });
     let st = get(&format!("{}/v1/status", g.url), None).1;
-    assert!(
+    let mut c = Checks::new("service-receipt-rotation");
+    c.check(
+        format!(
+            "/v1/status says the log refuses at max_files: {}",
+            st["receipts"]["reason"]
+        ),
         st["receipts"]["reason"]
             .as_str()
-            .unwrap()
-            .contains("max_files"),
-        "{st}"
+            .is_some_and(|r| r.contains("max_files")),
     );
     let (code, body) = post(
         &format!("{}/v1/responses", g.url),
@@ -2165,16 +2326,14 @@ fn receipts_rotate_and_verify_across_files() {
         .to_string()
         .as_bytes(),
     );
-    assert_eq!(
-        (code, body["error"]["code"].as_str()),
-        (503, Some("RECEIPTS_UNAVAILABLE")),
-        "{body}"
+    c.check(
+        "a response while the log refuses is 503 RECEIPTS_UNAVAILABLE (fail closed)",
+        (code, body["error"]["code"].as_str()) == (503, Some("RECEIPTS_UNAVAILABLE")),
     );
     let state = g.state.clone();
-    assert_eq!(
-        g.stop(),
-        4,
-        "exit 4: the receipt log refused during the run"
+    c.check(
+        "the gateway exits 4: the receipt log refused during the run",
+        g.stop() == 4,
     );
     let rdir = state.join("receipts");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&rdir)
@@ -2189,7 +2348,13 @@ fn receipts_rotate_and_verify_across_files() {
             .and_then(|x| x.parse::<u32>().ok())
             .unwrap_or(0)
     });
-    assert_eq!(files.len(), 3, "{files:?}");
+    c.check(
+        format!(
+            "nothing deleted: three files of this start ({})",
+            files.len()
+        ),
+        files.len() == 3,
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_halo-gateway"))
         .args(["audit", "verify", "--key"])
         .arg(state.join("audit-key.pub"))
@@ -2198,16 +2363,22 @@ fn receipts_rotate_and_verify_across_files() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     println!("{text}");
-    assert!(out.status.success(), "{text}");
-    assert!(
+    c.check(
+        "`audit verify --key` accepts the three files",
+        out.status.success(),
+    );
+    c.check(
+        "from the first receipt to the shutdown checkpoint",
         text.contains("receipts, chain and hashes verify") && text.contains("shutdown checkpoint"),
-        "nothing was pruned and the log ends with its shutdown checkpoint: {text}"
     );
     let all: String = files
         .iter()
         .map(|f| std::fs::read_to_string(f).unwrap())
         .collect();
-    assert!(all.contains("\"what\":\"receipts_unavailable\""));
+    c.check(
+        "the refusal itself is receipted",
+        all.contains("\"what\":\"receipts_unavailable\""),
+    );
     // Out of order, the chain does not verify.
     let mut swapped = files.clone();
     swapped.swap(0, 1);
@@ -2216,8 +2387,11 @@ fn receipts_rotate_and_verify_across_files() {
         .args(&swapped)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    println!("service-receipt-rotation: 1/1 matched");
+    c.check(
+        "two files out of order do not verify (exit 2)",
+        out.status.code() == Some(2),
+    );
+    c.finish(8, "");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -35,7 +35,7 @@ use halo_core::gate::EffectGate;
 use halo_core::ids::Id;
 use halo_core::reason::ReasonCode;
 use halo_core::time::Nanos;
-use halo_gateway::supervisor::{
+use halo_supervisor::{
     Binding, Enqueued, Observation, OperatorOp, Output, Supervisor, Ticket, VehicleCommand,
     VehicleControl, VehicleError, VehicleKind,
 };
@@ -77,7 +77,9 @@ impl VehicleControl for FakeVehicle {
     }
     fn command(&mut self, command: &VehicleCommand) -> Result<(), VehicleError> {
         if self.queue_full {
-            return Err(VehicleError::Px4(px4_bridge::EnqueueError::QueueFull));
+            return Err(VehicleError::Refused(
+                px4_bridge::EnqueueError::QueueFull.to_string(),
+            ));
         }
         self.calls.push(Call::Command(*command));
         Ok(())
@@ -768,7 +770,7 @@ fn supervisor_schedules() {
 /// PX4's own words.
 #[test]
 fn px4_takeoff_needs_an_armed_vehicle_and_must_leave_the_ground() {
-    use halo_gateway::supervisor::TAKEOFF_AIRBORNE_WITHIN;
+    use halo_supervisor::TAKEOFF_AIRBORNE_WITHIN;
     let drain = |sup: &mut Supervisor| -> Vec<Output> {
         std::iter::from_fn(|| sup.poll_output()).collect()
     };

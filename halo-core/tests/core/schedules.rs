@@ -1122,12 +1122,16 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
     Ok(())
 }
 
+/// The schedules CI runs, pinned; `HALO_SCHEDULES` (scripts/schedules.sh) runs another number,
+/// and then that number is the one every schedule must match.
+const SCHEDULES: u64 = 10_000;
+
 #[test]
 fn schedules() {
-    let n: u64 = std::env::var("HALO_SCHEDULES")
+    let asked: Option<u64> = std::env::var("HALO_SCHEDULES")
         .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
+        .map(|v| v.parse().expect("HALO_SCHEDULES is a number of schedules"));
+    let n = asked.unwrap_or(SCHEDULES);
     assert!(
         n > 0,
         "HALO_SCHEDULES=0 runs no schedule; that is a failure, not 0/0 matched"
@@ -1141,7 +1145,15 @@ fn schedules() {
             failures.push(format!("seed {seed:#x}: {e}"));
         }
     }
-    println!("schedules: {}/{n} matched", n - failures.len() as u64);
+    let matched = n - failures.len() as u64;
+    println!(
+        "schedules: {matched}/{n} matched{}",
+        if asked.is_some() {
+            format!(" (HALO_SCHEDULES={n}; CI runs the pinned {SCHEDULES})")
+        } else {
+            String::new()
+        }
+    );
     println!(
         "  steps {}  gate calls {}  adapter calls {}  replays {}  rejected faults {}  fresh readmissions {}  restarts {}",
         stats.steps,
@@ -1163,6 +1175,9 @@ fn schedules() {
         "{} schedules violated an invariant",
         failures.len()
     );
+    if asked.is_none() {
+        assert_eq!((matched, n), (SCHEDULES, SCHEDULES));
+    }
 }
 
 /// The shadow catches an over-blocking gateway. The same core configured as `WholeResponse`

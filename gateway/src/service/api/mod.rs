@@ -11,7 +11,7 @@ use halo_core::envelope::Rejection;
 use halo_core::reason::ReasonCode;
 use serde_json::json;
 
-use crate::supervisor::Refusal;
+use halo_supervisor::Refusal;
 
 /// An error answer: HTTP status, stable code, message, offending ids.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 //!   takeoff through the gateway or `operator release`, withdrawn by an operator hold.
 //! - No return-to-launch: the operator lands.
 //! - A target is observed (`OBSERVED_SUCCESS`) when the state estimate comes within
-//!   [`crate::supervisor::ARRIVAL_M`] of it: the Crazyflie does not echo targets (the
+//!   [`halo_supervisor::ARRIVAL_M`] of it: the Crazyflie does not echo targets (the
 //!   supervisor decides).
 //! - Shutdown lands the vehicle and waits for it (the supervisor decides): once this process
 //!   stops, the Crazyflie's emergency-stop watchdog (refreshed by the bridge) cuts the motors
@@ -19,10 +19,10 @@ use crazyflie_bridge::{Event as PacerEvent, Telemetry};
 use serde_json::json;
 
 use super::Task;
-use crate::supervisor::Observation;
 use crate::vehicle::crazyflie::{telemetry_updates, to_ned};
 use halo_core::digest::Digest;
 use halo_core::time::Nanos;
+use halo_supervisor::Observation;
 
 impl Task {
     /// Feeds one Crazyflie bridge event.

@@ -54,7 +54,6 @@ use crate::service::infra::clock::{Arrival, Clock};
 use crate::service::infra::hub::Hub;
 use crate::service::infra::metrics::{Metrics, OutcomeLabel, SourceLabel};
 use crate::service::task::pilot_text::Told;
-use crate::supervisor::{Output, Supervisor, Ticket};
 use crate::vehicle::px4::source_update;
 use crate::vehicle::{VehicleAdapter, VehicleLink};
 use halo_core::contract::{Monitor, Role as ContractRole};
@@ -65,11 +64,12 @@ use halo_core::ids::Id;
 use halo_core::reason::ReasonCode;
 use halo_core::state::{SourceUpdate, Value};
 use halo_core::time::Nanos;
+use halo_supervisor::{Output, Supervisor, Ticket};
 
 use crate::service::api::ApiError;
-pub use crate::supervisor::{FullAction, OperatorOp};
 pub use audit::{PreviousHead, ReceiptSummary, Signing};
 pub use cmd::{Answer, Cmd, Reply, ask};
+pub use halo_supervisor::{FullAction, OperatorOp};
 pub use requests::{
     CertificateBody, UpdateBody, read_certificate, read_contract_op, read_update, read_update_at,
 };
@@ -177,8 +177,8 @@ impl Task {
         // PX4: the bridge's permission (`vehicle.control_at_start`); a Crazyflie: granted by an
         // operator takeoff or release.
         let (kind, granted) = match &link {
-            VehicleLink::Px4(h) => (crate::supervisor::VehicleKind::Px4, h.offboard_permitted()),
-            VehicleLink::Crazyflie(_) => (crate::supervisor::VehicleKind::Crazyflie, false),
+            VehicleLink::Px4(h) => (halo_supervisor::VehicleKind::Px4, h.offboard_permitted()),
+            VehicleLink::Crazyflie(_) => (halo_supervisor::VehicleKind::Crazyflie, false),
         };
         Task {
             gw,

@@ -120,7 +120,7 @@ impl Task {
                         vehicle = %self.vehicle_url,
                         silent_s = secs,
                         "no heartbeat from the vehicle for {secs} s: {}",
-                        crate::supervisor::link_hint(&self.vehicle_url)
+                        halo_supervisor::link_hint(&self.vehicle_url)
                     );
                 }
             }

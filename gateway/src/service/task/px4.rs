@@ -6,10 +6,10 @@ use px4_bridge::{Command, CommandOutcome, Event as BridgeEvent, Px4Mode};
 use serde_json::json;
 
 use super::Task;
-use crate::supervisor::Observation;
 use crate::vehicle::px4::telemetry_updates;
 use halo_core::digest::Digest;
 use halo_core::time::Nanos;
+use halo_supervisor::Observation;
 
 fn mode_name(m: Px4Mode) -> String {
     m.to_string()

@@ -44,7 +44,7 @@ impl Task {
     }
 
     /// Feeds one observation of the vehicle to the supervisor and carries out what it decides.
-    pub(super) fn observe(&mut self, o: crate::supervisor::Observation) {
+    pub(super) fn observe(&mut self, o: halo_supervisor::Observation) {
         let now = self.now();
         self.sup.handle_observation(now, o, &mut self.adapter);
         self.supervised();

@@ -26,3 +26,54 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_halo-gateway");
 pub fn halo(args: &[&str]) -> (i32, String) {
     process::run(BIN, args)
 }
+
+/// A scenario's checks, each named: every one is run and printed (a failing check does not hide
+/// the rest), then `SUITE: N/M matched`, and the test fails unless all M matched and M is the
+/// count the caller pins (a check added or lost moves the pin on purpose, never silently).
+pub struct Checks {
+    suite: &'static str,
+    done: Vec<(String, bool)>,
+}
+
+impl Checks {
+    /// No checks yet for `suite`.
+    pub fn new(suite: &'static str) -> Checks {
+        Checks {
+            suite,
+            done: Vec::new(),
+        }
+    }
+
+    /// Records one check; returns whether it held.
+    pub fn check(&mut self, what: impl Into<String>, ok: bool) -> bool {
+        self.done.push((what.into(), ok));
+        ok
+    }
+
+    /// Whether a check so far failed (to print what it was judged on).
+    pub fn done_failed(&self) -> bool {
+        self.done.iter().any(|(_, ok)| !ok)
+    }
+
+    /// Prints every check and the suite line (with `detail` after it, if any), then holds the
+    /// count to `pinned`.
+    pub fn finish(self, pinned: usize, detail: &str) {
+        for (what, ok) in &self.done {
+            println!("  {} {what}", if *ok { "ok  " } else { "FAIL" });
+        }
+        let matched = self.done.iter().filter(|(_, ok)| *ok).count();
+        let total = self.done.len();
+        let detail = if detail.is_empty() {
+            String::new()
+        } else {
+            format!(" ({detail})")
+        };
+        println!("{}: {matched}/{total} matched{detail}", self.suite);
+        assert_eq!(
+            (matched, total),
+            (pinned, pinned),
+            "{}: {matched} of {total} checks held; {pinned} are pinned",
+            self.suite
+        );
+    }
+}

@@ -120,42 +120,13 @@ impl Gateway {
 }
 
 pub fn http() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .new_agent()
+    sitl::client::agent(Some(Duration::from_secs(30)))
 }
 
 /// One request: the method, an optional bearer credential, an optional body; returns
-/// (status, JSON body).
+/// (status, JSON body) ([`sitl::client::request`]).
 pub fn request(method: &str, url: &str, token: Option<&str>, body: Option<&[u8]>) -> (u16, Value) {
-    let auth = token.map(|t| format!("Bearer {t}"));
-    let a = http();
-    let resp = match (method, body) {
-        ("POST", b) => {
-            let mut r = a.post(url).header("Content-Type", "application/json");
-            if let Some(h) = &auth {
-                r = r.header("Authorization", h);
-            }
-            r.send(b.unwrap_or(b""))
-        }
-        (m, _) => {
-            let mut r = if m == "DELETE" {
-                a.delete(url)
-            } else {
-                a.get(url)
-            };
-            if let Some(h) = &auth {
-                r = r.header("Authorization", h);
-            }
-            r.call()
-        }
-    };
-    let mut resp = resp.unwrap();
-    let status = resp.status().as_u16();
-    let text = resp.body_mut().read_to_string().unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    sitl::client::request(&http(), method, url, token, body).unwrap()
 }
 
 /// The Prometheus text of `GET /metrics`.
@@ -448,11 +419,9 @@ pub fn take_off_at(u: &str, operator: &str, sim: &Sim) {
     });
 }
 
+/// An 8 s route action ([`sitl::client::route_action`]).
 pub fn route(id: &str, t: [f64; 4], map_epoch: u64, cert: &str) -> Value {
-    json!({"id": id, "type": "route_action",
-           "payload": {"frame": "local_ned", "north_m": t[0], "east_m": t[1], "down_m": t[2], "yaw_deg": t[3], "duration_s": 8.0},
-           "support": {"map": {"epoch": map_epoch}, "traffic": {"epoch": 41}, "bounds": {"epoch": 3, "provenance": "corridor-12"}},
-           "certificate": cert})
+    sitl::client::route_action(id, t, 8.0, map_epoch, cert)
 }
 
 /// The digest a certificate must cover, as `halo-gateway digest` prints it.

@@ -45,6 +45,8 @@
 //!
 //! [`dispatch_open`]: Supervisor::dispatch_open
 
+#![warn(missing_docs, unreachable_pub)]
+
 use std::collections::VecDeque;
 
 use serde_json::{Value, json};
@@ -171,13 +173,12 @@ impl VehicleCommand {
     }
 }
 
-/// Why the vehicle link refused a call: the bridge's own reason.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why the vehicle link refused a call. The supervisor only reports it; the bridges' own error
+/// types stay with the bridges (this crate links neither), and the shell gives their words.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VehicleError {
-    /// PX4's bridge refused (its queue is full, the link is down, ...).
-    Px4(px4_bridge::EnqueueError),
-    /// The Crazyflie's bridge refused.
-    Crazyflie(crazyflie_bridge::EnqueueError),
+    /// The bridge refused (its queue is full, the link is down, ...), in its own words.
+    Refused(String),
     /// The vehicle has no such command (a Crazyflie has no flight modes).
     Unsupported,
 }
@@ -185,8 +186,7 @@ pub enum VehicleError {
 impl std::fmt::Display for VehicleError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            VehicleError::Px4(e) => e.fmt(f),
-            VehicleError::Crazyflie(e) => e.fmt(f),
+            VehicleError::Refused(why) => f.write_str(why),
             VehicleError::Unsupported => f.write_str("a Crazyflie has no flight modes"),
         }
     }
