@@ -53,6 +53,16 @@ cargo fmt --all -- --check
 # and the lints share its build scripts and proc macros.
 echo "==> cargo clippy --release (warnings are errors)"
 cargo clippy --workspace --all-targets --release --locked -- -D warnings
+# The sans-IO machines link no I/O runtime: the compiler keeps them pure only while no
+# dependency brings one in.
+echo "==> the sans-IO crates link no I/O runtime"
+for crate in halo-core halo-supervisor px4-offboard crazyflie-pacer; do
+  if cargo tree --locked -p "$crate" -e normal --prefix none | grep -Eq '^(tokio|mio|tokio-serial) '; then
+    echo "error: $crate depends on an I/O runtime:" >&2
+    cargo tree --locked -p "$crate" -e normal -i tokio >&2 || true
+    exit 1
+  fi
+done
 echo "==> cargo test --release"
 mkdir -p target
 cargo test --workspace --release --locked -- --nocapture 2>&1 | tee target/test-output.txt

@@ -3,7 +3,8 @@
 //!
 //! Two layers, as in the PX4 bridge:
 //!
-//! - [`pacer::Pacer`], a pure state machine (time passed in, outputs polled): one setpoint slot
+//! - [`pacer::Pacer`], a pure state machine (time passed in, outputs polled; in the
+//!   `crazyflie-pacer` crate, which links no I/O runtime): one setpoint slot
 //!   streamed at a fixed rate until shortly before the end of its certified interval, never a
 //!   queue of old setpoints; the firmware's safe-stop order (stop streaming, notify-setpoint-stop,
 //!   a high-level go_to or land, all in one step, well inside the commander watchdog's 500 ms);
@@ -28,13 +29,12 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
-pub mod pacer;
-pub mod setpoint;
 pub mod shell;
-pub mod telemetry;
-pub mod time;
 pub mod toc_cache;
 pub mod uri;
+
+// The sans-IO half, under the paths it had when it lived here.
+pub use crazyflie_pacer::{pacer, setpoint, telemetry, time};
 
 pub use pacer::{Config, EnqueueError, Event, HoldReason, Out, Pacer};
 pub use setpoint::{Fingerprint, Setpoint};

@@ -164,8 +164,9 @@ pub struct BridgeOptions {
 }
 
 impl BridgeOptions {
-    /// Defaults around `link`.
-    pub fn new(link: Arc<dyn LinkOpener>) -> BridgeOptions {
+    /// Defaults around `link`, on the clock that counts from `origin` (the gateway's: no
+    /// default, as a clock of the bridge's own would shift every stamp it reports).
+    pub fn new(link: Arc<dyn LinkOpener>, origin: Instant) -> BridgeOptions {
         BridgeOptions {
             link,
             config: Config::default(),
@@ -178,7 +179,7 @@ impl BridgeOptions {
             reconnect_min_ms: 500,
             reconnect_max_ms: 8_000,
             setpoint_log: None,
-            origin: Instant::now(),
+            origin,
         }
     }
 }

@@ -35,7 +35,7 @@ impl LinkOpener for SimOpener {
 }
 
 fn options(v: &SimCrazyflie) -> BridgeOptions {
-    let mut o = BridgeOptions::new(Arc::new(SimOpener(v.clone())));
+    let mut o = BridgeOptions::new(Arc::new(SimOpener(v.clone())), std::time::Instant::now());
     o.connect_timeout_ms = 3000;
     o.reconnect_min_ms = 200;
     o.reconnect_max_ms = 400;

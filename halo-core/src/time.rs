@@ -55,6 +55,37 @@ impl Nanos {
     pub const fn saturating_sub(self, d: Nanos) -> Nanos {
         Nanos(self.0.saturating_sub(d.0))
     }
+
+    /// The far future, "never" (the bridges' name for [`Nanos::MAX`]).
+    pub const NEVER: Nanos = Nanos::MAX;
+
+    /// From microseconds.
+    pub const fn from_us(us: u64) -> Nanos {
+        Nanos(us.saturating_mul(1_000))
+    }
+
+    /// `self + ns`, saturating.
+    #[must_use]
+    pub const fn add_ns(self, ns: u64) -> Nanos {
+        Nanos(self.0.saturating_add(ns))
+    }
+
+    /// `self + ms`, saturating.
+    #[must_use]
+    pub const fn add_ms(self, ms: u64) -> Nanos {
+        self.add_ns(ms.saturating_mul(1_000_000))
+    }
+
+    /// `self - ns`, saturating at the origin.
+    #[must_use]
+    pub const fn sub_ns(self, ns: u64) -> Nanos {
+        Nanos(self.0.saturating_sub(ns))
+    }
+
+    /// Nanoseconds from `earlier` to `self`, zero if `earlier` is later.
+    pub const fn since(self, earlier: Nanos) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
 }
 
 impl std::fmt::Display for Nanos {

@@ -104,7 +104,7 @@ fn providers(url: String, token: String, stop: Arc<AtomicBool>) -> std::thread::
     std::thread::spawn(move || {
         let a = http();
         while !stop.load(Ordering::Relaxed) {
-            let at = halo_gateway::service::task::wall_now_ms();
+            let at = halo_gateway::service::infra::clock::wall_now_ms();
             for (source, body) in sitl::sim::world::provider_updates(7, at) {
                 post(&a, &format!("{url}/v1/state/{source}"), &token, &body);
             }

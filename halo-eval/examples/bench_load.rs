@@ -279,7 +279,7 @@ fn run(seconds: u64, binary: &str, retention_ms: Option<u64>) {
             let a = http();
             while !stop.load(Ordering::Relaxed) {
                 let t0 = Instant::now();
-                let at = halo_gateway::service::task::wall_now_ms();
+                let at = halo_gateway::service::infra::clock::wall_now_ms();
                 for (source, body) in sitl::sim::world::provider_updates(7, at) {
                     let _ = post_raw(
                         &a,

@@ -397,7 +397,7 @@ pub(crate) fn feed(
     std::thread::spawn(move || {
         let http = sitl::client::agent(Some(Duration::from_secs(10)));
         while !stop.load(Ordering::Relaxed) {
-            let at = crate::service::task::wall_now_ms();
+            let at = crate::service::infra::clock::wall_now_ms();
             for (source, body) in updates(at) {
                 let _ = sitl::client::request(
                     &http,

@@ -773,12 +773,14 @@ fn flight(
         // The map moves while the action streams: its support is lost.
         let new_epoch = epoch + 1;
         map_epoch.store(new_epoch, Ordering::Relaxed);
-        let update =
-            sitl::sim::world::provider_updates(new_epoch, crate::service::task::wall_now_ms())
-                .into_iter()
-                .find(|(s, _)| *s == "map")
-                .map(|(_, b)| b)
-                .unwrap_or(Value::Null);
+        let update = sitl::sim::world::provider_updates(
+            new_epoch,
+            crate::service::infra::clock::wall_now_ms(),
+        )
+        .into_iter()
+        .find(|(s, _)| *s == "map")
+        .map(|(_, b)| b)
+        .unwrap_or(Value::Null);
         let loss_ns = ns_since(origin);
         let (st, v) = c.call("POST", "/v1/state/map", &c.provider.clone(), &update);
         if st != 200 {

@@ -575,7 +575,7 @@ impl Agent<'_> {
             );
         }
         let body = json!({"value": value, "epoch": epoch, "provenance": provenance,
-            "generated_at_unix_ms": crate::service::task::wall_now_ms()});
+            "generated_at_unix_ms": crate::service::infra::clock::wall_now_ms()});
         let _ = self.c.call(
             "POST",
             &format!("/v1/state/{source}"),

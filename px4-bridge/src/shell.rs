@@ -56,15 +56,17 @@ pub struct BridgeOptions {
 }
 
 impl BridgeOptions {
-    /// Options for `url` with defaults.
-    pub fn new(url: &str) -> BridgeOptions {
+    /// Options for `url` with defaults, on the clock that counts from `origin`: the gateway's,
+    /// so the bridge's instants are the core's without conversion. There is no default: a
+    /// bridge on a clock of its own would make every stamp it reports wrong by the difference.
+    pub fn new(url: &str, origin: Instant) -> BridgeOptions {
         BridgeOptions {
             url: url.to_string(),
             config: Config::default(),
             queue: 16,
             event_queue: 4096,
             setpoint_log: None,
-            origin: Instant::now(),
+            origin,
             signing: None,
             gcs: None,
         }

@@ -49,7 +49,10 @@ async fn pymavlink_decodes_what_the_bridge_sends() {
     .unwrap_or_else(|e| panic!("{e}"));
 
     let (tx, _) = tokio::sync::broadcast::channel(1);
-    let mut bopts = BridgeOptions::new(&format!("udpout:127.0.0.1:{port}"));
+    let mut bopts = BridgeOptions::new(
+        &format!("udpout:127.0.0.1:{port}"),
+        std::time::Instant::now(),
+    );
     // The test is the operator who handed the vehicle to the bridge.
     bopts.config.offboard_permitted_at_start = true;
     let (h, mut rx, task) = start(bopts, tx.subscribe()).await.unwrap();
@@ -153,7 +156,10 @@ async fn signed_run(
     .unwrap()
     .unwrap_or_else(|e| panic!("{e}"));
     let (tx, _) = tokio::sync::broadcast::channel(1);
-    let mut bopts = BridgeOptions::new(&format!("udpout:127.0.0.1:{port}"));
+    let mut bopts = BridgeOptions::new(
+        &format!("udpout:127.0.0.1:{port}"),
+        std::time::Instant::now(),
+    );
     bopts.config.system_id = 2;
     bopts.config.component_id = 192;
     bopts.signing = bridge_key.map(|k| px4_bridge::signing::SigningKey::new(k, 3, false));

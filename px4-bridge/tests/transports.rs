@@ -144,7 +144,7 @@ async fn udp_bridge_flies_the_simulator_and_survives_a_link_loss() {
     assert_ne!(gcs_port, 0, "the simulator bound no ground-station port");
     let watcher = GcsWatcher::start(gcs_port).await;
 
-    let mut bopts = BridgeOptions::new(&format!("udpout:{sim_addr}"));
+    let mut bopts = BridgeOptions::new(&format!("udpout:{sim_addr}"), std::time::Instant::now());
     // The test is the operator who handed the vehicle to the bridge.
     bopts.config.offboard_permitted_at_start = true;
     let (h, mut rx, task) = start(bopts, tx.subscribe()).await.unwrap();
@@ -380,7 +380,7 @@ fn stream_vehicle<S: Read + Write + Send + 'static>(
 /// link up, OFFBOARD and armed by command, setpoints taken by the vehicle.
 async fn fly_over_a_stream(url: String, taken: &std::sync::atomic::AtomicU64, what: &str) {
     let (tx, _) = broadcast::channel(1);
-    let mut bopts = BridgeOptions::new(&url);
+    let mut bopts = BridgeOptions::new(&url, std::time::Instant::now());
     // The test is the operator who handed the vehicle to the bridge.
     bopts.config.offboard_permitted_at_start = true;
     let (h, mut rx, task) = start(bopts, tx.subscribe()).await.unwrap();

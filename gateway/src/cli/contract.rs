@@ -236,7 +236,11 @@ versions: epoch {}, policy {}, state {}, graph {}",
     }
     if let Some(s) = &signer {
         let at = last.as_ref().map_or(0, |r| r.at_ns);
-        let cp = s.seal_after(last.as_ref(), at, crate::service::task::wall_now_ms());
+        let cp = s.seal_after(
+            last.as_ref(),
+            at,
+            crate::service::infra::clock::wall_now_ms(),
+        );
         lines.push_str(&cp.to_json_line());
         lines.push('\n');
         n += 1;

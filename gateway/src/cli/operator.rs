@@ -288,7 +288,7 @@ fn status(agent: &ureq::Agent, url: &str, auth: &str) -> i32 {
     };
     // The obligations need a credential the status does not; say so rather than fail.
     let obligations = fetch("/v1/obligations?state=open");
-    let now_ms = crate::service::task::wall_now_ms();
+    let now_ms = crate::service::infra::clock::wall_now_ms();
     print!("{}", summary(url, &st, obligations.as_ref().ok(), now_ms));
     if let Err(e) = obligations {
         println!("obligations  not shown: {e}");

@@ -317,8 +317,7 @@ async fn start_px4(
     stop_bridge: &broadcast::Sender<()>,
 ) -> Result<StartedVehicle, StartError> {
     let vehicle_url = cfg.vehicle.url_or_refuse().map_err(StartError::config)?;
-    let mut bopts = BridgeOptions::new(&vehicle_url);
-    bopts.origin = origin;
+    let mut bopts = BridgeOptions::new(&vehicle_url, origin);
     bopts.setpoint_log = cfg.vehicle.setpoint_log.clone();
     bopts.config.link_timeout_ms = cfg.vehicle.link_timeout_ms;
     bopts.config.stream_hz = cfg.vehicle.stream_hz;
@@ -372,8 +371,7 @@ async fn start_crazyflie(
             (Arc::new(o), url)
         }
     };
-    let mut o = CfOptions::new(opener);
-    o.origin = origin;
+    let mut o = CfOptions::new(opener, origin);
     o.setpoint_log = cfg.vehicle.setpoint_log.clone();
     o.config.stream_hz = cfg.vehicle.stream_hz;
     o.config.link_timeout_ms = cfg.vehicle.link_timeout_ms;

@@ -40,7 +40,7 @@ pub fn telemetry_updates(
     match ev {
         BridgeEvent::Telemetry(u) => {
             // Fail closed: a sample counts as old as its uncertainty allows.
-            let at = Nanos(u.generated_at.0.saturating_sub(u.uncertainty_ns));
+            let at = u.generated_at.sub_ns(u.uncertainty_ns);
             match &u.data {
                 Telemetry::State { position_m, .. } if position_m.iter().all(|v| v.is_finite()) => {
                     let [north_m, east_m, down_m] = to_ned(*position_m);

@@ -255,7 +255,7 @@ impl Adapter for VehicleAdapter {
                         yaw_deg: t.yaw_deg as f32,
                     },
                     binding,
-                    px4_bridge::Mono(req.valid_until.0),
+                    req.valid_until,
                 )
                 .map(Staged::Px4)
                 .map_err(px4_error),
@@ -275,7 +275,7 @@ impl Adapter for VehicleAdapter {
                         t.yaw_deg as f32,
                     ),
                     binding,
-                    crazyflie_bridge::Mono(req.valid_until.0),
+                    req.valid_until,
                 )
                 .map(Staged::Crazyflie)
                 .map_err(cf_error),

@@ -43,7 +43,7 @@ pub fn telemetry_updates(cat: &Catalog, ev: &BridgeEvent, now: Nanos) -> Vec<Sou
     match ev {
         BridgeEvent::Telemetry(u) => {
             // Fail closed: a mapped generation time counts as old as its uncertainty allows.
-            let at = Nanos(u.generated_at.0.saturating_sub(u.uncertainty_ns));
+            let at = u.generated_at.sub_ns(u.uncertainty_ns);
             match &u.data {
                 Telemetry::Heartbeat { .. } => push("link", at, Value::Flag(true)),
                 Telemetry::Landed { state } => {

@@ -45,7 +45,7 @@ impl Task {
                 // The radio's statistics come from the dongle, not from the vehicle.
                 if !matches!(u.data, Telemetry::LinkStats { .. }) {
                     self.observe(Observation::Heard {
-                        at: Nanos(u.generated_at.0),
+                        at: u.generated_at,
                         uncertainty: Nanos(u.uncertainty_ns),
                     });
                 }

@@ -49,7 +49,6 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot, watch};
 
-pub use crate::service::infra::clock::wall_now_ms;
 use crate::service::infra::clock::{Arrival, Clock};
 use crate::service::infra::hub::Hub;
 use crate::service::infra::metrics::{Metrics, OutcomeLabel, SourceLabel};

@@ -84,7 +84,7 @@ impl Task {
         match ev {
             BridgeEvent::Telemetry(u) => {
                 self.observe(Observation::Heard {
-                    at: Nanos(u.generated_at.0),
+                    at: u.generated_at,
                     uncertainty: Nanos(u.uncertainty_ns),
                 });
                 if let (Telemetry::Origin { .. }, Some(w)) =
@@ -94,7 +94,7 @@ impl Task {
                 }
                 self.on_telemetry(&u.data);
                 // Fail closed, as for every vehicle source: stamped as old as it may be.
-                let at = Nanos(u.generated_at.0.saturating_sub(u.uncertainty_ns));
+                let at = u.generated_at.sub_ns(u.uncertainty_ns);
                 self.on_origin_telemetry(at, &u.data);
             }
             BridgeEvent::AutopilotDiscovered {

@@ -43,8 +43,9 @@ use tokio::sync::{mpsc, watch};
 
 use crate::service::api::ApiError;
 use crate::service::infra::clock::Clock;
+use crate::service::infra::clock::wall_now_ms;
 use crate::service::infra::hub::{Hub, Item, Resume};
-use crate::service::task::{Answer, Cmd, ask, wall_now_ms};
+use crate::service::task::{Answer, Cmd, ask};
 use halo_core::catalog::Catalog;
 use halo_core::reason::ReasonCode;
 use tools::{MCP_AGENT, ToolKind};
