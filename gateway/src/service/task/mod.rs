@@ -133,8 +133,8 @@ pub struct Task {
     /// Evaluation only: how long after a token is polled its final gate runs.
     gate_delay: Option<Duration>,
     /// Evaluation only: tokens waiting for their gate, in polling order (bounded by the core's
-    /// live tokens).
-    deferred: std::collections::VecDeque<(Instant, halo_core::DispatchToken)>,
+    /// live tokens), each with its instant on the task's one clock.
+    deferred: std::collections::VecDeque<(Nanos, halo_core::DispatchToken)>,
     /// Lines for the pilot's ground station (`vehicle.statustext`, PX4 only).
     pilot: Option<crate::service::task::pilot_text::PilotTexts>,
     /// The last decisions in words, newest last (at most [`RECENT`]), for `GET /v1/status`.

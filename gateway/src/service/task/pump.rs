@@ -17,18 +17,18 @@ impl Task {
                 progressed = true;
             }
             while let Some(tok) = self.gw.poll_dispatch() {
+                // Evaluation only (`Embedded::gate_delay`): the gate runs later, on the task's
+                // clock like everything else here; a product start has no delay.
                 if let Some(d) = self.gate_delay {
-                    self.deferred.push_back((Instant::now() + d, tok));
+                    let at = now.add_ns(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+                    self.deferred.push_back((at, tok));
                     continue;
                 }
                 self.gate(tok);
                 progressed = true;
             }
-            while self
-                .deferred
-                .front()
-                .is_some_and(|(at, _)| *at <= Instant::now())
-            {
+            let now = self.now();
+            while self.deferred.front().is_some_and(|(at, _)| *at <= now) {
                 if let Some((_, tok)) = self.deferred.pop_front() {
                     self.gate(tok);
                 }

@@ -82,9 +82,11 @@ impl Task {
                     Duration::from_nanos(t.0.saturating_sub(now.0))
                 })
                 .min(Duration::from_millis(100))
-                .min(self.deferred.front().map_or(Duration::MAX, |(at, _)| {
-                    at.saturating_duration_since(Instant::now())
-                }));
+                .min(
+                    self.deferred
+                        .front()
+                        .map_or(Duration::MAX, |(at, _)| Duration::from_nanos(at.since(now))),
+                );
             self.metrics
                 .input_queue_depth
                 .set(i64::try_from(cmds.len()).unwrap_or(i64::MAX));
