@@ -46,6 +46,9 @@ pub(crate) struct Flight {
     pub holds: Vec<u64>,
     pub expiries: Vec<u64>,
     pub targets: Vec<Target>,
+    /// Deny-holds, expiry holds and overrides in the row of the component they stopped:
+    /// `(at, row label, index into MARKS)`.
+    pub row_marks: Vec<(u64, String, usize)>,
     /// The targets are a Crazyflie's (x forward, y left, z up, in its estimator's frame), kept
     /// in the `north`, `east`, `height` slots; otherwise PX4's local NED with height up.
     pub crazyflie: bool,
@@ -111,9 +114,16 @@ impl Flight {
                             == Some(&Value::Bool(true)) =>
                 {
                     f.deny_holds.push(*at);
+                    f.mark_row(*at, b.get("detail"), 1);
                 }
-                "external" if s("what") == "target_expired" => f.expiries.push(*at),
-                "external" if s("what") == "operator_override" => f.overrides.push(*at),
+                "external" if s("what") == "target_expired" => {
+                    f.expiries.push(*at);
+                    f.mark_row(*at, b.get("detail"), 2);
+                }
+                "external" if s("what") == "operator_override" => {
+                    f.overrides.push(*at);
+                    f.mark_row(*at, b.get("detail").and_then(|d| d.get("stopped")), 3);
+                }
                 "external"
                     if s("what") == "operator_hold"
                         && b.get("detail").and_then(|d| d.get("held"))
@@ -176,6 +186,15 @@ impl Flight {
                 .max(last.min(f.end_ns.saturating_add(60_000_000_000)));
         }
         f
+    }
+
+    /// A mark in the row of the component `named` names (`{"response", "component"}`), when it
+    /// names one.
+    fn mark_row(&mut self, at: u64, named: Option<&Value>, mark: usize) {
+        let g = |k: &str| named.and_then(|v| v.get(k)).and_then(Value::as_str);
+        if let (Some(r), Some(c)) = (g("response"), g("component")) {
+            self.row_marks.push((at, format!("{r}/{c}"), mark));
+        }
     }
 
     /// Seconds since the first receipt.
@@ -404,6 +423,24 @@ fn draw_phases(
             ))
             .map_err(failed)?;
     }
+    // Each hold or override also in the row of the component it stopped.
+    for (t, label, mark) in &f.row_marks {
+        let (Some(k), Some((_, c))) = (
+            f.rows.iter().position(|r| &r.label == label),
+            MARKS.get(*mark),
+        ) else {
+            continue;
+        };
+        let y = n - 1 - i32::try_from(k).unwrap_or(0);
+        let x = f.secs(*t);
+        chart
+            .draw_series(std::iter::once(TriangleMarker::new(
+                (x, SegmentValue::CenterOf(y)),
+                7,
+                c.filled(),
+            )))
+            .map_err(failed)?;
+    }
     let mut seen: Vec<&str> = Vec::new();
     for row in &f.rows {
         for (_, p) in &row.phases {
@@ -529,7 +566,7 @@ mod tests {
             ),
             (
                 7 * S,
-                json!({"kind": "external", "what": "deny_hold", "detail": {"held": true}}),
+                json!({"kind": "external", "what": "deny_hold", "detail": {"held": true, "response": "r2", "component": "b"}}),
             ),
             (
                 8 * S,
@@ -574,6 +611,14 @@ mod tests {
         assert_eq!(f.dispatches, [S, 5 * S]);
         assert_eq!(f.deny_holds, [7 * S]);
         assert_eq!(f.expiries, [3 * S]);
+        // Each in the row of the component it stopped (MARKS: 1 deny-hold, 2 expiry).
+        assert_eq!(
+            f.row_marks,
+            [
+                (3 * S, "r1/a".to_string(), 2),
+                (7 * S, "r2/b".to_string(), 1)
+            ]
+        );
         assert_eq!(
             f.targets
                 .iter()
@@ -602,6 +647,8 @@ mod tests {
         ] {
             assert!(svg.contains(label), "{label} not in the picture: {svg}");
         }
+        // The two row marks are drawn (as triangles, the only polygons in the picture).
+        assert_eq!(svg.matches("<polygon").count(), 2, "{svg}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
