@@ -63,6 +63,13 @@ for crate in halo-core halo-supervisor px4-offboard crazyflie-pacer; do
     exit 1
   fi
 done
+# The flight binary's build has no evaluation hook: the core's mechanism variants, the late gate
+# and the seeded defects are private features only halo-eval and the defect harness enable.
+echo "==> the flight binary's build enables no private feature"
+if cargo tree --locked -p halo-gateway -e normal,features --prefix none | grep -E 'feature "__'; then
+  echo "error: \`cargo build -p halo-gateway\` enables a private evaluation feature (above)" >&2
+  exit 1
+fi
 echo "==> cargo test --release"
 mkdir -p target
 cargo test --workspace --release --locked -- --nocapture 2>&1 | tee target/test-output.txt

@@ -597,8 +597,15 @@ struct Runner {
     shared: Arc<Shared>,
     /// Written by its own thread: the streaming task never waits on the disk.
     setpoint_log: Option<halo_linelog::LineLog>,
+    /// When the setpoint log last took the estimate's position (the vehicle's track, at most
+    /// one line per [`TRACK_EVERY_NS`]).
+    last_track: Option<Mono>,
     last_rtt_ns: u64,
 }
+
+/// The vehicle's track in the setpoint log: one estimated position per 200 ms at most (5 Hz),
+/// enough to draw where it flew beside what it was told.
+const TRACK_EVERY_NS: u64 = 200_000_000;
 
 impl Runner {
     fn now(&self) -> Mono {
@@ -679,8 +686,30 @@ impl Runner {
         Ok(())
     }
 
+    /// The estimate's position into the setpoint log as the vehicle's track (`{"t_ns",
+    /// "position": {"x_m", "y_m", "z_m"}}`, on the log's clock), at most one per
+    /// [`TRACK_EVERY_NS`]. A reader of targets tells the lines apart by `binding`.
+    fn log_track(&mut self, at: Mono, t: &Telemetry) {
+        let (Some(f), Telemetry::State { position_m, .. }) = (self.setpoint_log.as_ref(), t) else {
+            return;
+        };
+        if self
+            .last_track
+            .is_some_and(|last| at.since(last) < TRACK_EVERY_NS)
+        {
+            return;
+        }
+        self.last_track = Some(at);
+        let [x, y, z] = *position_m;
+        let line = serde_json::json!({
+            "t_ns": at.0, "position": {"x_m": x, "y_m": y, "z_m": z},
+        });
+        f.write(line.to_string());
+    }
+
     fn on_sample(&mut self, at: Mono, period_ms: u64, t: Telemetry) {
         self.pacer.on_telemetry(at, &t);
+        self.log_track(at, &t);
         self.emit(BridgeEvent::Telemetry(TelemetryUpdate {
             generated_at: at,
             uncertainty_ns: self.last_rtt_ns + period_ms * 1_000_000,
@@ -967,6 +996,7 @@ async fn run(
         events,
         shared,
         setpoint_log,
+        last_track: None,
         last_rtt_ns: 0,
     };
     let mut cf = Some(Arc::new(first));

@@ -245,7 +245,7 @@ impl Gateway {
         let Some(spec) = self.sh.cat.type_spec(c.ty) else {
             return Decision::Refuse(ReasonCode::TOKEN_MISMATCH);
         };
-        let variant = self.sh.cfg.variant;
+        let variant = self.sh.cfg.variant();
         if !variant.gates() {
             // The AgentSpec comparators have no dispatch process: a known token of the current
             // instance goes to the adapter, however often it is presented.
@@ -422,70 +422,6 @@ impl Gateway {
     }
 }
 
-/// One call the [`RecordingAdapter`] saw.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct EnqueueRecord {
-    /// Decision instant.
-    pub at: Nanos,
-    /// Response.
-    pub response: Id,
-    /// Component.
-    pub component: Id,
-    /// Command.
-    pub command: ActionCommand,
-    /// `b_e`.
-    pub binding: Digest,
-    /// Sequence.
-    pub seq: Seq,
-    /// End of the certified interval.
-    pub valid_until: Nanos,
-}
-
-/// An adapter that records every call and can be told to refuse. Used by tests and the
-/// evidence suites at the adapter boundary, where the real bridge would sit.
-#[derive(Clone, Debug, Default)]
-pub struct RecordingAdapter {
-    /// Every accepted call, in order.
-    pub calls: Vec<EnqueueRecord>,
-    /// Every call, accepted or not.
-    pub attempts: usize,
-    refuse_next: usize,
-    refuse_with: Option<AdapterError>,
-}
-
-impl RecordingAdapter {
-    /// A recorder that accepts everything.
-    pub fn new() -> RecordingAdapter {
-        RecordingAdapter::default()
-    }
-
-    /// Makes the next `n` calls fail with `error`.
-    pub fn refuse_next(&mut self, n: usize, error: AdapterError) {
-        self.refuse_next = n;
-        self.refuse_with = Some(error);
-    }
-}
-
-impl Adapter for RecordingAdapter {
-    fn try_enqueue(&mut self, req: &EnqueueRequest<'_>) -> Result<(), AdapterError> {
-        self.attempts += 1;
-        if self.refuse_next > 0 {
-            self.refuse_next -= 1;
-            return Err(self.refuse_with.unwrap_or(AdapterError::QueueFull));
-        }
-        self.calls.push(EnqueueRecord {
-            at: req.now,
-            response: req.response.clone(),
-            component: req.component.clone(),
-            command: req.command.clone(),
-            binding: *req.binding,
-            seq: req.seq,
-            valid_until: req.valid_until,
-        });
-        Ok(())
-    }
-}
-
 /// Where a gate call acts: the instance and its names, its token's sequence and binding, the
 /// decision instant.
 struct GateAt {
@@ -576,7 +512,7 @@ impl Shared {
         // INVARIANT (one dispatch): the token is consumed before the adapter is called, so a
         // failed or repeated call can never reuse it. (The AgentSpec comparison variants have
         // no dispatch process and never spend one.)
-        if self.cfg.variant.gates() && !self.cfg.seeded(Defect::TokenNotSpent) {
+        if self.cfg.variant().gates() && !self.cfg.seeded(Defect::TokenNotSpent) {
             self.ledger.consume(at.seq);
         }
         let req = EnqueueRequest {

@@ -63,6 +63,8 @@ pub mod payload;
 pub mod phase;
 pub mod reason;
 pub mod receipt;
+#[cfg(feature = "__evaluation")]
+pub mod recording;
 pub mod recovery;
 pub mod state;
 pub mod statefile;
@@ -73,14 +75,24 @@ mod testing;
 pub mod time;
 pub mod update;
 pub mod value;
+/// The mechanism variants the evaluation compares (public only with the private `__evaluation`
+/// feature; the product's core runs `Full` and nothing else).
+#[cfg(feature = "__evaluation")]
 pub mod variant;
+#[cfg(not(feature = "__evaluation"))]
+#[allow(
+    dead_code,
+    unreachable_pub,
+    reason = "without `__evaluation` only `Full` is ever built and nothing outside sees the type"
+)]
+pub(crate) mod variant;
 
 pub use binding::{DispatchToken, Ledger, Seq, TokenState, Witness};
 pub use catalog::{Catalog, CatalogError, Class, SourceIx, TypeIx};
 pub use digest::Digest;
 pub use engine::{AdmissionReport, ComponentReport, Config, Event, Gateway};
 pub use envelope::Rejection;
-pub use gate::{Adapter, AdapterError, EnqueueRequest, GateOutcome, RecordingAdapter};
+pub use gate::{Adapter, AdapterError, EnqueueRequest, GateOutcome};
 pub use ids::Id;
 pub use names::{ComponentRef, Names, Scope};
 pub use obligation::{Obligation, ObligationId, ObligationState};
@@ -88,7 +100,10 @@ pub use payload::{ActionCommand, Payload, RouteTarget};
 pub use phase::Phase;
 pub use reason::ReasonCode;
 pub use receipt::Receipt;
+#[cfg(feature = "__evaluation")]
+pub use recording::{EnqueueRecord, RecordingAdapter};
 pub use recovery::ReadmissionReport;
 pub use state::{Certificate, Snapshot, SourceState, SourceUpdate, Value, ValueKind};
 pub use time::Nanos;
+#[cfg(feature = "__evaluation")]
 pub use variant::Variant;

@@ -369,7 +369,7 @@ impl Gateway {
             let code = v.code.unwrap_or(ReasonCode::ROLLING_NOT_REFRESHED);
             return Err(bad(code, "the next window is not supported"));
         }
-        let parents_in = self.sh.cfg.variant != Variant::Full
+        let parents_in = self.sh.cfg.variant() != Variant::Full
             || r.graph
                 .parents(i)
                 .iter()
@@ -493,7 +493,7 @@ impl Shared {
                 Timing::BeforeEffect,
                 self.claims(),
             );
-            let parents_in = !self.cfg.variant.uses_dependencies()
+            let parents_in = !self.cfg.variant().uses_dependencies()
                 || graph
                     .parents(i)
                     .iter()

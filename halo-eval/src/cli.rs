@@ -267,7 +267,16 @@ where
             response,
             json,
             variant,
-        } => halo_gateway::cli::check::check(catalog.as_deref(), &state, &response, json, variant),
+        } => halo_gateway::cli::check::check(
+            catalog.as_deref(),
+            &state,
+            &response,
+            json,
+            halo_core::engine::Config {
+                variant,
+                ..halo_core::engine::Config::default()
+            },
+        ),
         Cmd::Contract {
             cmd:
                 ContractCmd::Audit {

@@ -25,6 +25,7 @@ use crate::transport::{Received, UdpLock};
 use crate::command::Command;
 use crate::offboard::{Config, EnqueueError, Event, Offboard, StatusTextError};
 use crate::setpoint::Setpoint;
+use crate::telemetry::{Telemetry, TelemetryUpdate};
 use crate::time::Mono;
 use crate::url::TransportUrl;
 
@@ -502,6 +503,7 @@ pub async fn start(
         sm,
         wire,
         log,
+        last_track: None,
         sh: Arc::clone(&shared),
         tx_ev,
         origin,
@@ -726,6 +728,9 @@ struct Driver {
     header: MavHeader,
     wire: Wire,
     log: Option<halo_linelog::LineLog>,
+    /// When the setpoint log last took a position of the vehicle (its track, at most one line
+    /// per [`TRACK_EVERY_NS`]).
+    last_track: Option<Mono>,
     sh: Arc<Shared>,
     tx_ev: mpsc::Sender<Event>,
     origin: Instant,
@@ -735,6 +740,10 @@ struct Driver {
     /// [`GCS_QUEUE`]; sent with the next transmit).
     to_vehicle: std::collections::VecDeque<MAVLinkMessageRaw>,
 }
+
+/// The vehicle's track in the setpoint log: one local position per 200 ms at most (5 Hz; PX4
+/// sends 50), enough to draw where it flew beside what it was told.
+const TRACK_EVERY_NS: u64 = 200_000_000;
 
 /// Frames from the ground station held for the vehicle at most; more are dropped and counted.
 const GCS_QUEUE: usize = 256;
@@ -1024,9 +1033,43 @@ impl Driver {
                     w.write(line.to_string());
                 }
             }
+            if let Event::Telemetry(u) = &ev {
+                self.log_track(u);
+            }
             if self.tx_ev.try_send(ev).is_err() {
                 self.sh.dropped_events.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// A local position into the setpoint log as the vehicle's track (`{"t_ns", "position":
+    /// {"north_m", "east_m", "down_m"}}`, on the log's clock), at most one per
+    /// [`TRACK_EVERY_NS`]. A reader of targets tells the lines apart by `binding`.
+    fn log_track(&mut self, u: &TelemetryUpdate) {
+        let (
+            Some(w),
+            Telemetry::LocalPosition {
+                north_m,
+                east_m,
+                down_m,
+                ..
+            },
+        ) = (self.log.as_ref(), &u.data)
+        else {
+            return;
+        };
+        let at = u.received_at;
+        if self
+            .last_track
+            .is_some_and(|t| at.since(t) < TRACK_EVERY_NS)
+        {
+            return;
+        }
+        self.last_track = Some(at);
+        let line = serde_json::json!({
+            "t_ns": at.0,
+            "position": {"north_m": north_m, "east_m": east_m, "down_m": down_m},
+        });
+        w.write(line.to_string());
     }
 }

@@ -7,20 +7,20 @@ use halo_core::engine::{AdmissionReport, Config, Gateway};
 use halo_core::obligation::Obligation;
 use halo_core::phase::Phase;
 use halo_core::statefile::parse_state;
-use halo_core::variant::Variant;
 
 use super::{EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_REJECTED, read};
 
 /// The envelope's own size limit.
 const RESPONSE_READ_CAP: u64 = halo_core::envelope::MAX_RESPONSE_BYTES as u64;
 
-/// `halo-gateway check` (and `halo-eval check --variant`): the exit code.
+/// `halo-gateway check` (and `halo-eval check --variant`, which passes its variant in `core`):
+/// the exit code.
 pub fn check(
     catalog: Option<&Path>,
     state: &Path,
     response: &Path,
     json: bool,
-    variant: Variant,
+    core: Config,
 ) -> i32 {
     let cat = match catalog_or_embedded(catalog) {
         Ok(c) => c,
@@ -51,13 +51,7 @@ pub fn check(
         }
     };
     let cat_label = format!("`{}` v{}", cat.id(), cat.version());
-    let mut gw = Gateway::new(
-        cat,
-        Config {
-            variant,
-            ..Config::default()
-        },
-    );
+    let mut gw = Gateway::new(cat, core);
     for u in st.updates {
         let name = gw
             .catalog()

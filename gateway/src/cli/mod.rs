@@ -238,7 +238,7 @@ where
             &state,
             &response,
             json,
-            halo_core::variant::Variant::Full,
+            halo_core::engine::Config::default(),
         ),
         Cmd::Digest {
             catalog,

@@ -1,9 +1,10 @@
 //! `halo-gateway plot RECEIPTS [SETPOINTS] -o flight.svg`: a picture of one flight.
 //!
 //! Above, the target the vehicle was streamed (north, east and height above the local origin,
-//! m) from the bridge's setpoint log (`vehicle.setpoint_log`), one segment per target from its
-//! enqueue to whichever came first: the next target, the end of its certified interval, a
-//! deny-hold, an operator hold, the pilot's override. Below, one row per component with its phases over time, from
+//! m) from the bridge's setpoint log (`vehicle.setpoint_log`), one thick segment per target from
+//! its enqueue to whichever came first: the next target, the end of its certified interval, a
+//! deny-hold, an operator hold, the pilot's override; beside it, thin, the vehicle's track (the
+//! positions the bridge logged from the vehicle's own telemetry, 5 per second). Below, one row per component with its phases over time, from
 //! the receipts. Vertical marks on both: dispatches (green), deny-holds (red), expiry holds
 //! (orange: the bridge held at the end of a certified interval) and pilot overrides (purple). Both share the receipt clock (seconds since the first receipt): the
 //! bridge and the gateway measure from the same origin.
@@ -46,6 +47,9 @@ pub(crate) struct Flight {
     pub holds: Vec<u64>,
     pub expiries: Vec<u64>,
     pub targets: Vec<Target>,
+    /// Where the vehicle was: `(at, [north, east, height])` (a Crazyflie's x, y, z), in time
+    /// order.
+    pub track: Vec<(u64, [f64; 3])>,
     /// Deny-holds, expiry holds and overrides in the row of the component they stopped:
     /// `(at, row label, index into MARKS)`.
     pub row_marks: Vec<(u64, String, usize)>,
@@ -152,9 +156,23 @@ impl Flight {
             })
             .collect();
         sp.sort_by_key(|(t, _, _)| *t);
-        f.crazyflie = setpoints
-            .first()
-            .is_some_and(|l| l.get("x_m").is_some() && l.get("north_m").is_none());
+        f.track = setpoints
+            .iter()
+            .filter_map(|l| {
+                let p = l.get("position")?;
+                let n = |k: &str| p.get(k).and_then(Value::as_f64);
+                let xyz = match (n("north_m"), n("east_m"), n("down_m")) {
+                    (Some(north), Some(east), Some(down)) => [north, east, -down],
+                    _ => [n("x_m")?, n("y_m")?, n("z_m")?],
+                };
+                Some((l.get("t_ns")?.as_u64()?, xyz))
+            })
+            .collect();
+        f.track.sort_by_key(|(t, _)| *t);
+        // A Crazyflie's bridge writes x, y, z (targets and track); PX4's north, east, down.
+        let frame = |l: &Value, k: &str| l.get(k).or_else(|| l.get("position")?.get(k)).is_some();
+        f.crazyflie = setpoints.iter().any(|l| frame(l, "x_m"))
+            && !setpoints.iter().any(|l| frame(l, "north_m"));
         let stops: Vec<u64> = f
             .deny_holds
             .iter()
@@ -207,8 +225,16 @@ impl Flight {
     pub(crate) fn summary(&self) -> String {
         let n =
             |v: usize, one: &str, many: &str| format!("{v} {}", if v == 1 { one } else { many });
+        let track = if self.track.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; the vehicle's track from {}",
+                n(self.track.len(), "position", "positions")
+            )
+        };
         format!(
-            "{}, {}, {}, {}, {}, {} over {:.1} s",
+            "{}, {}, {}, {}, {}, {} over {:.1} s{track}",
             n(self.rows.len(), "component", "components"),
             n(self.dispatches.len(), "dispatch", "dispatches"),
             n(self.deny_holds.len(), "deny-hold", "deny-holds"),
@@ -254,7 +280,8 @@ fn failed(e: impl std::fmt::Display) -> String {
 fn draw(f: &Flight, out: &Path) -> Result<(), String> {
     const WIDTH: u32 = 1200;
     let rows = u32::try_from(f.rows.len().max(1)).unwrap_or(u32::MAX);
-    let top = if f.targets.is_empty() { 0 } else { 320 };
+    let upper_panel = !f.targets.is_empty() || !f.track.is_empty();
+    let top = if upper_panel { 320 } else { 0 };
     let bottom = 90 + 24 * rows;
     let root = SVGBackend::new(out, (WIDTH, top + bottom)).into_drawing_area();
     root.fill(&WHITE).map_err(failed)?;
@@ -276,7 +303,7 @@ fn draw(f: &Flight, out: &Path) -> Result<(), String> {
         .zip(MARKS)
         .flat_map(|(ts, (_, c))| ts.iter().map(move |t| (f.secs(*t), c)))
         .collect();
-    if !f.targets.is_empty() {
+    if upper_panel {
         draw_targets(&upper, f, x_start..x_end, &marks)?;
     }
     draw_phases(&lower, f, x_start..x_end, &marks)?;
@@ -291,21 +318,24 @@ fn draw_targets(
     marks: &[(f64, RGBColor)],
 ) -> Result<(), String> {
     let (x_start, x_end) = (xs.start, xs.end);
-    let lo = f
-        .targets
+    // The track within the time axis only (the bridge logs until the gateway stops).
+    let track: Vec<(f64, [f64; 3])> = f
+        .track
         .iter()
-        .flat_map(|t| [t.north_m, t.east_m, t.height_m])
-        .fold(0.0, f64::min)
-        - 1.0;
-    let hi = f
-        .targets
-        .iter()
-        .flat_map(|t| [t.north_m, t.east_m, t.height_m])
-        .fold(0.0, f64::max)
-        + 1.0;
+        .map(|(t, p)| (f.secs(*t), *p))
+        .filter(|(t, _)| (x_start..=x_end).contains(t))
+        .collect();
+    let values = || {
+        f.targets
+            .iter()
+            .flat_map(|t| [t.north_m, t.east_m, t.height_m])
+            .chain(track.iter().flat_map(|(_, p)| *p))
+    };
+    let lo = values().fold(0.0, f64::min) - 1.0;
+    let hi = values().fold(0.0, f64::max) + 1.0;
     let mut chart = ChartBuilder::on(area)
         .caption(
-            "target streamed to the vehicle (setpoint log)",
+            "target streamed to the vehicle (thick) and where it flew (thin), from the setpoint log",
             ("sans-serif", 16),
         )
         .margin(10)
@@ -338,6 +368,28 @@ fn draw_targets(
         (names[1], RGBColor(23, 190, 207), |t| t.east_m),
         (names[2], RGBColor(0, 0, 0), |t| t.height_m),
     ];
+    // The track's axes in the series' order (north, east, height; x, y, z), thin.
+    for (k, &(name, colour, _)) in series.iter().enumerate() {
+        let axis = track
+            .iter()
+            .map(|(t, p)| (*t, p.get(k).copied().unwrap_or(0.0)));
+        let s = chart
+            .draw_series(LineSeries::new(axis, colour.stroke_width(1)))
+            .map_err(failed)?;
+        // Without targets the thin lines carry the axes' names.
+        if f.targets.is_empty() {
+            s.label(name).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(1))
+            });
+        }
+    }
+    if !track.is_empty() {
+        chart
+            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+            .map_err(failed)?
+            .label("track flown")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(1)));
+    }
     for (name, colour, value) in series {
         for (k, t) in f.targets.iter().enumerate() {
             let y = value(t);
@@ -588,8 +640,12 @@ mod tests {
         // a: enqueued at 1 s, certified to 3 s, held by the bridge then (its receipt).
         // b: enqueued at 5 s, certified to 15 s, stopped by the deny-hold at 7 s; the support
         // a loses at 8 s holds nothing (it no longer streams) and is not a deny-hold.
+        // The track: three positions from the vehicle's telemetry, one out of order.
         let setpoints = vec![
+            json!({"t_ns": S / 2, "position": {"north_m": 0.0, "east_m": 0.0, "down_m": -0.5}}),
             json!({"t_ns": S, "valid_until_ns": 3 * S, "north_m": 8.0, "east_m": 2.0, "down_m": -6.0}),
+            json!({"t_ns": 6 * S, "position": {"north_m": 8.5, "east_m": 2.0, "down_m": -6.0}}),
+            json!({"t_ns": 2 * S, "position": {"north_m": 4.0, "east_m": 1.0, "down_m": -5.5}}),
             json!({"t_ns": 5 * S, "valid_until_ns": 15 * S, "north_m": 9.0, "east_m": 2.0, "down_m": -6.0}),
         ];
         let f = Flight::read(&receipts, &setpoints);
@@ -627,8 +683,17 @@ mod tests {
             [(S, 3 * S, 6.0), (5 * S, 7 * S, 6.0)]
         );
         assert_eq!(
+            f.track,
+            [
+                (S / 2, [0.0, 0.0, 0.5]),
+                (2 * S, [4.0, 1.0, 5.5]),
+                (6 * S, [8.5, 2.0, 6.0])
+            ]
+        );
+        assert!(!f.crazyflie);
+        assert_eq!(
             f.summary(),
-            "3 components, 2 dispatches, 1 deny-hold, 1 expiry hold, 0 pilot overrides, 2 targets streamed over 8.0 s"
+            "3 components, 2 dispatches, 1 deny-hold, 1 expiry hold, 0 pilot overrides, 2 targets streamed over 8.0 s; the vehicle's track from 3 positions"
         );
         // And it draws.
         let dir = std::env::temp_dir().join(format!("halo-plot-{}", std::process::id()));
@@ -644,6 +709,7 @@ mod tests {
             "expiry hold",
             "invalidated",
             "height",
+            "track flown",
         ] {
             assert!(svg.contains(label), "{label} not in the picture: {svg}");
         }
@@ -663,11 +729,19 @@ mod tests {
             ),
             (4 * S, json!({"kind": "external", "what": "tick"})),
         ];
+        // The track's first position comes before the first target: the frame is still the
+        // Crazyflie's.
         let setpoints = vec![
+            json!({"t_ns": S / 2, "position": {"x_m": 0.0, "y_m": 0.0, "z_m": 0.1}}),
             json!({"t_ns": S, "valid_until_ns": 3 * S, "x_m": 0.8, "y_m": -0.0, "z_m": 0.5, "yaw_deg": 0.0}),
+            json!({"t_ns": 2 * S, "position": {"x_m": 0.7, "y_m": 0.0, "z_m": 0.5}}),
         ];
         let f = Flight::read(&receipts, &setpoints);
         assert!(f.crazyflie);
+        assert_eq!(
+            f.track,
+            [(S / 2, [0.0, 0.0, 0.1]), (2 * S, [0.7, 0.0, 0.5])]
+        );
         assert_eq!(
             f.targets
                 .iter()

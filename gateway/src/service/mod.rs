@@ -187,13 +187,17 @@ pub struct Embedded {
     pub note: Option<String>,
     /// Kept until the service stops, then dropped (a simulator's stop handle).
     pub guard: Option<Box<dyn std::any::Any + Send + Sync>>,
-    /// Evaluation only: the mechanism variant the core runs (`Full`, the product, when
-    /// absent). No configuration key or flag reaches it; the evaluation binary's mechanism
-    /// panel sets it to measure what each mechanism buys.
+    /// Evaluation only (the private `__evaluation` feature): the mechanism variant the core
+    /// runs (`Full`, the product, when absent). No configuration key or flag reaches it, and
+    /// the flight binary is built without it; the evaluation binary's mechanism panel sets it
+    /// to measure what each mechanism buys.
+    #[cfg(feature = "__evaluation")]
     pub variant: Option<halo_core::Variant>,
     /// Evaluation only: the final gate runs this long after an action's token is ready rather
     /// than at once, so a harness can change the world between admission and the gate (the
     /// HALO paper's late-drift order: admission, mutation, final gate). Absent: at once.
+    /// Only with `__evaluation`, as `variant`.
+    #[cfg(feature = "__evaluation")]
     pub gate_delay: Option<Duration>,
 }
 
@@ -404,7 +408,9 @@ struct CoreParts {
     signer: crate::audit::Signer,
     previous_head: Option<task::PreviousHead>,
     vehicle_url: String,
+    #[cfg(feature = "__evaluation")]
     variant: halo_core::Variant,
+    #[cfg(feature = "__evaluation")]
     gate_delay: Option<Duration>,
 }
 
@@ -431,11 +437,12 @@ fn build_task(
             receipts: receipts_policy,
             max_live_responses: cfg.limits.max_live_responses,
             done_retention: Nanos::from_ms(cfg.limits.done_retention_ms),
+            #[cfg(feature = "__evaluation")]
             variant: p.variant,
             ..CoreConfig::default()
         },
     );
-    Task::new(
+    let task = Task::new(
         gw,
         halo_core::contract::Monitor::new(domain),
         p.link,
@@ -456,9 +463,11 @@ fn build_task(
     })
     .with_previous_head(p.previous_head)
     .with_vehicle_url(&p.vehicle_url)
-    .with_gate_delay(p.gate_delay)
     .with_certifier(cfg.certifier.clone())
-    .with_pilot_texts(cfg.vehicle.statustext)
+    .with_pilot_texts(cfg.vehicle.statustext);
+    #[cfg(feature = "__evaluation")]
+    let task = task.with_gate_delay(p.gate_delay);
+    task
 }
 
 /// Serves the main listener with `state` and the operator's own listener with the same routes
@@ -524,6 +533,7 @@ fn source_owners(
 }
 
 /// An evaluation start with a reduced mechanism variant says so loudly.
+#[cfg(feature = "__evaluation")]
 fn warn_variant(variant: Option<halo_core::Variant>) {
     if let Some(v) = variant.filter(|v| *v != halo_core::Variant::Full) {
         tracing::warn!(
@@ -629,10 +639,13 @@ impl Service {
             crazyflie,
             note: vehicle_note,
             guard,
+            #[cfg(feature = "__evaluation")]
             variant,
+            #[cfg(feature = "__evaluation")]
             gate_delay,
         } = embedded;
         let vehicle_note = vehicle_note_of(&cfg, vehicle_note);
+        #[cfg(feature = "__evaluation")]
         warn_variant(variant);
         let vehicle = match cfg.vehicle.effective_kind() {
             config::VehicleKind::Px4 => start_px4(&cfg, origin, &stop_bridge).await?,
@@ -682,7 +695,9 @@ impl Service {
                 signer,
                 previous_head,
                 vehicle_url: vehicle_url.clone(),
+                #[cfg(feature = "__evaluation")]
                 variant: variant.unwrap_or_default(),
+                #[cfg(feature = "__evaluation")]
                 gate_delay,
             },
         );

@@ -261,6 +261,47 @@ fn the_operator_flies_from_the_console() {
                 })
             }),
     ));
+    // The track as drawn, judged in the picture's own pixels against the simulator's own
+    // position: the picture's scale and offset come from the marks of e1 (N 6, E 2) and e3
+    // (N 9, E 4), and the track's last point, read back through them, is where the simulated
+    // vehicle is (north, east; it holds since the revoke, so the page's half-second poll is
+    // no matter).
+    let truth = sim.control.view().position;
+    let plan = op.must("plan");
+    let marks = plan["marks"].as_array().unwrap();
+    let px = |v: &Value| Some((v.get(0)?.as_f64()?, v.get(1)?.as_f64()?));
+    let at = |target: &str| {
+        marks
+            .iter()
+            .find(|m| m["target"] == target)
+            .and_then(|m| px(&m["at"]))
+    };
+    let track: Vec<(f64, f64)> = marks
+        .iter()
+        .find(|m| m["kind"] == "track")
+        .and_then(|m| m["points"].as_array())
+        .map(|ps| ps.iter().filter_map(px).collect())
+        .unwrap_or_default();
+    let read_back = match (at("cs-1/e1"), at("cs-2/e3"), track.last()) {
+        (Some(e1), Some(e3), Some(&last)) => {
+            // x grows east, y grows south: x = x1 + (e - 2) k, y = y1 - (n - 6) k.
+            let k = (e3.0 - e1.0) / (4.0 - 2.0);
+            Some((6.0 - (last.1 - e1.1) / k, 2.0 + (last.0 - e1.0) / k))
+        }
+        _ => None,
+    };
+    let off_m = read_back.map(|(n, e)| (n - truth[0]).hypot(e - truth[1]));
+    checks.push((
+        "the plan view draws the track it names: its end, read back in metres, is where the vehicle is",
+        track.len() >= 2 && off_m.is_some_and(|d| d < 0.5),
+    ));
+    println!(
+        "  track: {} points; its end {} from the simulator's position (N {:.2} m, E {:.2} m)",
+        track.len(),
+        off_m.map_or("not read".to_string(), |d| format!("{d:.2} m")),
+        truth[0],
+        truth[1]
+    );
     println!("  after the revocation: {said}");
 
     // The mission contract from the page: registered (the panel shows it), then registered
@@ -338,5 +379,5 @@ fn the_operator_flies_from_the_console() {
     println!("console: {matched}/{} matched", checks.len());
     drop(op);
     assert_eq!(g.stop(), 0);
-    assert_eq!((matched, checks.len()), (16, 16));
+    assert_eq!((matched, checks.len()), (17, 17));
 }

@@ -1444,8 +1444,25 @@ fn the_pilots_ground_station_hears_the_gateways_decisions() {
     assert!(
         said.contains(
             ": 4 components, 3 dispatches, 1 deny-hold, 1 expiry hold, 1 pilot override, 3 targets streamed over"
-        ),
+        ) && said.contains("; the vehicle's track from "),
         "{said}"
+    );
+    // The track is the vehicle's own telemetry, 5 positions a second at most, so a flight of
+    // several seconds has more than a few of them and never more than the rate allows.
+    let positions: Vec<Value> = std::fs::read_to_string(&setpoint_log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l.get("position").is_some())
+        .collect();
+    let times: Vec<u64> = positions
+        .iter()
+        .filter_map(|l| l["t_ns"].as_u64())
+        .collect();
+    assert!(positions.len() > 10, "{} positions", positions.len());
+    assert!(
+        times.windows(2).all(|w| w[1] >= w[0] + 200_000_000),
+        "the track is logged at most every 200 ms"
     );
     let picture = std::fs::read_to_string(&svg).unwrap();
     for label in [
@@ -1455,6 +1472,7 @@ fn the_pilots_ground_station_hears_the_gateways_decisions() {
         "st-3/c",
         "withheld",
         "dispatched",
+        "track flown",
     ] {
         assert!(
             picture.contains(label),

@@ -14,7 +14,8 @@ Usage: console.py   (commands on stdin, one JSON answer per line on stdout)
   click_only ID           click it without waiting for an answer; answers the button's text
   text ID                 the text of the element with id ID
   seen                    every phase each row showed since `open`, in order
-  plan                    the marks of the plan view (kind and target)
+  plan                    the marks of the plan view (kind and target; a circle's centre and a
+                          line's points, in the picture's pixels)
   sources                 the AoI bars (source, stale, label)
   register FILE WHO       open "Register a contract", paste FILE's JSON, approved by WHO, submit,
                           and wait for the gateway's answer
@@ -59,7 +60,9 @@ const c = r.querySelectorAll('td');
 return {phase: r.dataset.phase, reason: c[3].textContent, certificate: c[4].textContent, digest: c[5].textContent};
 """
 PLAN = """
-return [...document.querySelectorAll('#plan [data-kind]')].map(m => ({kind: m.dataset.kind, target: m.dataset.target || null}));
+return [...document.querySelectorAll('#plan [data-kind]')].map(m => ({kind: m.dataset.kind, target: m.dataset.target || null,
+  at: m.tagName === 'circle' ? [+m.getAttribute('cx'), +m.getAttribute('cy')] : null,
+  points: m.tagName === 'polyline' ? m.getAttribute('points').trim().split(/\\s+/).map(p => p.split(',').map(Number)) : null}));
 """
 SOURCES = """
 return [...document.querySelectorAll('#sources .bar')].map(b => ({source: b.dataset.source,

@@ -16,7 +16,7 @@ impl Shared {
         if self.cfg.seeded(crate::defect::Defect::OriginNotClaimed) {
             return Claims::BoundWithoutOrigin;
         }
-        if self.cfg.variant.binds_claims() {
+        if self.cfg.variant().binds_claims() {
             Claims::Bound
         } else {
             Claims::Unbound
@@ -26,7 +26,7 @@ impl Shared {
     /// The GlobalSnapshot variant's proposal-wide snapshot of every catalog source; empty for
     /// every other variant.
     pub(crate) fn global_snapshot(&self) -> Vec<Option<(u64, Id)>> {
-        if !self.cfg.variant.global_snapshot() {
+        if !self.cfg.variant().global_snapshot() {
             return Vec::new();
         }
         (0..self.cat.sources().len())
@@ -138,7 +138,7 @@ impl Shared {
     /// outside `mask` keep theirs and stay covered; the timer's own handler clears the deadline
     /// and schedules over every component again.
     pub(crate) fn schedule_support_of(&mut self, r: &mut Resp, mask: u64) {
-        if !self.cfg.variant.reevaluates() {
+        if !self.cfg.variant().reevaluates() {
             // Admission-time decisions only: time never re-decides anything.
             return;
         }
@@ -163,7 +163,7 @@ impl Shared {
         if changed == 0 {
             return;
         }
-        let variant = self.cfg.variant;
+        let variant = self.cfg.variant();
         let whole = variant.whole_response();
         let deps = variant.uses_dependencies();
         let forget = self.cfg.seeded(crate::defect::Defect::ForgetDependents);
@@ -231,7 +231,7 @@ impl Shared {
         }
         let reason = if !x.local.ok {
             x.local.code.unwrap_or(ReasonCode::RULE_FAILED)
-        } else if self.cfg.variant.whole_response() {
+        } else if self.cfg.variant().whole_response() {
             ReasonCode::NOT_RETAINED
         } else {
             ReasonCode::PARENT_WITHHELD
@@ -279,7 +279,7 @@ impl Shared {
             x.member = false;
         }
         // Without a recovery process (the AgentSpec comparators) every denial is terminal.
-        let recoverable = self.cfg.variant.recovers()
+        let recoverable = self.cfg.variant().recovers()
             && self
                 .spec(r, i)
                 .is_some_and(|s| s.recovery.is_recoverable(reason));
@@ -362,7 +362,7 @@ impl Shared {
 
     /// DepsReady: every declared parent is at or beyond its required phase.
     pub(crate) fn deps_ready(&self, r: &Resp, i: u16) -> bool {
-        if !self.cfg.variant.uses_dependencies() {
+        if !self.cfg.variant().uses_dependencies() {
             return true;
         }
         r.graph

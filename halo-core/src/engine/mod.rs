@@ -54,7 +54,10 @@ use super::variant::Variant;
 /// Gateway configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
-    /// Mechanism variant; `Full` in the product.
+    /// Mechanism variant, for the evaluation's comparisons only: the field exists only in a
+    /// build with the private `__evaluation` feature (the evaluation crate's); the product
+    /// always runs [`Variant::Full`].
+    #[cfg(feature = "__evaluation")]
     pub variant: Variant,
     /// Boot epoch, persisted and bumped by the shell at every start.
     pub boot_epoch: u64,
@@ -74,6 +77,21 @@ pub struct Config {
 }
 
 impl Config {
+    /// The mechanism variant this configuration runs.
+    #[cfg(feature = "__evaluation")]
+    #[inline(always)]
+    pub(crate) const fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    /// The mechanism variant: always the product's in a build without `__evaluation`, so every
+    /// comparison branch folds away at compile time.
+    #[cfg(not(feature = "__evaluation"))]
+    #[inline(always)]
+    pub(crate) const fn variant(&self) -> Variant {
+        Variant::Full
+    }
+
     /// Whether this build runs with seeded defect `d` (always false without the
     /// `__seeded-defects` feature).
     #[cfg(feature = "__seeded-defects")]
@@ -112,6 +130,7 @@ pub enum ReceiptPolicy {
 impl Default for Config {
     fn default() -> Config {
         Config {
+            #[cfg(feature = "__evaluation")]
             variant: Variant::Full,
             boot_epoch: 1,
             max_live_responses: 64,
@@ -819,7 +838,7 @@ impl Gateway {
         // depends on what those decisions are, so its place is marked now.
         let mark = self.sh.receipts.mark();
         let mut changed_any = self.sh.note_refresh(source, generated_at, now);
-        if self.sh.cfg.variant.reevaluates() {
+        if self.sh.cfg.variant().reevaluates() {
             // An update that brings only a later time (value, epoch and provenance as held)
             // cannot take support away: a component supported until after `now` stays
             // supported, and only the instant it may lose support by age moves later. Those
@@ -834,7 +853,7 @@ impl Gateway {
                         p.epoch == st.epoch && p.provenance == st.provenance && p.value == st.value
                     });
             // GlobalSnapshot (a comparison variant) judges every component on every source.
-            let global = self.sh.cfg.variant.global_snapshot();
+            let global = self.sh.cfg.variant().global_snapshot();
             for r in self.responses.values_mut() {
                 let mut affected = if global {
                     r.all_mask()
@@ -938,7 +957,7 @@ impl Gateway {
     }
 
     fn reevaluate_certificate(&mut self, now: Nanos, id: &Id) {
-        if !self.sh.cfg.variant.reevaluates() {
+        if !self.sh.cfg.variant().reevaluates() {
             return;
         }
         for r in self.responses.values_mut() {
@@ -1046,7 +1065,7 @@ impl Gateway {
                             due |= 1u64 << i;
                         }
                     }
-                    if self.sh.cfg.variant.reevaluates() {
+                    if self.sh.cfg.variant().reevaluates() {
                         let changed = self.sh.evaluate(r, due, now);
                         self.sh.recompute(r, changed, now);
                         self.sh.check_done(r, now);

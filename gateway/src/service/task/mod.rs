@@ -31,6 +31,8 @@ pub mod certifier;
 mod cmd;
 mod console;
 mod crazyflie;
+#[cfg(feature = "__evaluation")]
+mod late_gate;
 pub mod pilot_text;
 mod pump;
 mod px4;
@@ -130,11 +132,9 @@ pub struct Task {
     geo_origin: crate::vehicle::px4::OriginTrack,
     /// The reference certifier (`[certifier]`).
     certifier: crate::service::task::certifier::CertifierConfig,
-    /// Evaluation only: how long after a token is polled its final gate runs.
-    gate_delay: Option<Duration>,
-    /// Evaluation only: tokens waiting for their gate, in polling order (bounded by the core's
-    /// live tokens), each with its instant on the task's one clock.
-    deferred: std::collections::VecDeque<(Nanos, halo_core::DispatchToken)>,
+    /// Evaluation only: the final gate run late (`__evaluation` builds only).
+    #[cfg(feature = "__evaluation")]
+    late: late_gate::LateGate,
     /// Lines for the pilot's ground station (`vehicle.statustext`, PX4 only).
     pilot: Option<crate::service::task::pilot_text::PilotTexts>,
     /// The last decisions in words, newest last (at most [`RECENT`]), for `GET /v1/status`.
@@ -205,9 +205,9 @@ impl Task {
             next_sync: 0,
             vehicle_epoch: 1,
             geo_origin: crate::vehicle::px4::OriginTrack::default(),
-            gate_delay: None,
+            #[cfg(feature = "__evaluation")]
+            late: late_gate::LateGate::default(),
             certifier: crate::service::task::certifier::CertifierConfig::default(),
-            deferred: std::collections::VecDeque::new(),
             pilot: None,
             recent: std::collections::VecDeque::with_capacity(RECENT),
         }
@@ -253,9 +253,10 @@ impl Task {
 
     /// Evaluation only: gates each ready token `delay` after it was polled (see
     /// `Embedded::gate_delay`).
+    #[cfg(feature = "__evaluation")]
     #[must_use]
     pub fn with_gate_delay(mut self, delay: Option<Duration>) -> Task {
-        self.gate_delay = delay;
+        self.late = late_gate::LateGate::new(delay);
         self
     }
 

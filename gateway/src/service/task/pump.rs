@@ -18,20 +18,17 @@ impl Task {
             }
             while let Some(tok) = self.gw.poll_dispatch() {
                 // Evaluation only (`Embedded::gate_delay`): the gate runs later, on the task's
-                // clock like everything else here; a product start has no delay.
-                if let Some(d) = self.gate_delay {
-                    let at = now.add_ns(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-                    self.deferred.push_back((at, tok));
+                // clock like everything else here; the flight binary has no such hook.
+                #[cfg(feature = "__evaluation")]
+                let Some(tok) = self.late.defer(now, tok) else {
                     continue;
-                }
+                };
                 self.gate(tok);
                 progressed = true;
             }
-            let now = self.now();
-            while self.deferred.front().is_some_and(|(at, _)| *at <= now) {
-                if let Some((_, tok)) = self.deferred.pop_front() {
-                    self.gate(tok);
-                }
+            #[cfg(feature = "__evaluation")]
+            while let Some(tok) = self.late.due(self.now()) {
+                self.gate(tok);
                 progressed = true;
             }
             if !progressed {

@@ -81,12 +81,9 @@ impl Task {
                 .map_or(Duration::from_millis(100), |t| {
                     Duration::from_nanos(t.0.saturating_sub(now.0))
                 })
-                .min(Duration::from_millis(100))
-                .min(
-                    self.deferred
-                        .front()
-                        .map_or(Duration::MAX, |(at, _)| Duration::from_nanos(at.since(now))),
-                );
+                .min(Duration::from_millis(100));
+            #[cfg(feature = "__evaluation")]
+            let wake = wake.min(self.late.wait(now));
             self.metrics
                 .input_queue_depth
                 .set(i64::try_from(cmds.len()).unwrap_or(i64::MAX));

@@ -467,7 +467,7 @@ function renderPlan() {
       width: (b.east_max - b.east_min) * px, height: (b.north_max - b.north_min) * px }));
   }
   if (state.track.length > 1) {
-    kids.push(svg('polyline', { class: 'track', points: state.track.map((p) => X(p[1]).toFixed(1) + ',' + Y(p[0]).toFixed(1)).join(' ') }));
+    kids.push(svg('polyline', { class: 'track', 'data-kind': 'track', points: state.track.map((p) => X(p[1]).toFixed(1) + ',' + Y(p[0]).toFixed(1)).join(' ') }));
   }
   for (const t of targets) {
     const x = X(t.e), y = Y(t.n);
