@@ -49,27 +49,20 @@ impl SigningKey {
     /// optional trailing newline (`openssl rand -hex 32`).
     ///
     /// # Errors
-    /// What is wrong, for people (never the bytes).
-    pub fn parse_secret(bytes: &[u8]) -> Result<[u8; 32], String> {
+    /// [`KeyFileError`]: what is wrong, for people (never the bytes).
+    pub fn parse_secret(bytes: &[u8]) -> Result<[u8; 32], KeyFileError> {
         if let Ok(raw) = <[u8; 32]>::try_from(bytes) {
             if raw == [0u8; 32] {
-                return Err("the key is all zeros, which MAVLink reads as \"signing off\"".into());
+                return Err(KeyFileError::AllZeros);
             }
             return Ok(raw);
         }
+        let shape = KeyFileError::Shape { len: bytes.len() };
         let text = std::str::from_utf8(bytes)
-            .map_err(|_| {
-                format!(
-                    "{} bytes: a key is 32 raw bytes or 64 hex digits",
-                    bytes.len()
-                )
-            })?
+            .map_err(|_| shape)?
             .trim_end_matches(['\n', '\r']);
         if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!(
-                "{} bytes: a key is 32 raw bytes or 64 hex digits (`openssl rand -hex 32`)",
-                bytes.len()
-            ));
+            return Err(shape);
         }
         let mut key = [0u8; 32];
         for (k, pair) in key.iter_mut().zip(text.as_bytes().chunks_exact(2)) {
@@ -77,7 +70,7 @@ impl SigningKey {
             *k = u8::from_str_radix(s, 16).unwrap_or(0);
         }
         if key == [0u8; 32] {
-            return Err("the key is all zeros, which MAVLink reads as \"signing off\"".into());
+            return Err(KeyFileError::AllZeros);
         }
         Ok(key)
     }
@@ -179,6 +172,34 @@ pub fn decode(bytes: &[u8], signer: Option<&Signer>) -> Decoded {
     out
 }
 
+/// Why a MAVLink signing key file was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyFileError {
+    /// Neither 32 raw bytes nor 64 hexadecimal digits (the file's length).
+    Shape {
+        /// The file's length in bytes.
+        len: usize,
+    },
+    /// All zeros, which MAVLink reads as "signing off".
+    AllZeros,
+}
+
+impl std::fmt::Display for KeyFileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyFileError::Shape { len } => write!(
+                f,
+                "{len} bytes: a key is 32 raw bytes or 64 hex digits (`openssl rand -hex 32`)"
+            ),
+            KeyFileError::AllZeros => {
+                f.write_str("the key is all zeros, which MAVLink reads as \"signing off\"")
+            }
+        }
+    }
+}
+
+impl std::error::Error for KeyFileError {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,7 +268,12 @@ mod tests {
             assert!(SigningKey::parse_secret(bad).is_err());
         }
         let e = SigningKey::parse_secret(&[1u8; 33]).unwrap_err();
-        assert!(e.contains("33 bytes"), "{e}");
+        assert_eq!(e, KeyFileError::Shape { len: 33 });
+        assert!(e.to_string().contains("33 bytes"), "{e}");
+        assert_eq!(
+            SigningKey::parse_secret(&[b'0'; 64]),
+            Err(KeyFileError::AllZeros)
+        );
         assert!(!format!("{:?}", SigningKey::new([5u8; 32], 1, false)).contains('5'));
     }
 }

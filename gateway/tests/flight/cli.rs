@@ -1,13 +1,5 @@
 //! The flight binary's command line: `check`, `digest`, `catalog`, `contract run` and
 //! `contract domain`, `audit verify` and `audit show`, their messages and exit codes.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common::{self, repo_root};
 use halo_gateway::cli::{EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_REJECTED, run_with};
 

@@ -2,14 +2,6 @@
 //! `tests/py/console.py` (selenium), against the real `halo-gateway run` flying the simulated
 //! PX4. The browser reads only what the page shows; the evidence of what reached the vehicle is
 //! the simulator's own record of the setpoints its controller took.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -1,14 +1,6 @@
 //! On a companion computer: the set-up commands (`config example`, `catalog --embedded`,
 //! `run --check`), the install script into a temporary root with its systemd unit verified, and
 //! MAVLink 2 signing against a keyed simulated PX4.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};

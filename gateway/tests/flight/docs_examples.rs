@@ -17,14 +17,6 @@
 //! docs/mcp.md: both host configurations are used as a host would use them (the binary, the
 //! configuration file and the address are this machine's): the stdio one spawns the gateway and
 //! the HTTP one connects with the agent credential; each must initialize and list the tools.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use std::path::Path;
 use std::process::Command;
 

@@ -6,14 +6,6 @@
 //! One test runs every case in order (they share two cores and must not race each other) and
 //! prints `faults: N/M matched`, pinned. Each case prints what it injected and what the vehicle
 //! log shows.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};

@@ -6,13 +6,6 @@
 //! tries the obvious escapes. The evidence that something flew is the simulated vehicle's own
 //! setpoint log, never the gateway's answer. Prints `mcp: N/M matched`.
 #![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-#![allow(
     deprecated,
     reason = "MCP logging notifications are the protocol 2025-11-25 the server speaks"
 )]

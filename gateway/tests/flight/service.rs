@@ -1,14 +1,6 @@
 //! End to end: the real `halo-gateway run` process, driven over real HTTP, flying a simulated
 //! PX4 that runs in this test process on its own UDP socket. The evidence of what reached the
 //! vehicle is the simulator's own record of the setpoints its controller took.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -2597,8 +2589,9 @@ fn the_gateway_asks_px4_for_its_origin_and_says_it_waits() {
         &dir.join("vehicle-setpoints.jsonl"),
         None,
         sitl::sim::px4::SimConfig {
-            // Long enough that a slow start of the gateway still sees the wait.
-            origin_after_ms: 10_000,
+            // Long enough that a slow start of the gateway on a loaded machine still sees two
+            // requests before it (a fresh-clone run once took more than 5 s to link up).
+            origin_after_ms: 15_000,
             ..sitl::sim::px4::SimConfig::default()
         },
     );
@@ -2614,7 +2607,7 @@ fn the_gateway_asks_px4_for_its_origin_and_says_it_waits() {
     };
     let mut cases: Vec<(&str, bool)> = Vec::new();
     wait_until(10, "the link", || status()["vehicle"]["link_up"] == true);
-    wait_until(5, "a second request", || {
+    wait_until(10, "a second request", || {
         status()["vehicle"]["waiting_for_origin"]["requests"]
             .as_u64()
             .is_some_and(|n| n >= 2)
@@ -2627,7 +2620,7 @@ fn the_gateway_asks_px4_for_its_origin_and_says_it_waits() {
             .is_some_and(|n| n.contains("GPS_GLOBAL_ORIGIN"))
             && !has_origin(&s),
     ));
-    wait_until(15, "the origin", || has_origin(&status()));
+    wait_until(20, "the origin", || has_origin(&status()));
     let heard_ns = sim.now_ns();
     let s = status();
     cases.push((
@@ -2636,7 +2629,7 @@ fn the_gateway_asks_px4_for_its_origin_and_says_it_waits() {
     ));
     cases.push((
         "heard within one request period (2 s) and a little after it exists",
-        (10_000_000_000..13_000_000_000).contains(&heard_ns),
+        (15_000_000_000..18_000_000_000).contains(&heard_ns),
     ));
     let matched = cases.iter().filter(|(_, ok)| *ok).count();
     for (what, ok) in &cases {

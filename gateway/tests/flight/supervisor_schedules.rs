@@ -21,14 +21,6 @@
 //!
 //! Planted defects (a supervisor wrapped so that it misbehaves in one way) show the checker
 //! catches each.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use halo_core::gate::EffectGate;

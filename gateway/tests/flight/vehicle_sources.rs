@@ -6,14 +6,6 @@
 //!
 //! Evidence: the same stream fed without the clamp is refused `OUT_OF_ORDER_UPDATE` (the
 //! defect seen against a real PX4: 42–61 refusals a flight); with it, none.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common;
 
 use halo_core::Nanos;

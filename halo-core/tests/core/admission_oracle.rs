@@ -1,14 +1,6 @@
 //! `admission-oracle`: predefined admission cases (response, catalog, state) with the expected
 //! retained, withheld and rejected ids and reason codes, written by hand in
 //! `scripts/gen_admission_cases.py` and frozen under `tests/data/admission/`.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use std::collections::BTreeMap;
 
 use crate::common::*;

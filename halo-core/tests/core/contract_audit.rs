@@ -8,14 +8,6 @@
 //! identity; trace order and multiplicity; resource scope; success and forbidden predicates;
 //! active frames; inherited obligations; residual completion; policy and state versions;
 //! same-root composition; reservation-to-commit binding; idempotency) are listed in `FAMILIES`.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common;
 
 use std::collections::BTreeMap;

@@ -3,14 +3,6 @@
 //! monitor must take the same decision as the independent checker on every attempted transition
 //! of the exploration. Each of the 13 single-defect variants of the checker must be killed by a
 //! reachable counterexample.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common;
 
 use halo_core::contract::{Domain, Monitor, Request};

@@ -19,14 +19,6 @@
 //! reached a registered forbidden state (contract or current policy), judged by the domain's
 //! transition semantics as the independent checker reads them (`sitl::oracle::contract_audit`'s
 //! `AuditDomain`, which shares no code with the monitor), not by any control.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};

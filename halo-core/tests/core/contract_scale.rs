@@ -2,14 +2,6 @@
 //! untimed, against its registered decision (a refused cell must leave the retained state
 //! byte-for-byte unchanged); prints the retained-state size per cell. Timings
 //! come from `scripts/contract_scale.sh` (the `contract_scale` bench), never from a test.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common::contract_scale::cells;
 
 #[test]

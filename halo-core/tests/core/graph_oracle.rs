@@ -8,14 +8,6 @@
 //! (`tests/data/graphs/graphs.json`, from `scripts/gen_graphs.py`) and the gateway's admission
 //! report only. Local soundness, closure and greatest-set maximality are checked separately
 //! from exact-set agreement.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use std::collections::BTreeMap;
 
 use crate::common::*;

@@ -16,14 +16,6 @@
 //! matches Full at admission but leaks every post-admission drift and accepts replays;
 //! GlobalSnapshot overblocks on unrelated drift; Local-Unbound dispatches past epoch and
 //! provenance changes. Full does none of these.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::common::*;

@@ -5,14 +5,6 @@
 //! response, poll a token, pass a token to the gate, replay a token from its wire form, race two
 //! consumers for one token, restart with a new boot epoch, observe, submit a fresh candidate,
 //! or check phases, obligations, emissions and adapter calls.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier, Mutex};
 

@@ -1,14 +1,6 @@
 //! The `Decisions` receipt policy: telemetry that changes no decision is summarized per source;
 //! an update that changes a decision, or a source's epoch or provenance, keeps its own receipt,
 //! placed before the decisions it caused.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common::{certify, healthy_uav, put, running_example, uav_catalog};
 use halo_core::engine::{Config, Gateway, ReceiptPolicy};
 use halo_core::receipt::{Receipt, verify_chain, verify_chain_from};

@@ -1,12 +1,4 @@
 //! The paper's running example end to end through the core.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common::*;
 use halo_core::{Config, Event, Gateway, Id, Nanos, Phase, ReasonCode, RecordingAdapter};
 

@@ -23,14 +23,6 @@
 //!
 //! `HALO_SCHEDULES` sets the number of schedules (default 10,000); `scripts/schedules.sh` runs
 //! the full set in release mode.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::common::*;

@@ -2,14 +2,6 @@
 //! checker over `contract run`'s receipts, which the flight binary writes) and `replay` over a
 //! user's own recorded responses. `halo-eval` also takes every flight command (`contract run`,
 //! `audit verify`, ...), the same code as `halo-gateway`'s.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common::{self, repo_root};
 use halo_eval::cli::run_with;
 use halo_gateway::cli::{EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_REJECTED};

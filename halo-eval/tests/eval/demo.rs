@@ -1,14 +1,6 @@
 //! End to end: the demo flies the running example on the embedded simulated PX4 through the
 //! real MAVLink bridge, in real time (about 45 s). The evidence is the vehicle's own log of the
 //! setpoints its controller took, and the receipt chain.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,14 +6,6 @@
 //! input, whatever the fast reader accepts serde_json must read as the same value; what it does
 //! not accept it must leave to serde_json. The oracle is serde_json itself, an independent
 //! implementation; the comparison is shown to catch a planted difference.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common;
 
 use common::Rng;

@@ -2,14 +2,6 @@
 //! point in `halo_eval::fuzzing` runs over its seeds from the test data and a fixed number of
 //! deterministic mutations of them (byte flips, insertions, deletions, truncations, splices).
 //! A panic is a finding. The count of inputs per target is printed and pinned.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common;
 
 use common::Rng;

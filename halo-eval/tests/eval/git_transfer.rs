@@ -4,14 +4,6 @@
 //! ancestry (a merge commit of the reviewed change on `main`, or none). The expected outcome of
 //! each case is written per case (`Case::admitted_merge_is_current`). CI runs
 //! `HALO_GIT_REPS` repetitions (default 2); `scripts/git_transfer.sh` runs the paper's 10.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common;
 use halo_eval::transfer::{Case, claims, panel, render};
 

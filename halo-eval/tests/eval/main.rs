@@ -5,6 +5,14 @@
 //! Flights in real time take [`common::exclusive`] so nothing else in this binary runs beside
 //! them; the rest take [`common::shared`].
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests: every module of this test binary (clippy.toml's allow-*-in-tests covers only #[test] functions, not their helpers)"
+)]
+
 mod cli;
 mod common;
 mod crazyflie_sequence;

@@ -2,14 +2,6 @@
 //! each (`scripts/px4_panels.sh` runs 10 of 4). Each action streams to the simulated PX4, is
 //! taken by its controller, and loses its support to a map epoch change while it streams: the
 //! hold must reach the vehicle and nothing of the action after it. The counts are pinned.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

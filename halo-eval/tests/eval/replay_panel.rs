@@ -4,14 +4,6 @@
 //! variants of the core; `halo_gateway::replay`'s oracle (its own catalog reading and LocalOK,
 //! no core code) says what should have happened. Full keeps every supported component and
 //! leaks nothing; each reduced variant shows its own failure. Every cell is pinned.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
-
 use crate::common;
 
 use halo_core::Variant;
