@@ -41,6 +41,7 @@ need_debian() {
 ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need_debian "the faults suite's clock case" faketime
 # The docs-examples suite runs docs/run.md's curl examples as written.
 command -v curl >/dev/null 2>&1 || need_debian "the docs-examples suite" curl
+command -v openssl >/dev/null 2>&1 || need_debian "the network suite's certificates and TLS client" openssl
 # The console suite drives Debian's headless Chromium over WebDriver.
 { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || need_debian "the console suite" chromium chromium-driver
 # The deploy-install suite verifies the systemd unit with systemd-analyze.

@@ -241,6 +241,52 @@ pub fn state_file(data: &[u8]) {
     let _ = halo_core::statefile::ProviderUpdate::parse(data);
 }
 
+/// Gateway configuration text (`run --config`). Invariant: a configuration that parses never
+/// leaves a listener other machines reach on plaintext unless it says `insecure_plaintext`,
+/// and never says both that and `[listen.tls]`.
+///
+/// # Panics
+/// When a parsed configuration breaks that.
+#[allow(
+    clippy::panic,
+    reason = "a fuzz target reports a broken invariant by panicking"
+)]
+pub fn gateway_config(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(c) = halo_gateway::service::Config::parse(s, "fuzz.toml") {
+        let l = &c.listen;
+        if !l.plaintext_exposed().is_empty() && !l.insecure_plaintext {
+            panic!(
+                "plaintext on {:?} taken without insecure_plaintext",
+                l.plaintext_exposed()
+            );
+        }
+        if l.tls.is_some() && l.insecure_plaintext {
+            panic!("[listen.tls] and insecure_plaintext both taken");
+        }
+    }
+}
+
+/// A TLS certificate chain and key (`[listen.tls]`'s files): the bytes up to the first NUL
+/// are the chain, the rest the key. Anything is a typed refusal or a configuration, never a
+/// panic.
+pub fn tls_pem(data: &[u8]) {
+    let (chain, key) = match data.iter().position(|b| *b == 0) {
+        Some(i) => (
+            data.get(..i).unwrap_or_default(),
+            data.get(i + 1..).unwrap_or_default(),
+        ),
+        None => (data, data),
+    };
+    let files = halo_gateway::service::infra::tls::TlsFiles {
+        cert_file: "fuzz.crt".into(),
+        key_file: "fuzz.key".into(),
+    };
+    let _ = halo_gateway::service::infra::tls::server_config_from_pem(chain, key, &files);
+}
+
 /// Catalog text.
 pub fn catalog_text(data: &[u8]) {
     if let Ok(s) = std::str::from_utf8(data) {

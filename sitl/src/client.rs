@@ -18,6 +18,46 @@ pub fn agent(timeout: Option<Duration>) -> ureq::Agent {
     .new_agent()
 }
 
+/// As [`agent`], trusting only the PEM certificates `ca_pem` for `https://` URLs (a gateway
+/// with `[listen.tls]`, its certificate signed by a test CA).
+///
+/// # Errors
+/// `ca_pem` holds no PEM certificate.
+pub fn agent_trusting(
+    timeout: Option<Duration>,
+    ca_pem: &[u8],
+) -> Result<ureq::Agent, ureq::Error> {
+    let roots = ureq::tls::parse_pem(ca_pem)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if roots.is_empty() {
+        return Err(ureq::Error::Tls("no PEM certificate in the CA file"));
+    }
+    #[expect(
+        deprecated,
+        reason = "ring, as the gateway's own TLS (gateway/src/service/infra/tls.rs)"
+    )]
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let tls = ureq::tls::TlsConfig::builder()
+        .provider(ureq::tls::TlsProvider::Rustls)
+        .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(roots)))
+        .unversioned_rustls_crypto_provider(provider)
+        .build();
+    let b = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .tls_config(tls);
+    Ok(match timeout {
+        Some(t) => b.timeout_global(Some(t)),
+        None => b.timeout_recv_body(None),
+    }
+    .build()
+    .new_agent())
+}
+
 /// One request: `GET`, `POST` or `DELETE` on `url`, with an optional bearer credential and an
 /// optional JSON body; the status and the body read as JSON (`null` when it is not).
 ///

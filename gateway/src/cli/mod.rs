@@ -117,6 +117,10 @@ enum Cmd {
         /// the summary in words.
         #[arg(long)]
         json: bool,
+        /// With an `https://` URL: the CA certificate (PEM) that signed the gateway's
+        /// certificate; only it is trusted.
+        #[arg(long)]
+        cacert: Option<PathBuf>,
     },
     /// Print the admission decision of every component of a response against a catalog and a
     /// state snapshot. Catalog authors use it to test a catalog before flight.
@@ -219,13 +223,14 @@ where
             token_file,
             state_dir,
             json,
+            cacert,
         } => operator::operator(
             action,
             altitude,
             &url,
             follow.as_deref(),
-            token_file,
-            state_dir,
+            (token_file, state_dir),
+            cacert.as_deref(),
             json,
         ),
         Cmd::Check {

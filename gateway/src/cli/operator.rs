@@ -34,8 +34,8 @@ pub(crate) fn operator(
     altitude: Option<f64>,
     url: &str,
     follow: Option<&Path>,
-    token_file: Option<PathBuf>,
-    state_dir: Option<PathBuf>,
+    (token_file, state_dir): (Option<PathBuf>, Option<PathBuf>),
+    cacert: Option<&Path>,
     json: bool,
 ) -> i32 {
     let url = url.trim_end_matches('/');
@@ -54,11 +54,13 @@ pub(crate) fn operator(
             return EXIT_ERROR;
         }
     };
-    let agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(std::time::Duration::from_secs(20)))
-        .build()
-        .new_agent();
+    let agent = match client(url, cacert) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_ERROR;
+        }
+    };
     let auth = format!("Bearer {token}");
     if action == OperatorAction::Heads {
         return heads(&agent, url, &auth, follow);
@@ -134,6 +136,47 @@ pub(crate) fn operator(
             EXIT_ERROR
         }
     }
+}
+
+/// The HTTP client for `url`: over `https://`, TLS 1.2 or 1.3 trusting only `cacert`'s
+/// certificates (the gateway's own CA); no TLS for `http://`.
+fn client(url: &str, cacert: Option<&Path>) -> Result<ureq::Agent, String> {
+    let b = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(20)));
+    let https = url.starts_with("https://");
+    let b = match (https, cacert) {
+        (false, None) => b,
+        (false, Some(_)) => return Err(format!("--cacert goes with an https:// URL, not {url}")),
+        (true, None) => {
+            return Err(format!(
+                "{url} is TLS: give --cacert with the CA certificate that signed the gateway's (docs/deploy.md)"
+            ));
+        }
+        (true, Some(f)) => {
+            use rustls_pki_types::pem::PemObject as _;
+            let pem = crate::io::read_capped(f, 256 * 1024, "CA certificate file")
+                .map_err(|e| e.to_string())?;
+            let roots: Vec<ureq::tls::Certificate<'static>> =
+                rustls_pki_types::CertificateDer::pem_slice_iter(&pem)
+                    .map(|c| c.map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned()))
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| format!("{}: not a PEM certificate file", f.display()))?;
+            if roots.is_empty() {
+                return Err(format!("{}: no PEM certificate in it", f.display()));
+            }
+            b.tls_config(
+                ureq::tls::TlsConfig::builder()
+                    .provider(ureq::tls::TlsProvider::Rustls)
+                    .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(roots)))
+                    .unversioned_rustls_crypto_provider(
+                        crate::service::infra::tls::crypto_provider(),
+                    )
+                    .build(),
+            )
+        }
+    };
+    Ok(b.build().new_agent())
 }
 
 /// `GET url+path` with the credential: its JSON body, or why not (unreachable, a status other

@@ -196,6 +196,8 @@ where
         };
         use std::io::IsTerminal as _;
         tell(&banner(&svc, !stdio && std::io::stdout().is_terminal()));
+        #[cfg(unix)]
+        tokio::spawn(reload_on_hangup(svc.reloader()));
         if mcp_stdio {
             let link = svc.serve_mcp_stdio();
             tokio::select! {
@@ -262,6 +264,28 @@ pub fn tokio_runtime() -> Option<tokio::runtime::Runtime> {
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
             None
+        }
+    }
+}
+
+/// SIGHUP re-reads what can change without a restart (the TLS certificate and key), each
+/// time, for the life of the process. Without it SIGHUP's default would end the gateway.
+#[cfg(unix)]
+async fn reload_on_hangup(reloader: crate::service::Reloader) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot take SIGHUP; reload by restarting");
+            return;
+        }
+    };
+    while hup.recv().await.is_some() {
+        for line in reloader.reload() {
+            match line {
+                Ok(l) => tracing::info!("{l}"),
+                Err(l) => tracing::warn!("{l}"),
+            }
         }
     }
 }

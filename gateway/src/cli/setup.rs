@@ -169,6 +169,35 @@ pub fn check_run(
             String::new()
         }
     };
+    let listen = match &cfg.listen.tls {
+        Some(t) => {
+            match crate::service::infra::tls::Tls::load(crate::service::infra::tls::TlsFiles {
+                cert_file: t.cert_file.clone(),
+                key_file: t.key_file.clone(),
+            }) {
+                Ok(_) => format!(
+                    "https://{} and https://{} (TLS 1.2 and 1.3 with {})",
+                    cfg.listen.http,
+                    cfg.listen.operator_addr(),
+                    t.cert_file.display()
+                ),
+                Err(e) => {
+                    problems.push(format!("listen.tls: {e}"));
+                    String::new()
+                }
+            }
+        }
+        None if cfg.listen.insecure_plaintext => format!(
+            "http://{} and http://{} (plaintext on a network: listen.insecure_plaintext)",
+            cfg.listen.http,
+            cfg.listen.operator_addr()
+        ),
+        None => format!(
+            "http://{} and http://{} (loopback only, plaintext)",
+            cfg.listen.http,
+            cfg.listen.operator_addr()
+        ),
+    };
     if !problems.is_empty() {
         for p in &problems {
             eprintln!("error: {p}");
@@ -189,7 +218,7 @@ pub fn check_run(
     if let Some(f) = &cfg.gcs.forward {
         println!("  relay:     the ground station on {f}");
     }
-    println!("  listen:    http://{}", cfg.listen.http);
+    println!("  listen:    {listen}");
     println!("  state:     {state}");
     if let Some(p) = cfg.realtime.priority {
         println!(

@@ -351,6 +351,23 @@ pub struct ListenConfig {
     /// MCP sessions on `/mcp` at once (streamable HTTP); one more `initialize` is refused
     /// `429 TOO_MANY_STREAMS`. A session idle for five minutes is closed.
     pub max_mcp_sessions: usize,
+    /// TLS on both listeners (`[listen.tls]`). Required when a listener's address is not
+    /// loopback, unless `insecure_plaintext` says otherwise.
+    pub tls: Option<ListenTlsConfig>,
+    /// Serve plaintext HTTP on an address other machines reach: every credential crosses the
+    /// network in clear. Off by default; when on, the gateway warns at start and every minute.
+    pub insecure_plaintext: bool,
+}
+
+/// `[listen.tls]`: the certificate chain and key both listeners serve, TLS 1.2 and 1.3 only.
+/// Re-read on SIGHUP; a pair that does not load keeps the old one in use.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenTlsConfig {
+    /// The chain, PEM: the gateway's certificate first, then any intermediates.
+    pub cert_file: PathBuf,
+    /// Its private key, PEM.
+    pub key_file: PathBuf,
 }
 
 impl Default for ListenConfig {
@@ -367,11 +384,33 @@ impl Default for ListenConfig {
             write_timeout_ms: 10_000,
             max_event_streams: 32,
             max_mcp_sessions: 16,
+            tls: None,
+            insecure_plaintext: false,
         }
     }
 }
 
 impl ListenConfig {
+    /// `https` with `[listen.tls]`, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
+    }
+
+    /// The listeners other machines can reach that would serve plaintext: the reason `run`
+    /// refuses a configuration without `[listen.tls]` or `insecure_plaintext`.
+    pub fn plaintext_exposed(&self) -> Vec<(&'static str, SocketAddr)> {
+        if self.tls.is_some() {
+            return Vec::new();
+        }
+        [
+            ("listen.http", self.http),
+            ("listen.operator", self.operator_addr()),
+        ]
+        .into_iter()
+        .filter(|(_, a)| !a.ip().is_loopback())
+        .collect()
+    }
+
     /// The operator's listener after defaults.
     pub fn operator_addr(&self) -> SocketAddr {
         self.operator.unwrap_or_else(|| {
@@ -761,6 +800,18 @@ impl Config {
             return Err(ConfigError(format!(
                 "{file}: listen.operator: {} is the main listener's address; give it its own port",
                 l.http
+            )));
+        }
+        if l.tls.is_some() && l.insecure_plaintext {
+            return Err(ConfigError(format!(
+                "{file}: listen.insecure_plaintext = true with [listen.tls]: the listeners serve TLS; remove one of them"
+            )));
+        }
+        if let Some((key, addr)) = l.plaintext_exposed().first()
+            && !l.insecure_plaintext
+        {
+            return Err(ConfigError(format!(
+                "{file}: {key}: {addr} is reachable from other machines and would serve plaintext HTTP, so every credential (the agent's, the providers', the operator's) would cross the network in clear. Give [listen.tls] a cert_file and key_file (docs/deploy.md makes them), listen on 127.0.0.1, or set listen.insecure_plaintext = true on a network you trust"
             )));
         }
         Ok(())

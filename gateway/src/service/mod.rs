@@ -144,6 +144,10 @@ pub struct Service {
     /// The operator's own listener.
     operator_addr: SocketAddr,
     op_http: JoinHandle<()>,
+    /// `https` or `http`.
+    scheme: &'static str,
+    /// What SIGHUP re-reads.
+    reloader: Reloader,
     /// The role credentials.
     credentials: Credentials,
     /// Where they are stored.
@@ -475,6 +479,7 @@ fn build_task(
 fn serve_http(
     cfg: &Config,
     (listener, op_listener): (tokio::net::TcpListener, tokio::net::TcpListener),
+    tls: Option<Arc<infra::tls::Tls>>,
     state: faces::http::AppState,
     boot: u64,
 ) -> (JoinHandle<()>, JoinHandle<()>) {
@@ -502,11 +507,15 @@ fn serve_http(
         max_per_peer: 8.min(l.operator_max_connections),
         ..limits.clone()
     };
+    if l.insecure_plaintext {
+        tokio::spawn(warn_plaintext(l.plaintext_exposed(), shutdown.clone()));
+    }
     let http = tokio::spawn(infra::listener::serve(
         "main",
         listener,
         app,
         limits,
+        tls.clone(),
         shutdown.clone(),
         Arc::clone(&metrics),
     ));
@@ -515,10 +524,76 @@ fn serve_http(
         op_listener,
         op_app,
         op_limits,
+        tls,
         shutdown,
         metrics,
     ));
     (http, op_http)
+}
+
+/// `listen.insecure_plaintext`: a warning at start and every minute while a listener other
+/// machines reach serves plaintext.
+async fn warn_plaintext(
+    exposed: Vec<(&'static str, SocketAddr)>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    if exposed.is_empty() {
+        return;
+    }
+    let names = exposed
+        .iter()
+        .map(|(k, a)| format!("{k} {a}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut every = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = every.tick() => tracing::warn!(
+                listeners = %names,
+                "listen.insecure_plaintext: plaintext HTTP on an address other machines reach; every credential crosses the network in clear (give [listen.tls] a certificate)"
+            ),
+            r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { return },
+        }
+    }
+}
+
+/// What SIGHUP re-reads: the listeners' TLS certificate and key. A file that does not load
+/// keeps what is in use and says why; nothing else changes.
+#[derive(Clone)]
+pub struct Reloader {
+    tls: Option<Arc<infra::tls::Tls>>,
+    metrics: Arc<infra::metrics::Metrics>,
+}
+
+impl Reloader {
+    /// Re-reads everything reloadable; one line per part, for the log.
+    pub fn reload(&self) -> Vec<Result<String, String>> {
+        let mut out = Vec::new();
+        if let Some(tls) = &self.tls {
+            let f = tls.files();
+            let r = tls.reload();
+            let code = r.as_ref().err().map_or("ok", infra::tls::TlsError::code);
+            self.metrics
+                .tls_reloads
+                .get_or_create(&infra::metrics::CodeLabel { code: code.into() })
+                .inc();
+            out.push(match r {
+                Ok(()) => Ok(format!(
+                    "TLS: {} and {} reloaded; new connections use them, open ones keep theirs",
+                    f.cert_file.display(),
+                    f.key_file.display()
+                )),
+                Err(e) => Err(format!(
+                    "TLS: not reloaded ({}): {e}; the listeners keep the certificate in use",
+                    e.code()
+                )),
+            });
+        }
+        if out.is_empty() {
+            out.push(Ok("SIGHUP: nothing to reload (no [listen.tls])".to_string()));
+        }
+        out
+    }
 }
 
 /// Each source's owner, the map the HTTP face checks a provider's write against.
@@ -628,6 +703,16 @@ impl Service {
             None => None,
         };
         let domain = cfg.domain().map_err(StartError::config)?;
+        let tls = match &cfg.listen.tls {
+            Some(t) => Some(Arc::new(
+                infra::tls::Tls::load(infra::tls::TlsFiles {
+                    cert_file: t.cert_file.clone(),
+                    key_file: t.key_file.clone(),
+                })
+                .map_err(within(StartError::config, "listen.tls"))?,
+            )),
+            None => None,
+        };
         let (listener, op_listener, http_addr, operator_addr) = bind_listeners(&cfg).await?;
 
         // The one clock: the bridges, the task and the faces' arrival stamps count from it.
@@ -718,9 +803,14 @@ impl Service {
             shutdown_rx.clone(),
             Duration::from_secs(5),
         ));
+        let reloader = Reloader {
+            tls: tls.clone(),
+            metrics: Arc::clone(&metrics),
+        };
         let (http, op_http) = serve_http(
             &cfg,
             (listener, op_listener),
+            tls,
             faces::http::AppState {
                 cmds: cmd_tx.clone(),
                 hub: hub.clone(),
@@ -742,6 +832,8 @@ impl Service {
             http_addr,
             operator_addr,
             op_http,
+            scheme: cfg.listen.scheme(),
+            reloader,
             credentials,
             credential_files,
             boot_epoch,
@@ -814,9 +906,19 @@ impl Service {
         &self.vehicle_url
     }
 
-    /// The base URL of the HTTP interface.
+    /// The base URL of the HTTP interface (`https://` with `[listen.tls]`).
     pub fn url(&self) -> String {
-        format!("http://{}", self.http_addr)
+        format!("{}://{}", self.scheme, self.http_addr)
+    }
+
+    /// The base URL of the operator's own listener.
+    pub fn operator_url(&self) -> String {
+        format!("{}://{}", self.scheme, self.operator_addr)
+    }
+
+    /// What SIGHUP re-reads (`cli/run.rs` calls it on the signal).
+    pub fn reloader(&self) -> Reloader {
+        self.reloader.clone()
     }
 
     /// Serves the agent link as JSON lines on this process's standard input and output
@@ -897,13 +999,19 @@ pub fn banner(s: &Service, show_new_secrets: bool) -> String {
         s.url()
     ));
     out.push_str(&format!(
-        "  operator:  http://{} (the operator credential only; holds answered when the main listener is busy)\n",
-        s.operator_addr
+        "  operator:  {} (the operator credential only; holds answered when the main listener is busy)\n",
+        s.operator_url()
     ));
     out.push_str(&format!(
-        "  console:   http://{}/ (in a browser, with the operator credential)\n",
-        s.operator_addr
+        "  console:   {}/ (in a browser, with the operator credential)\n",
+        s.operator_url()
     ));
+    if let Some(tls) = &s.reloader.tls {
+        out.push_str(&format!(
+            "  tls:       TLS 1.2 and 1.3 with {} (SIGHUP reloads it)\n",
+            tls.files().cert_file.display()
+        ));
+    }
     out.push_str(&format!(
         "  vehicle:   {}{}\n",
         s.vehicle_url,

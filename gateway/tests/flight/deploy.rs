@@ -48,6 +48,7 @@ fn the_setup_commands_print_what_is_compiled_in_and_check_without_touching_state
     // Each printed example checks as `run` would take it, with its state directory moved here
     // (the check must not create it).
     let state = dir.join("never-created");
+    let pki = crate::common::tls::make_pki(&dir);
     for (name, want) in [
         ("px4-sitl", Some("as system 1 component 191, unsigned")),
         ("pixhawk-telem2", Some("PX4 on serial:/dev/ttyAMA0:921600")),
@@ -59,6 +60,32 @@ fn the_setup_commands_print_what_is_compiled_in_and_check_without_touching_state
     ] {
         let (_, text) = halo(&["config", "example", name]);
         let file = dir.join(format!("{name}.toml"));
+        if text.contains("/etc/halo-gateway/tls/gateway.crt") {
+            // Before the certificates are made (docs/deploy.md 6a) the check names the file;
+            // with them in place it passes.
+            std::fs::write(&file, &text).unwrap();
+            let (code, out) = halo(&[
+                "run",
+                "--check",
+                "--config",
+                file.to_str().unwrap(),
+                "--state-dir",
+                state.to_str().unwrap(),
+            ]);
+            c.push((
+                format!("run --check --config {name}.toml before its certificate is made names it"),
+                code == 3 && out.contains("/etc/halo-gateway/tls/gateway.crt"),
+            ));
+        }
+        let text = text
+            .replace(
+                "/etc/halo-gateway/tls/gateway.crt",
+                pki.cert.to_str().unwrap(),
+            )
+            .replace(
+                "/etc/halo-gateway/tls/gateway.key",
+                pki.key.to_str().unwrap(),
+            );
         std::fs::write(&file, text).unwrap();
         let (code, out) = halo(&[
             "run",
@@ -110,7 +137,7 @@ fn the_setup_commands_print_what_is_compiled_in_and_check_without_touching_state
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-const SETUP_COMMANDS: usize = 15;
+const SETUP_COMMANDS: usize = 16;
 
 /// The installed unit with its binary pointed into the temporary root (systemd-analyze checks
 /// that the executable exists on this machine); verified, the output must be empty: systemd
@@ -197,6 +224,7 @@ fn the_install_script_installs_into_a_temporary_root_and_the_installed_gateway_r
         ("ReadWritePaths", "/var/lib/halo-gateway"),
         ("ProtectSystem", "strict"),
         ("Restart", "on-failure"),
+        ("ExecReload", "/bin/kill -HUP $MAINPID"),
     ] {
         c.push((
             format!("unit sets {key}={value}"),
@@ -206,6 +234,27 @@ fn the_install_script_installs_into_a_temporary_root_and_the_installed_gateway_r
     // The installed binary checks the installed configuration...
     let conf = dest.join("etc/halo-gateway/config.toml");
     let installed = dest.join("usr/local/bin/halo-gateway");
+    let (code, out) = common::process::run(
+        installed.to_str().unwrap(),
+        &["run", "--check", "--config", conf.to_str().unwrap()],
+    );
+    c.push((
+        "installed binary: run --check before the TLS certificate is made names it".into(),
+        code == 3 && out.contains("/etc/halo-gateway/tls/gateway.crt"),
+    ));
+    // docs/deploy.md 6a: the certificate and key into the root's /etc/halo-gateway/tls (the
+    // configuration names them under the real /etc: pointed into the temporary root here).
+    let pki = crate::common::tls::make_pki(&dir);
+    let tls = dest.join("etc/halo-gateway/tls");
+    std::fs::create_dir_all(&tls).unwrap();
+    std::fs::copy(&pki.cert, tls.join("gateway.crt")).unwrap();
+    std::fs::copy(&pki.key, tls.join("gateway.key")).unwrap();
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(
+        &conf,
+        text.replace("/etc/halo-gateway/tls/", &format!("{}/", tls.display())),
+    )
+    .unwrap();
     let (code, out) = common::process::run(
         installed.to_str().unwrap(),
         &["run", "--check", "--config", conf.to_str().unwrap()],
@@ -236,6 +285,8 @@ fn the_install_script_installs_into_a_temporary_root_and_the_installed_gateway_r
             "text",
         ],
     );
+    // The installed config serves TLS: the helpers trust the test CA for the rest of this test.
+    trust_ca(Some(&std::fs::read(&pki.ca).unwrap()));
     let t0 = Instant::now();
     let mut up = false;
     while !up && t0.elapsed() < Duration::from_secs(10) {
@@ -264,7 +315,9 @@ fn the_install_script_installs_into_a_temporary_root_and_the_installed_gateway_r
         "installed config's realtime setting: every thread SCHED_FIFO 50 (as root)".into(),
         good,
     ));
+    c.push(("over TLS (https://)".into(), p.url.starts_with("https://")));
     c.push(("and stops cleanly on SIGTERM".into(), p.stop() == 0));
+    trust_ca(None);
     // A second install keeps the configuration the operator edited.
     std::fs::write(
         &conf,
@@ -284,7 +337,7 @@ fn the_install_script_installs_into_a_temporary_root_and_the_installed_gateway_r
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-const DEPLOY_INSTALL: usize = 20;
+const DEPLOY_INSTALL: usize = 23;
 
 /// (scheduling policy, real-time priority) of every thread of process `pid`, from
 /// `/proc/PID/task/TID/stat` (fields 41 and 40; 1 is SCHED_FIFO).

@@ -21,6 +21,7 @@ mod deploy;
 mod docs_examples;
 mod faults;
 mod mcp;
+mod network;
 mod service;
 mod supervisor_schedules;
 mod vehicle_sources;

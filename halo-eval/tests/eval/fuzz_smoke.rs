@@ -215,6 +215,45 @@ fn every_fuzz_target_survives_its_smoke_run() {
     .iter()
     .map(|s| s.as_bytes().to_vec())
     .collect();
+    // Gateway configurations: the shipped examples and the listener forms the network suite
+    // takes and refuses.
+    let mut configs: Vec<Vec<u8>> = ["sim", "px4-sitl", "pixhawk-telem2", "crazyflie"]
+        .iter()
+        .map(|n| file(&format!("configs/{n}.toml")))
+        .collect();
+    configs.push(b"[listen]\nhttp = \"0.0.0.0:8640\"\ninsecure_plaintext = true\n".to_vec());
+    configs.push(
+        b"[listen]\nhttp = \"127.0.0.1:0\"\noperator = \"[::]:0\"\n[listen.tls]\ncert_file = \"a\"\nkey_file = \"b\"\n"
+            .to_vec(),
+    );
+    // TLS files: a real chain and key (openssl, as docs/deploy.md makes them), and a key of
+    // another pair, each as `chain NUL key`.
+    let pki = std::env::temp_dir().join(format!("halo-fuzz-pki-{}", std::process::id()));
+    std::fs::create_dir_all(&pki).unwrap();
+    for k in ["a", "b"] {
+        let o = std::process::Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+            ])
+            .args(["-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout"])
+            .arg(pki.join(format!("{k}.key")))
+            .arg("-out")
+            .arg(pki.join(format!("{k}.crt")))
+            .output()
+            .expect("openssl");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let read = |n: &str| std::fs::read(pki.join(n)).unwrap();
+    let pems: Vec<Vec<u8>> = [("a.crt", "a.key"), ("a.crt", "b.key")]
+        .iter()
+        .map(|(c, k)| [read(c), vec![0], read(k)].concat())
+        .collect();
+    let _ = std::fs::remove_dir_all(&pki);
     // The envelope target's payload invariant is live: the seeds' payloads are compared.
     let cat = halo_core::Catalog::parse(
         std::str::from_utf8(&file("catalogs/uav-px4.toml")).unwrap(),
@@ -260,6 +299,11 @@ fn every_fuzz_target_survives_its_smoke_run() {
             "last_event_id",
             run("last_event_id", &event_ids, fuzzing::last_event_id),
         ),
+        (
+            "gateway_config",
+            run("gateway_config", &configs, fuzzing::gateway_config),
+        ),
+        ("tls_pem", run("tls_pem", &pems, fuzzing::tls_pem)),
     ];
     let total: usize = runs.iter().map(|(_, n)| n).sum();
     for (name, n) in &runs {
@@ -274,10 +318,15 @@ fn every_fuzz_target_survives_its_smoke_run() {
         + scripts.len()
         + workflows.len()
         + bodies.len()
-        + event_ids.len();
+        + event_ids.len()
+        + configs.len()
+        + pems.len();
     println!("fuzz-smoke: {total}/{want} matched");
     assert_eq!(envelopes.len(), 120);
     assert_eq!(total, want);
-    assert_eq!((bodies.len(), event_ids.len()), (14, 9));
-    assert_eq!(total, 13727, "the smoke run's size, pinned");
+    assert_eq!(
+        (bodies.len(), event_ids.len(), configs.len(), pems.len()),
+        (14, 9, 6, 2)
+    );
+    assert_eq!(total, 16735, "the smoke run's size, pinned");
 }

@@ -19,6 +19,10 @@
 //!   write has waited `write_timeout_ms`; hyper buffers at most a small amount per
 //!   connection, and an event stream is a cursor into the shared backlog, so nothing grows
 //!   meanwhile. The client resumes with `Last-Event-ID`.
+//! - **TLS.** With `[listen.tls]` every connection is a TLS 1.2 or 1.3 session ([`super::tls`]);
+//!   its handshake must finish within `header_timeout_ms`, and one that fails (plaintext to
+//!   the TLS port, an old protocol, a client that does not trust the certificate) is closed and
+//!   counted in `halo_tls_handshake_failures_total`.
 //! - **The operator's own listener.** `listen.operator` serves the same routes, only to the
 //!   operator credential, with caps of its own: a saturated agent listener never blocks a
 //!   hold.
@@ -40,6 +44,7 @@ use tokio::sync::watch;
 use tower::ServiceExt as _;
 
 use crate::service::infra::metrics::{CodeLabel, Metrics};
+use crate::service::infra::tls::Tls;
 
 /// How one listener bounds its clients.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,13 +147,14 @@ fn admit(
     })
 }
 
-/// Serves `app` on `listener` until `shutdown` turns true, then lets open requests finish
-/// (at most five seconds).
+/// Serves `app` on `listener` (over TLS when `tls` is given) until `shutdown` turns true, then
+/// lets open requests finish (at most five seconds).
 pub async fn serve(
     name: &'static str,
     listener: TcpListener,
     app: Router,
     limits: Limits,
+    tls: Option<Arc<Tls>>,
     mut shutdown: watch::Receiver<bool>,
     metrics: Arc<Metrics>,
 ) {
@@ -159,7 +165,16 @@ pub async fn serve(
             r = listener.accept() => match r {
                 Ok((stream, peer)) => match admit(&open, peer.ip(), &limits, &metrics) {
                     Ok(place) => {
-                        conns.spawn(connection(stream, peer, app.clone(), limits.clone(), shutdown.clone(), place));
+                        let (app, limits, shutdown) = (app.clone(), limits.clone(), shutdown.clone());
+                        match &tls {
+                            None => {
+                                let _ = stream.set_nodelay(true);
+                                conns.spawn(connection(stream, peer, app, limits, shutdown, place))
+                            }
+                            Some(tls) => conns.spawn(tls_connection(
+                                tls.acceptor(), stream, peer, app, limits, shutdown, place, Arc::clone(&metrics),
+                            )),
+                        };
                     }
                     Err(cap) => {
                         metrics.connections_refused.get_or_create(&CodeLabel { code: cap.into() }).inc();
@@ -196,15 +211,45 @@ pub async fn serve(
     }
 }
 
-async fn connection(
+static HANDSHAKE_WARNING: RateLimited = RateLimited::new(Duration::from_secs(5));
+
+/// A TLS connection: the handshake within the header timeout, then HTTP over the session.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one connection's parts, passed once from the accept loop"
+)]
+async fn tls_connection(
+    acceptor: tokio_rustls::TlsAcceptor,
     stream: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    limits: Limits,
+    shutdown: watch::Receiver<bool>,
+    place: Admitted,
+    metrics: Arc<Metrics>,
+) {
+    let _ = stream.set_nodelay(true);
+    let why = match tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(session)) => return connection(session, peer, app, limits, shutdown, place).await,
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "the handshake did not finish within listen.header_timeout_ms".to_string(),
+    };
+    metrics.tls_handshake_failures.inc();
+    if let Some(held) = HANDSHAKE_WARNING.allow() {
+        tracing::info!(%peer, error = %why, held_back = held, "TLS handshake failed; connection closed");
+    }
+}
+
+async fn connection<S>(
+    stream: S,
     peer: SocketAddr,
     app: Router,
     limits: Limits,
     mut shutdown: watch::Receiver<bool>,
     _place: Admitted,
-) {
-    let _ = stream.set_nodelay(true);
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
     let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));

@@ -77,6 +77,10 @@ pub struct Metrics {
     pub(crate) connections_refused: Family<CodeLabel, Counter>,
     /// Open HTTP connections.
     pub(crate) connections_open: Gauge,
+    /// TLS handshakes that failed or timed out.
+    pub(crate) tls_handshake_failures: Counter,
+    /// Reloads of the TLS files (SIGHUP), by result (`ok`, or the refusal's code).
+    pub(crate) tls_reloads: Family<CodeLabel, Counter>,
     /// Open event streams.
     pub(crate) event_streams: Gauge,
     /// MAVLink datagrams from an address other than the vehicle's, ignored.
@@ -129,6 +133,8 @@ impl Metrics {
             receipts_refusing: Gauge::default(),
             connections_refused: Family::default(),
             connections_open: Gauge::default(),
+            tls_handshake_failures: Counter::default(),
+            tls_reloads: Family::default(),
             event_streams: Gauge::default(),
             foreign_datagrams: Gauge::default(),
             unsigned_refused: Gauge::default(),
@@ -229,6 +235,16 @@ impl Metrics {
             "connections_open",
             "Open HTTP connections",
             m.connections_open.clone(),
+        );
+        registry.register(
+            "tls_handshake_failures",
+            "TLS handshakes that failed or did not finish within listen.header_timeout_ms",
+            m.tls_handshake_failures.clone(),
+        );
+        registry.register(
+            "tls_reloads",
+            "Reloads of the TLS certificate and key files, by result (ok, or the refusal's code)",
+            m.tls_reloads.clone(),
         );
         registry.register(
             "event_streams",

@@ -1,5 +1,5 @@
 //! What every room stands on: the one clock ([`clock`]), the event hub the streams read
-//! ([`hub`]), the TCP listener with its connection limits ([`listener`]), the Prometheus
+//! ([`hub`]), the TCP listener with its connection limits ([`listener`]) and its TLS ([`tls`]), the Prometheus
 //! metrics ([`metrics`]) and real-time scheduling ([`realtime`]). Nothing here knows the
 //! protocol or a face.
 
@@ -8,3 +8,4 @@ pub mod hub;
 pub mod listener;
 pub mod metrics;
 pub mod realtime;
+pub mod tls;

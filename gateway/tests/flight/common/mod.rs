@@ -14,6 +14,7 @@
 mod core_fixtures;
 pub mod process;
 pub mod service;
+pub mod tls;
 
 #[allow(unused_imports, reason = "each test binary uses a different subset")]
 pub use core_fixtures::*;

@@ -119,8 +119,21 @@ impl Gateway {
     }
 }
 
+/// The CA the helpers trust for `https://` URLs ([`trust_ca`]); none: plain HTTP only.
+static TRUSTED_CA: Mutex<Option<Vec<u8>>> = Mutex::new(None);
+
+/// From now on the helpers ([`get`], [`post`], [`Providers`], [`take_off`]) trust `ca_pem` for
+/// `https://` URLs (a test of a TLS gateway; it holds [`super::exclusive`]).
+pub fn trust_ca(ca_pem: Option<&[u8]>) {
+    *TRUSTED_CA.lock().unwrap() = ca_pem.map(<[u8]>::to_vec);
+}
+
 pub fn http() -> ureq::Agent {
-    sitl::client::agent(Some(Duration::from_secs(30)))
+    let t = Some(Duration::from_secs(30));
+    match TRUSTED_CA.lock().unwrap().as_deref() {
+        Some(ca) => sitl::client::agent_trusting(t, ca).unwrap(),
+        None => sitl::client::agent(t),
+    }
 }
 
 /// One request: the method, an optional bearer credential, an optional body; returns
@@ -308,7 +321,10 @@ impl Providers {
         let refused = Arc::new(AtomicU64::new(0));
         let r = Arc::clone(&refused);
         let thread = std::thread::spawn(move || {
-            let addr = url.trim_start_matches("http://").to_string();
+            let addr = url
+                .trim_start_matches("http://")
+                .trim_start_matches("https://")
+                .to_string();
             while !s.load(Ordering::Relaxed) {
                 // A gateway that stopped (an MCP client closed the session it spawned) ends
                 // the publishing; every request of a test still checks its own answer.

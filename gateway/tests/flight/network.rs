@@ -1,0 +1,490 @@
+//! The network face: TLS on both listeners, judged by clients that share no code with the
+//! gateway (curl, `openssl s_client`, Python's `ssl` and `httpx`, the Python `mcp` SDK), the
+//! configuration's refusal of plaintext on a network, and a certificate replaced by SIGHUP
+//! during a streaming flight. The certificates are made with the `openssl` commands
+//! docs/deploy.md gives.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::service::{
+    Gateway, Providers, Sim, certify, fp, metrics_text, post, route, take_off, tmp, trust_ca,
+    wait_until,
+};
+use crate::common::tls::{Pki, make_pki};
+use crate::common::{self, Checks, halo, repo_root};
+
+/// The network suite's checks.
+const NETWORK: usize = 35;
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// curl's exit code and body: `GET url` trusting `ca` (none: plain HTTP).
+fn curl(url: &str, ca: Option<&Path>, token: Option<&str>) -> (i32, String) {
+    let mut c = Command::new("curl");
+    c.args(["-sS", "--max-time", "10"]);
+    if let Some(ca) = ca {
+        c.arg("--cacert").arg(ca);
+    }
+    if let Some(t) = token {
+        c.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    let out = c.arg(url).stdin(Stdio::null()).output().expect("curl");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// `openssl s_client` with `flags` against `addr`: what it printed (stdout and stderr).
+fn s_client(addr: &str, flags: &[&str]) -> String {
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect", addr, "-brief"])
+        .args(flags)
+        .stdin(Stdio::null())
+        .output()
+        .expect("openssl");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `openssl s_client` offering only `flag` (`-tls1_1`, `-tls1`), its own floor lowered so a
+/// refusal is the server's: refused with an alert and no session. rustls answers such a hello
+/// with handshake_failure (nothing it offers is acceptable).
+fn old_protocol_refused(addr: &str, flag: &str, ca: &str) -> bool {
+    let out = s_client(
+        addr,
+        &[flag, "-cipher", "DEFAULT:@SECLEVEL=0", "-CAfile", ca],
+    );
+    let refused = out.contains("SSL alert number") && !out.contains("Protocol version:");
+    if !refused {
+        println!("  s_client {flag} at {addr}: {}", out.trim());
+    }
+    refused
+}
+
+/// A planted defect for the judge above: OpenSSL's s_server taking TLS 1.1 with the test
+/// certificate. The judge must not call it refused.
+fn weak_server_caught(pki: &Pki) -> bool {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = Command::new("openssl")
+        .args([
+            "s_server",
+            "-accept",
+            &format!("127.0.0.1:{port}"),
+            "-tls1_1",
+        ])
+        .args(["-cipher", "DEFAULT:@SECLEVEL=0", "-www", "-quiet", "-cert"])
+        .arg(&pki.cert)
+        .arg("-key")
+        .arg(&pki.key)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl s_server");
+    wait_until(10, "openssl s_server", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let caught = !old_protocol_refused(&format!("127.0.0.1:{port}"), "-tls1_1", s(&pki.ca));
+    let _ = server.kill();
+    let _ = server.wait();
+    caught
+}
+
+fn host_port(url: &str) -> String {
+    url.trim_start_matches("https://")
+        .trim_start_matches("http://")
+        .to_string()
+}
+
+fn metric(url: &str, line: &str) -> u64 {
+    metrics_text(url)
+        .lines()
+        .find_map(|l| l.strip_prefix(line))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `run --check` of a configuration text: (exit code, output).
+fn check_config(dir: &Path, name: &str, text: &str) -> (i32, String) {
+    let f = dir.join(name);
+    std::fs::write(&f, text).unwrap();
+    halo(&[
+        "run",
+        "--check",
+        "--config",
+        s(&f),
+        "--state-dir",
+        s(&dir.join("never")),
+    ])
+}
+
+fn tls_section(cert: &Path, key: &Path) -> String {
+    format!(
+        "[listen.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+        cert.display(),
+        key.display()
+    )
+}
+
+/// What `run` and `run --check` take and refuse of `[listen]`.
+fn configuration(c: &mut Checks, dir: &Path, pki: &Pki) {
+    let v = "[vehicle]\nurl = \"udpin:127.0.0.1:0\"\n";
+    let (code, out) = check_config(
+        dir,
+        "open.toml",
+        &format!("{v}[listen]\nhttp = \"0.0.0.0:0\"\n"),
+    );
+    c.check(
+        "plaintext on 0.0.0.0 is refused (exit 3), naming listen.http and [listen.tls]",
+        code == 3 && out.contains("listen.http") && out.contains("[listen.tls]"),
+    );
+    let (code, out) = check_config(
+        dir,
+        "open-op.toml",
+        &format!("{v}[listen]\nhttp = \"127.0.0.1:0\"\noperator = \"0.0.0.0:0\"\n"),
+    );
+    c.check(
+        "plaintext on the operator's listener alone is refused too",
+        code == 3 && out.contains("listen.operator"),
+    );
+    let (code, out) = check_config(
+        dir,
+        "insecure.toml",
+        &format!("{v}[listen]\nhttp = \"0.0.0.0:0\"\ninsecure_plaintext = true\n"),
+    );
+    c.check(
+        "listen.insecure_plaintext = true takes it and says so",
+        code == 0 && out.contains("plaintext on a network"),
+    );
+    let (code, out) = check_config(
+        dir,
+        "mismatch.toml",
+        &format!(
+            "{v}[listen]\nhttp = \"0.0.0.0:0\"\n{}",
+            tls_section(&pki.cert, &pki.other_key)
+        ),
+    );
+    c.check(
+        "a key that is not the certificate's is refused by run --check",
+        code == 3 && out.contains("cannot be served together"),
+    );
+    let missing = dir.join("no-such.crt");
+    let (code, out) = check_config(
+        dir,
+        "missing.toml",
+        &format!(
+            "{v}[listen]\nhttp = \"0.0.0.0:0\"\n{}",
+            tls_section(&missing, &pki.key)
+        ),
+    );
+    c.check(
+        "a missing certificate file is named",
+        code == 3 && out.contains("no-such.crt"),
+    );
+    let (code, out) = check_config(
+        dir,
+        "tls.toml",
+        &format!(
+            "{v}[listen]\nhttp = \"0.0.0.0:0\"\n{}",
+            tls_section(&pki.cert, &pki.key)
+        ),
+    );
+    c.check(
+        "TLS on 0.0.0.0 checks, https on both listeners",
+        code == 0 && out.contains("https://0.0.0.0:0 and https://0.0.0.0:0"),
+    );
+    let text = std::fs::read_to_string(repo_root().join("configs/pixhawk-telem2.toml")).unwrap();
+    c.check(
+        "configs/pixhawk-telem2.toml (what deploy installs) serves TLS on the network",
+        text.contains("[listen.tls]") && text.contains("0.0.0.0:8640"),
+    );
+}
+
+/// The running gateway over TLS, as curl, openssl and the operator's command line see it.
+fn independent_clients(c: &mut Checks, g: &Gateway, pki: &Pki) {
+    let u = &g.url;
+    let op = &g.proc.operator_url;
+    c.check(
+        "the banner names https:// for both listeners",
+        u.starts_with("https://") && op.starts_with("https://"),
+    );
+    let (code, body) = curl(&format!("{u}/v1/status"), Some(&pki.ca), None);
+    c.check(
+        "curl --cacert: GET /v1/status over TLS",
+        code == 0 && body.contains("boot_epoch"),
+    );
+    let (code, _) = curl(&format!("{u}/v1/status"), Some(&pki.other_ca), None);
+    c.check(
+        "curl trusting another CA refuses the certificate (60)",
+        code == 60,
+    );
+    let (code, body) = curl(&format!("http://{}/v1/status", host_port(u)), None, None);
+    c.check(
+        "plaintext HTTP to the TLS port gets no HTTP answer",
+        code != 0 && !body.contains("boot_epoch"),
+    );
+    let (code, body) = curl(&format!("{op}/v1/status"), Some(&pki.ca), Some(&g.operator));
+    c.check(
+        "the operator's own listener serves TLS",
+        code == 0 && body.contains("boot_epoch"),
+    );
+    let addr = host_port(u);
+    let ca = s(&pki.ca);
+    for (flag, want) in [("-tls1_2", "TLSv1.2"), ("-tls1_3", "TLSv1.3")] {
+        let out = s_client(&addr, &[flag, "-CAfile", ca, "-verify_return_error"]);
+        c.check(
+            format!("openssl s_client {flag}: {want}, the chain verified"),
+            out.contains(&format!("Protocol version: {want}")) && out.contains("Verification: OK"),
+        );
+        if !out.contains(want) {
+            println!("  s_client {flag}: {out}");
+        }
+    }
+    for flag in ["-tls1_1", "-tls1"] {
+        c.check(
+            format!("openssl s_client {flag}: refused by the gateway with an alert, no session"),
+            old_protocol_refused(&addr, flag, ca),
+        );
+    }
+    // The judge shown to catch a server that does take TLS 1.1: OpenSSL's own s_server.
+    c.check(
+        "the TLS 1.1 judge catches a server that takes TLS 1.1 (openssl s_server -tls1_1)",
+        weak_server_caught(pki),
+    );
+    let (code, out) = halo(&[
+        "operator",
+        "status",
+        "--url",
+        op,
+        "--cacert",
+        ca,
+        "--state-dir",
+        s(&g.state),
+    ]);
+    c.check(
+        "halo-gateway operator status --cacert over TLS",
+        code == 0 && out.contains("boot"),
+    );
+    let (code, out) = halo(&[
+        "operator",
+        "status",
+        "--url",
+        op,
+        "--state-dir",
+        s(&g.state),
+    ]);
+    c.check(
+        "operator status to an https URL without --cacert says to give it",
+        code != 0 && out.contains("--cacert"),
+    );
+    let failed = metric(u, "halo_tls_handshake_failures_total ");
+    c.check("failed handshakes are counted in /metrics", failed >= 4);
+    println!("  failed handshakes counted: {failed}");
+}
+
+/// Python's ssl, httpx and mcp against the running gateway (gateway/tests/py/tls_peer.py).
+fn python_peer(c: &mut Checks, g: &Gateway, pki: &Pki) {
+    let out = Command::new("python3")
+        .arg(repo_root().join("gateway/tests/py/tls_peer.py"))
+        .args([
+            "--url",
+            &g.url,
+            "--ca",
+            s(&pki.ca),
+            "--wrong-ca",
+            s(&pki.other_ca),
+        ])
+        .args(["--agent", &g.agent])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut done = None;
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if v["done"] == true {
+            done = Some(v);
+        } else if let Some(name) = v["check"].as_str() {
+            if v["ok"] != true {
+                println!("  python: {name}: {}", v["detail"]);
+            }
+            c.check(format!("python {name}"), v["ok"] == true);
+        }
+    }
+    c.check(
+        "the Python peer ran to its end (8 checks)",
+        done.is_some_and(|d| d["total"] == 8),
+    );
+}
+
+/// During a streaming flight: the certificate is replaced by one of another CA and SIGHUP
+/// re-reads it; then a broken key file is refused and the new certificate stays.
+fn rotation(c: &mut Checks, g: &Gateway, sim: &Sim, pki: &Pki, live: (&Path, &Path)) {
+    let u = &g.url;
+    take_off(g, sim);
+    let mut a = route("a", [8.0, 2.0, -6.0, 0.0], 7, "cert-a");
+    a["payload"]["duration_s"] = json!(20.0);
+    let env = json!({"response_id": "tls-1", "agent_id": "planner-1", "generation": 1,
+        "catalog": {"id": "uav-px4", "version": 6}, "components": [a]});
+    certify(g, &env, "a", "cert-a");
+    let (st, rep) = post(
+        &format!("{u}/v1/responses"),
+        Some(&g.agent),
+        env.to_string().as_bytes(),
+    );
+    assert_eq!(
+        (st, rep["components"][0]["phase"].as_str()),
+        (200, Some("dispatched")),
+        "{rep}"
+    );
+    let target = fp(8.0, 2.0, -6.0, 0.0);
+    wait_until(10, "the target at the vehicle", || {
+        sim.fingerprints().contains(&target)
+    });
+    // An event stream opened before the reload, trusting the first CA.
+    let events = live.0.parent().unwrap().join("events.txt");
+    let mut stream = Command::new("curl")
+        .args([
+            "-sS",
+            "-N",
+            "--max-time",
+            "60",
+            "--cacert",
+            s(&pki.ca),
+            "-H",
+        ])
+        .arg(format!("Authorization: Bearer {}", g.agent))
+        .arg(format!("{u}/v1/events"))
+        .stdout(std::fs::File::create(&events).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(10, "the stream's first event", || {
+        std::fs::read_to_string(&events).is_ok_and(|t| t.contains("data:"))
+    });
+    std::fs::copy(&pki.other_cert, live.0).unwrap();
+    std::fs::copy(&pki.other_key, live.1).unwrap();
+    let t_reload = sim.now_ns();
+    let hup = Command::new("kill")
+        .args(["-HUP", &g.proc.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    wait_until(10, "the reload", || {
+        metric(u, "halo_tls_reloads_total{code=\"ok\"} ") == 1
+    });
+    c.check("SIGHUP reloads the certificate (counted ok)", true);
+    let (old, _) = curl(&format!("{u}/v1/status"), Some(&pki.ca), None);
+    let (new, body) = curl(&format!("{u}/v1/status"), Some(&pki.other_ca), None);
+    c.check(
+        "after it a new connection gets the new certificate (the old CA refuses it, the new one takes it)",
+        old == 60 && new == 0 && body.contains("boot_epoch"),
+    );
+    let before = std::fs::read_to_string(&events).unwrap().len();
+    let note = json!({"response_id": "tls-2", "agent_id": "planner-1", "generation": 2,
+        "catalog": {"id": "uav-px4", "version": 6},
+        "components": [{"id": "n1", "type": "notice", "payload": {"text": "after the reload"}}]});
+    let (st, _) = post(
+        &format!("{u}/v1/responses"),
+        Some(&g.agent),
+        note.to_string().as_bytes(),
+    );
+    assert_eq!(st, 200);
+    wait_until(
+        10,
+        "an event after the reload on the stream opened before it",
+        || {
+            std::fs::read_to_string(&events)
+                .is_ok_and(|t| t.len() > before && t[before..].contains("tls-2"))
+        },
+    );
+    c.check(
+        "the event stream opened before the reload keeps streaming after it",
+        stream.try_wait().unwrap().is_none(),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let taken = sim.taken_after(&target, t_reload);
+    println!("  setpoints of the target taken in the 2 s after the reload: {taken}");
+    c.check(
+        "the target kept streaming through the reload (the simulator's own log)",
+        taken >= 30,
+    );
+    // A half-written key: refused, the certificate in use stays.
+    std::fs::write(live.1, "-----BEGIN PRIVATE KEY-----\ntruncated\n").unwrap();
+    let hup = Command::new("kill")
+        .args(["-HUP", &g.proc.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    wait_until(10, "the refused reload", || {
+        metric(u, "halo_tls_reloads_total{code=\"TLS_NO_KEY\"} ") == 1
+    });
+    let (new, _) = curl(&format!("{u}/v1/status"), Some(&pki.other_ca), None);
+    c.check(
+        "a broken key file is refused at reload (TLS_NO_KEY) and the certificate in use stays",
+        new == 0,
+    );
+    let _ = stream.kill();
+    let _ = stream.wait();
+}
+
+#[test]
+fn tls_on_the_listeners_judged_by_independent_clients() {
+    let _timing = common::exclusive();
+    let dir = tmp("network-tls");
+    let pki = make_pki(&dir);
+    let mut c = Checks::new("network");
+    configuration(&mut c, &dir, &pki);
+
+    // The files the gateway serves, replaced during the flight.
+    let live = (dir.join("live.crt"), dir.join("live.key"));
+    std::fs::copy(&pki.cert, &live.0).unwrap();
+    std::fs::copy(&pki.key, &live.1).unwrap();
+    let sim = Sim::start(&dir.join("vehicle-setpoints.jsonl"));
+    let state = dir.join("state");
+    let g = Gateway::start_config(
+        &dir,
+        &state,
+        &format!(
+            "[vehicle]\nurl = \"udpout:{}\"\n[listen]\nhttp = \"127.0.0.1:0\"\n{}[state]\ndir = \"{}\"\n[log]\nlevel = \"warn\"\n",
+            sim.addr,
+            tls_section(&live.0, &live.1),
+            state.display()
+        ),
+        &[],
+    );
+    trust_ca(Some(&std::fs::read(&pki.ca).unwrap()));
+    independent_clients(&mut c, &g, &pki);
+    python_peer(&mut c, &g, &pki);
+    let providers = Providers::start(&g.url, &g.provider);
+    // From here the helpers trust both CAs (the certificate changes mid-flight).
+    let both = [
+        std::fs::read(&pki.ca).unwrap(),
+        std::fs::read(&pki.other_ca).unwrap(),
+    ]
+    .concat();
+    trust_ca(Some(&both));
+    rotation(&mut c, &g, &sim, &pki, (&live.0, &live.1));
+    drop(providers);
+    trust_ca(None);
+    c.check("the gateway stops cleanly", g.stop() == 0);
+    c.finish(NETWORK, "");
+    let _ = std::fs::remove_dir_all(&dir);
+}
