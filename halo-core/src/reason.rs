@@ -207,6 +207,8 @@ reasons! {
     VEHICLE_NOT_ARMED(818) "the vehicle is disarmed; arm it before this command";
     UNKNOWN_TOOL(819) "no MCP tool of that name; list the tools";
     CERTIFIER_DISABLED(820) "the reference certifier is off (`[certifier] enabled`)";
+    CREDENTIAL_REVOKED(821) "the credential's principal is revoked (`auth.revoked_file`)";
+    RESPONSE_ID_TAKEN(822) "the response id is another agent principal's";
 }
 
 impl std::fmt::Display for ReasonCode {

@@ -138,6 +138,12 @@ pub fn check_run(
         }
     };
     let catalog = match cfg.catalog() {
+        Ok(c) if cfg.check_principals_against(&c).is_err() => {
+            if let Err(e) = cfg.check_principals_against(&c) {
+                problems.push(e.to_string());
+            }
+            String::new()
+        }
         Ok(c) => format!(
             "`{}` v{} ({}), {} sources, {} component types",
             c.id(),
@@ -219,6 +225,14 @@ pub fn check_run(
         println!("  relay:     the ground station on {f}");
     }
     println!("  listen:    {listen}");
+    if !cfg.principals.is_empty() {
+        let names: Vec<String> = cfg
+            .principals
+            .iter()
+            .map(|p| format!("{} ({})", p.name, p.role.role().name()))
+            .collect();
+        println!("  principals: {}", names.join(", "));
+    }
     println!("  state:     {state}");
     if let Some(p) = cfg.realtime.priority {
         println!(

@@ -45,6 +45,57 @@ pub struct Config {
     pub gcs: GcsConfig,
     /// The optional real-time scheduling of the gateway's threads (off by default).
     pub realtime: crate::service::infra::realtime::RealtimeConfig,
+    /// Named principals (`[[principals]]`): several agents and providers, each with its own
+    /// credential. None: the three role credentials of `[auth]`.
+    pub principals: Vec<PrincipalConfig>,
+}
+
+/// `[[principals]]`: one named party, its role and its credential.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalConfig {
+    /// Its name, in receipts, logs and metrics: 1 to 64 of `a-z 0-9 - _ .`.
+    pub name: String,
+    /// `agent`, `provider` or `operator`.
+    pub role: RoleName,
+    /// Its bearer credential's file (created with a fresh credential, mode 0600, when absent).
+    pub token_file: PathBuf,
+    /// A provider's sources: the catalog sources it writes, and nothing else (each source at
+    /// most one provider's). None given: it writes no source (certificates only).
+    #[serde(default)]
+    pub sources: Vec<String>,
+}
+
+/// A principal's role, as the configuration names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RoleName {
+    /// The untrusted planner.
+    Agent,
+    /// A state provider or certificate issuer.
+    Provider,
+    /// The operator.
+    Operator,
+}
+
+impl RoleName {
+    /// The route table's role.
+    pub fn role(self) -> crate::service::api::routes::Role {
+        use crate::service::api::routes::Role;
+        match self {
+            RoleName::Agent => Role::Agent,
+            RoleName::Provider => Role::Provider,
+            RoleName::Operator => Role::Operator,
+        }
+    }
+}
+
+/// A principal's name as the configuration may spell it.
+fn principal_name_ok(n: &str) -> bool {
+    (1..=64).contains(&n.len())
+        && n.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
+        })
 }
 
 /// `[gcs]`.
@@ -436,6 +487,10 @@ pub struct AuthConfig {
     /// Require a credential (any role) for `/metrics` and `/v1/status` too. Off by default;
     /// turn it on whenever the listener is not loopback.
     pub require_for_read: bool,
+    /// Revoked principals: a file of principal names, one per line (`#` starts a comment),
+    /// re-read with the credentials on SIGHUP. A revoked principal is refused everywhere and
+    /// its open event streams and MCP sessions are closed.
+    pub revoked_file: Option<PathBuf>,
 }
 
 /// `[state]`.
@@ -618,6 +673,7 @@ impl Config {
         self.check_vehicle(file)?;
         self.check_receipts(file)?;
         self.check_listen(file)?;
+        self.check_principals(file)?;
         if !(1..=65_536).contains(&self.limits.max_live_responses) {
             return Err(ConfigError(format!(
                 "{file}: limits.max_live_responses: {} is outside 1..65536",
@@ -737,6 +793,101 @@ impl Config {
                 "{file}: receipts.reserve_bytes: {} is over 64 MiB",
                 self.receipts.reserve_bytes
             )));
+        }
+        Ok(())
+    }
+
+    /// `[[principals]]`: unique names and credential files, at least one operator, each source
+    /// at most one provider's (the catalog's own check is at start and in `run --check`).
+    fn check_principals(&self, file: &str) -> Result<(), ConfigError> {
+        let ps = &self.principals;
+        if ps.is_empty() {
+            return Ok(());
+        }
+        if ps.len() > 256 {
+            return Err(ConfigError(format!(
+                "{file}: principals: {} is over 256",
+                ps.len()
+            )));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        let mut files = std::collections::BTreeSet::new();
+        let mut sources = std::collections::BTreeMap::new();
+        for p in ps {
+            if !principal_name_ok(&p.name) {
+                return Err(ConfigError(format!(
+                    "{file}: principals: `{}` is not a principal name (1 to 64 of a-z 0-9 - _ .)",
+                    p.name
+                )));
+            }
+            if !names.insert(p.name.as_str()) {
+                return Err(ConfigError(format!(
+                    "{file}: principals: `{}` is named twice",
+                    p.name
+                )));
+            }
+            if !files.insert(p.token_file.as_path()) {
+                return Err(ConfigError(format!(
+                    "{file}: principals: {} is `{}`'s token_file and another's; each principal needs its own credential",
+                    p.token_file.display(),
+                    p.name
+                )));
+            }
+            if p.role != RoleName::Provider && !p.sources.is_empty() {
+                return Err(ConfigError(format!(
+                    "{file}: principals: `{}` is not a provider: sources are a provider's",
+                    p.name
+                )));
+            }
+            for src in &p.sources {
+                if let Some(other) = sources.insert(src.as_str(), p.name.as_str()) {
+                    return Err(ConfigError(format!(
+                        "{file}: principals: source `{src}` is given to `{other}` and to `{}`; each source has one provider",
+                        p.name
+                    )));
+                }
+            }
+        }
+        if !ps.iter().any(|p| p.role == RoleName::Operator) {
+            return Err(ConfigError(format!(
+                "{file}: principals: none is an operator; with [[principals]] the role credentials of [auth] are not taken, so one must be"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The principals' sources against the catalog: each a source it defines that providers
+    /// write.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the principal and the source.
+    pub fn check_principals_against(
+        &self,
+        catalog: &halo_core::catalog::Catalog,
+    ) -> Result<(), ConfigError> {
+        for p in &self.principals {
+            for src in &p.sources {
+                match catalog.source_ix(src).and_then(|ix| catalog.source(ix)) {
+                    None => {
+                        return Err(ConfigError(format!(
+                            "principals: `{}` is given source `{src}`, which catalog `{}` does not define",
+                            p.name,
+                            catalog.id()
+                        )));
+                    }
+                    Some(s) if s.owner != halo_core::catalog::Owner::Provider => {
+                        return Err(ConfigError(format!(
+                            "principals: `{}` is given source `{src}`, which the {} writes, not a provider",
+                            p.name,
+                            match s.owner {
+                                halo_core::catalog::Owner::Vehicle => "vehicle link",
+                                _ => "operator",
+                            }
+                        )));
+                    }
+                    Some(_) => {}
+                }
+            }
         }
         Ok(())
     }

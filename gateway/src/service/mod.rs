@@ -219,6 +219,8 @@ struct TouchedState {
     boot_epoch: u64,
     credentials: Credentials,
     credential_files: CredentialFiles,
+    principals: Arc<infra::principals::Principals>,
+    principal_files_created: Vec<PathBuf>,
     signer: crate::audit::Signer,
     audit_public_key: PathBuf,
     receipts: store::receipts::ReceiptLog,
@@ -244,6 +246,24 @@ fn touch_state(
         cfg.auth.operator_file.as_deref(),
     )
     .map_err(StartError::state)?;
+    let revoked = cfg.auth.revoked_file.as_deref();
+    let (principals, principal_files_created) = if cfg.principals.is_empty() {
+        let p = infra::principals::Principals::from_roles(&credential_files, revoked)
+            .map_err(StartError::state)?;
+        (p, Vec::new())
+    } else {
+        let specs: Vec<infra::principals::PrincipalSpec> = cfg
+            .principals
+            .iter()
+            .map(|p| infra::principals::PrincipalSpec {
+                name: p.name.clone(),
+                role: p.role.role(),
+                token_file: p.token_file.clone(),
+                sources: p.sources.clone(),
+            })
+            .collect();
+        infra::principals::Principals::configured(&specs, revoked).map_err(StartError::state)?
+    };
     let key_path = cfg
         .receipts
         .signing_key
@@ -303,6 +323,8 @@ fn touch_state(
         boot_epoch,
         credentials,
         credential_files,
+        principals: Arc::new(principals),
+        principal_files_created,
         signer,
         audit_public_key,
         receipts: log,
@@ -562,6 +584,10 @@ async fn warn_plaintext(
 #[derive(Clone)]
 pub struct Reloader {
     tls: Option<Arc<infra::tls::Tls>>,
+    principals: Arc<infra::principals::Principals>,
+    /// `[[principals]]` (not the three role credentials).
+    configured: bool,
+    principal_files_created: Vec<PathBuf>,
     metrics: Arc<infra::metrics::Metrics>,
 }
 
@@ -589,10 +615,38 @@ impl Reloader {
                 )),
             });
         }
-        if out.is_empty() {
-            out.push(Ok("SIGHUP: nothing to reload (no [listen.tls])".to_string()));
-        }
+        let r = self.principals.reload();
+        let code = if r.is_ok() { "ok" } else { "refused" };
+        self.metrics
+            .credential_reloads
+            .get_or_create(&infra::metrics::CodeLabel { code: code.into() })
+            .inc();
+        out.push(match r {
+            Ok(r) => Ok(format!(
+                "credentials: {} principals re-read{}{}; a refused credential's open streams are closed",
+                r.principals,
+                if r.rotated.is_empty() {
+                    String::new()
+                } else {
+                    format!(", new credentials for {}", r.rotated.join(", "))
+                },
+                if r.revoked.is_empty() {
+                    String::new()
+                } else {
+                    format!(", revoked now: {}", r.revoked.join(", "))
+                }
+            )),
+            Err(e) => Err(format!(
+                "credentials: not reloaded: {}; the credentials in force stay",
+                e.message()
+            )),
+        });
         out
+    }
+
+    /// The principals in force.
+    pub fn principals(&self) -> &Arc<infra::principals::Principals> {
+        &self.principals
     }
 }
 
@@ -703,6 +757,8 @@ impl Service {
             None => None,
         };
         let domain = cfg.domain().map_err(StartError::config)?;
+        cfg.check_principals_against(&catalog)
+            .map_err(StartError::config)?;
         let tls = match &cfg.listen.tls {
             Some(t) => Some(Arc::new(
                 infra::tls::Tls::load(infra::tls::TlsFiles {
@@ -754,6 +810,8 @@ impl Service {
             boot_epoch,
             credentials,
             credential_files,
+            principals,
+            principal_files_created,
             signer,
             audit_public_key,
             receipts: log,
@@ -805,6 +863,9 @@ impl Service {
         ));
         let reloader = Reloader {
             tls: tls.clone(),
+            principals: Arc::clone(&principals),
+            configured: !cfg.principals.is_empty(),
+            principal_files_created,
             metrics: Arc::clone(&metrics),
         };
         let (http, op_http) = serve_http(
@@ -815,7 +876,7 @@ impl Service {
                 cmds: cmd_tx.clone(),
                 hub: hub.clone(),
                 metrics,
-                creds: Arc::new(credentials.clone()),
+                principals: Arc::clone(&principals),
                 require_for_read: cfg.auth.require_for_read,
                 shutdown: shutdown_rx.clone(),
                 schema: envelope_schema,
@@ -1031,6 +1092,25 @@ pub fn banner(s: &Service, show_new_secrets: bool) -> String {
         s.audit_public_key.display(),
         s.audit_public_key.display()
     ));
+    if s.reloader.configured {
+        let set = s.reloader.principals.current();
+        for p in set.list() {
+            let sources = p
+                .sources()
+                .filter(|v| !v.is_empty())
+                .map(|v| format!(", writes {}", v.join(", ")))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "  principal: {} ({}{sources})\n",
+                p.name,
+                p.role.name()
+            ));
+        }
+        for f in &s.reloader.principal_files_created {
+            out.push_str(&format!("  new credential: {}\n", f.display()));
+        }
+        return out;
+    }
     let roles = [
         ("agent", &s.credentials.agent, &s.credential_files.agent),
         (

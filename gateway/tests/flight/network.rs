@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::common::service::{
-    Gateway, Providers, Sim, certify, fp, metrics_text, post, route, take_off, tmp, trust_ca,
+    Gateway, Providers, Sim, certify, fp, get, metrics_text, post, route, take_off, tmp, trust_ca,
     wait_until,
 };
 use crate::common::tls::{Pki, make_pki};
@@ -486,5 +486,344 @@ fn tls_on_the_listeners_judged_by_independent_clients() {
     trust_ca(None);
     c.check("the gateway stops cleanly", g.stop() == 0);
     c.finish(NETWORK, "");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The principals suite's checks.
+const PRINCIPALS: usize = 28;
+
+const MAP_FEED: [&str; 7] = [
+    "map",
+    "bounds",
+    "authority",
+    "airspace",
+    "preflight",
+    "wind",
+    "z_range",
+];
+
+fn token(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(format!("{name}.token")))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn notice(id: &str, text: &str) -> Vec<u8> {
+    json!({"response_id": id, "agent_id": "planner", "generation": 1,
+        "catalog": {"id": "uav-px4", "version": 6},
+        "components": [{"id": "n1", "type": "notice", "payload": {"text": text}}]})
+    .to_string()
+    .into_bytes()
+}
+
+/// What `curl -N` read from `GET /v1/events` with `token` in `secs` seconds.
+fn events_for(url: &str, token: &str, secs: u32) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "-N", "--max-time", &secs.to_string(), "-H"])
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(format!("{url}/v1/events"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Two agents, two providers and an operator, each a principal of its own: what each may write
+/// and see, and credentials rotated and revoked by SIGHUP without a restart.
+#[test]
+fn principals_each_write_and_see_their_own_and_credentials_rotate_without_a_restart() {
+    let _timing = common::shared();
+    let dir = tmp("network-principals");
+    let creds = dir.join("principals");
+    std::fs::create_dir_all(&creds).unwrap();
+    let revoked = creds.join("revoked");
+    let sources = MAP_FEED.map(|s| format!("\"{s}\"")).join(", ");
+    let principals = format!(
+        "[[principals]]\nname = \"agent-a\"\nrole = \"agent\"\ntoken_file = \"{d}/agent-a.token\"\n\
+         [[principals]]\nname = \"agent-b\"\nrole = \"agent\"\ntoken_file = \"{d}/agent-b.token\"\n\
+         [[principals]]\nname = \"traffic-feed\"\nrole = \"provider\"\ntoken_file = \"{d}/traffic-feed.token\"\nsources = [\"traffic\"]\n\
+         [[principals]]\nname = \"map-feed\"\nrole = \"provider\"\ntoken_file = \"{d}/map-feed.token\"\nsources = [{sources}]\n\
+         [[principals]]\nname = \"op\"\nrole = \"operator\"\ntoken_file = \"{d}/op.token\"\n",
+        d = creds.display()
+    );
+    let mut c = Checks::new("network-principals");
+    // The configuration's refusals, as run --check gives them.
+    let v = "[vehicle]\nurl = \"udpin:127.0.0.1:0\"\n";
+    let (code, out) = check_config(
+        &dir,
+        "unknown-source.toml",
+        &format!(
+            "{v}{}",
+            principals.replace("sources = [\"traffic\"]", "sources = [\"trafic\"]")
+        ),
+    );
+    c.check(
+        "a provider given a source the catalog does not define is refused (exit 3)",
+        code == 3 && out.contains("`trafic`"),
+    );
+    let (code, out) = check_config(
+        &dir,
+        "vehicle-source.toml",
+        &format!(
+            "{v}{}",
+            principals.replace("sources = [\"traffic\"]", "sources = [\"battery\"]")
+        ),
+    );
+    c.check(
+        "a provider given a vehicle-owned source is refused",
+        code == 3 && out.contains("vehicle link"),
+    );
+    let (code, out) = check_config(
+        &dir,
+        "two-owners.toml",
+        &format!(
+            "{v}{}",
+            principals.replace("sources = [\"traffic\"]", "sources = [\"map\"]")
+        ),
+    );
+    c.check(
+        "one source given to two providers is refused",
+        code == 3 && out.contains("each source has one provider"),
+    );
+    let (code, out) = check_config(&dir, "principals.toml", &format!("{v}{principals}"));
+    c.check(
+        "run --check names the principals",
+        code == 0 && out.contains("agent-a (agent), agent-b (agent), traffic-feed (provider)"),
+    );
+
+    let state = dir.join("state");
+    let g = Gateway::start_config(
+        &dir,
+        &state,
+        &format!(
+            "[vehicle]\nurl = \"sim\"\n[listen]\nhttp = \"127.0.0.1:0\"\n[auth]\nrevoked_file = \"{}\"\n{principals}[state]\ndir = \"{}\"\n[log]\nlevel = \"warn\"\n",
+            revoked.display(),
+            state.display()
+        ),
+        &[],
+    );
+    let u = g.url.clone();
+    let [a, b, traffic, map, op] =
+        ["agent-a", "agent-b", "traffic-feed", "map-feed", "op"].map(|n| token(&creds, n));
+    // The role credentials of [auth] are not taken with [[principals]].
+    let (st, _) = get(&format!("{u}/v1/obligations"), Some(&g.agent));
+    c.check(
+        "the [auth] agent credential is not taken with [[principals]] (401)",
+        st == 401,
+    );
+    // Each provider writes its own sources, and only those.
+    let mut writes = (0, 0, 0);
+    for (source, body) in sitl::sim::world::provider_updates(7, common::service::unix_ms()) {
+        let url = format!("{u}/v1/state/{source}");
+        let bytes = body.to_string();
+        let (own, other) = if source == "traffic" {
+            (&traffic, &map)
+        } else {
+            (&map, &traffic)
+        };
+        let (st_other, v) = post(&url, Some(other), bytes.as_bytes());
+        if st_other == 403 && v["error"]["code"] == "SOURCE_NOT_WRITABLE" {
+            writes.1 += 1;
+        }
+        if post(&url, Some(own), bytes.as_bytes()).0 == 200 {
+            writes.0 += 1;
+        }
+        if post(&url, Some(&a), bytes.as_bytes()).0 == 403 {
+            writes.2 += 1;
+        }
+    }
+    println!(
+        "  provider writes: {writes:?} of 8 sources (own taken, other's refused, agent's refused)"
+    );
+    c.check("each provider's own sources are taken (8/8)", writes.0 == 8);
+    c.check(
+        "a provider writing the other's source is 403 SOURCE_NOT_WRITABLE (8/8)",
+        writes.1 == 8,
+    );
+    c.check("an agent writing a source is 403 (8/8)", writes.2 == 8);
+    let (st, v) = post(
+        &format!("{u}/v1/state/battery"),
+        Some(&map),
+        br#"{"value": 50, "epoch": 1, "generated_at_unix_ms": 1}"#,
+    );
+    c.check(
+        "no provider writes a vehicle-owned source",
+        st == 403 && v["error"]["code"] == "SOURCE_NOT_WRITABLE",
+    );
+    // Agent A's response: A and the operator see it, B does not and cannot take its id.
+    let (st, _) = post(
+        &format!("{u}/v1/responses"),
+        Some(&a),
+        &notice("ra", "from agent A"),
+    );
+    c.check("agent A's response is taken", st == 200);
+    c.check(
+        "agent A reads its response",
+        get(&format!("{u}/v1/responses/ra"), Some(&a)).0 == 200,
+    );
+    let (st, v) = get(&format!("{u}/v1/responses/ra"), Some(&b));
+    c.check(
+        "agent B does not see agent A's response (404)",
+        st == 404 && v["error"]["code"] == "RESPONSE_UNKNOWN",
+    );
+    let (st, v) = post(
+        &format!("{u}/v1/responses"),
+        Some(&b),
+        &notice("ra", "agent B's takeover"),
+    );
+    c.check(
+        "agent B cannot send under agent A's response id (409 RESPONSE_ID_TAKEN)",
+        st == 409 && v["error"]["code"] == "RESPONSE_ID_TAKEN",
+    );
+    let (st, _) = post(
+        &format!("{u}/v1/responses"),
+        Some(&b),
+        &notice("rb", "from agent B"),
+    );
+    c.check("agent B's own response is taken", st == 200);
+    let (_, all) = get(&format!("{u}/v1/responses"), Some(&op));
+    let principal_of = |id: &str| {
+        all.as_array()
+            .and_then(|l| l.iter().find(|r| r["response"] == id))
+            .map(|r| r["principal"].clone())
+    };
+    c.check(
+        "the decisions view names each response's principal",
+        principal_of("ra") == Some(json!("agent-a"))
+            && principal_of("rb") == Some(json!("agent-b")),
+    );
+    // An obligation of agent A's: a route planned against an old map epoch.
+    let r = json!({"response_id": "ra-route", "agent_id": "planner", "generation": 1,
+        "catalog": {"id": "uav-px4", "version": 6},
+        "components": [route("e1", [8.0, 2.0, -6.0, 0.0], 6, "cert-x")]});
+    let (st, rep) = post(
+        &format!("{u}/v1/responses"),
+        Some(&a),
+        r.to_string().as_bytes(),
+    );
+    let obligation = rep["components"][0]["obligation"].as_u64();
+    println!("  agent A's stale route: {st} {}", rep["components"][0]);
+    c.check(
+        "agent A's stale route is withheld with an obligation",
+        obligation.is_some(),
+    );
+    let ob = obligation.unwrap_or(0);
+    let listed = |t: &str| {
+        get(&format!("{u}/v1/obligations"), Some(t))
+            .1
+            .as_array()
+            .is_some_and(|l| l.iter().any(|o| o["id"] == ob))
+    };
+    c.check(
+        "agent A lists its obligation, agent B does not; the operator does",
+        listed(&a) && !listed(&b) && listed(&op),
+    );
+    let cand =
+        json!({"obligation": ob, "component": route("e1", [8.0, 2.0, -6.0, 0.0], 7, "cert-x")});
+    let (st, v) = post(
+        &format!("{u}/v1/obligations/{ob}/candidates"),
+        Some(&b),
+        cand.to_string().as_bytes(),
+    );
+    c.check(
+        "agent B cannot answer agent A's obligation (404 NO_OBLIGATION)",
+        st == 404 && v["error"]["code"] == "NO_OBLIGATION",
+    );
+    // The event streams: each agent gets its own responses' events, not the other's.
+    let (ea, eb, eo) = (
+        events_for(&u, &a, 2),
+        events_for(&u, &b, 2),
+        events_for(&u, &op, 2),
+    );
+    c.check(
+        "agent A's event stream carries its response's events and not agent B's",
+        ea.contains("\"ra\"") && !ea.contains("\"rb\""),
+    );
+    c.check(
+        "agent B's event stream carries its own and not agent A's",
+        eb.contains("\"rb\"") && !eb.contains("\"ra\"") && !eb.contains("ra-route"),
+    );
+    c.check(
+        "the operator's stream carries both",
+        eo.contains("\"ra\"") && eo.contains("\"rb\""),
+    );
+    // Roles still hold: a provider on the agent's route, an agent on the operator's.
+    let (st, v) = post(
+        &format!("{u}/v1/responses"),
+        Some(&traffic),
+        &notice("rt", "x"),
+    );
+    c.check(
+        "a provider principal may not send responses (403 FORBIDDEN_ROLE)",
+        st == 403 && v["error"]["code"] == "FORBIDDEN_ROLE",
+    );
+    // Rotation: agent A gets a new credential; its open stream closes, the old one is refused.
+    let mut stream = Command::new("curl")
+        .args(["-sS", "-N", "--max-time", "30", "-H"])
+        .arg(format!("Authorization: Bearer {a}"))
+        .arg(format!("{u}/v1/events"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let fresh = "agent-a-second-credential-0123456789";
+    std::fs::write(creds.join("agent-a.token"), format!("{fresh}\n")).unwrap();
+    std::fs::write(&revoked, "# leaked\nmap-feed\n").unwrap();
+    let hup = Command::new("kill")
+        .args(["-HUP", &g.proc.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    wait_until(10, "the credential reload", || {
+        metric(&u, "halo_credential_reloads_total{code=\"ok\"} ") == 1
+    });
+    let closed = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        stream.try_wait().unwrap().is_some()
+    });
+    if !closed {
+        let _ = stream.kill();
+    }
+    let _ = stream.wait();
+    c.check(
+        "agent A's open event stream is closed when its credential is replaced",
+        closed,
+    );
+    let (st, _) = get(&format!("{u}/v1/responses/ra"), Some(&a));
+    c.check(
+        "agent A's old credential is refused after the reload (401)",
+        st == 401,
+    );
+    c.check(
+        "its new credential is taken, without a restart",
+        get(&format!("{u}/v1/responses/ra"), Some(fresh)).0 == 200,
+    );
+    let (st, v) = post(
+        &format!("{u}/v1/state/map"),
+        Some(&map),
+        br#"{"value": null, "epoch": 7, "generated_at_unix_ms": 1}"#,
+    );
+    c.check(
+        "the revoked provider is refused everywhere (401 CREDENTIAL_REVOKED)",
+        st == 401 && v["error"]["code"] == "CREDENTIAL_REVOKED",
+    );
+    let traffic_body = sitl::sim::world::provider_updates(7, common::service::unix_ms())
+        .into_iter()
+        .find(|(s, _)| *s == "traffic")
+        .map(|(_, b)| b.to_string())
+        .unwrap();
+    c.check(
+        "the other provider is not touched by it",
+        post(
+            &format!("{u}/v1/state/traffic"),
+            Some(&traffic),
+            traffic_body.as_bytes(),
+        )
+        .0 == 200,
+    );
+    c.check("the gateway stops cleanly", g.stop() == 0);
+    c.finish(PRINCIPALS, "");
     let _ = std::fs::remove_dir_all(&dir);
 }

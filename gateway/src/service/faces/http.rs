@@ -24,7 +24,6 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post};
 use futures_util::stream::Stream;
-use subtle::ConstantTimeEq;
 use tokio::sync::{mpsc, watch};
 
 use crate::service::api::ApiError;
@@ -34,8 +33,8 @@ use crate::service::infra::clock::{Arrival, Clock};
 use crate::service::infra::hub::{Hub, Item, Reader};
 use crate::service::infra::listener::{RateLimited, RequestIds};
 use crate::service::infra::metrics::{Metrics, RequestLabel};
-use crate::service::store::statedir::Credentials;
-use crate::service::task::{Answer, Cmd, OperatorOp, RESPONSE_LIMIT, Reply, ask};
+use crate::service::infra::principals::{Identified, Principal, Principals};
+use crate::service::task::{Answer, Cmd, OperatorOp, Party, RESPONSE_LIMIT, Reply, ask};
 use Role::{Agent, Operator, Provider};
 use halo_core::reason::ReasonCode;
 
@@ -48,8 +47,8 @@ pub struct AppState {
     pub(crate) hub: Hub,
     /// Metrics.
     pub(crate) metrics: Arc<Metrics>,
-    /// Credentials.
-    pub(crate) creds: Arc<Credentials>,
+    /// The principals and their credentials (reloadable).
+    pub(crate) principals: Arc<Principals>,
     /// Require a credential for status and metrics.
     pub(crate) require_for_read: bool,
     /// Turns true at shutdown (ends event streams).
@@ -436,7 +435,7 @@ async fn operator_listener_guard(
     req: Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match role_of(&st, req.headers()) {
+    match principal_of(&st, req.headers()).map(|p| p.role) {
         Some(Role::Operator) => next.run(req).await,
         Some(r) => error_response(&ApiError::new(
             403,
@@ -490,27 +489,30 @@ fn route_of(method: &Method, path: Option<&MatchedPath>) -> Option<&'static Rout
         .find(|r| r.path == path && r.method == method.as_str())
 }
 
-/// The caller's role from `Authorization: Bearer …`, compared in constant time against every
-/// credential.
-fn role_of(st: &AppState, headers: &HeaderMap) -> Option<Role> {
-    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+/// Who sent `Authorization: Bearer …`: the principal whose credential it is, compared in
+/// constant time against every credential.
+fn identify(st: &AppState, headers: &HeaderMap) -> Identified {
+    let Some(v) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+    else {
+        return Identified::Unknown;
+    };
     // The scheme is case-insensitive (RFC 9110 §11.1).
-    let (scheme, token) = v.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
+    match v.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => {
+            st.principals.current().identify(token.trim().as_bytes())
+        }
+        _ => Identified::Unknown,
     }
-    let token = token.trim().as_bytes();
-    let a = token.ct_eq(st.creds.agent.expose().as_bytes());
-    let p = token.ct_eq(st.creds.provider.expose().as_bytes());
-    let o = token.ct_eq(st.creds.operator.expose().as_bytes());
-    if bool::from(a) {
-        Some(Role::Agent)
-    } else if bool::from(p) {
-        Some(Role::Provider)
-    } else if bool::from(o) {
-        Some(Role::Operator)
-    } else {
-        None
+}
+
+/// The caller's principal, when it sent a credential in force.
+fn principal_of(st: &AppState, headers: &HeaderMap) -> Option<Arc<Principal>> {
+    match identify(st, headers) {
+        Identified::Principal(p) => Some(p),
+        Identified::Unknown | Identified::Revoked(_) => None,
     }
 }
 
@@ -519,18 +521,29 @@ fn authorize(
     headers: &HeaderMap,
     allowed: &[Role],
     what: &str,
-) -> Result<Role, ApiError> {
-    let Some(role) = role_of(st, headers) else {
-        warn_unauthenticated(headers);
-        let why = if headers.contains_key(header::AUTHORIZATION) {
-            "the credential is not valid"
-        } else {
-            "send `Authorization: Bearer <credential>`"
-        };
-        return Err(ApiError::new(401, ReasonCode::UNAUTHENTICATED, why));
+) -> Result<Arc<Principal>, ApiError> {
+    let p = match identify(st, headers) {
+        Identified::Principal(p) => p,
+        Identified::Revoked(name) => {
+            warn_unauthenticated(headers);
+            return Err(ApiError::new(
+                401,
+                ReasonCode::CREDENTIAL_REVOKED,
+                format!("principal `{name}` is revoked; its credential is refused everywhere"),
+            ));
+        }
+        Identified::Unknown => {
+            warn_unauthenticated(headers);
+            let why = if headers.contains_key(header::AUTHORIZATION) {
+                "the credential is not valid"
+            } else {
+                "send `Authorization: Bearer <credential>`"
+            };
+            return Err(ApiError::new(401, ReasonCode::UNAUTHENTICATED, why));
+        }
     };
-    if allowed.contains(&role) {
-        Ok(role)
+    if allowed.contains(&p.role) {
+        Ok(p)
     } else {
         let who: Vec<&str> = allowed.iter().map(|r| r.name()).collect();
         Err(ApiError::new(
@@ -538,7 +551,7 @@ fn authorize(
             ReasonCode::FORBIDDEN_ROLE,
             format!(
                 "the {} credential may not {what}; this needs the {} credential",
-                role.name(),
+                p.role.name(),
                 who.join(" or ")
             ),
         ))
@@ -578,11 +591,21 @@ fn count(st: &AppState, endpoint: &str, status: u16) {
 pub struct Caller {
     /// The caller's role, when it sent a valid credential.
     pub role: Option<Role>,
+    /// The caller's principal, when it sent a valid credential.
+    pub principal: Option<Arc<Principal>>,
     /// The route it called.
     pub route: &'static Route,
 }
 
 impl Caller {
+    /// Who it is to the task: an agent principal sees only its own responses.
+    fn party(&self) -> Party {
+        match &self.principal {
+            Some(p) if p.role == Role::Agent => Party::Agent(Arc::from(p.name.as_str())),
+            _ => Party::Anyone,
+        }
+    }
+
     /// The catalog owner a provider or operator writes as.
     fn owner(&self) -> halo_core::catalog::Owner {
         match self.role {
@@ -605,8 +628,8 @@ impl FromRequestParts<AppState> for Caller {
             return Err(refused(st, None, &e));
         };
         let check = |allowed: &[Role]| authorize(st, &parts.headers, allowed, route.what);
-        let role = match route.access {
-            Access::Read if !st.require_for_read => role_of(st, &parts.headers),
+        let principal = match route.access {
+            Access::Read if !st.require_for_read => principal_of(st, &parts.headers),
             Access::Read => Some(
                 check(&[Agent, Provider, Operator]).map_err(|e| refused(st, Some(route), &e))?,
             ),
@@ -614,10 +637,10 @@ impl FromRequestParts<AppState> for Caller {
                 Some(check(allowed).map_err(|e| refused(st, Some(route), &e))?)
             }
             Access::SourceOwner => {
-                let role =
-                    check(&[Provider, Operator]).map_err(|e| refused(st, Some(route), &e))?;
+                let p = check(&[Provider, Operator]).map_err(|e| refused(st, Some(route), &e))?;
                 let caller = Caller {
-                    role: Some(role),
+                    role: Some(p.role),
+                    principal: Some(Arc::clone(&p)),
                     route,
                 };
                 // Only the source's owner writes it, and the check comes before the body is
@@ -643,10 +666,32 @@ impl FromRequestParts<AppState> for Caller {
                     );
                     return Err(refused(st, Some(route), &e));
                 }
+                // A provider principal writes the sources it was given and nothing else.
+                if !p.may_write(&source) {
+                    let given = p.sources().unwrap_or_default();
+                    let e = ApiError::new(
+                        403,
+                        ReasonCode::SOURCE_NOT_WRITABLE,
+                        format!(
+                            "principal `{}` may not write source `{source}`; it writes {}",
+                            p.name,
+                            if given.is_empty() {
+                                "no source".to_string()
+                            } else {
+                                given.join(", ")
+                            }
+                        ),
+                    );
+                    return Err(refused(st, Some(route), &e));
+                }
                 return Ok(caller);
             }
         };
-        Ok(Caller { role, route })
+        Ok(Caller {
+            role: principal.as_ref().map(|p| p.role),
+            principal,
+            route,
+        })
     }
 }
 
@@ -746,15 +791,18 @@ async fn post_response(
         Ok(b) => b,
         Err(e) => return answer(&st, &c, Err(e)),
     };
-    ask_core(&st, &c, |reply| Cmd::Response { bytes, reply }).await
+    let by = c.party();
+    ask_core(&st, &c, |reply| Cmd::Response { by, bytes, reply }).await
 }
 
 async fn get_responses(State(st): State<AppState>, c: Caller) -> Response {
-    ask_core(&st, &c, |reply| Cmd::Responses { reply }).await
+    let by = c.party();
+    ask_core(&st, &c, |reply| Cmd::Responses { by, reply }).await
 }
 
 async fn get_response(State(st): State<AppState>, c: Caller, Path(id): Path<String>) -> Response {
-    ask_core(&st, &c, |reply| Cmd::GetResponse { id, reply }).await
+    let by = c.party();
+    ask_core(&st, &c, |reply| Cmd::GetResponse { by, id, reply }).await
 }
 
 /// `GET /v1/obligations[?state=open|all]`: every obligation (the default, `all`) or the open
@@ -780,7 +828,8 @@ async fn get_obligations(State(st): State<AppState>, c: Caller, uri: axum::http:
             }
         }
     }
-    let a = ask(&st.cmds, |reply| Cmd::Obligations { reply })
+    let by = c.party();
+    let a = ask(&st.cmds, |reply| Cmd::Obligations { by, reply })
         .await
         .map(|v| match v {
             serde_json::Value::Array(all) if open_only => {
@@ -810,7 +859,9 @@ async fn post_candidate(
         );
         return answer(&st, &c, Err(e));
     };
+    let by = c.party();
     ask_core(&st, &c, |reply| Cmd::Candidate {
+        by,
         obligation,
         bytes,
         reply,
@@ -1040,42 +1091,70 @@ fn sse_item(hub: &Hub, item: &Item) -> SseEvent {
     }
 }
 
+/// Whose stream it is: the principal, so the stream ends when a reload refuses its
+/// credential, and for an agent its name, so it carries only its own responses' events.
+struct StreamOwner {
+    principal: Arc<Principal>,
+    principals: Arc<Principals>,
+    changed: watch::Receiver<u64>,
+}
+
 struct StreamState {
     hub: Hub,
     reader: Reader,
     shutdown: watch::Receiver<bool>,
+    owner: StreamOwner,
     _place: StreamPlace,
 }
 
 /// An event stream: a cursor into the shared backlog (nothing is copied per client), waiting
-/// on the hub when it has caught up.
+/// on the hub when it has caught up. It ends at shutdown and when a credential reload no
+/// longer holds its principal (rotated or revoked).
 fn event_stream(
     hub: &Hub,
     reader: Reader,
     shutdown: watch::Receiver<bool>,
+    owner: StreamOwner,
     place: StreamPlace,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + use<> {
     let state = StreamState {
         hub: hub.clone(),
         reader,
         shutdown,
+        owner,
         _place: place,
     };
     futures_util::stream::unfold(state, |mut s| async move {
-        if *s.shutdown.borrow() {
-            return None;
+        loop {
+            if *s.shutdown.borrow() {
+                return None;
+            }
+            let item = tokio::select! {
+                i = s.reader.next() => i,
+                _ = s.shutdown.changed() => return None,
+                r = s.owner.changed.changed() => {
+                    if r.is_err() || !s.owner.principals.current().holds(&s.owner.principal) {
+                        tracing::info!(principal = %s.owner.principal.name, "event stream closed: its credential is no longer in force");
+                        return None;
+                    }
+                    continue;
+                }
+            };
+            let p = &s.owner.principal;
+            if let Item::Event(e) = &item
+                && p.role == Role::Agent
+                && !e.visible_to(&p.name)
+            {
+                continue;
+            }
+            let ev = sse_item(&s.hub, &item);
+            return Some((Ok(ev), s));
         }
-        let item = tokio::select! {
-            i = s.reader.next() => i,
-            _ = s.shutdown.changed() => return None,
-        };
-        let ev = sse_item(&s.hub, &item);
-        Some((Ok(ev), s))
     })
 }
 
 async fn get_events(State(st): State<AppState>, c: Caller, headers: HeaderMap) -> Response {
-    let Some(role) = c.role else {
+    let (Some(role), Some(principal)) = (c.role, c.principal.clone()) else {
         return error_response(&ApiError::new(
             401,
             ReasonCode::UNAUTHENTICATED,
@@ -1106,7 +1185,18 @@ async fn get_events(State(st): State<AppState>, c: Caller, headers: HeaderMap) -
             ),
         ));
     };
-    let stream = event_stream(&st.hub, st.hub.reader(from), st.shutdown.clone(), place);
+    let owner = StreamOwner {
+        principal,
+        changed: st.principals.watch(),
+        principals: Arc::clone(&st.principals),
+    };
+    let stream = event_stream(
+        &st.hub,
+        st.hub.reader(from),
+        st.shutdown.clone(),
+        owner,
+        place,
+    );
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()

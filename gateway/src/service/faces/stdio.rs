@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::service::api::ApiError;
 use crate::service::infra::hub::Hub;
-use crate::service::task::{Answer, Cmd, RESPONSE_LIMIT};
+use crate::service::task::{Answer, Cmd, Party, RESPONSE_LIMIT};
 use halo_core::reason::ReasonCode;
 
 /// One request line. A plain struct rather than a tagged enum, so the envelope stays raw
@@ -153,7 +153,12 @@ async fn handle(cmds: &mpsc::Sender<Cmd>, line: &[u8]) -> String {
         "submit_response" => match response {
             Some(r) => {
                 let bytes = r.get().as_bytes().to_vec();
-                call(cmds, |reply| Cmd::Response { bytes, reply }).await
+                call(cmds, |reply| Cmd::Response {
+                    by: Party::Anyone,
+                    bytes,
+                    reply,
+                })
+                .await
             }
             None => missing("response", &op),
         },
@@ -161,6 +166,7 @@ async fn handle(cmds: &mpsc::Sender<Cmd>, line: &[u8]) -> String {
             (Some(obligation), Some(c)) => {
                 let bytes = c.get().as_bytes().to_vec();
                 call(cmds, |reply| Cmd::Candidate {
+                    by: Party::Anyone,
                     obligation,
                     bytes,
                     reply,
@@ -171,10 +177,23 @@ async fn handle(cmds: &mpsc::Sender<Cmd>, line: &[u8]) -> String {
             (_, None) => missing("candidate", &op),
         },
         "get_response" => match response_id {
-            Some(rid) => call(cmds, |reply| Cmd::GetResponse { id: rid, reply }).await,
+            Some(rid) => {
+                call(cmds, |reply| Cmd::GetResponse {
+                    by: Party::Anyone,
+                    id: rid,
+                    reply,
+                })
+                .await
+            }
             None => missing("response_id", &op),
         },
-        "obligations" => call(cmds, |reply| Cmd::Obligations { reply }).await,
+        "obligations" => {
+            call(cmds, |reply| Cmd::Obligations {
+                by: Party::Anyone,
+                reply,
+            })
+            .await
+        }
         "status" => call(cmds, |reply| Cmd::Status { reply }).await,
         other => Err(ApiError::new(
             400,

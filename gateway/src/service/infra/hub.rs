@@ -36,6 +36,8 @@ pub struct HubEvent {
     pub(crate) name: &'static str,
     /// The JSON data.
     pub(crate) data: Arc<str>,
+    /// The one agent principal it is about (its response's sender), or everyone.
+    pub(crate) audience: Option<Arc<str>>,
 }
 
 impl HubEvent {
@@ -52,6 +54,11 @@ impl HubEvent {
     /// Its JSON data.
     pub fn data(&self) -> &str {
         &self.data
+    }
+
+    /// Whether an agent principal named `agent` may see it (the operator sees everything).
+    pub fn visible_to(&self, agent: &str) -> bool {
+        self.audience.as_deref().is_none_or(|a| a == agent)
     }
 }
 
@@ -201,15 +208,26 @@ impl Hub {
         format!("{}.{id}", self.inner.boot)
     }
 
-    /// Publishes one event. Never blocks on readers.
+    /// Publishes one event for everyone. Never blocks on readers.
     pub fn publish(&self, name: &'static str, data: String) -> u64 {
+        self.publish_to(name, data, None)
+    }
+
+    /// Publishes one event that only `audience` (an agent principal) and the operator see,
+    /// or everyone when `None`. Never blocks on readers.
+    pub fn publish_to(&self, name: &'static str, data: String, audience: Option<Arc<str>>) -> u64 {
         let data: Arc<str> = Arc::from(data);
         let id = {
             let mut g = self.lock();
             let id = g.next;
             g.next = g.next.saturating_add(1);
             g.bytes = g.bytes.saturating_add(data.len());
-            g.backlog.push_back(HubEvent { id, name, data });
+            g.backlog.push_back(HubEvent {
+                id,
+                name,
+                data,
+                audience,
+            });
             while g.backlog.len() > BACKLOG || (g.bytes > BACKLOG_BYTES && g.backlog.len() > 1) {
                 if let Some(old) = g.backlog.pop_front() {
                     g.bytes = g.bytes.saturating_sub(old.data.len());

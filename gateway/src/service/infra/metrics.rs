@@ -81,6 +81,8 @@ pub struct Metrics {
     pub(crate) tls_handshake_failures: Counter,
     /// Reloads of the TLS files (SIGHUP), by result (`ok`, or the refusal's code).
     pub(crate) tls_reloads: Family<CodeLabel, Counter>,
+    /// Reloads of the credentials and the revocation list (SIGHUP), `ok` or `refused`.
+    pub(crate) credential_reloads: Family<CodeLabel, Counter>,
     /// Open event streams.
     pub(crate) event_streams: Gauge,
     /// MAVLink datagrams from an address other than the vehicle's, ignored.
@@ -135,6 +137,7 @@ impl Metrics {
             connections_open: Gauge::default(),
             tls_handshake_failures: Counter::default(),
             tls_reloads: Family::default(),
+            credential_reloads: Family::default(),
             event_streams: Gauge::default(),
             foreign_datagrams: Gauge::default(),
             unsigned_refused: Gauge::default(),
@@ -245,6 +248,11 @@ impl Metrics {
             "tls_reloads",
             "Reloads of the TLS certificate and key files, by result (ok, or the refusal's code)",
             m.tls_reloads.clone(),
+        );
+        registry.register(
+            "credential_reloads",
+            "Reloads of the principals' credentials and the revocation list, ok or refused",
+            m.credential_reloads.clone(),
         );
         registry.register(
             "event_streams",

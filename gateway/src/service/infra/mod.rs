@@ -7,5 +7,6 @@ pub mod clock;
 pub mod hub;
 pub mod listener;
 pub mod metrics;
+pub mod principals;
 pub mod realtime;
 pub mod tls;

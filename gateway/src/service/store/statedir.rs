@@ -113,19 +113,37 @@ fn read_small(path: &Path) -> std::io::Result<String> {
     String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-fn load_or_create(path: &Path) -> Result<(String, bool), Error> {
+/// A credential file's credential: private to the service's user, at least 16 printable
+/// characters. A missing file is an error here (a reload never invents a credential).
+///
+/// # Errors
+/// A message naming the file.
+pub(crate) fn load_existing(path: &Path) -> Result<String, Error> {
+    check_private(path, "credential file")?;
+    let s = read_small(path).map_err(|e| Error::file(format!("{}: {e}", path.display())))?;
+    credential_text(path, &s)
+}
+
+fn credential_text(path: &Path, s: &str) -> Result<String, Error> {
+    let t = s.trim().to_string();
+    if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Error::config(format!(
+            "{}: a credential must be at least 16 printable characters",
+            path.display()
+        )));
+    }
+    Ok(t)
+}
+
+/// A credential file's credential, the file created (mode 0600, a fresh random credential)
+/// when it does not exist; `true` when it was created.
+///
+/// # Errors
+/// A message naming the file.
+pub(crate) fn load_or_create(path: &Path) -> Result<(String, bool), Error> {
     check_private(path, "credential file")?;
     match read_small(path) {
-        Ok(s) => {
-            let t = s.trim().to_string();
-            if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(Error::config(format!(
-                    "{}: a credential must be at least 16 printable characters",
-                    path.display()
-                )));
-            }
-            Ok((t, false))
-        }
+        Ok(s) => Ok((credential_text(path, &s)?, false)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let t = new_credential()?;
             write_atomic(path, format!("{t}\n").as_bytes(), 0o600)

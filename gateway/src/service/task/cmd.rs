@@ -36,6 +36,8 @@ pub async fn ask(cmds: &mpsc::Sender<Cmd>, make: impl FnOnce(Reply) -> Cmd) -> A
 pub enum Cmd {
     /// `POST /v1/responses`.
     Response {
+        /// Who sends it.
+        by: Party,
         /// The envelope bytes.
         bytes: Vec<u8>,
         /// Answer.
@@ -43,6 +45,8 @@ pub enum Cmd {
     },
     /// `POST /v1/obligations/{id}/candidates`.
     Candidate {
+        /// Who sends it.
+        by: Party,
         /// The obligation named by the path.
         obligation: u64,
         /// The candidate bytes.
@@ -90,6 +94,8 @@ pub enum Cmd {
     },
     /// `GET /v1/responses/{id}`.
     GetResponse {
+        /// Who asks.
+        by: Party,
         /// Response id.
         id: String,
         /// Answer.
@@ -97,11 +103,15 @@ pub enum Cmd {
     },
     /// `GET /v1/responses`: every live response, for the console.
     Responses {
+        /// Who asks.
+        by: Party,
         /// Answer.
         reply: Reply,
     },
     /// `GET /v1/obligations`.
     Obligations {
+        /// Who asks.
+        by: Party,
         /// Answer.
         reply: Reply,
     },
@@ -153,6 +163,26 @@ pub enum Cmd {
     },
 }
 
+/// Who sends or asks: an agent principal sees and touches only the responses it sent, their
+/// obligations and their events; anyone else (the operator, the stdio and MCP links) all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Party {
+    /// No restriction.
+    Anyone,
+    /// This agent principal.
+    Agent(std::sync::Arc<str>),
+}
+
+impl Party {
+    /// Whether it may see a response sent by `owner` (`None`: sent without a principal).
+    pub fn sees(&self, owner: Option<&std::sync::Arc<str>>) -> bool {
+        match (self, owner) {
+            (Party::Anyone, _) | (Party::Agent(_), None) => true,
+            (Party::Agent(a), Some(o)) => a == o,
+        }
+    }
+}
+
 impl Task {
     /// Handles one interface request.
     pub fn handle(&mut self, cmd: Cmd) {
@@ -172,16 +202,27 @@ impl Task {
             (_, cmd) => cmd,
         };
         match cmd {
-            Cmd::Response { bytes, reply } => {
-                let answer = self.response(&bytes);
+            Cmd::Response { by, bytes, reply } => {
+                let answer = self
+                    .claim(&by, &bytes)
+                    .and_then(|claimed| self.response_by(&bytes, claimed));
                 let _ = reply.send(answer);
             }
             Cmd::Candidate {
+                by,
                 obligation,
                 bytes,
                 reply,
             } => {
-                let answer = self.candidate(obligation, &bytes);
+                let answer = if self.obligation_seen_by(&by, obligation) {
+                    self.candidate(obligation, &bytes)
+                } else {
+                    Err(ApiError::new(
+                        404,
+                        ReasonCode::NO_OBLIGATION,
+                        format!("no obligation {obligation} of this agent principal's"),
+                    ))
+                };
                 let _ = reply.send(answer);
             }
             Cmd::State {
@@ -217,9 +258,10 @@ impl Task {
                 let answer = self.revoke(&id);
                 let _ = reply.send(answer);
             }
-            Cmd::GetResponse { id, reply } => {
+            Cmd::GetResponse { by, id, reply } => {
                 let answer = Id::new(&id)
                     .ok()
+                    .filter(|rid| by.sees(self.owners.get(rid.as_str())))
                     .and_then(|rid| self.gw.response_report(&rid))
                     .ok_or_else(|| {
                         ApiError::new(
@@ -231,13 +273,14 @@ impl Task {
                     .and_then(|r| serde_json::to_value(&r).map_err(internal));
                 let _ = reply.send(answer);
             }
-            Cmd::Responses { reply } => {
-                let _ = reply.send(Ok(self.responses_view()));
+            Cmd::Responses { by, reply } => {
+                let _ = reply.send(Ok(self.responses_view(&by)));
             }
-            Cmd::Obligations { reply } => {
+            Cmd::Obligations { by, reply } => {
                 let all: Vec<_> = self
                     .gw
                     .obligations()
+                    .filter(|o| by.sees(self.owners.get(o.component.response().as_str())))
                     .map(|o| self.obligation_view(o))
                     .collect();
                 let _ = reply.send(Ok(serde_json::Value::Array(all)));
@@ -302,8 +345,8 @@ pub(super) fn refuse(cmd: Cmd) {
         | Cmd::Certify { reply, .. }
         | Cmd::Revoke { reply, .. }
         | Cmd::GetResponse { reply, .. }
-        | Cmd::Responses { reply }
-        | Cmd::Obligations { reply }
+        | Cmd::Responses { reply, .. }
+        | Cmd::Obligations { reply, .. }
         | Cmd::Status { reply }
         | Cmd::AuditHead { reply }
         | Cmd::HeadExported { reply, .. }

@@ -6,6 +6,7 @@
 use serde_json::{Value as Json, json};
 
 use super::Task;
+use super::cmd::Party;
 use halo_core::catalog::{Catalog, Class, SourceIx};
 use halo_core::engine::ComponentReport;
 use halo_core::ids::Id;
@@ -16,8 +17,12 @@ impl Task {
     /// `GET /v1/responses`: the live responses in id order, each component as
     /// `GET /v1/responses/{id}` shows it plus `certificate` (the id it names) and, for a route
     /// action in the local frame, `target_ned_m` and `duration_s`.
-    pub(super) fn responses_view(&self) -> Json {
-        let mut ids: Vec<&Id> = self.gw.response_ids().collect();
+    pub(super) fn responses_view(&self, by: &Party) -> Json {
+        let mut ids: Vec<&Id> = self
+            .gw
+            .response_ids()
+            .filter(|rid| by.sees(self.owners.get(rid.as_str())))
+            .collect();
         ids.sort();
         let all: Vec<Json> = ids
             .into_iter()
@@ -48,7 +53,8 @@ impl Task {
                 v
             })
             .collect();
-        Some(json!({"response": report.response, "components": components}))
+        let principal = self.owners.get(rid.as_str()).map(|p| p.to_string());
+        Some(json!({"response": report.response, "principal": principal, "components": components}))
     }
 
     /// The `admitted` event: a response (or a fresh candidate's replacement) was taken, so a

@@ -69,7 +69,7 @@ use halo_supervisor::{Output, Supervisor, Ticket};
 
 use crate::service::api::ApiError;
 pub use audit::{PreviousHead, ReceiptSummary, Signing};
-pub use cmd::{Answer, Cmd, Reply, ask};
+pub use cmd::{Answer, Cmd, Party, Reply, ask};
 pub use halo_supervisor::{FullAction, OperatorOp};
 pub use requests::{
     CertificateBody, UpdateBody, read_certificate, read_contract_op, read_update, read_update_at,
@@ -139,6 +139,9 @@ pub struct Task {
     pilot: Option<crate::service::task::pilot_text::PilotTexts>,
     /// The last decisions in words, newest last (at most [`RECENT`]), for `GET /v1/status`.
     recent: std::collections::VecDeque<(u64, crate::service::task::pilot_text::PilotLine)>,
+    /// The agent principal that sent each live response (one sent by the stdio or MCP link has
+    /// none): it alone sees it, its obligations and its events, and may send it again.
+    owners: std::collections::HashMap<String, Arc<str>>,
 }
 
 /// Decisions kept in words for `GET /v1/status`.
@@ -210,6 +213,7 @@ impl Task {
             certifier: crate::service::task::certifier::CertifierConfig::default(),
             pilot: None,
             recent: std::collections::VecDeque::with_capacity(RECENT),
+            owners: std::collections::HashMap::new(),
         }
     }
 
@@ -278,10 +282,99 @@ impl Task {
     }
 
     fn publish(&self, name: &'static str, data: &impl Serialize) {
-        if let Ok(s) = serde_json::to_string(data) {
-            self.hub.publish(name, s);
+        if let Ok(v) = serde_json::to_value(data) {
+            let audience = self.audience(&v);
+            self.hub.publish_to(name, v.to_string(), audience);
             self.metrics.events.inc();
         }
+    }
+
+    /// The agent principal an event is about: its response's sender (by `response`, its
+    /// obligation's response, or the obligation `id` of an `obligation_changed`); none for
+    /// the vehicle's, the sources' and the operator's events, which every agent sees.
+    fn audience(&self, v: &serde_json::Value) -> Option<Arc<str>> {
+        if self.owners.is_empty() {
+            return None;
+        }
+        let response = v
+            .get("response")
+            .and_then(serde_json::Value::as_str)
+            .or_else(|| {
+                v.pointer("/obligation/response")
+                    .and_then(serde_json::Value::as_str)
+            })
+            .map(str::to_string)
+            .or_else(|| {
+                (v.get("event").and_then(serde_json::Value::as_str) == Some("obligation_changed"))
+                    .then(|| v.get("id").and_then(serde_json::Value::as_u64))
+                    .flatten()
+                    .and_then(|id| self.gw.obligation(halo_core::obligation::ObligationId(id)))
+                    .map(|o| o.component.response().to_string())
+            })?;
+        self.owners.get(&response).cloned()
+    }
+
+    /// Before a response is admitted: its id is another agent principal's (refused), or it is
+    /// claimed for `by` (`Some((id, by))`).
+    fn claim(&self, by: &Party, bytes: &[u8]) -> Result<Option<(String, Arc<str>)>, ApiError> {
+        let Party::Agent(name) = by else {
+            return Ok(None);
+        };
+        #[derive(serde::Deserialize)]
+        struct Head {
+            response_id: String,
+        }
+        // An envelope that does not parse is refused by the core with its own reason.
+        let Ok(h) = serde_json::from_slice::<Head>(bytes) else {
+            return Ok(None);
+        };
+        match self.owners.get(&h.response_id) {
+            Some(o) if o != name => Err(ApiError::new(
+                409,
+                ReasonCode::RESPONSE_ID_TAKEN,
+                format!(
+                    "response id `{}` is another agent principal's; give this response an id of its own",
+                    h.response_id
+                ),
+            )),
+            _ => Ok(Some((h.response_id, Arc::clone(name)))),
+        }
+    }
+
+    /// [`Task::response`] with its sender recorded first (its events are published during
+    /// admission), undone when it was refused and was new. The map keeps only responses the
+    /// core still holds.
+    fn response_by(&mut self, bytes: &[u8], claimed: Option<(String, Arc<str>)>) -> Answer {
+        let Some((id, by)) = claimed else {
+            return self.response(bytes);
+        };
+        let new = self.owners.insert(id.clone(), by).is_none();
+        let answer = self.response(bytes);
+        if answer.is_err()
+            && new
+            && Id::new(&id)
+                .ok()
+                .and_then(|r| self.gw.response_report(&r))
+                .is_none()
+        {
+            self.owners.remove(&id);
+        }
+        if self.owners.len() > 2 * self.gw.response_ids().count() + 64 {
+            let live: std::collections::HashSet<String> = self
+                .gw
+                .response_ids()
+                .map(|r| r.as_str().to_string())
+                .collect();
+            self.owners.retain(|k, _| live.contains(k));
+        }
+        answer
+    }
+
+    /// Whether `by` may answer obligation `id` (an unknown one is the core's to refuse).
+    fn obligation_seen_by(&self, by: &Party, id: u64) -> bool {
+        self.gw
+            .obligation(halo_core::obligation::ObligationId(id))
+            .is_none_or(|o| by.sees(self.owners.get(o.component.response().as_str())))
     }
 }
 

@@ -45,7 +45,7 @@ use crate::service::api::ApiError;
 use crate::service::infra::clock::Clock;
 use crate::service::infra::clock::wall_now_ms;
 use crate::service::infra::hub::{Hub, Item, Resume};
-use crate::service::task::{Answer, Cmd, ask};
+use crate::service::task::{Answer, Cmd, Party, ask};
 use halo_core::catalog::Catalog;
 use halo_core::reason::ReasonCode;
 use tools::{MCP_AGENT, ToolKind};
@@ -254,7 +254,13 @@ impl McpServer {
                 Err(e) => return refused(&e),
             };
         sh.remember(&response_id, MCP_AGENT, generation);
-        let answer = self.ask(|reply| Cmd::Response { bytes, reply }).await;
+        let answer = self
+            .ask(|reply| Cmd::Response {
+                by: Party::Anyone,
+                bytes,
+                reply,
+            })
+            .await;
         self.decision(answer, MCP_AGENT, generation).await
     }
 
@@ -316,7 +322,13 @@ impl McpServer {
             Ok(b) => b,
             Err(e) => return refused(&e),
         };
-        let answer = self.ask(|reply| Cmd::Response { bytes, reply }).await;
+        let answer = self
+            .ask(|reply| Cmd::Response {
+                by: Party::Anyone,
+                bytes,
+                reply,
+            })
+            .await;
         self.decision(answer, &agent, generation).await
     }
 
@@ -350,7 +362,13 @@ impl McpServer {
                 }
             }
         }
-        let all = match self.ask(|reply| Cmd::Obligations { reply }).await {
+        let all = match self
+            .ask(|reply| Cmd::Obligations {
+                by: Party::Anyone,
+                reply,
+            })
+            .await
+        {
             Ok(v) => v,
             Err(e) => return refused(&e),
         };
@@ -373,7 +391,11 @@ impl McpServer {
             .unwrap_or_else(|| (MCP_AGENT.to_string(), 0));
         let rid = response_id.clone();
         let report = self
-            .ask(|reply| Cmd::GetResponse { id: rid, reply })
+            .ask(|reply| Cmd::GetResponse {
+                by: Party::Anyone,
+                id: rid,
+                reply,
+            })
             .await
             .unwrap_or(Value::Null);
         let floor = report["components"]
@@ -402,6 +424,7 @@ impl McpServer {
         self.shared.remember(&response_id, &agent, generation);
         let answer = self
             .ask(|reply| Cmd::Candidate {
+                by: Party::Anyone,
                 obligation,
                 bytes,
                 reply,
@@ -419,7 +442,13 @@ impl McpServer {
             Some(Some("all")) => true,
             Some(_) => return refused(&tools::invalid("`state` is `open` or `all`")),
         };
-        match self.ask(|reply| Cmd::Obligations { reply }).await {
+        match self
+            .ask(|reply| Cmd::Obligations {
+                by: Party::Anyone,
+                reply,
+            })
+            .await
+        {
             Ok(v) => {
                 let list = self.render_obligations(&v, all);
                 let text = if list.is_empty() {
@@ -470,7 +499,14 @@ impl McpServer {
             ));
         };
         let id = rid.to_string();
-        let report = match self.ask(|reply| Cmd::GetResponse { id, reply }).await {
+        let report = match self
+            .ask(|reply| Cmd::GetResponse {
+                by: Party::Anyone,
+                id,
+                reply,
+            })
+            .await
+        {
             Ok(r) => r,
             Err(e) => return refused(&e),
         };
@@ -490,7 +526,10 @@ impl McpServer {
             .await
             .unwrap_or(Value::Null);
         let obligations = self
-            .ask(|reply| Cmd::Obligations { reply })
+            .ask(|reply| Cmd::Obligations {
+                by: Party::Anyone,
+                reply,
+            })
             .await
             .unwrap_or(Value::Null);
         let obligation = c["obligation"].as_u64().and_then(|n| {
@@ -516,7 +555,10 @@ impl McpServer {
             .is_some_and(|cs| cs.iter().any(|c| c["obligation"].is_u64()))
         {
             let all = self
-                .ask(|reply| Cmd::Obligations { reply })
+                .ask(|reply| Cmd::Obligations {
+                    by: Party::Anyone,
+                    reply,
+                })
                 .await
                 .unwrap_or(Value::Null);
             self.render_obligations(&all, true)
@@ -580,7 +622,10 @@ impl McpServer {
             "halo://schema/envelope" => return Ok(self.shared.schema.as_str().to_string()),
             "halo://contract" => self.ask(|reply| Cmd::ContractStatus { reply }).await,
             "halo://obligations" => self
-                .ask(|reply| Cmd::Obligations { reply })
+                .ask(|reply| Cmd::Obligations {
+                    by: Party::Anyone,
+                    reply,
+                })
                 .await
                 .map(|v| json!({"obligations": self.render_obligations(&v, false)})),
             "halo://vehicle/status" => self
