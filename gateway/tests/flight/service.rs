@@ -2607,18 +2607,30 @@ fn the_gateway_asks_px4_for_its_origin_and_says_it_waits() {
     };
     let mut cases: Vec<(&str, bool)> = Vec::new();
     wait_until(10, "the link", || status()["vehicle"]["link_up"] == true);
+    // Judged on the very snapshot that shows the second request, so nothing can arrive
+    // between the two readings on a slow machine.
+    let mut waiting = Value::Null;
     wait_until(10, "a second request", || {
-        status()["vehicle"]["waiting_for_origin"]["requests"]
+        let s = status();
+        let asked = s["vehicle"]["waiting_for_origin"]["requests"]
             .as_u64()
-            .is_some_and(|n| n >= 2)
+            .is_some_and(|n| n >= 2);
+        if asked {
+            waiting = s;
+        }
+        asked
     });
-    let s = status();
+    println!(
+        "  while waiting: {} (origin source present: {})",
+        waiting["vehicle"]["waiting_for_origin"],
+        has_origin(&waiting)
+    );
     cases.push((
         "while PX4 has no origin: status says it waits, in words, and no origin source",
-        s["vehicle"]["waiting_for_origin"]["note"]
+        waiting["vehicle"]["waiting_for_origin"]["note"]
             .as_str()
             .is_some_and(|n| n.contains("GPS_GLOBAL_ORIGIN"))
-            && !has_origin(&s),
+            && !has_origin(&waiting),
     ));
     // The gateway's own request count, read while it waits, shows the period without relying
     // on how fast this loop polls on a loaded machine (a CI run saw the poll itself lag).
