@@ -209,6 +209,8 @@ reasons! {
     CERTIFIER_DISABLED(820) "the reference certifier is off (`[certifier] enabled`)";
     CREDENTIAL_REVOKED(821) "the credential's principal is revoked (`auth.revoked_file`)";
     RESPONSE_ID_TAKEN(822) "the response id is another agent principal's";
+    RATE_LIMITED(823) "the principal sent more requests than its rate allows; wait for `Retry-After`";
+    AUTH_BACKOFF(824) "too many failed authentications from this address; wait for `Retry-After`";
 }
 
 impl std::fmt::Display for ReasonCode {

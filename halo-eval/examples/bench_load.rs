@@ -10,7 +10,8 @@
 //! bundles accepted / refused (429) / lost (anything else), the latency of accepted bundles
 //! (POST to answer), the gateway's resident memory and input-queue depth each second, the
 //! gaps between setpoints at the vehicle, and the receipt log's bytes per second and per
-//! accepted bundle.
+//! accepted bundle. The principals' request rate (`listen.requests_per_second_per_principal`)
+//! is set out of the way: this measures admission, not the limit.
 //!
 //! The route actions in the bundles carry no certificate (the agent-shaped load without moving
 //! the vehicle off its target): each is invalidated at admission (`CERTIFICATE_MISSING` is
@@ -224,7 +225,7 @@ fn run(seconds: u64, binary: &str, retention_ms: Option<u64>) {
         format!("[limits]\ndone_retention_ms = {r}\n")
     });
     let cfg = format!(
-        "[vehicle]\nurl = \"udpout:{}\"\n[listen]\nhttp = \"127.0.0.1:0\"\n[state]\ndir = \"{}\"\n[log]\nlevel = \"error\"\n{limits}",
+        "[vehicle]\nurl = \"udpout:{}\"\n[listen]\nhttp = \"127.0.0.1:0\"\nrequests_per_second_per_principal = 1000000\nburst_per_principal = 1000000\n[state]\ndir = \"{}\"\n[log]\nlevel = \"error\"\n{limits}",
         sim.addr,
         dir.join("state").display()
     );

@@ -399,6 +399,19 @@ pub struct ListenConfig {
     pub write_timeout_ms: u64,
     /// Open event streams per role (agent, operator) at most.
     pub max_event_streams: usize,
+    /// Open event streams of one principal at most (default: `max_event_streams`, which is
+    /// the same thing with the one agent and one operator of `[auth]`).
+    pub max_event_streams_per_principal: Option<usize>,
+    /// Requests per second one principal may send, sustained; past it `429 RATE_LIMITED`
+    /// with `Retry-After`. The operator's commands are never limited.
+    pub requests_per_second_per_principal: u32,
+    /// Requests one principal may send at once before the rate applies.
+    pub burst_per_principal: u32,
+    /// Failed authentications in a row from one address before that address is refused
+    /// `429 AUTH_BACKOFF` for a while (1 s, doubling).
+    pub auth_failures_before_backoff: u32,
+    /// The longest authentication backoff, ms.
+    pub auth_backoff_max_ms: u64,
     /// MCP sessions on `/mcp` at once (streamable HTTP); one more `initialize` is refused
     /// `429 TOO_MANY_STREAMS`. A session idle for five minutes is closed.
     pub max_mcp_sessions: usize,
@@ -434,6 +447,11 @@ impl Default for ListenConfig {
             request_timeout_ms: 30_000,
             write_timeout_ms: 10_000,
             max_event_streams: 32,
+            max_event_streams_per_principal: None,
+            requests_per_second_per_principal: 500,
+            burst_per_principal: 1000,
+            auth_failures_before_backoff: 5,
+            auth_backoff_max_ms: 60_000,
             max_mcp_sessions: 16,
             tls: None,
             insecure_plaintext: false,
@@ -442,6 +460,24 @@ impl Default for ListenConfig {
 }
 
 impl ListenConfig {
+    /// The request rate per principal and the authentication backoff (checked to be in
+    /// range by `run --check`; a zero is taken as one).
+    pub fn limit_settings(&self) -> crate::service::infra::limits::LimitSettings {
+        let one = |n: u32| std::num::NonZeroU32::new(n).unwrap_or(std::num::NonZeroU32::MIN);
+        crate::service::infra::limits::LimitSettings {
+            per_second: one(self.requests_per_second_per_principal),
+            burst: one(self.burst_per_principal),
+            failures_before_backoff: self.auth_failures_before_backoff,
+            max_backoff: std::time::Duration::from_millis(self.auth_backoff_max_ms),
+        }
+    }
+
+    /// Open event streams of one principal at most.
+    pub fn streams_per_principal(&self) -> usize {
+        self.max_event_streams_per_principal
+            .unwrap_or(self.max_event_streams)
+    }
+
     /// `https` with `[listen.tls]`, else `http`.
     pub fn scheme(&self) -> &'static str {
         if self.tls.is_some() { "https" } else { "http" }
@@ -925,6 +961,37 @@ impl Config {
                 l.max_mcp_sessions as u64,
                 1,
                 4096,
+            ),
+            (
+                "listen.max_event_streams_per_principal",
+                l.max_event_streams_per_principal
+                    .unwrap_or(l.max_event_streams) as u64,
+                1,
+                65_536,
+            ),
+            (
+                "listen.requests_per_second_per_principal",
+                u64::from(l.requests_per_second_per_principal),
+                1,
+                1_000_000,
+            ),
+            (
+                "listen.burst_per_principal",
+                u64::from(l.burst_per_principal),
+                1,
+                1_000_000,
+            ),
+            (
+                "listen.auth_failures_before_backoff",
+                u64::from(l.auth_failures_before_backoff),
+                1,
+                1000,
+            ),
+            (
+                "listen.auth_backoff_max_ms",
+                l.auth_backoff_max_ms,
+                1000,
+                3_600_000,
             ),
             (
                 "listen.header_timeout_ms",

@@ -512,8 +512,10 @@ fn serve_http(
         boot,
     };
     let (shutdown, metrics) = (state.shutdown.clone(), Arc::clone(&state.metrics));
+    // The operator's listener: the same principals' rates, its own backoff table.
     let op_state = faces::http::AppState {
         operator_only: true,
+        limits: Arc::new(state.limits.sharing_rates()),
         ..state.clone()
     };
     let app = faces::http::router(state, &layers);
@@ -880,7 +882,11 @@ impl Service {
                 require_for_read: cfg.auth.require_for_read,
                 shutdown: shutdown_rx.clone(),
                 schema: envelope_schema,
-                streams: Arc::new(faces::http::StreamCaps::new(cfg.listen.max_event_streams)),
+                streams: Arc::new(faces::http::StreamCaps::new(
+                    cfg.listen.max_event_streams,
+                    cfg.listen.streams_per_principal(),
+                )),
+                limits: Arc::new(infra::limits::Limits::new(cfg.listen.limit_settings())),
                 operator_only: false,
                 owners,
                 catalog: Arc::clone(&mcp_catalog),

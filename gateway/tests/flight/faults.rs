@@ -1357,7 +1357,8 @@ fn idle_subscribers() -> Outcome {
         &config(
             "sim",
             &state,
-            "max_event_streams = 500\nmax_connections = 700\nmax_connections_per_peer = 700",
+            "max_event_streams = 500\nmax_connections = 700\nmax_connections_per_peer = 700\n\
+             requests_per_second_per_principal = 1000000\nburst_per_principal = 1000000",
             "[limits]\ndone_retention_ms = 100\n",
         ),
         &[],
@@ -1451,7 +1452,8 @@ fn slow_consumer() -> Outcome {
         &config(
             "sim",
             &state,
-            "write_timeout_ms = 1000",
+            // The flood below is the point: the principal's rate is set out of its way.
+            "write_timeout_ms = 1000\nrequests_per_second_per_principal = 1000000\nburst_per_principal = 1000000",
             "[limits]\ndone_retention_ms = 100\n",
         ),
         &[],

@@ -827,3 +827,209 @@ fn principals_each_write_and_see_their_own_and_credentials_rotate_without_a_rest
     c.finish(PRINCIPALS, "");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The limits suite's checks.
+const LIMITS: usize = 16;
+
+/// What curl got: the status line and headers (`-i`), lower-cased, and the body.
+fn curl_head(url: &str, token: &str) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "-i", "--max-time", "5", "-H"])
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(url)
+        .stdin(Stdio::null())
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).to_lowercase()
+}
+
+/// The HTTP status curl read from an event stream it held for `secs` (200 while it streams).
+fn stream_status(url: &str, token: &str) -> String {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "1",
+            "-H",
+        ])
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(format!("{url}/v1/events"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Limits per principal: a request rate (429 `RATE_LIMITED` with `Retry-After`, one bucket per
+/// principal, the operator's commands never limited), event streams per principal, and a
+/// backoff after failed authentications from one address, each counted in `/metrics`.
+#[test]
+fn each_principal_has_its_own_rate_and_streams_and_a_guessing_address_is_backed_off() {
+    let _timing = common::shared();
+    let dir = tmp("network-limits");
+    let creds = dir.join("principals");
+    std::fs::create_dir_all(&creds).unwrap();
+    let principals = format!(
+        "[[principals]]\nname = \"agent-a\"\nrole = \"agent\"\ntoken_file = \"{d}/agent-a.token\"\n\
+         [[principals]]\nname = \"agent-b\"\nrole = \"agent\"\ntoken_file = \"{d}/agent-b.token\"\n\
+         [[principals]]\nname = \"op\"\nrole = \"operator\"\ntoken_file = \"{d}/op.token\"\n",
+        d = creds.display()
+    );
+    let limits = "requests_per_second_per_principal = 5\nburst_per_principal = 10\n\
+                  max_event_streams_per_principal = 2\nauth_failures_before_backoff = 3\n\
+                  auth_backoff_max_ms = 4000\n";
+    let mut c = Checks::new("network-limits");
+    let (code, out) = check_config(
+        &dir,
+        "zero-rate.toml",
+        "[vehicle]\nurl = \"udpin:127.0.0.1:0\"\n[listen]\nrequests_per_second_per_principal = 0\n",
+    );
+    c.check(
+        "a rate of 0 is refused by run --check, naming the key (exit 3)",
+        code == 3 && out.contains("listen.requests_per_second_per_principal"),
+    );
+    let state = dir.join("state");
+    let g = Gateway::start_config(
+        &dir,
+        &state,
+        &format!(
+            "[vehicle]\nurl = \"udpout:127.0.0.1:9\"\n[listen]\nhttp = \"127.0.0.1:0\"\noperator = \"127.0.0.1:0\"\n{limits}{principals}[state]\ndir = \"{}\"\n[log]\nlevel = \"warn\"\n",
+            state.display()
+        ),
+        &[],
+    );
+    let u = g.url.clone();
+    let [a, b, op] = ["agent-a", "agent-b", "op"].map(|n| token(&creds, n));
+    let obligations = format!("{u}/v1/obligations");
+    // Rate: a burst of 10, then 5 a second.
+    let statuses: Vec<u16> = (0..14).map(|_| get(&obligations, Some(&a)).0).collect();
+    let taken = statuses.iter().filter(|s| **s == 200).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    println!("  agent A, 14 requests at once: {taken} taken, {limited} refused 429");
+    c.check(
+        "agent A's burst is taken, the requests past it are 429",
+        (10..=11).contains(&taken) && taken + limited == 14,
+    );
+    let head = curl_head(&obligations, &a);
+    println!("  past the rate: {}", head.lines().next().unwrap_or(""));
+    c.check(
+        "past the rate: 429 RATE_LIMITED with Retry-After (curl)",
+        head.starts_with("http/1.1 429")
+            && head.contains("retry-after: 1")
+            && head.contains("rate_limited"),
+    );
+    c.check(
+        "agent B has its own bucket (200 meanwhile)",
+        get(&obligations, Some(&b)).0 == 200,
+    );
+    let holds: Vec<u16> = (0..15)
+        .map(|_| post(&format!("{u}/v1/operator/hold"), Some(&op), b"{}").0)
+        .collect();
+    println!("  15 operator holds at once: {holds:?}");
+    c.check(
+        "the operator's commands are never rate limited (15 holds at once, none 429)",
+        !holds.contains(&429),
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    c.check(
+        "agent A is taken again after the wait",
+        get(&obligations, Some(&a)).0 == 200,
+    );
+    c.check(
+        "/metrics counts agent A's refusals",
+        metric(&u, "halo_rate_limited_total{principal=\"agent-a\"} ") >= 4,
+    );
+    // Streams: two per principal.
+    let held: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            Command::new("curl")
+                .args(["-sS", "-N", "--max-time", "20", "-H"])
+                .arg(format!("Authorization: Bearer {a}"))
+                .arg(format!("{u}/v1/events"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    wait_until(10, "agent A's two streams", || {
+        metric(&u, "halo_event_streams ") == 2
+    });
+    let third = curl_head(&format!("{u}/v1/events"), &a);
+    c.check(
+        "agent A's third stream is 429 TOO_MANY_STREAMS naming the principal",
+        third.starts_with("http/1.1 429")
+            && third.contains("too_many_streams")
+            && third.contains("agent-a"),
+    );
+    c.check(
+        "agent B still opens a stream (200)",
+        stream_status(&u, &b) == "200",
+    );
+    c.check(
+        "/metrics counts the refused stream under agent A",
+        metric(
+            &u,
+            "halo_event_streams_refused_total{principal=\"agent-a\"} ",
+        ) == 1,
+    );
+    for mut h in held {
+        let _ = h.kill();
+        let _ = h.wait();
+    }
+    // Backoff: three failures in a row from this address, then even a good credential waits.
+    let wrong: Vec<u16> = (0..3)
+        .map(|_| get(&obligations, Some("not-a-credential")).0)
+        .collect();
+    let backed = curl_head(&obligations, &b);
+    println!(
+        "  after 3 failures {wrong:?}: {}",
+        backed.lines().next().unwrap_or("")
+    );
+    c.check(
+        "after 3 failed authentications the address is 429 AUTH_BACKOFF with Retry-After, even with a valid credential",
+        wrong == [401, 401, 401]
+            && backed.starts_with("http/1.1 429")
+            && backed.contains("auth_backoff")
+            && backed.contains("retry-after: 1"),
+    );
+    let (st, _) = get(&format!("{}/v1/status", g.proc.operator_url), Some(&op));
+    c.check(
+        "the operator's listener keeps a table of its own (200 meanwhile)",
+        st == 200,
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    c.check(
+        "after the backoff a valid credential is taken and clears the count",
+        get(&obligations, Some(&b)).0 == 200,
+    );
+    let again: Vec<u16> = (0..3)
+        .map(|_| get(&obligations, Some("not-a-credential")).0)
+        .collect();
+    std::thread::sleep(Duration::from_millis(1100));
+    let one_more = get(&obligations, Some("still-not-one")).0;
+    let doubled = curl_head(&obligations, &b);
+    println!(
+        "  after {again:?}, a wait and one more failure ({one_more}): {}",
+        doubled
+            .lines()
+            .find(|l| l.starts_with("retry-after"))
+            .unwrap_or("")
+    );
+    c.check(
+        "the count started again after the success, and the next backoff doubles (Retry-After: 2)",
+        again == [401, 401, 401] && one_more == 401 && doubled.contains("retry-after: 2"),
+    );
+    c.check(
+        "/metrics counts the failures and the backed-off requests",
+        metric(&u, "halo_auth_failures_total ") == 7
+            && metric(&u, "halo_auth_backoff_refused_total ") == 2,
+    );
+    c.check("the gateway stops cleanly", g.stop() == 0);
+    c.finish(LIMITS, "");
+    let _ = std::fs::remove_dir_all(&dir);
+}

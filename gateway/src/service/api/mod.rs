@@ -24,6 +24,8 @@ pub struct ApiError {
     pub(crate) message: String,
     /// Offending ids, if any.
     pub(crate) ids: Vec<String>,
+    /// Seconds to wait before trying again (`Retry-After`), for a refusal that passes.
+    pub(crate) retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -34,7 +36,19 @@ impl ApiError {
             code,
             message: message.into(),
             ids: Vec::new(),
+            retry_after: None,
         }
+    }
+
+    /// The same error, telling the client to try again in `secs` seconds (`Retry-After`).
+    pub fn retry_after(mut self, secs: u64) -> ApiError {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    /// Seconds to wait before trying again, if the refusal passes.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after
     }
 
     /// An error naming the offending ids.
@@ -49,6 +63,7 @@ impl ApiError {
             code,
             message: message.into(),
             ids,
+            retry_after: None,
         }
     }
 
@@ -106,6 +121,7 @@ impl ApiError {
             code: r.code(),
             message: r.message().to_string(),
             ids: r.ids().to_vec(),
+            retry_after: None,
         }
     }
 }

@@ -10,16 +10,20 @@
 //! `{"error": {"code", "number", "message", "ids"}, "request_id"}`. docs/run.md's role table is
 //! [`role_table`]'s output (a test holds them equal).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{FromRequest, FromRequestParts, MatchedPath, Path, Request, State};
+use axum::extract::{
+    ConnectInfo, FromRequest, FromRequestParts, MatchedPath, Path, Request, State,
+};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{Extensions, HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post};
@@ -31,8 +35,9 @@ use crate::service::api::digest::digests;
 use crate::service::api::routes::{Access, BodyCap, ROUTES, Role, Route, SMALL_LIMIT};
 use crate::service::infra::clock::{Arrival, Clock};
 use crate::service::infra::hub::{Hub, Item, Reader};
+use crate::service::infra::limits::{Limits, retry_after_secs};
 use crate::service::infra::listener::{RateLimited, RequestIds};
-use crate::service::infra::metrics::{Metrics, RequestLabel};
+use crate::service::infra::metrics::{Metrics, PrincipalLabel, RequestLabel};
 use crate::service::infra::principals::{Identified, Principal, Principals};
 use crate::service::task::{Answer, Cmd, OperatorOp, Party, RESPONSE_LIMIT, Reply, ask};
 use Role::{Agent, Operator, Provider};
@@ -68,22 +73,37 @@ pub struct AppState {
     pub(crate) mcp: Option<(Arc<crate::service::faces::mcp::Shared>, usize)>,
     /// The service's clock: each request's arrival is stamped on it ([`stamp_arrival`]).
     pub(crate) clock: Clock,
+    /// The request rate per principal and this listener's authentication backoff.
+    pub(crate) limits: Arc<Limits>,
 }
 
-/// Open event streams per role, against a cap per role.
+/// Open event streams per role and per principal, against a cap for each.
 #[derive(Debug, Default)]
 pub struct StreamCaps {
     /// Most open streams per role.
     pub max_per_role: usize,
+    /// Most open streams of one principal.
+    pub max_per_principal: usize,
     agent: AtomicUsize,
     operator: AtomicUsize,
+    /// Open streams by principal name (only names with a stream open).
+    per_principal: Mutex<HashMap<Arc<str>, usize>>,
+}
+
+/// Why a stream was refused a place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StreamCap {
+    Role,
+    Principal,
 }
 
 impl StreamCaps {
-    /// A cap of `max_per_role` streams for each role.
-    pub fn new(max_per_role: usize) -> StreamCaps {
+    /// A cap of `max_per_role` streams for each role and `max_per_principal` for each
+    /// principal.
+    pub fn new(max_per_role: usize, max_per_principal: usize) -> StreamCaps {
         StreamCaps {
             max_per_role,
+            max_per_principal,
             ..StreamCaps::default()
         }
     }
@@ -95,13 +115,33 @@ impl StreamCaps {
         }
     }
 
-    /// A place for one more stream of `role`, or `None` at the cap.
-    fn take(self: &Arc<Self>, role: Role, metrics: &Arc<Metrics>) -> Option<StreamPlace> {
-        let c = self.counter(role);
+    /// A place for one more stream of `principal`, or the cap it is at.
+    fn take(
+        self: &Arc<Self>,
+        principal: &Principal,
+        metrics: &Arc<Metrics>,
+    ) -> Result<StreamPlace, StreamCap> {
+        let name: Arc<str> = Arc::from(principal.name.as_str());
+        {
+            let mut open = self
+                .per_principal
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let mine = open.entry(Arc::clone(&name)).or_insert(0);
+            if *mine >= self.max_per_principal {
+                if *mine == 0 {
+                    open.remove(&name);
+                }
+                return Err(StreamCap::Principal);
+            }
+            *mine += 1;
+        }
+        let c = self.counter(principal.role);
         let mut n = c.load(Ordering::Acquire);
         loop {
             if n >= self.max_per_role {
-                return None;
+                self.release(&name);
+                return Err(StreamCap::Role);
             }
             match c.compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => break,
@@ -109,24 +149,41 @@ impl StreamCaps {
             }
         }
         metrics.event_streams.inc();
-        Some(StreamPlace {
+        Ok(StreamPlace {
             caps: Arc::clone(self),
-            role,
+            role: principal.role,
+            name,
             metrics: Arc::clone(metrics),
         })
     }
+
+    fn release(&self, name: &Arc<str>) {
+        let mut open = self
+            .per_principal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(name) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(name);
+            }
+        }
+    }
 }
 
-/// One open stream's place under its role's cap; freed when the stream ends.
+/// One open stream's place under its role's and its principal's caps; freed when the
+/// stream ends.
 struct StreamPlace {
     caps: Arc<StreamCaps>,
     role: Role,
+    name: Arc<str>,
     metrics: Arc<Metrics>,
 }
 
 impl Drop for StreamPlace {
     fn drop(&mut self) {
         self.caps.counter(self.role).fetch_sub(1, Ordering::AcqRel);
+        self.caps.release(&self.name);
         self.metrics.event_streams.dec();
     }
 }
@@ -300,7 +357,14 @@ fn mcp_routes(
         let state = state.clone();
         let sessions = Arc::clone(&sessions);
         async move {
-            if let Err(e) = authorize(&state, req.headers(), &[Role::Agent], "use the MCP server") {
+            let checked = authorize(
+                &state,
+                (req.headers(), req.extensions()),
+                &[Role::Agent],
+                "use the MCP server",
+                true,
+            );
+            if let Err(e) = checked {
                 return error_response(&e);
             }
             let opens =
@@ -331,6 +395,10 @@ fn mcp_routes(
 fn error_response(e: &ApiError) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut r = (status, axum::Json(e.body())).into_response();
+    if let Some(secs) = e.retry_after_secs() {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
     if status == StatusCode::UNAUTHORIZED {
         r.headers_mut().insert(
             header::WWW_AUTHENTICATE,
@@ -435,24 +503,23 @@ async fn operator_listener_guard(
     req: Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match principal_of(&st, req.headers()).map(|p| p.role) {
-        Some(Role::Operator) => next.run(req).await,
-        Some(r) => error_response(&ApiError::new(
+    // The route's own check (the `Caller`) counts the request against the rate.
+    match authenticate(&st, req.headers(), req.extensions()) {
+        Ok(p) if p.role == Role::Operator => next.run(req).await,
+        Ok(p) => error_response(&ApiError::new(
             403,
             ReasonCode::FORBIDDEN_ROLE,
             format!(
                 "this is the operator's listener (listen.operator); the {} credential uses the main one",
-                r.name()
+                p.role.name()
             ),
         )),
-        None => {
-            warn_unauthenticated(req.headers());
-            error_response(&ApiError::new(
-                401,
-                ReasonCode::UNAUTHENTICATED,
-                "this is the operator's listener: send `Authorization: Bearer <operator credential>`",
-            ))
-        }
+        Err(e) if e.code() == ReasonCode::UNAUTHENTICATED => error_response(&ApiError::new(
+            401,
+            ReasonCode::UNAUTHENTICATED,
+            "this is the operator's listener: send `Authorization: Bearer <operator credential>`",
+        )),
+        Err(e) => error_response(&e),
     }
 }
 
@@ -516,33 +583,107 @@ fn principal_of(st: &AppState, headers: &HeaderMap) -> Option<Arc<Principal>> {
     }
 }
 
-fn authorize(
+/// The address a request came from (the listener puts it on every request).
+fn peer_of(ext: &Extensions) -> IpAddr {
+    ext.get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |c| c.0.ip())
+}
+
+static BACKOFF_WARNING: RateLimited = RateLimited::new(Duration::from_secs(5));
+
+/// The caller's principal, or why not: an address backed off after failed authentications
+/// is refused before its credential is looked at (429 `AUTH_BACKOFF`); no credential, a wrong
+/// one or a revoked one is 401 and counts as a failure of its address.
+fn authenticate(
     st: &AppState,
     headers: &HeaderMap,
-    allowed: &[Role],
-    what: &str,
+    ext: &Extensions,
 ) -> Result<Arc<Principal>, ApiError> {
-    let p = match identify(st, headers) {
-        Identified::Principal(p) => p,
-        Identified::Revoked(name) => {
-            warn_unauthenticated(headers);
-            return Err(ApiError::new(
-                401,
-                ReasonCode::CREDENTIAL_REVOKED,
-                format!("principal `{name}` is revoked; its credential is refused everywhere"),
-            ));
+    let (peer, now) = (peer_of(ext), Instant::now());
+    if let Err(wait) = st.limits.may_try(peer, now) {
+        st.metrics.auth_backoff_refused.inc();
+        let secs = retry_after_secs(wait);
+        return Err(ApiError::new(
+            429,
+            ReasonCode::AUTH_BACKOFF,
+            format!(
+                "too many failed authentications from {peer}; try again in {secs} s (listen.auth_failures_before_backoff)"
+            ),
+        )
+        .retry_after(secs));
+    }
+    let refusal = match identify(st, headers) {
+        Identified::Principal(p) => {
+            st.limits.succeeded(peer);
+            return Ok(p);
         }
+        Identified::Revoked(name) => ApiError::new(
+            401,
+            ReasonCode::CREDENTIAL_REVOKED,
+            format!("principal `{name}` is revoked; its credential is refused everywhere"),
+        ),
         Identified::Unknown => {
-            warn_unauthenticated(headers);
             let why = if headers.contains_key(header::AUTHORIZATION) {
                 "the credential is not valid"
             } else {
                 "send `Authorization: Bearer <credential>`"
             };
-            return Err(ApiError::new(401, ReasonCode::UNAUTHENTICATED, why));
+            ApiError::new(401, ReasonCode::UNAUTHENTICATED, why)
         }
     };
+    warn_unauthenticated(headers);
+    st.metrics.auth_failures.inc();
+    if let Some(backoff) = st.limits.failed(peer, now)
+        && let Some(held) = BACKOFF_WARNING.allow()
+    {
+        tracing::warn!(
+            %peer,
+            backoff_s = backoff.as_secs(),
+            held_back = held,
+            "an address failed to authenticate {} times in a row; it is refused until the backoff ends",
+            st.limits.settings().failures_before_backoff
+        );
+    }
+    Err(refusal)
+}
+
+/// One request of `p` against its rate: 429 `RATE_LIMITED` with `Retry-After` past it.
+fn take_rate(st: &AppState, p: &Principal) -> Result<(), ApiError> {
+    let Err(wait) = st.limits.request(&p.name) else {
+        return Ok(());
+    };
+    st.metrics
+        .rate_limited
+        .get_or_create(&PrincipalLabel {
+            principal: p.name.clone(),
+        })
+        .inc();
+    let (l, secs) = (st.limits.settings(), retry_after_secs(wait));
+    Err(ApiError::new(
+        429,
+        ReasonCode::RATE_LIMITED,
+        format!(
+            "principal `{}` sent more than {} requests a second (a burst of {}; listen.requests_per_second_per_principal); try again in {} s",
+            p.name, l.per_second, l.burst, secs
+        ),
+    )
+    .retry_after(secs))
+}
+
+/// The caller's principal if its role is `allowed`, and the request counted against its
+/// rate when `rated` ([`authenticate`], [`take_rate`]).
+fn authorize(
+    st: &AppState,
+    req: (&HeaderMap, &Extensions),
+    allowed: &[Role],
+    what: &str,
+    rated: bool,
+) -> Result<Arc<Principal>, ApiError> {
+    let p = authenticate(st, req.0, req.1)?;
     if allowed.contains(&p.role) {
+        if rated {
+            take_rate(st, &p)?;
+        }
         Ok(p)
     } else {
         let who: Vec<&str> = allowed.iter().map(|r| r.name()).collect();
@@ -627,7 +768,17 @@ impl FromRequestParts<AppState> for Caller {
             );
             return Err(refused(st, None, &e));
         };
-        let check = |allowed: &[Role]| authorize(st, &parts.headers, allowed, route.what);
+        // The operator's commands (a hold) are never rate limited.
+        let rated = route.path != "/v1/operator/{action}";
+        let check = |allowed: &[Role]| {
+            authorize(
+                st,
+                (&parts.headers, &parts.extensions),
+                allowed,
+                route.what,
+                rated,
+            )
+        };
         let principal = match route.access {
             Access::Read if !st.require_for_read => principal_of(st, &parts.headers),
             Access::Read => Some(
@@ -1174,16 +1325,28 @@ async fn get_events(State(st): State<AppState>, c: Caller, headers: HeaderMap) -
             ));
         }
     };
-    let Some(place) = st.streams.take(role, &st.metrics) else {
-        return error_response(&ApiError::new(
-            429,
-            ReasonCode::TOO_MANY_STREAMS,
-            format!(
-                "the {} credential has {} event streams open, the most allowed (listen.max_event_streams); close one",
-                role.name(),
-                st.streams.max_per_role
-            ),
-        ));
+    let place = match st.streams.take(&principal, &st.metrics) {
+        Ok(place) => place,
+        Err(cap) => {
+            st.metrics
+                .streams_refused
+                .get_or_create(&PrincipalLabel {
+                    principal: principal.name.clone(),
+                })
+                .inc();
+            let message = match cap {
+                StreamCap::Role => format!(
+                    "the {} role has {} event streams open, the most allowed (listen.max_event_streams); close one",
+                    role.name(),
+                    st.streams.max_per_role
+                ),
+                StreamCap::Principal => format!(
+                    "principal `{}` has {} event streams open, the most one principal may (listen.max_event_streams_per_principal); close one",
+                    principal.name, st.streams.max_per_principal
+                ),
+            };
+            return error_response(&ApiError::new(429, ReasonCode::TOO_MANY_STREAMS, message));
+        }
     };
     let owner = StreamOwner {
         principal,

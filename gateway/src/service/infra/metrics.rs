@@ -30,6 +30,13 @@ pub struct SourceLabel {
     pub(crate) source: String,
 }
 
+/// A principal label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PrincipalLabel {
+    /// The principal's name.
+    pub(crate) principal: String,
+}
+
 /// An interface-request label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabel {
@@ -85,6 +92,14 @@ pub struct Metrics {
     pub(crate) credential_reloads: Family<CodeLabel, Counter>,
     /// Open event streams.
     pub(crate) event_streams: Gauge,
+    /// Event streams refused at a cap, by principal.
+    pub(crate) streams_refused: Family<PrincipalLabel, Counter>,
+    /// Requests refused past their principal's rate, by principal.
+    pub(crate) rate_limited: Family<PrincipalLabel, Counter>,
+    /// Failed authentications (no credential, a wrong one, a revoked one).
+    pub(crate) auth_failures: Counter,
+    /// Requests refused while their address was backed off after failed authentications.
+    pub(crate) auth_backoff_refused: Counter,
     /// MAVLink datagrams from an address other than the vehicle's, ignored.
     pub(crate) foreign_datagrams: Gauge,
     /// MAVLink frames a signing key refused (unsigned, another key's, replayed), UDP links.
@@ -139,6 +154,10 @@ impl Metrics {
             tls_reloads: Family::default(),
             credential_reloads: Family::default(),
             event_streams: Gauge::default(),
+            streams_refused: Family::default(),
+            rate_limited: Family::default(),
+            auth_failures: Counter::default(),
+            auth_backoff_refused: Counter::default(),
             foreign_datagrams: Gauge::default(),
             unsigned_refused: Gauge::default(),
             gcs_to_vehicle: Gauge::default(),
@@ -258,6 +277,26 @@ impl Metrics {
             "event_streams",
             "Open event streams (GET /v1/events)",
             m.event_streams.clone(),
+        );
+        registry.register(
+            "event_streams_refused",
+            "Event streams refused at the role's or the principal's cap, by principal",
+            m.streams_refused.clone(),
+        );
+        registry.register(
+            "rate_limited",
+            "Requests refused 429 RATE_LIMITED past their principal's rate, by principal",
+            m.rate_limited.clone(),
+        );
+        registry.register(
+            "auth_failures",
+            "Failed authentications: no credential, a wrong one or a revoked one",
+            m.auth_failures.clone(),
+        );
+        registry.register(
+            "auth_backoff_refused",
+            "Requests refused 429 AUTH_BACKOFF while their address was backed off",
+            m.auth_backoff_refused.clone(),
         );
         registry.register(
             "foreign_datagrams",

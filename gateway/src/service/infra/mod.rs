@@ -1,10 +1,11 @@
 //! What every room stands on: the one clock ([`clock`]), the event hub the streams read
-//! ([`hub`]), the TCP listener with its connection limits ([`listener`]) and its TLS ([`tls`]), the Prometheus
+//! ([`hub`]), the TCP listener with its connection limits ([`listener`]), the limits per principal and peer ([`limits`]) and its TLS ([`tls`]), the Prometheus
 //! metrics ([`metrics`]) and real-time scheduling ([`realtime`]). Nothing here knows the
 //! protocol or a face.
 
 pub mod clock;
 pub mod hub;
+pub mod limits;
 pub mod listener;
 pub mod metrics;
 pub mod principals;

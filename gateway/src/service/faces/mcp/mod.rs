@@ -212,6 +212,19 @@ impl McpServer {
         ask(&self.shared.cmds, make).await
     }
 
+    /// An envelope to the task, as the MCP link's agent, and the tool's answer from its
+    /// decision.
+    async fn respond(&self, bytes: Vec<u8>, agent: &str, generation: u64) -> CallToolResult {
+        let answer = self
+            .ask(|reply| Cmd::Response {
+                by: Party::Anyone,
+                bytes,
+                reply,
+            })
+            .await;
+        self.decision(answer, agent, generation).await
+    }
+
     async fn call(&self, name: &str, mut args: JsonObject) -> Result<CallToolResult, McpError> {
         // A model's strict structured output sends an absent argument as null.
         args.retain(|_, v| !v.is_null());
@@ -254,14 +267,7 @@ impl McpServer {
                 Err(e) => return refused(&e),
             };
         sh.remember(&response_id, MCP_AGENT, generation);
-        let answer = self
-            .ask(|reply| Cmd::Response {
-                by: Party::Anyone,
-                bytes,
-                reply,
-            })
-            .await;
-        self.decision(answer, MCP_AGENT, generation).await
+        self.respond(bytes, MCP_AGENT, generation).await
     }
 
     /// With the reference certifier on, a component that needs a certificate and names none
@@ -322,14 +328,7 @@ impl McpServer {
             Ok(b) => b,
             Err(e) => return refused(&e),
         };
-        let answer = self
-            .ask(|reply| Cmd::Response {
-                by: Party::Anyone,
-                bytes,
-                reply,
-            })
-            .await;
-        self.decision(answer, &agent, generation).await
+        self.respond(bytes, &agent, generation).await
     }
 
     async fn submit_candidate(&self, args: &JsonObject) -> CallToolResult {
