@@ -517,16 +517,28 @@ fn notice(id: &str, text: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// What `curl -N` read from `GET /v1/events` with `token` in `secs` seconds.
-fn events_for(url: &str, token: &str, secs: u32) -> String {
+/// What curl printed for `url` with `token`, with `args` before the credential.
+fn curl_as(token: &str, args: &[&str], url: &str) -> String {
     let out = Command::new("curl")
-        .args(["-sS", "-N", "--max-time", &secs.to_string(), "-H"])
+        .args(["-sS"])
+        .args(args)
+        .arg("-H")
         .arg(format!("Authorization: Bearer {token}"))
-        .arg(format!("{url}/v1/events"))
+        .arg(url)
         .stdin(Stdio::null())
         .output()
         .expect("curl");
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What `curl -N` read from `GET /v1/events` with `token` in `secs` seconds.
+fn events_for(url: &str, token: &str, secs: u32) -> String {
+    let secs = secs.to_string();
+    curl_as(
+        token,
+        &["-N", "--max-time", &secs],
+        &format!("{url}/v1/events"),
+    )
 }
 
 /// Two agents, two providers and an operator, each a principal of its own: what each may write
@@ -833,35 +845,14 @@ const LIMITS: usize = 16;
 
 /// What curl got: the status line and headers (`-i`), lower-cased, and the body.
 fn curl_head(url: &str, token: &str) -> String {
-    let out = Command::new("curl")
-        .args(["-sS", "-i", "--max-time", "5", "-H"])
-        .arg(format!("Authorization: Bearer {token}"))
-        .arg(url)
-        .stdin(Stdio::null())
-        .output()
-        .expect("curl");
-    String::from_utf8_lossy(&out.stdout).to_lowercase()
+    curl_as(token, &["-i", "--max-time", "5"], url).to_lowercase()
 }
 
-/// The HTTP status curl read from an event stream it held for `secs` (200 while it streams).
+/// The HTTP status curl read from an event stream it held for a second (200 while it
+/// streams).
 fn stream_status(url: &str, token: &str) -> String {
-    let out = Command::new("curl")
-        .args([
-            "-sS",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--max-time",
-            "1",
-            "-H",
-        ])
-        .arg(format!("Authorization: Bearer {token}"))
-        .arg(format!("{url}/v1/events"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("curl");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let args = ["-o", "/dev/null", "-w", "%{http_code}", "--max-time", "1"];
+    curl_as(token, &args, &format!("{url}/v1/events"))
 }
 
 /// Limits per principal: a request rate (429 `RATE_LIMITED` with `Retry-After`, one bucket per
