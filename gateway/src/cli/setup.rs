@@ -176,23 +176,24 @@ pub fn check_run(
         }
     };
     let listen = match &cfg.listen.tls {
-        Some(t) => {
-            match crate::service::infra::tls::Tls::load(crate::service::infra::tls::TlsFiles {
-                cert_file: t.cert_file.clone(),
-                key_file: t.key_file.clone(),
-            }) {
-                Ok(_) => format!(
-                    "https://{} and https://{} (TLS 1.2 and 1.3 with {})",
-                    cfg.listen.http,
-                    cfg.listen.operator_addr(),
-                    t.cert_file.display()
-                ),
-                Err(e) => {
-                    problems.push(format!("listen.tls: {e}"));
-                    String::new()
-                }
+        Some(t) => match crate::service::infra::tls::Tls::load(t.files(), Default::default()) {
+            Ok(_) => format!(
+                "https://{} and https://{} (TLS 1.2 and 1.3 with {}{})",
+                cfg.listen.http,
+                cfg.listen.operator_addr(),
+                t.cert_file.display(),
+                t.client_ca_file
+                    .as_ref()
+                    .map_or_else(String::new, |ca| format!(
+                        "; client certificates of {}",
+                        ca.display()
+                    ))
+            ),
+            Err(e) => {
+                problems.push(format!("listen.tls: {e}"));
+                String::new()
             }
-        }
+        },
         None if cfg.listen.insecure_plaintext => format!(
             "http://{} and http://{} (plaintext on a network: listen.insecure_plaintext)",
             cfg.listen.http,

@@ -59,11 +59,29 @@ pub struct PrincipalConfig {
     /// `agent`, `provider` or `operator`.
     pub role: RoleName,
     /// Its bearer credential's file (created with a fresh credential, mode 0600, when absent).
-    pub token_file: PathBuf,
+    /// Exactly one of `token_file` and `cert_common_name`.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// Or: the subject common name (`CN=`) of its client certificate, signed by
+    /// `listen.tls.client_ca_file` (mTLS).
+    #[serde(default)]
+    pub cert_common_name: Option<String>,
     /// A provider's sources: the catalog sources it writes, and nothing else (each source at
     /// most one provider's). None given: it writes no source (certificates only).
     #[serde(default)]
     pub sources: Vec<String>,
+}
+
+impl PrincipalConfig {
+    /// Its credential (checked by `run --check` to be exactly one of the two).
+    pub fn credential(&self) -> crate::service::infra::principals::CredentialSpec {
+        use crate::service::infra::principals::CredentialSpec;
+        match (&self.token_file, &self.cert_common_name) {
+            (Some(f), _) => CredentialSpec::TokenFile(f.clone()),
+            (None, Some(cn)) => CredentialSpec::CertCommonName(cn.clone()),
+            (None, None) => CredentialSpec::TokenFile(PathBuf::new()),
+        }
+    }
 }
 
 /// A principal's role, as the configuration names it.
@@ -432,6 +450,23 @@ pub struct ListenTlsConfig {
     pub cert_file: PathBuf,
     /// Its private key, PEM.
     pub key_file: PathBuf,
+    /// The CA, PEM, whose client certificates name principals (`[[principals]]
+    /// cert_common_name`). With it the listeners ask each client for a certificate; one that
+    /// does not chain to this CA, is out of its dates or has a revoked serial ends the
+    /// handshake. A client without one may still use a bearer credential.
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+impl ListenTlsConfig {
+    /// The files the listeners load.
+    pub fn files(&self) -> crate::service::infra::tls::TlsFiles {
+        crate::service::infra::tls::TlsFiles {
+            cert_file: self.cert_file.clone(),
+            key_file: self.key_file.clone(),
+            client_ca_file: self.client_ca_file.clone(),
+        }
+    }
 }
 
 impl Default for ListenConfig {
@@ -848,6 +883,7 @@ impl Config {
         }
         let mut names = std::collections::BTreeSet::new();
         let mut files = std::collections::BTreeSet::new();
+        let mut common_names = std::collections::BTreeSet::new();
         let mut sources = std::collections::BTreeMap::new();
         for p in ps {
             if !principal_name_ok(&p.name) {
@@ -862,12 +898,47 @@ impl Config {
                     p.name
                 )));
             }
-            if !files.insert(p.token_file.as_path()) {
-                return Err(ConfigError(format!(
-                    "{file}: principals: {} is `{}`'s token_file and another's; each principal needs its own credential",
-                    p.token_file.display(),
-                    p.name
-                )));
+            match (&p.token_file, &p.cert_common_name) {
+                (Some(_), Some(_)) | (None, None) => {
+                    return Err(ConfigError(format!(
+                        "{file}: principals: `{}` needs exactly one credential: token_file or cert_common_name",
+                        p.name
+                    )));
+                }
+                (Some(t), None) => {
+                    if !files.insert(t.clone()) {
+                        return Err(ConfigError(format!(
+                            "{file}: principals: {} is `{}`'s token_file and another's; each principal needs its own credential",
+                            t.display(),
+                            p.name
+                        )));
+                    }
+                }
+                (None, Some(cn)) => {
+                    if cn.is_empty() || cn.len() > 64 || cn.chars().any(char::is_control) {
+                        return Err(ConfigError(format!(
+                            "{file}: principals: `{}`: cert_common_name must be 1 to 64 printable characters",
+                            p.name
+                        )));
+                    }
+                    if !common_names.insert(cn.as_str()) {
+                        return Err(ConfigError(format!(
+                            "{file}: principals: cert_common_name `{cn}` is `{}`'s and another's; each principal needs its own certificate name",
+                            p.name
+                        )));
+                    }
+                    if self
+                        .listen
+                        .tls
+                        .as_ref()
+                        .is_none_or(|t| t.client_ca_file.is_none())
+                    {
+                        return Err(ConfigError(format!(
+                            "{file}: principals: `{}` is named by a client certificate, so [listen.tls] needs client_ca_file (the CA that signs it)",
+                            p.name
+                        )));
+                    }
+                }
             }
             if p.role != RoleName::Provider && !p.sources.is_empty() {
                 return Err(ConfigError(format!(

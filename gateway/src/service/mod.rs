@@ -233,6 +233,7 @@ fn touch_state(
     cfg: &Config,
     state_dir: &Path,
     configured_key: Option<crate::audit::Signer>,
+    serials: Arc<infra::client_cert::RevokedSerials>,
 ) -> Result<TouchedState, StartError> {
     std::fs::create_dir_all(state_dir).map_err(within(
         StartError::state,
@@ -248,7 +249,7 @@ fn touch_state(
     .map_err(StartError::state)?;
     let revoked = cfg.auth.revoked_file.as_deref();
     let (principals, principal_files_created) = if cfg.principals.is_empty() {
-        let p = infra::principals::Principals::from_roles(&credential_files, revoked)
+        let p = infra::principals::Principals::from_roles(&credential_files, revoked, serials)
             .map_err(StartError::state)?;
         (p, Vec::new())
     } else {
@@ -258,11 +259,12 @@ fn touch_state(
             .map(|p| infra::principals::PrincipalSpec {
                 name: p.name.clone(),
                 role: p.role.role(),
-                token_file: p.token_file.clone(),
+                credential: p.credential(),
                 sources: p.sources.clone(),
             })
             .collect();
-        infra::principals::Principals::configured(&specs, revoked).map_err(StartError::state)?
+        infra::principals::Principals::configured(&specs, revoked, serials)
+            .map_err(StartError::state)?
     };
     let key_path = cfg
         .receipts
@@ -761,13 +763,12 @@ impl Service {
         let domain = cfg.domain().map_err(StartError::config)?;
         cfg.check_principals_against(&catalog)
             .map_err(StartError::config)?;
+        // The revoked certificate serials: the handshake reads them, the principals keep them.
+        let serials = Arc::new(infra::client_cert::RevokedSerials::default());
         let tls = match &cfg.listen.tls {
             Some(t) => Some(Arc::new(
-                infra::tls::Tls::load(infra::tls::TlsFiles {
-                    cert_file: t.cert_file.clone(),
-                    key_file: t.key_file.clone(),
-                })
-                .map_err(within(StartError::config, "listen.tls"))?,
+                infra::tls::Tls::load(t.files(), Arc::clone(&serials))
+                    .map_err(within(StartError::config, "listen.tls"))?,
             )),
             None => None,
         };
@@ -807,7 +808,8 @@ impl Service {
             let _ = stop_bridge.send(());
             e
         };
-        let touched = touch_state(&cfg, &state_dir, configured_key).map_err(stop_vehicle)?;
+        let touched =
+            touch_state(&cfg, &state_dir, configured_key, serials).map_err(stop_vehicle)?;
         let TouchedState {
             boot_epoch,
             credentials,

@@ -36,7 +36,7 @@ use crate::service::api::routes::{Access, BodyCap, ROUTES, Role, Route, SMALL_LI
 use crate::service::infra::clock::{Arrival, Clock};
 use crate::service::infra::hub::{Hub, Item, Reader};
 use crate::service::infra::limits::{Limits, retry_after_secs};
-use crate::service::infra::listener::{RateLimited, RequestIds};
+use crate::service::infra::listener::{PeerCertificate, RateLimited, RequestIds};
 use crate::service::infra::metrics::{Metrics, PrincipalLabel, RequestLabel};
 use crate::service::infra::principals::{Identified, Principal, Principals};
 use crate::service::task::{Answer, Cmd, OperatorOp, Party, RESPONSE_LIMIT, Reply, ask};
@@ -558,12 +558,16 @@ fn route_of(method: &Method, path: Option<&MatchedPath>) -> Option<&'static Rout
 
 /// Who sent `Authorization: Bearer …`: the principal whose credential it is, compared in
 /// constant time against every credential.
-fn identify(st: &AppState, headers: &HeaderMap) -> Identified {
-    let Some(v) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-    else {
+/// Who sent a request: the bearer credential when it has an `Authorization` header, else the
+/// client certificate its TLS connection verified (mTLS), else nobody.
+fn identify(st: &AppState, headers: &HeaderMap, ext: &Extensions) -> Identified {
+    let Some(v) = headers.get(header::AUTHORIZATION) else {
+        return match ext.get::<PeerCertificate>() {
+            Some(c) => st.principals.current().identify_certificate(&c.0),
+            None => Identified::Unknown,
+        };
+    };
+    let Ok(v) = v.to_str().map(str::trim) else {
         return Identified::Unknown;
     };
     // The scheme is case-insensitive (RFC 9110 §11.1).
@@ -576,10 +580,10 @@ fn identify(st: &AppState, headers: &HeaderMap) -> Identified {
 }
 
 /// The caller's principal, when it sent a credential in force.
-fn principal_of(st: &AppState, headers: &HeaderMap) -> Option<Arc<Principal>> {
-    match identify(st, headers) {
+fn principal_of(st: &AppState, headers: &HeaderMap, ext: &Extensions) -> Option<Arc<Principal>> {
+    match identify(st, headers, ext) {
         Identified::Principal(p) => Some(p),
-        Identified::Unknown | Identified::Revoked(_) => None,
+        Identified::Unknown | Identified::Revoked(..) => None,
     }
 }
 
@@ -612,21 +616,33 @@ fn authenticate(
         )
         .retry_after(secs));
     }
-    let refusal = match identify(st, headers) {
+    let refusal = match identify(st, headers, ext) {
         Identified::Principal(p) => {
             st.limits.succeeded(peer);
             return Ok(p);
         }
-        Identified::Revoked(name) => ApiError::new(
+        Identified::Revoked(name, None) => ApiError::new(
             401,
             ReasonCode::CREDENTIAL_REVOKED,
             format!("principal `{name}` is revoked; its credential is refused everywhere"),
         ),
+        Identified::Revoked(name, Some(serial)) => ApiError::new(
+            401,
+            ReasonCode::CREDENTIAL_REVOKED,
+            format!(
+                "the client certificate of `{name}` (serial {serial}) is revoked; it is refused everywhere"
+            ),
+        ),
         Identified::Unknown => {
             let why = if headers.contains_key(header::AUTHORIZATION) {
-                "the credential is not valid"
+                "the credential is not valid".to_string()
+            } else if let Some(c) = ext.get::<PeerCertificate>() {
+                format!(
+                    "the client certificate's common name ({}) is no principal's cert_common_name; send `Authorization: Bearer <credential>` or a certificate issued for a principal",
+                    c.0.common_name.as_deref().unwrap_or("none")
+                )
             } else {
-                "send `Authorization: Bearer <credential>`"
+                "send `Authorization: Bearer <credential>`".to_string()
             };
             ApiError::new(401, ReasonCode::UNAUTHENTICATED, why)
         }
@@ -780,7 +796,9 @@ impl FromRequestParts<AppState> for Caller {
             )
         };
         let principal = match route.access {
-            Access::Read if !st.require_for_read => principal_of(st, &parts.headers),
+            Access::Read if !st.require_for_read => {
+                principal_of(st, &parts.headers, &parts.extensions)
+            }
             Access::Read => Some(
                 check(&[Agent, Provider, Operator]).map_err(|e| refused(st, Some(route), &e))?,
             ),

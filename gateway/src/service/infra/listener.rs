@@ -43,6 +43,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tower::ServiceExt as _;
 
+use crate::service::infra::client_cert::{self, ClientCert};
 use crate::service::infra::metrics::{CodeLabel, Metrics};
 use crate::service::infra::tls::Tls;
 
@@ -169,7 +170,7 @@ pub async fn serve(
                         match &tls {
                             None => {
                                 let _ = stream.set_nodelay(true);
-                                conns.spawn(connection(stream, peer, app, limits, shutdown, place))
+                                conns.spawn(connection(stream, peer, None, app, limits, shutdown, place))
                             }
                             Some(tls) => conns.spawn(tls_connection(
                                 tls.acceptor(), stream, peer, app, limits, shutdown, place, Arc::clone(&metrics),
@@ -230,7 +231,18 @@ async fn tls_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let why = match tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await {
-        Ok(Ok(session)) => return connection(session, peer, app, limits, shutdown, place).await,
+        Ok(Ok(session)) => {
+            // rustls verified the chain, its dates and its serial against the revocation list
+            // before the handshake finished; what it names is read once per connection.
+            let client = session
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|der| client_cert::read(der).ok())
+                .map(|c| PeerCertificate(Arc::new(c)));
+            return connection(session, peer, client, app, limits, shutdown, place).await;
+        }
         Ok(Err(e)) => e.to_string(),
         Err(_) => "the handshake did not finish within listen.header_timeout_ms".to_string(),
     };
@@ -240,9 +252,14 @@ async fn tls_connection(
     }
 }
 
+/// The verified client certificate of a TLS connection, on each of its requests.
+#[derive(Clone, Debug)]
+pub struct PeerCertificate(pub Arc<ClientCert>);
+
 async fn connection<S>(
     stream: S,
     peer: SocketAddr,
+    client: Option<PeerCertificate>,
     app: Router,
     limits: Limits,
     mut shutdown: watch::Receiver<bool>,
@@ -253,6 +270,9 @@ async fn connection<S>(
     let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
     let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
+        if let Some(c) = &client {
+            req.extensions_mut().insert(c.clone());
+        }
         app.clone().oneshot(req.map(axum::body::Body::new))
     });
     let mut builder = hyper::server::conn::http1::Builder::new();

@@ -1,5 +1,6 @@
-//! Who is calling: the named principals, each with a role and a bearer credential, and the
-//! revoked ones.
+//! Who is calling: the named principals, each with a role and a credential (a bearer token
+//! from a file, or a client certificate's common name under mTLS), and the revoked ones (by
+//! name, or a certificate by serial).
 //!
 //! With no `[[principals]]` the three role credentials of `[auth]` are three principals named
 //! `agent`, `provider` and `operator` (the provider writes every provider-owned source), so a
@@ -19,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::error::Error;
 use crate::service::api::routes::Role;
+use crate::service::infra::client_cert::{self, ClientCert, RevokedSerials};
 use crate::service::store::statedir::{self, CredentialFiles, Secret};
 
 /// The largest revocation list read, bytes.
@@ -34,7 +36,35 @@ pub struct Principal {
     /// The sources a provider writes; `None`: every source its role owns (the default
     /// provider).
     sources: Option<BTreeSet<String>>,
-    secret: Secret,
+    credential: Credential,
+}
+
+/// How a principal proves who it is.
+#[derive(Debug)]
+enum Credential {
+    /// A bearer token.
+    Token(Secret),
+    /// A client certificate with this subject common name; `serial`: the one a connection
+    /// presented (none in the configured set).
+    Certificate {
+        common_name: String,
+        serial: Option<String>,
+    },
+}
+
+impl Credential {
+    /// Whether `self` and `other` are one credential (a certificate: one common name, the
+    /// serial apart).
+    fn same(&self, other: &Credential) -> bool {
+        match (self, other) {
+            (Credential::Token(a), Credential::Token(b)) => a.expose() == b.expose(),
+            (
+                Credential::Certificate { common_name: a, .. },
+                Credential::Certificate { common_name: b, .. },
+            ) => a == b,
+            _ => false,
+        }
+    }
 }
 
 impl Principal {
@@ -56,8 +86,9 @@ impl Principal {
 pub enum Identified {
     /// No principal has it.
     Unknown,
-    /// A revoked principal's.
-    Revoked(String),
+    /// A revoked principal's (its name), or a certificate whose serial is revoked (the name
+    /// it would have had, or its common name; and the serial).
+    Revoked(String, Option<String>),
     /// This principal's.
     Principal(Arc<Principal>),
 }
@@ -67,6 +98,7 @@ pub enum Identified {
 pub struct PrincipalSet {
     list: Vec<Arc<Principal>>,
     revoked: BTreeSet<String>,
+    revoked_serials: BTreeSet<String>,
 }
 
 impl PrincipalSet {
@@ -75,23 +107,62 @@ impl PrincipalSet {
     pub fn identify(&self, token: &[u8]) -> Identified {
         let mut found: Option<&Arc<Principal>> = None;
         for p in &self.list {
-            if bool::from(token.ct_eq(p.secret.expose().as_bytes())) {
+            if let Credential::Token(s) = &p.credential
+                && bool::from(token.ct_eq(s.expose().as_bytes()))
+            {
                 found = Some(p);
             }
         }
         match found {
             None => Identified::Unknown,
-            Some(p) if self.revoked.contains(&p.name) => Identified::Revoked(p.name.clone()),
+            Some(p) if self.revoked.contains(&p.name) => Identified::Revoked(p.name.clone(), None),
             Some(p) => Identified::Principal(Arc::clone(p)),
         }
     }
 
-    /// Whether `name` is in force with this credential (an open stream asks after a reload).
+    /// The principal a verified client certificate names (by its subject common name), with
+    /// the serial it presented; a revoked serial or name is [`Identified::Revoked`].
+    pub fn identify_certificate(&self, cert: &ClientCert) -> Identified {
+        let Some(cn) = cert.common_name.as_deref() else {
+            return Identified::Unknown;
+        };
+        let found = self.list.iter().find(|p| {
+            matches!(&p.credential, Credential::Certificate { common_name, .. } if common_name == cn)
+        });
+        let name = found.map_or(cn, |p| p.name.as_str()).to_string();
+        if self.revoked_serials.contains(&cert.serial) {
+            return Identified::Revoked(name, Some(cert.serial.clone()));
+        }
+        match found {
+            None => Identified::Unknown,
+            Some(p) if self.revoked.contains(&p.name) => Identified::Revoked(name, None),
+            Some(p) => Identified::Principal(Arc::new(Principal {
+                name: p.name.clone(),
+                role: p.role,
+                sources: p.sources.clone(),
+                credential: Credential::Certificate {
+                    common_name: cn.to_string(),
+                    serial: Some(cert.serial.clone()),
+                },
+            })),
+        }
+    }
+
+    /// Whether `p` is in force with this credential (an open stream asks after a reload): its
+    /// name not revoked, nor the serial of the certificate it came with.
     pub fn holds(&self, p: &Principal) -> bool {
+        if let Credential::Certificate {
+            serial: Some(s), ..
+        } = &p.credential
+            && self.revoked_serials.contains(s)
+        {
+            return false;
+        }
         !self.revoked.contains(&p.name)
-            && self.list.iter().any(|q| {
-                q.name == p.name && q.role == p.role && q.secret.expose() == p.secret.expose()
-            })
+            && self
+                .list
+                .iter()
+                .any(|q| q.name == p.name && q.role == p.role && q.credential.same(&p.credential))
     }
 
     /// Every principal, in the configuration's order.
@@ -112,10 +183,19 @@ pub struct PrincipalSpec {
     pub name: String,
     /// Its role.
     pub role: Role,
-    /// Its credential's file.
-    pub token_file: PathBuf,
+    /// Its credential.
+    pub credential: CredentialSpec,
     /// A provider's sources (ignored for another role).
     pub sources: Vec<String>,
+}
+
+/// Where a principal's credential comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CredentialSpec {
+    /// A bearer token in this file.
+    TokenFile(PathBuf),
+    /// A client certificate from the listeners' client CA with this subject common name.
+    CertCommonName(String),
 }
 
 /// One principal as configured: where its credential is.
@@ -124,7 +204,7 @@ struct Entry {
     name: String,
     role: Role,
     sources: Option<BTreeSet<String>>,
-    token_file: PathBuf,
+    credential: CredentialSpec,
 }
 
 /// The principals in force, reloadable from their files.
@@ -132,6 +212,7 @@ pub struct Principals {
     entries: Vec<Entry>,
     revoked_file: Option<PathBuf>,
     current: RwLock<Arc<PrincipalSet>>,
+    serials: Arc<RevokedSerials>,
     generation: watch::Sender<u64>,
 }
 
@@ -155,19 +236,22 @@ pub struct Reloaded {
 }
 
 impl Principals {
-    /// The three role credentials of `[auth]` as principals `agent`, `provider`, `operator`.
+    /// The three role credentials of `[auth]` as principals `agent`, `provider`, `operator`;
+    /// `serials` is kept to the revocation list's certificate serials (the TLS handshake
+    /// reads it).
     ///
     /// # Errors
     /// A credential file that cannot be read (they were created at start).
     pub fn from_roles(
         files: &CredentialFiles,
         revoked_file: Option<&Path>,
+        serials: Arc<RevokedSerials>,
     ) -> Result<Principals, Error> {
         let entry = |name: &str, role, file: &Path| Entry {
             name: name.to_string(),
             role,
             sources: None,
-            token_file: file.to_path_buf(),
+            credential: CredentialSpec::TokenFile(file.to_path_buf()),
         };
         Principals::from_entries(
             vec![
@@ -177,18 +261,20 @@ impl Principals {
             ],
             revoked_file,
             false,
+            serials,
         )
         .map(|(p, _)| p)
     }
 
-    /// `[[principals]]`, each credential file created (mode 0600, fresh credential) when
-    /// absent; also the files created.
+    /// `[[principals]]`, each token file created (mode 0600, fresh credential) when absent;
+    /// also the files created. `serials` as in [`Principals::from_roles`].
     ///
     /// # Errors
     /// A credential file that cannot be read or created, or two principals with one credential.
     pub fn configured(
         list: &[PrincipalSpec],
         revoked_file: Option<&Path>,
+        serials: Arc<RevokedSerials>,
     ) -> Result<(Principals, Vec<PathBuf>), Error> {
         let entries = list
             .iter()
@@ -196,24 +282,27 @@ impl Principals {
                 name: p.name.clone(),
                 role: p.role,
                 sources: (p.role == Role::Provider).then(|| p.sources.iter().cloned().collect()),
-                token_file: p.token_file.clone(),
+                credential: p.credential.clone(),
             })
             .collect();
-        Principals::from_entries(entries, revoked_file, true)
+        Principals::from_entries(entries, revoked_file, true, serials)
     }
 
     fn from_entries(
         entries: Vec<Entry>,
         revoked_file: Option<&Path>,
         create: bool,
+        serials: Arc<RevokedSerials>,
     ) -> Result<(Principals, Vec<PathBuf>), Error> {
         let (set, created) = load(&entries, revoked_file, create)?;
         let (generation, _) = watch::channel(0);
+        serials.replace(set.revoked_serials.clone());
         Ok((
             Principals {
                 entries,
                 revoked_file: revoked_file.map(Path::to_path_buf),
                 current: RwLock::new(Arc::new(set)),
+                serials,
                 generation,
             },
             created,
@@ -223,6 +312,11 @@ impl Principals {
     /// The set in force now.
     pub fn current(&self) -> Arc<PrincipalSet> {
         Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The revoked certificate serials, for the TLS handshake; a reload replaces them.
+    pub fn revoked_serials(&self) -> Arc<RevokedSerials> {
+        Arc::clone(&self.serials)
     }
 
     /// Bumped at each reload that took: an open stream re-checks its principal.
@@ -244,16 +338,26 @@ impl Principals {
             .filter(|p| {
                 old.list
                     .iter()
-                    .any(|q| q.name == p.name && q.secret.expose() != p.secret.expose())
+                    .any(|q| q.name == p.name && !q.credential.same(&p.credential))
             })
             .map(|p| p.name.clone())
             .collect();
-        let revoked = set.revoked.difference(&old.revoked).cloned().collect();
+        let revoked = set
+            .revoked
+            .difference(&old.revoked)
+            .cloned()
+            .chain(
+                set.revoked_serials
+                    .difference(&old.revoked_serials)
+                    .map(|s| format!("certificate serial {s}")),
+            )
+            .collect();
         let out = Reloaded {
             principals: set.list.len(),
             rotated,
             revoked,
         };
+        self.serials.replace(set.revoked_serials.clone());
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(set);
         self.generation.send_modify(|g| *g = g.wrapping_add(1));
         Ok(out)
@@ -269,16 +373,22 @@ fn load(
     let mut list: Vec<Arc<Principal>> = Vec::with_capacity(entries.len());
     let mut created = Vec::new();
     for e in entries {
-        let secret = if create {
-            let (s, new) = statedir::load_or_create(&e.token_file)?;
-            if new {
-                created.push(e.token_file.clone());
-            }
-            s
-        } else {
-            statedir::load_existing(&e.token_file)?
+        let credential = match &e.credential {
+            CredentialSpec::CertCommonName(cn) => Credential::Certificate {
+                common_name: cn.clone(),
+                serial: None,
+            },
+            CredentialSpec::TokenFile(file) => Credential::Token(Secret::new(if create {
+                let (s, new) = statedir::load_or_create(file)?;
+                if new {
+                    created.push(file.clone());
+                }
+                s
+            } else {
+                statedir::load_existing(file)?
+            })),
         };
-        if let Some(other) = list.iter().find(|p| p.secret.expose() == secret) {
+        if let Some(other) = list.iter().find(|p| p.credential.same(&credential)) {
             return Err(Error::config(format!(
                 "principals `{}` and `{}` share one credential; each needs its own",
                 other.name, e.name
@@ -288,29 +398,58 @@ fn load(
             name: e.name.clone(),
             role: e.role,
             sources: e.sources.clone(),
-            secret: Secret::new(secret),
+            credential,
         }));
     }
-    let revoked = match revoked_file {
-        None => BTreeSet::new(),
+    let (revoked, revoked_serials) = match revoked_file {
+        None => (BTreeSet::new(), BTreeSet::new()),
         Some(f) => revocation_list(f)?,
     };
-    Ok((PrincipalSet { list, revoked }, created))
+    Ok((
+        PrincipalSet {
+            list,
+            revoked,
+            revoked_serials,
+        },
+        created,
+    ))
 }
 
-/// A revocation list: principal names, one per line; `#` starts a comment. A missing file is
-/// an empty list (nothing revoked yet).
-fn revocation_list(path: &Path) -> Result<BTreeSet<String>, Error> {
+/// A revocation list, one entry per line, `#` starting a comment: a principal's name, or a
+/// client certificate's serial as `serial=<hex>` (what `openssl x509 -noout -serial` prints)
+/// or `serial:<hex>`. A missing file is an empty list (nothing revoked yet); a serial that is
+/// not hex refuses the whole list.
+fn revocation_list(path: &Path) -> Result<(BTreeSet<String>, BTreeSet<String>), Error> {
+    let (mut names, mut serials) = (BTreeSet::new(), BTreeSet::new());
     if !path.exists() {
-        return Ok(BTreeSet::new());
+        return Ok((names, serials));
     }
     let text = crate::io::read_text_capped(path, MAX_REVOKED_BYTES, "revocation list")?;
-    Ok(text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect())
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let serial = line
+            .strip_prefix("serial=")
+            .or_else(|| line.strip_prefix("serial:"));
+        match serial {
+            None => {
+                names.insert(line.to_string());
+            }
+            Some(hex) => {
+                let s = client_cert::normal_serial(hex.trim()).ok_or_else(|| {
+                    Error::config(format!(
+                        "{}:{}: `{line}` is not a certificate serial (hex, as `openssl x509 -noout -serial` prints it)",
+                        path.display(),
+                        n + 1
+                    ))
+                })?;
+                serials.insert(s);
+            }
+        }
+    }
+    Ok((names, serials))
 }
 
 #[cfg(test)]
@@ -328,7 +467,7 @@ mod tests {
         PrincipalSpec {
             name: name.into(),
             role,
-            token_file: file,
+            credential: CredentialSpec::TokenFile(file),
             sources: sources.iter().map(|s| s.to_string()).collect(),
         }
     }
@@ -347,7 +486,7 @@ mod tests {
             cfg("op", Role::Operator, d.join("o.token"), &[]),
         ];
         let revoked = d.join("revoked");
-        let (ps, created) = Principals::configured(&list, Some(&revoked)).unwrap();
+        let (ps, created) = Principals::configured(&list, Some(&revoked), Arc::default()).unwrap();
         assert_eq!(created.len(), 3);
         let read = |f: &str| {
             std::fs::read_to_string(d.join(f))
@@ -392,7 +531,7 @@ mod tests {
         let set3 = ps.current();
         assert!(matches!(
             set3.identify(read("t.token").as_bytes()),
-            Identified::Revoked(n) if n == "traffic-feed"
+            Identified::Revoked(n, None) if n == "traffic-feed"
         ));
         assert!(!set3.holds(&t));
         // A reload that cannot read a file changes nothing.
@@ -402,6 +541,83 @@ mod tests {
             ps.current().identify(b"a-new-credential-of-the-agent"),
             Identified::Principal(_)
         ));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_certificate_names_its_principal_until_its_serial_or_name_is_revoked() {
+        let d = dir("certs");
+        let list = vec![
+            PrincipalSpec {
+                name: "agent-m".into(),
+                role: Role::Agent,
+                credential: CredentialSpec::CertCommonName("agent-m.fleet".into()),
+                sources: vec![],
+            },
+            cfg("op", Role::Operator, d.join("o.token"), &[]),
+        ];
+        let revoked = d.join("revoked");
+        let serials = Arc::new(RevokedSerials::default());
+        let (ps, created) =
+            Principals::configured(&list, Some(&revoked), Arc::clone(&serials)).unwrap();
+        assert_eq!(
+            created.len(),
+            1,
+            "a certificate principal has no token file"
+        );
+        let cert = |cn: &str, serial: &str| ClientCert {
+            common_name: Some(cn.into()),
+            serial: serial.into(),
+        };
+        let Identified::Principal(m) = ps
+            .current()
+            .identify_certificate(&cert("agent-m.fleet", "1A"))
+        else {
+            panic!("the certificate names agent-m");
+        };
+        assert_eq!((m.name.as_str(), m.role), ("agent-m", Role::Agent));
+        assert!(matches!(
+            ps.current()
+                .identify_certificate(&cert("someone-else", "1A")),
+            Identified::Unknown
+        ));
+        assert!(
+            matches!(ps.current().identify(b"agent-m.fleet"), Identified::Unknown),
+            "a common name is no bearer credential"
+        );
+        // The serial revoked, as `openssl x509 -noout -serial` prints it, with leading zeros.
+        std::fs::write(&revoked, "serial=001A\n").unwrap();
+        let r = ps.reload().unwrap();
+        assert_eq!(r.revoked, vec!["certificate serial 1A".to_string()]);
+        assert!(
+            serials.contains("1A"),
+            "the handshake's list is the reloaded one"
+        );
+        assert!(
+            !ps.current().holds(&m),
+            "a stream of the revoked certificate stops holding"
+        );
+        assert!(matches!(
+            ps.current().identify_certificate(&cert("agent-m.fleet", "1A")),
+            Identified::Revoked(n, Some(s)) if n == "agent-m" && s == "1A"
+        ));
+        // Its reissued certificate (a new serial) is agent-m again.
+        let Identified::Principal(m2) = ps
+            .current()
+            .identify_certificate(&cert("agent-m.fleet", "1B"))
+        else {
+            panic!("the reissued certificate names agent-m");
+        };
+        assert!(ps.current().holds(&m2));
+        // A serial that is not hex refuses the list; the one in force stays.
+        std::fs::write(&revoked, "serial=1A\nserial=not-hex\n").unwrap();
+        let e = ps.reload().unwrap_err();
+        assert!(
+            e.message().contains(":2: `serial=not-hex`"),
+            "{}",
+            e.message()
+        );
+        assert!(serials.contains("1A"));
         let _ = std::fs::remove_dir_all(&d);
     }
 
@@ -418,7 +634,7 @@ mod tests {
             cfg("x", Role::Agent, d.join("x.token"), &[]),
             cfg("y", Role::Operator, d.join("y.token"), &[]),
         ];
-        let e = Principals::configured(&list, None).unwrap_err();
+        let e = Principals::configured(&list, None, Arc::default()).unwrap_err();
         assert!(
             e.message().contains("share one credential"),
             "{}",

@@ -4,14 +4,19 @@
 //! A [`Tls`] holds the configuration the next handshake uses. [`Tls::reload`] re-reads the
 //! files (on SIGHUP, `cli/run.rs`) and swaps it in only when the new pair loads whole; a bad
 //! file keeps the old pair and says why. Connections already open keep the session they
-//! negotiated: a reload never drops the flight's streams.
+//! negotiated: a reload never drops the flight's streams. With `client_ca_file` the
+//! listeners also verify client certificates ([`super::client_cert`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use rustls::ServerConfig;
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::client_cert::{RefuseRevoked, RevokedSerials};
 
 /// The largest certificate chain or key file read, bytes.
 pub const MAX_PEM_BYTES: u64 = 256 * 1024;
@@ -23,6 +28,9 @@ pub struct TlsFiles {
     pub cert_file: PathBuf,
     /// Its private key, PEM (PKCS #8, PKCS #1 RSA or SEC1 EC).
     pub key_file: PathBuf,
+    /// The CA, PEM, whose certificates name client principals (mTLS); none: no client
+    /// certificates are asked for.
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// Why a certificate chain and key could not be served.
@@ -44,6 +52,13 @@ pub enum TlsError {
         /// The file.
         file: PathBuf,
     },
+    /// The client CA file holds no certificate a verifier can take as a root.
+    NoClientCa {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        why: String,
+    },
     /// rustls refused the pair: the key does not match the certificate, or a kind of key it
     /// cannot sign with.
     Refused {
@@ -60,6 +75,7 @@ impl TlsError {
             TlsError::NoCertificate { .. } => "TLS_NO_CERTIFICATE",
             TlsError::NoKey { .. } => "TLS_NO_KEY",
             TlsError::Refused { .. } => "TLS_KEY_REFUSED",
+            TlsError::NoClientCa { .. } => "TLS_NO_CLIENT_CA",
         }
     }
 }
@@ -76,6 +92,11 @@ impl std::fmt::Display for TlsError {
             TlsError::NoKey { file } => write!(
                 f,
                 "{}: no PEM private key (`-----BEGIN PRIVATE KEY-----`, `RSA PRIVATE KEY` or `EC PRIVATE KEY`) in it",
+                file.display()
+            ),
+            TlsError::NoClientCa { file, why } => write!(
+                f,
+                "{}: no CA certificate to verify client certificates with: {why}",
                 file.display()
             ),
             TlsError::Refused { why } => write!(
@@ -109,15 +130,56 @@ pub fn crypto_provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The rustls configuration of `files`: TLS 1.2 and 1.3 on ring's cipher suites, no client
-/// certificates, ALPN `http/1.1`.
+/// The rustls configuration of `files`: TLS 1.2 and 1.3 on ring's cipher suites, ALPN
+/// `http/1.1`, and with a client CA, client certificates asked for (not required: a bearer
+/// credential still authenticates), verified against it and refused when `revoked` lists
+/// their serial.
 ///
 /// # Errors
 /// [`TlsError`] naming the file or the refusal.
-pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
+pub fn server_config(
+    files: &TlsFiles,
+    revoked: &Arc<RevokedSerials>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let chain_pem = read(&files.cert_file, "TLS certificate file")?;
     let key_pem = read(&files.key_file, "TLS key file")?;
-    server_config_from_pem(&chain_pem, &key_pem, files)
+    let verifier = match &files.client_ca_file {
+        Some(f) => Some(client_verifier(
+            &read(f, "TLS client CA file")?,
+            f,
+            revoked,
+        )?),
+        None => None,
+    };
+    server_config_from_pem(&chain_pem, &key_pem, files, verifier)
+}
+
+/// The verifier of client certificates signed by the CA in `ca_pem`.
+fn client_verifier(
+    ca_pem: &[u8],
+    file: &Path,
+    revoked: &Arc<RevokedSerials>,
+) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let refused = |why: String| TlsError::NoClientCa {
+        file: file.to_path_buf(),
+        why,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem) {
+        let c = c.map_err(|_| refused("not valid PEM".into()))?;
+        roots.add(c).map_err(|e| refused(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(refused("no `-----BEGIN CERTIFICATE-----` block".into()));
+    }
+    let inner = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crypto_provider())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| refused(e.to_string()))?;
+    Ok(Arc::new(RefuseRevoked {
+        inner,
+        revoked: Arc::clone(revoked),
+    }))
 }
 
 /// As [`server_config`], from the files' bytes; `files` names them in errors.
@@ -128,6 +190,7 @@ pub fn server_config_from_pem(
     chain_pem: &[u8],
     key_pem: &[u8],
     files: &TlsFiles,
+    clients: Option<Arc<dyn ClientCertVerifier>>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(chain_pem)
         .collect::<Result<_, _>>()
@@ -142,10 +205,14 @@ pub fn server_config_from_pem(
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|_| TlsError::NoKey {
         file: files.key_file.clone(),
     })?;
-    let mut cfg = ServerConfig::builder_with_provider(crypto_provider())
+    let builder = ServerConfig::builder_with_provider(crypto_provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| TlsError::Refused { why: e.to_string() })?
-        .with_no_client_auth()
+        .map_err(|e| TlsError::Refused { why: e.to_string() })?;
+    let builder = match clients {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder
         .with_single_cert(chain, key)
         .map_err(|e| TlsError::Refused { why: e.to_string() })?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -155,18 +222,20 @@ pub fn server_config_from_pem(
 /// The TLS configuration the listeners' next handshakes use, reloadable from its files.
 pub struct Tls {
     files: TlsFiles,
+    revoked: Arc<RevokedSerials>,
     current: RwLock<Arc<ServerConfig>>,
 }
 
 impl Tls {
-    /// Loads `files`.
+    /// Loads `files`; client certificates whose serial `revoked` lists are refused.
     ///
     /// # Errors
     /// [`TlsError`] when they cannot be served.
-    pub fn load(files: TlsFiles) -> Result<Tls, TlsError> {
-        let cfg = server_config(&files)?;
+    pub fn load(files: TlsFiles, revoked: Arc<RevokedSerials>) -> Result<Tls, TlsError> {
+        let cfg = server_config(&files, &revoked)?;
         Ok(Tls {
             files,
+            revoked,
             current: RwLock::new(cfg),
         })
     }
@@ -187,7 +256,7 @@ impl Tls {
     /// # Errors
     /// [`TlsError`]: the old pair stays in use.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let cfg = server_config(&self.files)?;
+        let cfg = server_config(&self.files, &self.revoked)?;
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = cfg;
         Ok(())
     }
@@ -201,13 +270,14 @@ mod tests {
         TlsFiles {
             cert_file: PathBuf::from("gw.crt"),
             key_file: PathBuf::from("gw.key"),
+            client_ca_file: None,
         }
     }
 
     #[test]
     fn what_is_not_a_certificate_and_a_key_is_refused_with_its_code() {
         let f = files();
-        let e = server_config_from_pem(b"", b"", &f).unwrap_err();
+        let e = server_config_from_pem(b"", b"", &f, None).unwrap_err();
         assert_eq!(e.code(), "TLS_NO_CERTIFICATE");
         assert!(
             e.to_string().starts_with("gw.crt: no PEM certificate"),
@@ -217,6 +287,7 @@ mod tests {
             b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n",
             b"",
             &f,
+            None,
         )
         .unwrap_err();
         assert_eq!(e.code(), "TLS_NO_CERTIFICATE");
@@ -225,6 +296,7 @@ mod tests {
             b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
             b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
             &f,
+            None,
         )
         .unwrap_err();
         assert_eq!(e.code(), "TLS_KEY_REFUSED", "{e}");
@@ -232,13 +304,18 @@ mod tests {
             b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
             b"no key here",
             &f,
+            None,
         )
         .unwrap_err();
         assert_eq!(e.code(), "TLS_NO_KEY");
-        let e = Tls::load(TlsFiles {
-            cert_file: PathBuf::from("/nonexistent/gw.crt"),
-            key_file: PathBuf::from("/nonexistent/gw.key"),
-        })
+        let e = Tls::load(
+            TlsFiles {
+                cert_file: PathBuf::from("/nonexistent/gw.crt"),
+                key_file: PathBuf::from("/nonexistent/gw.key"),
+                client_ca_file: None,
+            },
+            Arc::default(),
+        )
         .err()
         .unwrap();
         assert_eq!(e.code(), "TLS_FILE_UNREADABLE");
