@@ -16,7 +16,7 @@ runs="${1:-10000000}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(envelope state_file catalog contract_domain receipt_lines offboard contract_workflow service_bodies last_event_id)
+    targets=(envelope state_file catalog contract_domain receipt_lines offboard contract_workflow service_bodies last_event_id gateway_config tls_pem client_identity)
 fi
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 rustup run nightly rustc --version >/dev/null
@@ -24,7 +24,7 @@ rustup run nightly rustc --version >/dev/null
 # Seeds from the test data: every admission case's response and state, the catalogs, the
 # contract domain, and a signed contract receipt log.
 seeds=target/fuzz-seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{envelope,state_file,catalog,contract_domain,receipt_lines,offboard,contract_workflow,service_bodies,last_event_id}
+rm -rf "$seeds" && mkdir -p "$seeds"/{envelope,state_file,catalog,contract_domain,receipt_lines,offboard,contract_workflow,service_bodies,last_event_id,gateway_config,tls_pem,client_identity}
 python3 - "$seeds" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
@@ -71,6 +71,16 @@ cargo run --release -q -p halo-gateway -- contract run --signing-key "$seeds/key
     --receipts "$seeds/receipt_lines/log.jsonl" docs/examples/contract-workflow.json >/dev/null
 head -1 "$seeds/receipt_lines/log.jsonl" > "$seeds/receipt_lines/one.jsonl"
 rm -f "$seeds/key" "$seeds/key.pub"
+# The network face: the shipped configurations, a certificate and key (chain NUL key NUL
+# client CA), a client certificate's DER and a revocation list.
+cp configs/*.toml "$seeds/gateway_config/"
+pki=$(mktemp -d)
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=localhost \
+    -keyout "$pki/a.key" -out "$pki/a.crt" 2>/dev/null
+{ cat "$pki/a.crt"; printf '\0'; cat "$pki/a.key"; printf '\0'; cat "$pki/a.crt"; } > "$seeds/tls_pem/pair-and-ca.bin"
+openssl x509 -outform DER -in "$pki/a.crt" -out "$seeds/client_identity/cert.der"
+printf '# leaked\nplanner-1\nserial=00A1:B2\n' > "$seeds/client_identity/revoked.txt"
+rm -rf "$pki"
 
 report=target/fuzz-report.txt
 echo "fuzz run $(date -u +%FT%TZ), $runs executions per target (at most ${FUZZ_MAX_SECONDS:-unlimited} s each), sanitizer ${FUZZ_SANITIZER:-none}, $(nproc) cores, $(git rev-parse --short HEAD)" > "$report"

@@ -266,25 +266,69 @@ pub fn gateway_config(data: &[u8]) {
         if l.tls.is_some() && l.insecure_plaintext {
             panic!("[listen.tls] and insecure_plaintext both taken");
         }
+        let client_ca = l.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some());
+        for p in &c.principals {
+            if p.token_file.is_some() == p.cert_common_name.is_some() {
+                panic!("principal {} taken without exactly one credential", p.name);
+            }
+            if p.cert_common_name.is_some() && !client_ca {
+                panic!("certificate principal {} taken without a client CA", p.name);
+            }
+        }
     }
 }
 
-/// A TLS certificate chain and key (`[listen.tls]`'s files): the bytes up to the first NUL
-/// are the chain, the rest the key. Anything is a typed refusal or a configuration, never a
-/// panic.
+/// A TLS certificate chain, its key and a client CA (`[listen.tls]`'s files), separated by
+/// NULs: the bytes up to the first are the chain, then the key, then (after a second NUL) the
+/// client CA. Anything is a typed refusal or a configuration, never a panic.
 pub fn tls_pem(data: &[u8]) {
-    let (chain, key) = match data.iter().position(|b| *b == 0) {
-        Some(i) => (
-            data.get(..i).unwrap_or_default(),
-            data.get(i + 1..).unwrap_or_default(),
-        ),
-        None => (data, data),
-    };
-    let files = halo_gateway::service::infra::tls::TlsFiles {
+    use halo_gateway::service::infra::tls;
+    let mut parts = data.splitn(3, |b| *b == 0);
+    let chain = parts.next().unwrap_or_default();
+    let key = parts.next().unwrap_or(chain);
+    let ca = parts.next();
+    let files = tls::TlsFiles {
         cert_file: "fuzz.crt".into(),
         key_file: "fuzz.key".into(),
+        client_ca_file: ca.map(|_| "fuzz-ca.crt".into()),
     };
-    let _ = halo_gateway::service::infra::tls::server_config_from_pem(chain, key, &files);
+    let clients = ca.and_then(|ca| {
+        tls::client_verifier(ca, std::path::Path::new("fuzz-ca.crt"), &Default::default()).ok()
+    });
+    let _ = tls::server_config_from_pem(chain, key, &files, clients);
+}
+
+/// What a client certificate and a revocation list give the gateway: the bytes as a DER
+/// certificate (its common name and serial), and as the text of `auth.revoked_file`.
+/// Invariant: every serial either yields is in the one form both compare in (upper-case hex,
+/// no leading zero), so a serial written any way `openssl` prints it meets the certificate's.
+///
+/// # Panics
+/// When a serial is not in that form.
+#[allow(
+    clippy::panic,
+    reason = "a fuzz target reports a broken invariant by panicking"
+)]
+pub fn client_identity(data: &[u8]) {
+    use halo_gateway::service::infra::{client_cert, principals};
+    let normal = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase())
+            && s.chars().all(|c| c.is_ascii_hexdigit())
+            && (s == "0" || !s.starts_with('0'))
+    };
+    if let Ok(c) = client_cert::read(data)
+        && !normal(&c.serial)
+    {
+        panic!("a certificate's serial read as {:?}", c.serial);
+    }
+    if let Ok(text) = std::str::from_utf8(data)
+        && let Ok((_, serials)) = principals::parse_revocations(text, "fuzz")
+        && let Some(s) = serials.iter().find(|s| !normal(s))
+    {
+        panic!("a revocation list's serial read as {s:?}");
+    }
 }
 
 /// Catalog text.

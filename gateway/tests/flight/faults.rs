@@ -839,22 +839,11 @@ fn provider_outage() -> Outcome {
     }
 }
 
-fn libfaketime() -> Option<PathBuf> {
-    [
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/lib",
-    ]
-    .iter()
-    .map(|d| Path::new(d).join("faketime/libfaketime.so.1"))
-    .find(|p| p.exists())
-}
-
 /// The gateway's wall clock jumps an hour forward, then an hour back (libfaketime on the
 /// gateway process only; its monotonic clock is left alone).
 fn wall_clock_jump() -> Outcome {
     let name = "wall clock jumps forward and back";
-    let Some(lib) = libfaketime() else {
+    let Some(lib) = common::libfaketime() else {
         return Outcome {
             name,
             injected: "libfaketime is not installed (scripts/test.sh installs Debian's faketime)"

@@ -14,7 +14,7 @@ use crate::common::service::{
     Gateway, Providers, Sim, certify, fp, get, metrics_text, post, route, take_off, tmp, trust_ca,
     wait_until,
 };
-use crate::common::tls::{Pki, make_pki};
+use crate::common::tls::{ClientPair, Pki, client_cert, make_pki};
 use crate::common::{self, Checks, halo, repo_root};
 
 /// The network suite's checks.
@@ -1023,4 +1023,324 @@ fn each_principal_has_its_own_rate_and_streams_and_a_guessing_address_is_backed_
     c.check("the gateway stops cleanly", g.stop() == 0);
     c.finish(LIMITS, "");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The client-certificate suite's checks.
+const MTLS: usize = 17;
+
+/// curl over TLS trusting `ca`, with a client certificate when given: (exit code, body,
+/// curl's own error text).
+fn curl_cert(
+    ca: &Path,
+    pair: Option<&ClientPair>,
+    args: &[&str],
+    url: &str,
+) -> (i32, String, String) {
+    let mut c = Command::new("curl");
+    c.args(["-sS", "--max-time", "10", "--cacert"]).arg(ca);
+    if let Some(p) = pair {
+        c.arg("--cert").arg(&p.cert).arg("--key").arg(&p.key);
+    }
+    let out = c.args(args).arg(url).stdin(Stdio::null()).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The HTTP status curl read with `pair`'s certificate (`000`: no HTTP at all).
+fn status_with(ca: &Path, pair: Option<&ClientPair>, args: &[&str], url: &str) -> String {
+    let mut a = vec!["-o", "/dev/null", "-w", "%{http_code}"];
+    a.extend_from_slice(args);
+    curl_cert(ca, pair, &a, url).1
+}
+
+/// What `openssl s_client -tls1_2` printed presenting `pair` (in TLS 1.2 the server's verdict
+/// on a client certificate comes inside the handshake): the alert the server sent, if any.
+fn handshake_with(addr: &str, ca: &Path, pair: &ClientPair) -> String {
+    s_client(
+        addr,
+        &[
+            "-tls1_2",
+            "-CAfile",
+            s(ca),
+            "-cert",
+            s(&pair.cert),
+            "-key",
+            s(&pair.key),
+        ],
+    )
+}
+
+/// Client certificates as principals (mTLS): a certificate from the configured CA names the
+/// principal whose `cert_common_name` is its subject's; one of another CA, out of date or with
+/// a revoked serial ends the handshake, each with its own alert as `openssl s_client` reads
+/// it; a serial revoked by SIGHUP closes that certificate's open stream and refuses the next
+/// request of a connection opened before, and the reissued certificate is taken.
+#[test]
+fn client_certificates_name_principals_and_a_foreign_expired_or_revoked_one_is_refused() {
+    let _timing = common::shared();
+    let dir = tmp("network-mtls");
+    let pki = make_pki(&dir);
+    let creds = dir.join("principals");
+    std::fs::create_dir_all(&creds).unwrap();
+    let revoked = creds.join("revoked");
+    let agent = client_cert(&dir, "ca", "agent-m", "agent-m", false);
+    let reissued = client_cert(&dir, "ca", "agent-m", "agent-m-2", false);
+    let stranger = client_cert(&dir, "ca", "stranger", "stranger", false);
+    let foreign = client_cert(&dir, "other-ca", "agent-m", "foreign", false);
+    let expired = client_cert(&dir, "ca", "agent-m", "expired", true);
+    let principals = format!(
+        "[[principals]]\nname = \"agent-m\"\nrole = \"agent\"\ncert_common_name = \"agent-m\"\n\
+         [[principals]]\nname = \"op\"\nrole = \"operator\"\ntoken_file = \"{}/op.token\"\n",
+        creds.display()
+    );
+    let tls = format!(
+        "{}client_ca_file = \"{}\"\n",
+        tls_section(&pki.cert, &pki.key),
+        pki.ca.display()
+    );
+    let mut c = Checks::new("network-mtls");
+    let v = "[vehicle]\nurl = \"udpin:127.0.0.1:0\"\n";
+    let (code, out) = check_config(
+        &dir,
+        "no-client-ca.toml",
+        &format!("{v}{}{principals}", tls_section(&pki.cert, &pki.key)),
+    );
+    c.check(
+        "a certificate principal without listen.tls.client_ca_file is refused (exit 3)",
+        code == 3 && out.contains("client_ca_file"),
+    );
+    let (code, out) = check_config(
+        &dir,
+        "two-credentials.toml",
+        &format!(
+            "{v}{tls}{}",
+            principals.replace(
+                "cert_common_name = \"agent-m\"\n",
+                "cert_common_name = \"agent-m\"\ntoken_file = \"/tmp/x.token\"\n"
+            )
+        ),
+    );
+    c.check(
+        "a principal with a token file and a certificate name is refused",
+        code == 3 && out.contains("exactly one credential"),
+    );
+    let (code, out) = check_config(&dir, "mtls.toml", &format!("{v}{tls}{principals}"));
+    c.check(
+        "run --check says whose client certificates are taken",
+        code == 0 && out.contains(&format!("client certificates of {}", pki.ca.display())),
+    );
+
+    let state = dir.join("state");
+    let g = Gateway::start_config(
+        &dir,
+        &state,
+        &format!(
+            "[vehicle]\nurl = \"sim\"\n[listen]\nhttp = \"127.0.0.1:0\"\n{tls}[auth]\nrevoked_file = \"{}\"\n{principals}[state]\ndir = \"{}\"\n[log]\nlevel = \"warn\"\n",
+            revoked.display(),
+            state.display()
+        ),
+        &[],
+    );
+    let u = g.url.clone();
+    let addr = host_port(&u);
+    let op = token(&creds, "op");
+    let obligations = format!("{u}/v1/obligations");
+    c.check(
+        "agent-m's certificate, no bearer credential: its agent routes are taken (200)",
+        status_with(&pki.ca, Some(&agent), &[], &obligations) == "200",
+    );
+    let (_, body, _) = curl_cert(
+        &pki.ca,
+        Some(&agent),
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "content-type: application/json",
+            "-d",
+            "{}",
+        ],
+        &format!("{u}/v1/operator/hold"),
+    );
+    c.check(
+        "the certificate gives agent-m its role and no other: an operator command is 403",
+        body.contains("FORBIDDEN_ROLE"),
+    );
+    c.check(
+        "no certificate and no credential: the handshake is taken, the request is 401",
+        status_with(&pki.ca, None, &[], &obligations) == "401",
+    );
+    c.check(
+        "the operator's bearer credential is taken on the same listener (200)",
+        status_with(
+            &pki.ca,
+            None,
+            &["-H", &format!("Authorization: Bearer {op}")],
+            &format!("{u}/v1/status"),
+        ) == "200",
+    );
+    let (_, body, _) = curl_cert(&pki.ca, Some(&stranger), &[], &obligations);
+    c.check(
+        "a certificate of the CA naming no principal is 401 UNAUTHENTICATED, saying its common name",
+        body.contains("UNAUTHENTICATED") && body.contains("(stranger)"),
+    );
+    // The handshake's verdicts, as OpenSSL's client reads them.
+    let good = handshake_with(&addr, &pki.ca, &agent);
+    c.check(
+        "the judge's control: agent-m's certificate completes a TLS 1.2 handshake with no alert",
+        good.contains("Protocol version: TLSv1.2") && !good.contains("alert"),
+    );
+    let f = handshake_with(&addr, &pki.ca, &foreign);
+    println!(
+        "  another CA's certificate: {}",
+        f.lines().find(|l| l.contains("alert")).unwrap_or("")
+    );
+    c.check(
+        "a certificate of another CA ends the handshake: alert unknown ca (48)",
+        f.contains("alert number 48") && !f.contains("Protocol version:"),
+    );
+    let e = handshake_with(&addr, &pki.ca, &expired);
+    println!(
+        "  an expired certificate: {}",
+        e.lines().find(|l| l.contains("alert")).unwrap_or("")
+    );
+    c.check(
+        "an expired certificate ends the handshake: alert certificate expired (45)",
+        e.contains("alert number 45") && !e.contains("Protocol version:"),
+    );
+    // Revocation by serial during a stream, with a connection opened before it.
+    let mut stream = Command::new("curl")
+        .args(["-sS", "-N", "--max-time", "30", "--cacert"])
+        .arg(&pki.ca)
+        .arg("--cert")
+        .arg(&agent.cert)
+        .arg("--key")
+        .arg(&agent.key)
+        .arg(format!("{u}/v1/events"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut kept = kept_alive_client(&pki.ca, &agent, &addr);
+    let first = kept.next();
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(
+        &revoked,
+        format!("# agent-m's laptop was lost\n{}\n", agent.serial_line),
+    )
+    .unwrap();
+    let hup = Command::new("kill")
+        .args(["-HUP", &g.proc.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    wait_until(10, "the credential reload", || {
+        let (_, m, _) = curl_cert(&pki.ca, None, &[], &format!("{u}/metrics"));
+        m.contains("halo_credential_reloads_total{code=\"ok\"} 1")
+    });
+    let closed = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        stream.try_wait().unwrap().is_some()
+    });
+    if !closed {
+        let _ = stream.kill();
+    }
+    let _ = stream.wait();
+    c.check(
+        "the revoked certificate's open event stream is closed",
+        closed,
+    );
+    let second = kept.next();
+    println!("  a connection opened before the revocation: {first} then {second}");
+    c.check(
+        "a connection opened before the revocation: 200, then 401 CREDENTIAL_REVOKED at its next request (Python http.client)",
+        first.starts_with("200") && second.starts_with("401") && second.contains("CREDENTIAL_REVOKED"),
+    );
+    let r = handshake_with(&addr, &pki.ca, &agent);
+    println!(
+        "  the revoked certificate: {}",
+        r.lines().find(|l| l.contains("alert")).unwrap_or("")
+    );
+    c.check(
+        "a new handshake with the revoked certificate ends: alert certificate revoked (44)",
+        r.contains("alert number 44") && !r.contains("Protocol version:"),
+    );
+    c.check(
+        "agent-m's reissued certificate (a new serial) is taken without a restart (200)",
+        status_with(&pki.ca, Some(&reissued), &[], &obligations) == "200",
+    );
+    let (_, m, _) = curl_cert(&pki.ca, None, &[], &format!("{u}/metrics"));
+    c.check(
+        "/metrics counts the refused handshakes (another CA, expired, revoked)",
+        m.lines()
+            .find_map(|l| l.strip_prefix("halo_tls_handshake_failures_total "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .is_some_and(|n| n >= 3),
+    );
+    drop(kept);
+    c.check("the gateway stops cleanly", g.stop() == 0);
+    c.finish(MTLS, "");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A Python `http.client` connection with `pair`'s certificate that stays open: each
+/// [`KeptAlive::next`] sends one more `GET /v1/obligations` on it and reads `status body`.
+struct KeptAlive {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+fn kept_alive_client(ca: &Path, pair: &ClientPair, addr: &str) -> KeptAlive {
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let script = format!(
+        "import http.client, ssl, sys\n\
+         ctx = ssl.create_default_context(cafile={ca:?})\n\
+         ctx.load_cert_chain({cert:?}, {key:?})\n\
+         conn = http.client.HTTPSConnection({host:?}, {port}, context=ctx, timeout=10)\n\
+         for _ in sys.stdin:\n\
+         \x20   conn.request('GET', '/v1/obligations')\n\
+         \x20   r = conn.getresponse()\n\
+         \x20   print(r.status, r.read().decode().replace('\\n', ' '), flush=True)\n",
+        ca = s(ca),
+        cert = s(&pair.cert),
+        key = s(&pair.key),
+    );
+    let mut child = Command::new("python3")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python3");
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    KeptAlive { child, out }
+}
+
+impl KeptAlive {
+    fn next(&mut self) -> String {
+        use std::io::{BufRead as _, Write as _};
+        let Some(stdin) = self.child.stdin.as_mut() else {
+            return String::new();
+        };
+        if stdin
+            .write_all(b"go\n")
+            .and_then(|()| stdin.flush())
+            .is_err()
+        {
+            return String::new();
+        }
+        let mut line = String::new();
+        let _ = self.out.read_line(&mut line);
+        line.trim().to_string()
+    }
+}
+
+impl Drop for KeptAlive {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

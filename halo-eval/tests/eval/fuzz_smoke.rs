@@ -226,6 +226,12 @@ fn every_fuzz_target_survives_its_smoke_run() {
         b"[listen]\nhttp = \"127.0.0.1:0\"\noperator = \"[::]:0\"\n[listen.tls]\ncert_file = \"a\"\nkey_file = \"b\"\n"
             .to_vec(),
     );
+    configs.push(
+        b"[listen.tls]\ncert_file = \"a\"\nkey_file = \"b\"\nclient_ca_file = \"c\"\n\
+          [[principals]]\nname = \"planner-1\"\nrole = \"agent\"\ncert_common_name = \"planner-1\"\n\
+          [[principals]]\nname = \"op\"\nrole = \"operator\"\ntoken_file = \"op.token\"\n"
+            .to_vec(),
+    );
     // TLS files: a real chain and key (openssl, as docs/deploy.md makes them), and a key of
     // another pair, each as `chain NUL key`.
     let pki = std::env::temp_dir().join(format!("halo-fuzz-pki-{}", std::process::id()));
@@ -249,10 +255,33 @@ fn every_fuzz_target_survives_its_smoke_run() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
     let read = |n: &str| std::fs::read(pki.join(n)).unwrap();
-    let pems: Vec<Vec<u8>> = [("a.crt", "a.key"), ("a.crt", "b.key")]
+    let mut pems: Vec<Vec<u8>> = [("a.crt", "a.key"), ("a.crt", "b.key")]
         .iter()
         .map(|(c, k)| [read(c), vec![0], read(k)].concat())
         .collect();
+    // With a client CA (mTLS): b's certificate as the CA.
+    pems.push(
+        [
+            read("a.crt"),
+            vec![0],
+            read("a.key"),
+            vec![0],
+            read("b.crt"),
+        ]
+        .concat(),
+    );
+    // Client identities: a certificate's DER (a's, with its serial) and revocation lists.
+    let der = std::process::Command::new("openssl")
+        .args(["x509", "-outform", "DER", "-in"])
+        .arg(pki.join("a.crt"))
+        .output()
+        .expect("openssl");
+    assert!(der.status.success());
+    let identities: Vec<Vec<u8>> = vec![
+        der.stdout,
+        b"# leaked\nplanner-1\nserial=00A1:B2\nserial:7f\n".to_vec(),
+        b"serial=\nserial=zz\n".to_vec(),
+    ];
     let _ = std::fs::remove_dir_all(&pki);
     // The envelope target's payload invariant is live: the seeds' payloads are compared.
     let cat = halo_core::Catalog::parse(
@@ -304,6 +333,10 @@ fn every_fuzz_target_survives_its_smoke_run() {
             run("gateway_config", &configs, fuzzing::gateway_config),
         ),
         ("tls_pem", run("tls_pem", &pems, fuzzing::tls_pem)),
+        (
+            "client_identity",
+            run("client_identity", &identities, fuzzing::client_identity),
+        ),
     ];
     let total: usize = runs.iter().map(|(_, n)| n).sum();
     for (name, n) in &runs {
@@ -320,13 +353,20 @@ fn every_fuzz_target_survives_its_smoke_run() {
         + bodies.len()
         + event_ids.len()
         + configs.len()
-        + pems.len();
+        + pems.len()
+        + identities.len();
     println!("fuzz-smoke: {total}/{want} matched");
     assert_eq!(envelopes.len(), 120);
     assert_eq!(total, want);
     assert_eq!(
-        (bodies.len(), event_ids.len(), configs.len(), pems.len()),
-        (14, 9, 6, 2)
+        (
+            bodies.len(),
+            event_ids.len(),
+            configs.len(),
+            pems.len(),
+            identities.len()
+        ),
+        (14, 9, 7, 3, 3)
     );
-    assert_eq!(total, 16735, "the smoke run's size, pinned");
+    assert_eq!(total, 18240, "the smoke run's size, pinned");
 }

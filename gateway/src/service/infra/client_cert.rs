@@ -59,7 +59,7 @@ pub fn read(der: &[u8]) -> Result<ClientCert, String> {
         });
     Ok(ClientCert {
         common_name,
-        serial: normal_serial(&hex).unwrap_or_default(),
+        serial: trimmed(&hex),
     })
 }
 
@@ -76,12 +76,13 @@ pub fn normal_serial(text: &str) -> Option<String> {
     if digits.is_empty() || digits.len() > 64 || !digits.chars().all(|c| c.is_ascii_hexdigit()) {
         return None;
     }
-    let trimmed = digits.trim_start_matches('0').to_ascii_uppercase();
-    Some(if trimmed.is_empty() {
-        "0".to_string()
-    } else {
-        trimmed
-    })
+    Some(trimmed(&digits))
+}
+
+/// Hex digits without their leading zeros, upper case; `0` when nothing is left.
+fn trimmed(hex: &str) -> String {
+    let t = hex.trim_start_matches('0').to_ascii_uppercase();
+    if t.is_empty() { "0".to_string() } else { t }
 }
 
 /// The revoked serial numbers the next handshakes refuse, swapped whole by a reload.

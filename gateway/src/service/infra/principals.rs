@@ -420,11 +420,23 @@ fn load(
 /// or `serial:<hex>`. A missing file is an empty list (nothing revoked yet); a serial that is
 /// not hex refuses the whole list.
 fn revocation_list(path: &Path) -> Result<(BTreeSet<String>, BTreeSet<String>), Error> {
-    let (mut names, mut serials) = (BTreeSet::new(), BTreeSet::new());
     if !path.exists() {
-        return Ok((names, serials));
+        return Ok((BTreeSet::new(), BTreeSet::new()));
     }
     let text = crate::io::read_text_capped(path, MAX_REVOKED_BYTES, "revocation list")?;
+    parse_revocations(&text, &path.display().to_string())
+}
+
+/// A revocation list's text ([`revocation_list`]'s form): the names and the serials
+/// ([`client_cert::normal_serial`]'s form); `origin` names it in errors.
+///
+/// # Errors
+/// A `serial=` line that is not hex, naming its line.
+pub fn parse_revocations(
+    text: &str,
+    origin: &str,
+) -> Result<(BTreeSet<String>, BTreeSet<String>), Error> {
+    let (mut names, mut serials) = (BTreeSet::new(), BTreeSet::new());
     for (n, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -440,8 +452,7 @@ fn revocation_list(path: &Path) -> Result<(BTreeSet<String>, BTreeSet<String>), 
             Some(hex) => {
                 let s = client_cert::normal_serial(hex.trim()).ok_or_else(|| {
                     Error::config(format!(
-                        "{}:{}: `{line}` is not a certificate serial (hex, as `openssl x509 -noout -serial` prints it)",
-                        path.display(),
+                        "{origin}:{}: `{line}` is not a certificate serial (hex, as `openssl x509 -noout -serial` prints it)",
                         n + 1
                     ))
                 })?;

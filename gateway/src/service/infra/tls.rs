@@ -154,8 +154,12 @@ pub fn server_config(
     server_config_from_pem(&chain_pem, &key_pem, files, verifier)
 }
 
-/// The verifier of client certificates signed by the CA in `ca_pem`.
-fn client_verifier(
+/// The verifier of client certificates signed by the CA in `ca_pem` (`file` names it in
+/// errors), refusing the serials `revoked` lists.
+///
+/// # Errors
+/// [`TlsError::NoClientCa`]: no certificate in it a verifier takes as a root.
+pub fn client_verifier(
     ca_pem: &[u8],
     file: &Path,
     revoked: &Arc<RevokedSerials>,

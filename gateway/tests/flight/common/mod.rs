@@ -28,6 +28,19 @@ pub fn halo(args: &[&str]) -> (i32, String) {
     process::run(BIN, args)
 }
 
+/// Debian's libfaketime (`faketime`), which scripts/test.sh installs: preloaded, it moves a
+/// process's wall clock.
+pub fn libfaketime() -> Option<std::path::PathBuf> {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib",
+    ]
+    .iter()
+    .map(|d| std::path::Path::new(d).join("faketime/libfaketime.so.1"))
+    .find(|p| p.exists())
+}
+
 /// A scenario's checks, each named: every one is run and printed (a failing check does not hide
 /// the rest), then `SUITE: N/M matched`, and the test fails unless all M matched and M is the
 /// count the caller pins (a check added or lost moves the pin on purpose, never silently).

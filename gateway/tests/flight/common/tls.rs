@@ -15,8 +15,13 @@ pub struct Pki {
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
+    openssl_env(dir, args, &[]);
+}
+
+fn openssl_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) {
     let out = Command::new("openssl")
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(dir)
         .stdin(Stdio::null())
         .output()
@@ -111,5 +116,83 @@ pub fn make_pki(dir: &Path) -> Pki {
         key: dir.join("gateway.key"),
         other_cert: dir.join("other-gateway.crt"),
         other_key: dir.join("other-gateway.key"),
+    }
+}
+
+/// A client certificate and its key.
+pub struct ClientPair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Its serial as `openssl x509 -noout -serial` prints it (`serial=…`): the line a
+    /// revocation list takes.
+    pub serial_line: String,
+}
+
+/// docs/deploy.md's client-certificate recipe: a P-256 key and a certificate for subject
+/// `CN=cn` signed by `ca` (`"ca"` or `"other-ca"` of [`make_pki`]), for client authentication.
+/// `expired`: valid for one day in 2020 (openssl run under libfaketime).
+pub fn client_cert(dir: &Path, ca: &str, cn: &str, stem: &str, expired: bool) -> ClientPair {
+    std::fs::write(dir.join("client-ext.cnf"), "extendedKeyUsage=clientAuth\n").unwrap();
+    let (key, csr, crt) = (
+        format!("{stem}.key"),
+        format!("{stem}.csr"),
+        format!("{stem}.crt"),
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            &format!("/CN={cn}"),
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+        ],
+    );
+    let lib = super::libfaketime();
+    let env: Vec<(&str, &str)> = match (&lib, expired) {
+        (Some(l), true) => vec![
+            ("LD_PRELOAD", l.to_str().unwrap()),
+            ("FAKETIME", "@2020-01-01 00:00:00"),
+        ],
+        (None, true) => panic!("an expired certificate needs libfaketime (Debian: faketime)"),
+        (_, false) => vec![],
+    };
+    openssl_env(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &format!("{ca}.crt"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-days",
+            if expired { "1" } else { "30" },
+            "-extfile",
+            "client-ext.cnf",
+            "-out",
+            &crt,
+        ],
+        &env,
+    );
+    let out = Command::new("openssl")
+        .args(["x509", "-noout", "-serial", "-in", &crt])
+        .current_dir(dir)
+        .output()
+        .expect("openssl");
+    ClientPair {
+        cert: dir.join(&crt),
+        key: dir.join(&key),
+        serial_line: String::from_utf8_lossy(&out.stdout).trim().to_string(),
     }
 }
