@@ -64,6 +64,7 @@ impl Gateway {
                         obligation: obl,
                         code: rej.code(),
                         ids: rej.ids().to_vec(),
+                        sender: self.sh.sender.clone(),
                     },
                 );
                 Err(rej)
@@ -300,6 +301,7 @@ impl Gateway {
                 response: (rid).clone(),
                 obligation: oid,
                 components: crate::engine::Decisions(std::sync::Arc::clone(&components)),
+                sender: self.sh.sender.clone(),
             },
         );
         Ok(ReadmissionReport {

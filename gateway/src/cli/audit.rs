@@ -53,6 +53,12 @@ pub fn receipt_line(r: &halo_core::receipt::Receipt) -> Option<(bool, String)> {
             .unwrap_or_default()
     };
     let kind = s("kind");
+    // The principal that sent a response or an update, when the receipt names it.
+    let by = b
+        .get("sender")
+        .and_then(serde_json::Value::as_str)
+        .map(|p| format!(" from {p}"))
+        .unwrap_or_default();
     let (decision, text) = match kind {
         "admitted" | "readmitted" => {
             let comps = halo_core::receipt::recorded_components(b)
@@ -67,11 +73,12 @@ pub fn receipt_line(r: &halo_core::receipt::Receipt) -> Option<(bool, String)> {
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
-            (true, format!("{kind} {}: {comps}", s("response")))
+            (true, format!("{kind} {}{by}: {comps}", s("response")))
         }
-        "rejected" | "candidate_rejected" => {
-            (true, format!("{kind} {}{}", s("response"), code("code")))
-        }
+        "rejected" | "candidate_rejected" => (
+            true,
+            format!("{kind} {}{by}{}", s("response"), code("code")),
+        ),
         "phase" => (
             true,
             format!(
@@ -121,10 +128,14 @@ pub fn receipt_line(r: &halo_core::receipt::Receipt) -> Option<(bool, String)> {
         "source_update" => (
             false,
             format!(
-                "source {} epoch {} from {}",
+                "source {} epoch {} from {}{}",
                 s("source"),
                 b.get("epoch").map(ToString::to_string).unwrap_or_default(),
-                s("provenance")
+                s("provenance"),
+                b.get("sender")
+                    .and_then(serde_json::Value::as_str)
+                    .map(|p| format!(" (sent by {p})"))
+                    .unwrap_or_default()
             ),
         ),
         "source_summary" => (
@@ -154,7 +165,7 @@ pub fn receipt_line(r: &halo_core::receipt::Receipt) -> Option<(bool, String)> {
         }
         "update_refused" => (
             true,
-            format!("update of {} refused{}", s("source"), code("code")),
+            format!("update of {}{by} refused{}", s("source"), code("code")),
         ),
         "certificate" => (
             false,

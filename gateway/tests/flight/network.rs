@@ -490,7 +490,7 @@ fn tls_on_the_listeners_judged_by_independent_clients() {
 }
 
 /// The principals suite's checks.
-const PRINCIPALS: usize = 28;
+const PRINCIPALS: usize = 32;
 
 const MAP_FEED: [&str; 7] = [
     "map",
@@ -836,6 +836,55 @@ fn principals_each_write_and_see_their_own_and_credentials_rotate_without_a_rest
         .0 == 200,
     );
     c.check("the gateway stops cleanly", g.stop() == 0);
+    // The receipts name who sent each response and update; the chain still verifies.
+    let log = state.join("receipts/boot-1.jsonl");
+    let bodies: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|r| r["body"].clone())
+        .collect();
+    let sent = |kind: &str, key: &str, value: &str| -> Vec<String> {
+        bodies
+            .iter()
+            .filter(|b| b["kind"] == kind && b[key] == value)
+            .map(|b| b["sender"].as_str().unwrap_or("none").to_string())
+            .collect()
+    };
+    let (ra, rb) = (
+        sent("admitted", "response", "ra"),
+        sent("admitted", "response", "rb"),
+    );
+    let traffic_by = sent("source_update", "source", "traffic");
+    let map_by = sent("source_update", "source", "map");
+    println!(
+        "  receipts: ra from {ra:?}, rb from {rb:?}, traffic from {traffic_by:?}, map from {map_by:?}"
+    );
+    c.check(
+        "the receipts name the agent that sent each response (ra: agent-a, rb: agent-b)",
+        ra == ["agent-a"] && rb == ["agent-b"],
+    );
+    c.check(
+        "the receipts name the provider that sent each update (traffic: traffic-feed, map: map-feed)",
+        !traffic_by.is_empty()
+            && traffic_by.iter().all(|p| p == "traffic-feed")
+            && !map_by.is_empty()
+            && map_by.iter().all(|p| p == "map-feed"),
+    );
+    let key = state.join("audit-key.pub");
+    let (code, out) = halo(&["audit", "verify", "--key", s(&key), s(&log)]);
+    c.check(
+        "audit verify takes the log with the senders named (exit 0)",
+        code == 0,
+    );
+    let (_, shown) = halo(&["audit", "show", s(&log)]);
+    c.check(
+        "audit show says who sent a response and an update",
+        shown.contains("admitted ra from agent-a") && shown.contains("(sent by traffic-feed)"),
+    );
+    if code != 0 {
+        println!("  audit verify: {out}");
+    }
     c.finish(PRINCIPALS, "");
     let _ = std::fs::remove_dir_all(&dir);
 }

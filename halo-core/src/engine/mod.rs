@@ -255,6 +255,9 @@ pub(crate) enum Record {
         response: String,
         code: ReasonCode,
         ids: Vec<String>,
+        /// The party the shell says sent it ([`Gateway::with_sender`]).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sender: Option<Id>,
     },
     Admitted(Box<Admitted>),
     SourceUpdate(Box<SourceUpdated>),
@@ -280,6 +283,8 @@ pub(crate) enum Record {
     UpdateRefused {
         source: String,
         code: ReasonCode,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sender: Option<Id>,
     },
     Certificate(Box<CertificateRecord>),
     Phase {
@@ -312,12 +317,16 @@ pub(crate) enum Record {
         response: Id,
         obligation: ObligationId,
         components: record::Decisions,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sender: Option<Id>,
     },
     CandidateRejected {
         response: String,
         obligation: u64,
         code: ReasonCode,
         ids: Vec<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sender: Option<Id>,
     },
     /// Something the shell decided or did on the operator's or vehicle's behalf (a hold, a
     /// vehicle command and its outcome), recorded in the same chain.
@@ -338,6 +347,10 @@ pub(crate) struct Admitted {
     pub(crate) catalog: Id,
     pub(crate) catalog_version: u32,
     pub(crate) components: record::Decisions,
+    /// The party the shell says sent it ([`Gateway::with_sender`]); written only when known,
+    /// so a record without one has the text it always had.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sender: Option<Id>,
 }
 
 /// A provider's update recorded on its own.
@@ -347,6 +360,9 @@ pub(crate) struct SourceUpdated {
     pub(crate) epoch: u64,
     pub(crate) provenance: Id,
     pub(crate) generated_at_ns: u64,
+    /// The party the shell says sent it ([`Gateway::with_sender`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sender: Option<Id>,
 }
 
 /// Updates of one source that changed no decision, since the last summary.
@@ -579,6 +595,8 @@ pub(crate) struct Shared {
     pub(crate) summary_due: bool,
     /// Responses refused as too many, waiting for their summary receipt (policy `Decisions`).
     pub(crate) busy: Busy,
+    /// Who sends the input being handled, as the shell names it ([`Gateway::with_sender`]).
+    pub(crate) sender: Option<Id>,
 }
 
 impl Shared {
@@ -642,6 +660,7 @@ impl Gateway {
                 unrecorded: vec![Pending::default(); catalog_sources],
                 summary_due: false,
                 busy: Busy::default(),
+                sender: None,
             },
             responses: BTreeMap::new(),
             live_components: 0,
@@ -695,6 +714,7 @@ impl Gateway {
                         response: rid,
                         code: rej.code(),
                         ids: rej.ids().to_vec(),
+                        sender: self.sh.sender.clone(),
                     },
                 );
                 Err(rej)
@@ -725,6 +745,7 @@ impl Gateway {
                     response: v.response_id.as_str().to_string(),
                     code: rej.code(),
                     ids: rej.ids().to_vec(),
+                    sender: self.sh.sender.clone(),
                 },
             );
             return Err(rej);
@@ -746,6 +767,7 @@ impl Gateway {
                         response: v.response_id.as_str().to_string(),
                         code: rej.code(),
                         ids: rej.ids().to_vec(),
+                        sender: self.sh.sender.clone(),
                     },
                 ),
                 ReceiptPolicy::Decisions { .. } => self.sh.note_busy(&v.response_id, now),
@@ -801,6 +823,7 @@ impl Gateway {
                 catalog: self.sh.cat.id().clone(),
                 catalog_version: self.sh.cat.version(),
                 components: record::Decisions(std::sync::Arc::clone(&report.components)),
+                sender: self.sh.sender.clone(),
             })),
         );
         self.sh
@@ -829,6 +852,7 @@ impl Gateway {
                     Record::UpdateRefused {
                         source: n.to_string(),
                         code: e.code(),
+                        sender: self.sh.sender.clone(),
                     },
                 );
                 return Err(e);
@@ -888,6 +912,7 @@ impl Gateway {
                         epoch: st.epoch,
                         provenance: st.provenance.clone(),
                         generated_at_ns: st.generated_at.0,
+                        sender: self.sh.sender.clone(),
                     })),
                 );
             } else {
@@ -1226,6 +1251,18 @@ impl Gateway {
     /// The next sealed receipt.
     pub fn poll_receipt(&mut self) -> Option<Receipt> {
         self.sh.receipts.seal()
+    }
+
+    /// Runs `f` with `sender` named as the sender of what it hands the gateway: the receipts
+    /// of the responses, candidates and provider updates `f` submits (admitted, readmitted,
+    /// rejected, updated, refused) carry `"sender"`. The shell names its authenticated
+    /// principal here; the core takes the name as given and decides nothing by it. Afterwards
+    /// the sender before is named again.
+    pub fn with_sender<R>(&mut self, sender: Option<Id>, f: impl FnOnce(&mut Gateway) -> R) -> R {
+        let before = std::mem::replace(&mut self.sh.sender, sender);
+        let out = f(self);
+        self.sh.sender = before;
+        out
     }
 
     /// Records something the shell decided or did (an operator hold, a vehicle command and its

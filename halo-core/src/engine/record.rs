@@ -177,6 +177,7 @@ impl CanonicalRecord for Record {
                     catalog,
                     catalog_version,
                     components,
+                    sender,
                 } = a.as_ref();
                 out.extend_from_slice(b"{\"agent\":");
                 write_str(out, agent.as_str());
@@ -190,6 +191,7 @@ impl CanonicalRecord for Record {
                 write_u64(out, *generation);
                 out.extend_from_slice(b",\"kind\":\"admitted\",\"response\":");
                 write_str(out, response.as_str());
+                write_sender(out, sender.as_ref());
                 out.push(b'}');
                 Ok(())
             }
@@ -197,6 +199,7 @@ impl CanonicalRecord for Record {
                 response,
                 obligation,
                 components,
+                sender,
             } => {
                 out.extend_from_slice(b"{\"components\":");
                 components.write(out);
@@ -204,6 +207,7 @@ impl CanonicalRecord for Record {
                 write_u64(out, obligation.0);
                 out.extend_from_slice(b",\"response\":");
                 write_str(out, response.as_str());
+                write_sender(out, sender.as_ref());
                 out.push(b'}');
                 Ok(())
             }
@@ -279,6 +283,15 @@ impl CanonicalRecord for Record {
 fn write_component(out: &mut Vec<u8>, lead: &[u8], c: &ComponentRef) {
     out.extend_from_slice(lead);
     write_str(out, c.id().as_str());
+}
+
+/// A `"sender"` member when the sender is known (it sorts after `"response"`, the last member
+/// of the records that have one).
+fn write_sender(out: &mut Vec<u8>, sender: Option<&Id>) {
+    if let Some(s) = sender {
+        out.extend_from_slice(b",\"sender\":");
+        write_str(out, s.as_str());
+    }
 }
 
 /// The closing `"response"` member and the object's end.
@@ -492,6 +505,7 @@ mod tests {
             catalog: "uav-px4".parse().unwrap(),
             catalog_version: 5,
             components: Decisions(components.into()),
+            sender: None,
         }))
     }
 
@@ -567,6 +581,14 @@ mod tests {
             epoch: u64::MAX,
             provenance: "utm-feed-a".parse().unwrap(),
             generated_at_ns: 5,
+            sender: None,
+        })));
+        out.push(Record::SourceUpdate(Box::new(SourceUpdated {
+            source: "traffic".parse().unwrap(),
+            epoch: 1,
+            provenance: "utm-feed-a".parse().unwrap(),
+            generated_at_ns: 5,
+            sender: Some("traffic-feed".parse().unwrap()),
         })));
         out.push(Record::SourceSummary(Box::new(SourceSummary {
             source: "map".parse().unwrap(),
@@ -601,16 +623,25 @@ mod tests {
                 catalog: "c".parse().unwrap(),
                 catalog_version: u32::MAX,
                 components: Decisions(Vec::new().into()),
+                sender: Some("agent-b".parse().unwrap()),
             })),
             Record::Readmitted {
                 response: "r-2".parse().unwrap(),
                 obligation: ObligationId(u64::MAX),
                 components: Decisions(mix().into_iter().skip(3).take(5).collect()),
+                sender: None,
+            },
+            Record::Readmitted {
+                response: "r-3".parse().unwrap(),
+                obligation: ObligationId(2),
+                components: Decisions(mix().into_iter().take(2).collect()),
+                sender: Some("agent-a".parse().unwrap()),
             },
             Record::Rejected {
                 response: "r \"quoted\"".into(),
                 code: ReasonCode::CYCLE,
                 ids: vec!["a".into(), "b".into()],
+                sender: None,
             },
         ];
         for r in records.iter().chain(&named_records()) {

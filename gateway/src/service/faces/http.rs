@@ -1046,8 +1046,10 @@ async fn post_state(
     body: JsonBody,
 ) -> Response {
     let caller = c.owner();
+    let by = c.principal.as_ref().map(|p| Arc::from(p.name.as_str()));
     ask_core(&st, &c, |reply| Cmd::State {
         caller,
+        by,
         source,
         bytes: body.0,
         arrival,

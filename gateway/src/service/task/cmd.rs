@@ -58,6 +58,8 @@ pub enum Cmd {
     State {
         /// Who writes: a provider or the operator (checked against the source's owner).
         caller: halo_core::catalog::Owner,
+        /// The principal that writes, named in the update's receipt.
+        by: Option<std::sync::Arc<str>>,
         /// Source name.
         source: String,
         /// The update body.
@@ -181,6 +183,15 @@ impl Party {
             (Party::Agent(a), Some(o)) => a == o,
         }
     }
+
+    /// The name its receipts give the sender of what it sends: an agent principal's (the
+    /// operator and the stdio and MCP links send unnamed).
+    pub fn sender(&self) -> Option<halo_core::Id> {
+        match self {
+            Party::Anyone => None,
+            Party::Agent(a) => halo_core::Id::new(a).ok(),
+        }
+    }
 }
 
 impl Task {
@@ -205,7 +216,7 @@ impl Task {
             Cmd::Response { by, bytes, reply } => {
                 let answer = self
                     .claim(&by, &bytes)
-                    .and_then(|claimed| self.response_by(&bytes, claimed));
+                    .and_then(|claimed| self.response_by(&bytes, claimed, by.sender()));
                 let _ = reply.send(answer);
             }
             Cmd::Candidate {
@@ -215,7 +226,7 @@ impl Task {
                 reply,
             } => {
                 let answer = if self.obligation_seen_by(&by, obligation) {
-                    self.candidate(obligation, &bytes)
+                    self.candidate(obligation, &bytes, by.sender())
                 } else {
                     Err(ApiError::new(
                         404,
@@ -227,12 +238,14 @@ impl Task {
             }
             Cmd::State {
                 caller,
+                by,
                 source,
                 bytes,
                 arrival,
                 reply,
             } => {
-                let answer = self.state_update(caller, &source, &bytes, arrival);
+                let sender = by.and_then(|b| halo_core::Id::new(&b).ok());
+                let answer = self.state_update((caller, sender), &source, &bytes, arrival);
                 self.pump();
                 let _ = reply.send(answer);
             }

@@ -344,12 +344,17 @@ impl Task {
     /// [`Task::response`] with its sender recorded first (its events are published during
     /// admission), undone when it was refused and was new. The map keeps only responses the
     /// core still holds.
-    fn response_by(&mut self, bytes: &[u8], claimed: Option<(String, Arc<str>)>) -> Answer {
+    fn response_by(
+        &mut self,
+        bytes: &[u8],
+        claimed: Option<(String, Arc<str>)>,
+        sender: Option<Id>,
+    ) -> Answer {
         let Some((id, by)) = claimed else {
-            return self.response(bytes);
+            return self.response(bytes, sender);
         };
         let new = self.owners.insert(id.clone(), by).is_none();
-        let answer = self.response(bytes);
+        let answer = self.response(bytes, sender);
         if answer.is_err()
             && new
             && Id::new(&id)

@@ -70,7 +70,12 @@ impl Task {
         serde_json::to_value(self.monitor.witness_for(&r.parent, &digest)).map_err(internal)
     }
 
-    pub(super) fn candidate(&mut self, obligation: u64, bytes: &[u8]) -> Answer {
+    pub(super) fn candidate(
+        &mut self,
+        obligation: u64,
+        bytes: &[u8],
+        sender: Option<halo_core::Id>,
+    ) -> Answer {
         let named = halo_core::envelope::parse_candidate(bytes).map(|c| c.obligation);
         if let Ok(n) = named
             && n != obligation
@@ -82,7 +87,9 @@ impl Task {
             ));
         }
         let now = self.now();
-        let r = self.gw.handle_candidate(now, bytes);
+        let r = self
+            .gw
+            .with_sender(sender, |gw| gw.handle_candidate(now, bytes));
         if let Ok(rep) = &r {
             self.publish_admitted(&rep.response, &rep.components);
         }
@@ -104,7 +111,7 @@ impl Task {
 
     pub(super) fn state_update(
         &mut self,
-        caller: halo_core::catalog::Owner,
+        (caller, sender): (halo_core::catalog::Owner, Option<halo_core::Id>),
         source: &str,
         bytes: &[u8],
         arrival: Arrival,
@@ -140,7 +147,10 @@ impl Task {
         // toward its age.
         let u = read_update_at(cat, source, bytes, arrival)?;
         let (epoch, generated_at) = (u.state.epoch, u.state.generated_at);
-        match self.gw.handle_source_update(now, u) {
+        match self
+            .gw
+            .with_sender(sender, |gw| gw.handle_source_update(now, u))
+        {
             Ok(()) => {
                 let age_ms = now.saturating_sub(generated_at).as_ms();
                 Ok(json!({"source": source, "epoch": epoch, "age_ms": age_ms}))
@@ -369,10 +379,12 @@ pub fn read_contract_op(bytes: &[u8]) -> Result<Op, ApiError> {
 impl Task {
     /// `POST /v1/responses`: admission, the pump (the gate for what became ready), and the
     /// decisions as they stand after it.
-    pub(super) fn response(&mut self, bytes: &[u8]) -> Answer {
+    pub(super) fn response(&mut self, bytes: &[u8], sender: Option<halo_core::Id>) -> Answer {
         let t0 = Instant::now();
         let now = self.now();
-        let r = self.gw.handle_response(now, bytes);
+        let r = self
+            .gw
+            .with_sender(sender, |gw| gw.handle_response(now, bytes));
         if let Ok(rep) = &r {
             self.publish_admitted(&rep.response, &rep.components);
             // Withheld at admission: told before the refresh requests the pump publishes.
