@@ -770,6 +770,7 @@ fn principals_each_write_and_see_their_own_and_credentials_rotate_without_a_rest
         "a provider principal may not send responses (403 FORBIDDEN_ROLE)",
         st == 403 && v["error"]["code"] == "FORBIDDEN_ROLE",
     );
+    route_matrix(&u, [&a, &b, &traffic, &map, &op], ob);
     // Rotation: agent A gets a new credential; its open stream closes, the old one is refused.
     let mut stream = Command::new("curl")
         .args(["-sS", "-N", "--max-time", "30", "-H"])
@@ -808,10 +809,13 @@ fn principals_each_write_and_see_their_own_and_credentials_rotate_without_a_rest
         "agent A's old credential is refused after the reload (401)",
         st == 401,
     );
-    c.check(
-        "its new credential is taken, without a restart",
-        get(&format!("{u}/v1/responses/ra"), Some(fresh)).0 == 200,
-    );
+    // ra-route: withheld with its obligation, live for the catalog's two minutes (a
+    // notice-only response like ra ends soon after its notice is emitted).
+    let (st, v) = get(&format!("{u}/v1/responses/ra-route"), Some(fresh));
+    if st != 200 {
+        println!("  the new credential: {st} {v}");
+    }
+    c.check("its new credential is taken, without a restart", st == 200);
     let (st, v) = post(
         &format!("{u}/v1/state/map"),
         Some(&map),
@@ -887,6 +891,212 @@ fn principals_each_write_and_see_their_own_and_credentials_rotate_without_a_rest
     }
     c.finish(PRINCIPALS, "");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The route × principal matrix: every route of the API (25) for each of six callers.
+const MATRIX: usize = 25 * 6 + 1;
+
+/// What a caller should get from a route, by this test's own reading of docs/run.md's routes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// Taken: neither 401 nor 403 (a body this test does not bother to make valid may be 4xx).
+    Ok,
+    /// 403 `FORBIDDEN_ROLE`: the caller's role may not.
+    Role,
+    /// 403 `SOURCE_NOT_WRITABLE`: another provider's source.
+    Source,
+    /// 404: another agent's response or obligation, as if it did not exist.
+    Hidden,
+    /// 401 `UNAUTHENTICATED`: no credential.
+    Unauth,
+}
+
+/// curl's status and the error code of `method url` with `token` and `body`.
+fn call(method: &str, url: &str, token: Option<&str>, body: &str) -> (String, String) {
+    let mut c = Command::new("curl");
+    c.args([
+        "-sS",
+        "--max-time",
+        "2",
+        "-X",
+        method,
+        "-w",
+        "\n%{http_code}",
+    ]);
+    if let Some(t) = token {
+        c.arg("-H").arg(format!("Authorization: Bearer {t}"));
+    }
+    if method != "GET" && method != "DELETE" {
+        c.args(["-H", "content-type: application/json", "-d", body]);
+    }
+    let out = c.arg(url).stdin(Stdio::null()).output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let code = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["code"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    (status.trim().to_string(), code)
+}
+
+/// Every route × agent A, agent B, the traffic provider, the map provider, the operator and no
+/// credential, each cell judged against this test's table (`network-matrix: N/M matched`);
+/// the table is checked to name every route the gateway's OpenAPI document lists. `ob` is
+/// agent A's obligation and `ra-route` the response it belongs to.
+fn route_matrix(u: &str, tokens: [&str; 5], ob: u64) {
+    use Want::{Hidden, Ok, Role, Source, Unauth};
+    let who = ["agent-a", "agent-b", "traffic", "map", "operator", "none"];
+    let public = [Ok; 6];
+    let agents_op = [Ok, Ok, Role, Role, Ok, Unauth];
+    let agents = [Ok, Ok, Role, Role, Role, Unauth];
+    let providers_op = [Role, Role, Ok, Ok, Ok, Unauth];
+    let all = [Ok, Ok, Ok, Ok, Ok, Unauth];
+    let op_only = [Role, Role, Role, Role, Ok, Unauth];
+    let cand = format!("/v1/obligations/{ob}/candidates");
+    // (method, template, the path called, body, what each caller gets)
+    let table: [(&str, &str, &str, &str, [Want; 6]); 25] = [
+        ("POST", "/v1/responses", "/v1/responses", "{}", agents),
+        ("GET", "/v1/responses", "/v1/responses", "", agents_op),
+        (
+            "GET",
+            "/v1/responses/{id}",
+            "/v1/responses/ra-route",
+            "",
+            [Ok, Hidden, Role, Role, Ok, Unauth],
+        ),
+        (
+            "POST",
+            "/v1/obligations/{id}/candidates",
+            &cand,
+            "{}",
+            [Ok, Hidden, Role, Role, Role, Unauth],
+        ),
+        ("GET", "/v1/obligations", "/v1/obligations", "", agents_op),
+        ("GET", "/v1/events", "/v1/events", "", agents_op),
+        (
+            "POST",
+            "/v1/state/{source}",
+            "/v1/state/traffic",
+            "{}",
+            [Role, Role, Ok, Source, Source, Unauth],
+        ),
+        (
+            "POST",
+            "/v1/state/{source}",
+            "/v1/state/map",
+            "{}",
+            [Role, Role, Source, Ok, Source, Unauth],
+        ),
+        (
+            "POST",
+            "/v1/certificates",
+            "/v1/certificates",
+            "{}",
+            providers_op,
+        ),
+        (
+            "DELETE",
+            "/v1/certificates/{id}",
+            "/v1/certificates/nosuch",
+            "",
+            providers_op,
+        ),
+        ("POST", "/v1/certify", "/v1/certify", "{}", all),
+        ("POST", "/v1/digest", "/v1/digest", "{}", providers_op),
+        // Not a hold: it would end agent A's live responses, which the rotation below reads.
+        (
+            "POST",
+            "/v1/operator/{action}",
+            "/v1/operator/no-such-action",
+            "{}",
+            op_only,
+        ),
+        (
+            "POST",
+            "/v1/operator/{action}",
+            "/v1/operator/release",
+            "{}",
+            op_only,
+        ),
+        ("POST", "/v1/contract", "/v1/contract", "{}", providers_op),
+        ("GET", "/v1/contract", "/v1/contract", "", agents_op),
+        ("POST", "/v1/goals", "/v1/goals", "{}", agents),
+        (
+            "POST",
+            "/v1/goals/witness",
+            "/v1/goals/witness",
+            "{}",
+            agents,
+        ),
+        (
+            "POST",
+            "/v1/audit/exported",
+            "/v1/audit/exported",
+            "{}",
+            op_only,
+        ),
+        ("GET", "/v1/status", "/v1/status", "", public),
+        ("GET", "/v1/audit/head", "/v1/audit/head", "", public),
+        ("GET", "/v1/schema", "/v1/schema", "", public),
+        ("GET", "/v1/openapi.json", "/v1/openapi.json", "", public),
+        ("GET", "/metrics", "/metrics", "", public),
+        ("GET", "/", "/", "", public),
+    ];
+    let mut c = Checks::new("network-matrix");
+    // Complete: every route the OpenAPI document lists is in the table.
+    let (_, api) = get(&format!("{u}/v1/openapi.json"), None);
+    let listed: Vec<(String, String)> = api["paths"]
+        .as_object()
+        .map(|paths| {
+            paths
+                .iter()
+                .flat_map(|(p, ops)| {
+                    ops.as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(move |(m, _)| (m.to_uppercase(), p.clone()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let missing: Vec<_> = listed
+        .iter()
+        .filter(|(m, p)| !table.iter().any(|(tm, tp, ..)| tm == m && tp == p))
+        .collect();
+    println!(
+        "  the OpenAPI document lists {} routes; not in the matrix: {missing:?}",
+        listed.len()
+    );
+    c.check(
+        "the matrix names every route the OpenAPI document lists",
+        listed.len() >= 20 && missing.is_empty(),
+    );
+    println!(
+        "  {:<40} {}",
+        "route",
+        who.map(|w| format!("{w:>9}")).join("")
+    );
+    for (method, _, path, body, wants) in &table {
+        let mut row = String::new();
+        for (i, want) in wants.iter().enumerate() {
+            let token = tokens.get(i).copied();
+            let (status, code) = call(method, &format!("{u}{path}"), token, body);
+            let ok = match want {
+                Ok => !["401", "403", "429", "000", ""].contains(&status.as_str()),
+                Role => status == "403" && code == "FORBIDDEN_ROLE",
+                Source => status == "403" && code == "SOURCE_NOT_WRITABLE",
+                Hidden => status == "404",
+                Unauth => status == "401" && code == "UNAUTHENTICATED",
+            };
+            row.push_str(&format!(
+                "{:>9}",
+                format!("{status}{}", if ok { "" } else { "!" })
+            ));
+            c.check(&format!("{method} {path} as {}", who[i]), ok);
+        }
+        println!("  {:<40} {row}", format!("{method} {path}"));
+    }
+    c.finish(MATRIX, "");
 }
 
 /// The limits suite's checks.
