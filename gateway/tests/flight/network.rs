@@ -1092,7 +1092,7 @@ fn route_matrix(u: &str, tokens: [&str; 5], ob: u64) {
                 "{:>9}",
                 format!("{status}{}", if ok { "" } else { "!" })
             ));
-            c.check(&format!("{method} {path} as {}", who[i]), ok);
+            c.check(format!("{method} {path} as {}", who[i]), ok);
         }
         println!("  {:<40} {row}", format!("{method} {path}"));
     }
