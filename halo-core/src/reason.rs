@@ -211,6 +211,7 @@ reasons! {
     RESPONSE_ID_TAKEN(822) "the response id is another agent principal's";
     RATE_LIMITED(823) "the principal sent more requests than its rate allows; wait for `Retry-After`";
     AUTH_BACKOFF(824) "too many failed authentications from this address; wait for `Retry-After`";
+    SESSION_NOT_YOURS(825) "the MCP session belongs to another agent principal; open a session of your own";
 }
 
 impl std::fmt::Display for ReasonCode {

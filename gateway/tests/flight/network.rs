@@ -490,7 +490,7 @@ fn tls_on_the_listeners_judged_by_independent_clients() {
 }
 
 /// The principals suite's checks.
-const PRINCIPALS: usize = 32;
+const PRINCIPALS: usize = 37;
 
 const MAP_FEED: [&str; 7] = [
     "map",
@@ -771,6 +771,7 @@ fn principals_each_write_and_see_their_own_and_credentials_rotate_without_a_rest
         st == 403 && v["error"]["code"] == "FORBIDDEN_ROLE",
     );
     route_matrix(&u, [&a, &b, &traffic, &map, &op], ob);
+    mcp_principals(&mut c, &u, (&a, &b), ob);
     // Rotation: agent A gets a new credential; its open stream closes, the old one is refused.
     let mut stream = Command::new("curl")
         .args(["-sS", "-N", "--max-time", "30", "-H"])
@@ -891,6 +892,42 @@ fn principals_each_write_and_see_their_own_and_credentials_rotate_without_a_rest
     }
     c.finish(PRINCIPALS, "");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two agent principals over MCP with the Python SDK (gateway/tests/py/mcp_principals.py):
+/// each session sees only its own principal's obligations, and a session id is no credential.
+fn mcp_principals(c: &mut Checks, u: &str, (a, b): (&str, &str), ob: u64) {
+    let out = Command::new("python3")
+        .arg(repo_root().join("gateway/tests/py/mcp_principals.py"))
+        .args([
+            "--url",
+            u,
+            "--a",
+            a,
+            "--b",
+            b,
+            "--obligation",
+            &ob.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("python3");
+    let mut total = None;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if v["done"] == true {
+            total = v["total"].as_u64();
+        } else if let Some(name) = v["check"].as_str() {
+            if v["ok"] != true {
+                println!("  mcp: {name}: {}", v["detail"]);
+            }
+            c.check(format!("mcp {name}"), v["ok"] == true);
+        }
+    }
+    c.check("the MCP peer ran to its end (4 checks)", total == Some(4));
 }
 
 /// The route × principal matrix: every route of the API (25) for each of six callers.

@@ -353,7 +353,7 @@ fn mcp_routes(
 ) -> Router {
     let (service, sessions) =
         crate::service::faces::mcp::http_service(shared, RESPONSE_LIMIT + SMALL_LIMIT);
-    let guard = move |req: Request, next: axum::middleware::Next| {
+    let guard = move |mut req: Request, next: axum::middleware::Next| {
         let state = state.clone();
         let sessions = Arc::clone(&sessions);
         async move {
@@ -364,8 +364,15 @@ fn mcp_routes(
                 "use the MCP server",
                 true,
             );
-            if let Err(e) = checked {
-                return error_response(&e);
+            match checked {
+                Err(e) => return error_response(&e),
+                // The tools act for this principal and the session is bound to it.
+                Ok(p) => {
+                    req.extensions_mut()
+                        .insert(crate::service::faces::mcp::McpCaller(Arc::from(
+                            p.name.as_str(),
+                        )));
+                }
             }
             let opens =
                 req.method() == Method::POST && !req.headers().contains_key("mcp-session-id");

@@ -171,6 +171,11 @@ impl Shared {
     }
 }
 
+/// The agent principal an MCP request over HTTP came from, put on the request by the
+/// listener's guard once it authenticated it.
+#[derive(Clone, Debug)]
+pub struct McpCaller(pub Arc<str>);
+
 /// One MCP session's server: the shared part, and the session's own subscriptions and log
 /// level. The notification task ends with the session.
 #[derive(Clone)]
@@ -180,6 +185,9 @@ pub struct McpServer {
 }
 
 struct Session {
+    /// The agent principal the session's first call came from over HTTP (each later call must
+    /// come from it); none over stdio, where the link itself is the agent.
+    party: Mutex<Option<Party>>,
     subscribed: Arc<Mutex<BTreeSet<String>>>,
     level: Arc<Mutex<LoggingLevel>>,
     forwarder: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -201,10 +209,57 @@ impl McpServer {
         McpServer {
             shared,
             session: Arc::new(Session {
+                party: Mutex::new(None),
                 subscribed: Arc::new(Mutex::new(BTreeSet::new())),
                 level: Arc::new(Mutex::new(LoggingLevel::Info)),
                 forwarder: Mutex::new(None),
             }),
+        }
+    }
+
+    /// Whom the session's requests speak for: its agent principal over HTTP, anyone over
+    /// stdio.
+    fn party(&self) -> Party {
+        self.session
+            .party
+            .lock()
+            .ok()
+            .and_then(|p| p.clone())
+            .unwrap_or(Party::Anyone)
+    }
+
+    /// Binds the session to the agent principal a request over HTTP came from (the guard in
+    /// `faces/http.rs` authenticated it and put it on the request), and refuses a request of
+    /// another principal on it: a session id is not a credential.
+    fn bind(&self, context: &RequestContext<RoleServer>) -> Result<(), ApiError> {
+        let Some(caller) = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<McpCaller>())
+        else {
+            return Ok(());
+        };
+        let mut bound = self
+            .session
+            .party
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let party = Party::Agent(Arc::clone(&caller.0));
+        match &*bound {
+            None => {
+                *bound = Some(party);
+                Ok(())
+            }
+            Some(p) if *p == party => Ok(()),
+            Some(Party::Agent(owner)) => Err(ApiError::new(
+                403,
+                ReasonCode::SESSION_NOT_YOURS,
+                format!(
+                    "this MCP session is agent principal `{owner}`'s, not `{}`'s; open a session of your own",
+                    caller.0
+                ),
+            )),
+            Some(Party::Anyone) => Ok(()),
         }
     }
 
@@ -217,7 +272,7 @@ impl McpServer {
     async fn respond(&self, bytes: Vec<u8>, agent: &str, generation: u64) -> CallToolResult {
         let answer = self
             .ask(|reply| Cmd::Response {
-                by: Party::Anyone,
+                by: self.party(),
                 bytes,
                 reply,
             })
@@ -363,7 +418,7 @@ impl McpServer {
         }
         let all = match self
             .ask(|reply| Cmd::Obligations {
-                by: Party::Anyone,
+                by: self.party(),
                 reply,
             })
             .await
@@ -391,7 +446,7 @@ impl McpServer {
         let rid = response_id.clone();
         let report = self
             .ask(|reply| Cmd::GetResponse {
-                by: Party::Anyone,
+                by: self.party(),
                 id: rid,
                 reply,
             })
@@ -423,7 +478,7 @@ impl McpServer {
         self.shared.remember(&response_id, &agent, generation);
         let answer = self
             .ask(|reply| Cmd::Candidate {
-                by: Party::Anyone,
+                by: self.party(),
                 obligation,
                 bytes,
                 reply,
@@ -443,7 +498,7 @@ impl McpServer {
         };
         match self
             .ask(|reply| Cmd::Obligations {
-                by: Party::Anyone,
+                by: self.party(),
                 reply,
             })
             .await
@@ -500,7 +555,7 @@ impl McpServer {
         let id = rid.to_string();
         let report = match self
             .ask(|reply| Cmd::GetResponse {
-                by: Party::Anyone,
+                by: self.party(),
                 id,
                 reply,
             })
@@ -526,7 +581,7 @@ impl McpServer {
             .unwrap_or(Value::Null);
         let obligations = self
             .ask(|reply| Cmd::Obligations {
-                by: Party::Anyone,
+                by: self.party(),
                 reply,
             })
             .await
@@ -555,7 +610,7 @@ impl McpServer {
         {
             let all = self
                 .ask(|reply| Cmd::Obligations {
-                    by: Party::Anyone,
+                    by: self.party(),
                     reply,
                 })
                 .await
@@ -622,7 +677,7 @@ impl McpServer {
             "halo://contract" => self.ask(|reply| Cmd::ContractStatus { reply }).await,
             "halo://obligations" => self
                 .ask(|reply| Cmd::Obligations {
-                    by: Party::Anyone,
+                    by: self.party(),
                     reply,
                 })
                 .await
@@ -1059,8 +1114,11 @@ impl ServerHandler for McpServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        if let Err(e) = self.bind(&context) {
+            return Ok(refused(&e).into());
+        }
         let args = request.arguments.unwrap_or_default();
         self.call(&request.name, args).await.map(Into::into)
     }
@@ -1085,8 +1143,10 @@ impl ServerHandler for McpServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        self.bind(&context)
+            .map_err(|e| McpError::invalid_request(e.message().to_string(), None))?;
         let text = self.resource(&request.uri).await?;
         Ok(ReadResourceResult::new(vec![
             ResourceContents::text(text, request.uri).with_mime_type("application/json"),
