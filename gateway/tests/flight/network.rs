@@ -490,7 +490,7 @@ fn tls_on_the_listeners_judged_by_independent_clients() {
 }
 
 /// The principals suite's checks.
-const PRINCIPALS: usize = 37;
+const PRINCIPALS: usize = 39;
 
 const MAP_FEED: [&str; 7] = [
     "map",
@@ -909,6 +909,13 @@ fn mcp_principals(c: &mut Checks, u: &str, (a, b): (&str, &str), ob: u64) {
             "--obligation",
             &ob.to_string(),
         ])
+        .arg("--withheld")
+        .arg(
+            json!({"response_id": "ra-route-2", "agent_id": "planner", "generation": 1,
+                "catalog": {"id": "uav-px4", "version": 6},
+                "components": [route("e1", [8.0, 2.0, -6.0, 0.0], 6, "cert-x")]})
+            .to_string(),
+        )
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -927,7 +934,7 @@ fn mcp_principals(c: &mut Checks, u: &str, (a, b): (&str, &str), ob: u64) {
             c.check(format!("mcp {name}"), v["ok"] == true);
         }
     }
-    c.check("the MCP peer ran to its end (4 checks)", total == Some(4));
+    c.check("the MCP peer ran to its end (6 checks)", total == Some(6));
 }
 
 /// The route × principal matrix: every route of the API (25) for each of six callers.

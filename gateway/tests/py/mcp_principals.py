@@ -2,9 +2,12 @@
 """Two agent principals over MCP (streamable HTTP), with the official `mcp` SDK and `httpx`,
 sharing no code with the gateway.
 
-    mcp_principals.py --url http://127.0.0.1:PORT --a TOKEN_A --b TOKEN_B --obligation N
+    mcp_principals.py --url http://127.0.0.1:PORT --a TOKEN_A --b TOKEN_B --obligation N \
+        --withheld RESPONSE_JSON
 
-N is the obligation of a response agent A sent over HTTP (withheld). Checks: agent A's
+N is the obligation of a response agent A sent over HTTP (withheld). RESPONSE_JSON is another
+response that is withheld with an obligation when agent A sends it: while both sessions are
+open it is sent over HTTP, and agent A's session is told of its obligation, agent B's not. Checks: agent A's
 MCP session lists that obligation and agent B's does not; a request on agent A's session with
 agent B's credential is refused; agent A's session goes on.
 
@@ -52,13 +55,32 @@ async def run(a):
 
     async with client(a.a, [remember]) as ca, client(a.b) as cb:
         async with streamable_http_client(url, http_client=ca) as (ra, wa, *_):
-            async with ClientSession(ra, wa) as sa:
+            told = {"a": [], "b": []}
+
+            def logger(who):
+                async def on_log(params):
+                    told[who].append(json.dumps(params.data))
+                return on_log
+
+            async with ClientSession(ra, wa, logging_callback=logger("a")) as sa:
                 await sa.initialize()
                 listed_a = text_of(await sa.call_tool("obligations", {"state": "all"}))
                 check("agent A's MCP session lists its obligation", mark in listed_a, listed_a)
                 async with streamable_http_client(url, http_client=cb) as (rb, wb, *_):
-                    async with ClientSession(rb, wb) as sb:
+                    async with ClientSession(rb, wb, logging_callback=logger("b")) as sb:
                         await sb.initialize()
+                        # Agent A's withheld response over HTTP, both sessions listening.
+                        await asyncio.sleep(0.5)
+                        body = json.loads(a.withheld)
+                        rid = body["response_id"]
+                        r = await ca.post(f"{a.url}/v1/responses", json=body)
+                        await asyncio.sleep(2.0)
+                        a_told = [m for m in told["a"] if rid in m]
+                        b_told = [m for m in told["b"] if rid in m]
+                        check("agent A's session is told of its new obligation (the control)",
+                              r.status_code == 200 and len(a_told) > 0, f"{r.status_code} {told['a'][-3:]}")
+                        check("agent B's session is told nothing of agent A's response",
+                              len(b_told) == 0, b_told)
                         listed_b = text_of(await sb.call_tool("obligations", {"state": "all"}))
                         check("agent B's MCP session does not list agent A's obligation",
                               mark not in listed_b, listed_b)
@@ -85,6 +107,7 @@ def main():
     p.add_argument("--a", required=True)
     p.add_argument("--b", required=True)
     p.add_argument("--obligation", required=True)
+    p.add_argument("--withheld", required=True)
     a = p.parse_args()
     try:
         asyncio.run(run(a))

@@ -231,9 +231,8 @@ impl McpServer {
     /// Binds the session to the agent principal a request over HTTP came from (the guard in
     /// `faces/http.rs` authenticated it and put it on the request), and refuses a request of
     /// another principal on it: a session id is not a credential.
-    fn bind(&self, context: &RequestContext<RoleServer>) -> Result<(), ApiError> {
-        let Some(caller) = context
-            .extensions
+    fn bind(&self, extensions: &rmcp::model::Extensions) -> Result<(), ApiError> {
+        let Some(caller) = extensions
             .get::<axum::http::request::Parts>()
             .and_then(|p| p.extensions.get::<McpCaller>())
         else {
@@ -708,6 +707,10 @@ impl McpServer {
         let level = Arc::clone(&self.session.level);
         let mut shutdown = self.shared.shutdown.clone();
         let from = hub.next_id().saturating_sub(1);
+        let me = match self.party() {
+            Party::Agent(a) => Some(a),
+            Party::Anyone => None,
+        };
         let task = tokio::spawn(async move {
             let mut reader = hub.reader(Resume::After(from));
             loop {
@@ -719,6 +722,8 @@ impl McpServer {
                     }
                 };
                 let (name, id, data) = match &item {
+                    // Another agent principal's response, obligation or their events.
+                    Item::Event(e) if me.as_deref().is_some_and(|a| !e.visible_to(a)) => continue,
                     Item::Event(e) => (e.name(), e.id(), e.data().to_string()),
                     Item::Gap { from, to } => (
                         "gap",
@@ -1116,7 +1121,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        if let Err(e) = self.bind(&context) {
+        if let Err(e) = self.bind(&context.extensions) {
             return Ok(refused(&e).into());
         }
         let args = request.arguments.unwrap_or_default();
@@ -1145,7 +1150,7 @@ impl ServerHandler for McpServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        self.bind(&context)
+        self.bind(&context.extensions)
             .map_err(|e| McpError::invalid_request(e.message().to_string(), None))?;
         let text = self.resource(&request.uri).await?;
         Ok(ReadResourceResult::new(vec![
@@ -1194,6 +1199,11 @@ impl ServerHandler for McpServer {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // The session's principal, from the request that initialized it, before any event
+        // is forwarded: an agent's session gets only what that agent may see.
+        if self.bind(&context.extensions).is_err() {
+            return;
+        }
         self.start_forwarder(context.peer);
     }
 }
