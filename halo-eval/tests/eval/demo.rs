@@ -41,7 +41,10 @@ async fn the_demo_flies_and_every_check_holds() {
     assert!(shown.status.success());
     assert!(text.contains("gate resp-0007/e3 dispatched"), "{text}");
     assert!(text.contains("e5 withheld (EPOCH_CHANGED)"), "{text}");
-    assert!(text.contains("readmitted resp-0008: e5"), "{text}");
+    assert!(
+        text.contains("readmitted resp-0008 from agent: e5"),
+        "{text}"
+    );
     assert!(
         !text.contains("source "),
         "telemetry is not a decision: {text}"
@@ -163,7 +166,10 @@ fn the_crazyflie_demo_passes_as_a_user_runs_it() {
     let story = String::from_utf8_lossy(&shown.stdout);
     assert!(story.contains("gate cf-1-1/f1 dispatched"), "{story}");
     assert!(story.contains("f2 withheld (EPOCH_CHANGED)"), "{story}");
-    assert!(story.contains("readmitted cf-1-2: f2"), "{story}");
+    assert!(
+        story.contains("readmitted cf-1-2 from agent: f2"),
+        "{story}"
+    );
     // The flight's picture, in the Crazyflie's own frame: the forward move, the withheld one
     // and the readmitted backtrack.
     let picture = std::fs::read_to_string(out.join("flight.svg")).unwrap();
