@@ -33,6 +33,27 @@ fn openssl_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) {
     );
 }
 
+/// A P-256 key `stem.key` and a certificate request `stem.csr` for subject `CN=cn`.
+fn key_and_request(dir: &Path, cn: &str, stem: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            &format!("/CN={cn}"),
+            "-keyout",
+            &format!("{stem}.key"),
+            "-out",
+            &format!("{stem}.csr"),
+        ],
+    );
+}
+
 /// docs/deploy.md's recipe: a P-256 CA, then a key, a request and a certificate it signs, with
 /// the names a client uses (here 127.0.0.1 and localhost).
 pub fn make_pki(dir: &Path) -> Pki {
@@ -71,23 +92,7 @@ pub fn make_pki(dir: &Path) -> Pki {
         } else {
             "other-gateway"
         };
-        openssl(
-            dir,
-            &[
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-subj",
-                "/CN=localhost",
-                "-keyout",
-                &format!("{gw}.key"),
-                "-out",
-                &format!("{gw}.csr"),
-            ],
-        );
+        key_and_request(dir, "localhost", gw);
         openssl(
             dir,
             &[
@@ -138,23 +143,7 @@ pub fn client_cert(dir: &Path, ca: &str, cn: &str, stem: &str, expired: bool) ->
         format!("{stem}.csr"),
         format!("{stem}.crt"),
     );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-subj",
-            &format!("/CN={cn}"),
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-        ],
-    );
+    key_and_request(dir, cn, stem);
     let lib = super::libfaketime();
     let env: Vec<(&str, &str)> = match (&lib, expired) {
         (Some(l), true) => vec![
