@@ -314,8 +314,7 @@ pub fn client_identity(data: &[u8]) {
     let normal = |s: &str| {
         !s.is_empty()
             && s.chars()
-                .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase())
-            && s.chars().all(|c| c.is_ascii_hexdigit())
+                .all(|c| c.is_ascii_digit() || ('A'..='F').contains(&c))
             && (s == "0" || !s.starts_with('0'))
     };
     if let Ok(c) = client_cert::read(data)

@@ -54,11 +54,8 @@ pub fn receipt_line(r: &halo_core::receipt::Receipt) -> Option<(bool, String)> {
     };
     let kind = s("kind");
     // The principal that sent a response or an update, when the receipt names it.
-    let by = b
-        .get("sender")
-        .and_then(serde_json::Value::as_str)
-        .map(|p| format!(" from {p}"))
-        .unwrap_or_default();
+    let sender = b.get("sender").and_then(serde_json::Value::as_str);
+    let by = sender.map(|p| format!(" from {p}")).unwrap_or_default();
     let (decision, text) = match kind {
         "admitted" | "readmitted" => {
             let comps = halo_core::receipt::recorded_components(b)
@@ -132,8 +129,8 @@ pub fn receipt_line(r: &halo_core::receipt::Receipt) -> Option<(bool, String)> {
                 s("source"),
                 b.get("epoch").map(ToString::to_string).unwrap_or_default(),
                 s("provenance"),
-                b.get("sender")
-                    .and_then(serde_json::Value::as_str)
+                // "from" names the provenance here.
+                sender
                     .map(|p| format!(" (sent by {p})"))
                     .unwrap_or_default()
             ),

@@ -221,7 +221,7 @@ fn every_fuzz_target_survives_its_smoke_run() {
         .iter()
         .map(|n| file(&format!("configs/{n}.toml")))
         .collect();
-    configs.push(b"[listen]\nhttp = \"0.0.0.0:8640\"\ninsecure_plaintext = true\n".to_vec());
+    configs.push(b"[listen]\nhttp = \"0.0.0.0:0\"\ninsecure_plaintext = true\n".to_vec());
     configs.push(
         b"[listen]\nhttp = \"127.0.0.1:0\"\noperator = \"[::]:0\"\n[listen.tls]\ncert_file = \"a\"\nkey_file = \"b\"\n"
             .to_vec(),

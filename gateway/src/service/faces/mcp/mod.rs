@@ -187,7 +187,7 @@ pub struct McpServer {
 struct Session {
     /// The agent principal the session's first call came from over HTTP (each later call must
     /// come from it); none over stdio, where the link itself is the agent.
-    party: Mutex<Option<Party>>,
+    agent: Mutex<Option<Arc<str>>>,
     subscribed: Arc<Mutex<BTreeSet<String>>>,
     level: Arc<Mutex<LoggingLevel>>,
     forwarder: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -209,7 +209,7 @@ impl McpServer {
         McpServer {
             shared,
             session: Arc::new(Session {
-                party: Mutex::new(None),
+                agent: Mutex::new(None),
                 subscribed: Arc::new(Mutex::new(BTreeSet::new())),
                 level: Arc::new(Mutex::new(LoggingLevel::Info)),
                 forwarder: Mutex::new(None),
@@ -220,12 +220,16 @@ impl McpServer {
     /// Whom the session's requests speak for: its agent principal over HTTP, anyone over
     /// stdio.
     fn party(&self) -> Party {
+        self.agent().map_or(Party::Anyone, Party::Agent)
+    }
+
+    /// The agent principal the session is bound to, if any.
+    fn agent(&self) -> Option<Arc<str>> {
         self.session
-            .party
+            .agent
             .lock()
-            .ok()
-            .and_then(|p| p.clone())
-            .unwrap_or(Party::Anyone)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Binds the session to the agent principal a request over HTTP came from (the guard in
@@ -240,17 +244,16 @@ impl McpServer {
         };
         let mut bound = self
             .session
-            .party
+            .agent
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let party = Party::Agent(Arc::clone(&caller.0));
         match &*bound {
             None => {
-                *bound = Some(party);
+                *bound = Some(Arc::clone(&caller.0));
                 Ok(())
             }
-            Some(p) if *p == party => Ok(()),
-            Some(Party::Agent(owner)) => Err(ApiError::new(
+            Some(owner) if *owner == caller.0 => Ok(()),
+            Some(owner) => Err(ApiError::new(
                 403,
                 ReasonCode::SESSION_NOT_YOURS,
                 format!(
@@ -258,7 +261,6 @@ impl McpServer {
                     caller.0
                 ),
             )),
-            Some(Party::Anyone) => Ok(()),
         }
     }
 
@@ -707,10 +709,7 @@ impl McpServer {
         let level = Arc::clone(&self.session.level);
         let mut shutdown = self.shared.shutdown.clone();
         let from = hub.next_id().saturating_sub(1);
-        let me = match self.party() {
-            Party::Agent(a) => Some(a),
-            Party::Anyone => None,
-        };
+        let me = self.agent();
         let task = tokio::spawn(async move {
             let mut reader = hub.reader(Resume::After(from));
             loop {
