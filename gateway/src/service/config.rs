@@ -433,6 +433,10 @@ pub struct ListenConfig {
     /// MCP sessions on `/mcp` at once (streamable HTTP); one more `initialize` is refused
     /// `429 TOO_MANY_STREAMS`. A session idle for five minutes is closed.
     pub max_mcp_sessions: usize,
+    /// MCP sessions one principal may hold open at once (default: `max_mcp_sessions`, the
+    /// same thing with the one agent of `[auth]`); one more `initialize` from it is refused
+    /// `429 TOO_MANY_STREAMS` naming it.
+    pub max_mcp_sessions_per_principal: Option<usize>,
     /// TLS on both listeners (`[listen.tls]`). Required when a listener's address is not
     /// loopback, unless `insecure_plaintext` says otherwise.
     pub tls: Option<ListenTlsConfig>,
@@ -488,6 +492,7 @@ impl Default for ListenConfig {
             auth_failures_before_backoff: 5,
             auth_backoff_max_ms: 60_000,
             max_mcp_sessions: 16,
+            max_mcp_sessions_per_principal: None,
             tls: None,
             insecure_plaintext: false,
         }
@@ -511,6 +516,12 @@ impl ListenConfig {
     pub fn streams_per_principal(&self) -> usize {
         self.max_event_streams_per_principal
             .unwrap_or(self.max_event_streams)
+    }
+
+    /// MCP sessions of one principal at most.
+    pub fn mcp_sessions_per_principal(&self) -> usize {
+        self.max_mcp_sessions_per_principal
+            .unwrap_or(self.max_mcp_sessions)
     }
 
     /// `https` with `[listen.tls]`, else `http`.
@@ -1030,6 +1041,12 @@ impl Config {
             (
                 "listen.max_mcp_sessions",
                 l.max_mcp_sessions as u64,
+                1,
+                4096,
+            ),
+            (
+                "listen.max_mcp_sessions_per_principal",
+                l.mcp_sessions_per_principal() as u64,
                 1,
                 4096,
             ),

@@ -892,7 +892,11 @@ impl Service {
                 operator_only: false,
                 owners,
                 catalog: Arc::clone(&mcp_catalog),
-                mcp: Some((Arc::clone(&mcp), cfg.listen.max_mcp_sessions)),
+                mcp: Some(faces::http::McpFace {
+                    shared: Arc::clone(&mcp),
+                    max_sessions: cfg.listen.max_mcp_sessions,
+                    per_principal: cfg.listen.mcp_sessions_per_principal(),
+                }),
                 clock,
             },
             boot_epoch,

@@ -490,7 +490,7 @@ fn tls_on_the_listeners_judged_by_independent_clients() {
 }
 
 /// The principals suite's checks.
-const PRINCIPALS: usize = 39;
+const PRINCIPALS: usize = 42;
 
 const MAP_FEED: [&str; 7] = [
     "map",
@@ -529,6 +529,97 @@ fn curl_as(token: &str, args: &[&str], url: &str) -> String {
         .output()
         .expect("curl");
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// An MCP `initialize` by `token`'s principal with curl: the status line (lower-cased) and the
+/// session id the gateway gave, if it gave one.
+fn mcp_initialize(u: &str, token: &str) -> (String, Option<String>) {
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}"#;
+    let head = curl_as(
+        token,
+        &[
+            "-i",
+            "--max-time",
+            "5",
+            "-H",
+            "Content-Type: application/json",
+            "-H",
+            "Accept: application/json, text/event-stream",
+            "-d",
+            init,
+        ],
+        &format!("{u}/mcp"),
+    );
+    let status = head.lines().next().unwrap_or("").to_lowercase();
+    let id = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("mcp-session-id")
+            .then(|| v.trim().to_string())
+    });
+    (status, id)
+}
+
+/// A POST on MCP session `id` with `token`; answers the HTTP status.
+fn mcp_post(u: &str, token: &str, id: &str, body: &str) -> String {
+    let sid = format!("Mcp-Session-Id: {id}");
+    curl_as(
+        token,
+        &[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "5",
+            "-H",
+            &sid,
+            "-H",
+            "Content-Type: application/json",
+            "-H",
+            "Accept: application/json, text/event-stream",
+            "-d",
+            body,
+        ],
+        &format!("{u}/mcp"),
+    )
+}
+
+/// An initialized MCP session of `token`'s principal with its `GET /mcp` stream held open by
+/// curl: (the session id, the stream).
+fn mcp_session(u: &str, token: &str) -> (String, std::process::Child) {
+    let (status, id) = mcp_initialize(u, token);
+    let id = id.unwrap_or_else(|| panic!("initialize gave no session id ({status})"));
+    let st = mcp_post(
+        u,
+        token,
+        &id,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    assert!(st.starts_with('2'), "notifications/initialized: {st}");
+    let stream = Command::new("curl")
+        .args(["-sS", "-N", "--max-time", "30", "-H"])
+        .arg(format!("Authorization: Bearer {token}"))
+        .args(["-H", "Accept: text/event-stream", "-H"])
+        .arg(format!("Mcp-Session-Id: {id}"))
+        .arg(format!("{u}/mcp"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (id, stream)
+}
+
+/// Whether `child` ends within `secs` seconds (killed if not).
+fn ends_within(child: &mut std::process::Child, secs: u32) -> bool {
+    let ended = (0..secs * 10).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        child.try_wait().unwrap().is_some()
+    });
+    if !ended {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    ended
 }
 
 /// What `curl -N` read from `GET /v1/events` with `token` in `secs` seconds.
@@ -781,7 +872,13 @@ fn principals_each_write_and_see_their_own_and_credentials_rotate_without_a_rest
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // And an MCP session of agent A with its GET stream open, closed by the same reload.
+    let (mcp_id, mut mcp_stream) = mcp_session(&u, &a);
     std::thread::sleep(Duration::from_millis(500));
+    c.check(
+        "agent A's MCP GET stream is open before the reload (the control)",
+        mcp_stream.try_wait().unwrap().is_none(),
+    );
     let fresh = "agent-a-second-credential-0123456789";
     std::fs::write(creds.join("agent-a.token"), format!("{fresh}\n")).unwrap();
     std::fs::write(&revoked, "# leaked\nmap-feed\n").unwrap();
@@ -804,6 +901,16 @@ fn principals_each_write_and_see_their_own_and_credentials_rotate_without_a_rest
     c.check(
         "agent A's open event stream is closed when its credential is replaced",
         closed,
+    );
+    c.check(
+        "agent A's MCP session is closed by the reload: its GET stream ends",
+        ends_within(&mut mcp_stream, 5),
+    );
+    let tools = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let after = mcp_post(&u, fresh, &mcp_id, tools);
+    c.check(
+        "the closed MCP session's id is unknown after it, even with A's new credential (404)",
+        after == "404" && metric(&u, "halo_mcp_sessions_revoked_total ") >= 1,
     );
     let (st, _) = get(&format!("{u}/v1/responses/ra"), Some(&a));
     c.check(
@@ -1144,7 +1251,7 @@ fn route_matrix(u: &str, tokens: [&str; 5], ob: u64) {
 }
 
 /// The limits suite's checks.
-const LIMITS: usize = 16;
+const LIMITS: usize = 19;
 
 /// What curl got: the status line and headers (`-i`), lower-cased, and the body.
 fn curl_head(url: &str, token: &str) -> String {
@@ -1174,7 +1281,8 @@ fn each_principal_has_its_own_rate_and_streams_and_a_guessing_address_is_backed_
         d = creds.display()
     );
     let limits = "requests_per_second_per_principal = 5\nburst_per_principal = 10\n\
-                  max_event_streams_per_principal = 2\nauth_failures_before_backoff = 3\n\
+                  max_event_streams_per_principal = 2\nmax_mcp_sessions_per_principal = 1\n\
+                  auth_failures_before_backoff = 3\n\
                   auth_backoff_max_ms = 4000\n";
     let mut c = Checks::new("network-limits");
     let (code, out) = check_config(
@@ -1275,6 +1383,26 @@ fn each_principal_has_its_own_rate_and_streams_and_a_guessing_address_is_backed_
         let _ = h.kill();
         let _ = h.wait();
     }
+    // MCP sessions: one per principal here.
+    let (first, _) = mcp_initialize(&u, &a);
+    let (second, _) = mcp_initialize(&u, &a);
+    c.check(
+        "agent A's second MCP session is 429 TOO_MANY_STREAMS (one per principal); its first was taken",
+        first.starts_with("http/1.1 200") && second.starts_with("http/1.1 429"),
+    );
+    let (other, _) = mcp_initialize(&u, &b);
+    c.check(
+        "agent B still opens an MCP session (200)",
+        other.starts_with("http/1.1 200"),
+    );
+    c.check(
+        "/metrics counts the refused MCP session under agent A and the two open",
+        metric(
+            &u,
+            "halo_mcp_sessions_refused_total{principal=\"agent-a\"} ",
+        ) == 1
+            && metric(&u, "halo_mcp_sessions ") >= 1,
+    );
     // Backoff: three failures in a row from this address, then even a good credential waits.
     let wrong: Vec<u16> = (0..3)
         .map(|_| get(&obligations, Some("not-a-credential")).0)

@@ -69,8 +69,8 @@ pub struct AppState {
     pub(crate) owners: Arc<std::collections::BTreeMap<String, halo_core::catalog::Owner>>,
     /// The loaded catalog (`POST /v1/digest`).
     pub(crate) catalog: Arc<halo_core::catalog::Catalog>,
-    /// The MCP server's shared part (`/mcp` on the main listener), and the most sessions.
-    pub(crate) mcp: Option<(Arc<crate::service::faces::mcp::Shared>, usize)>,
+    /// The MCP server's shared part (`/mcp` on the main listener), and its session caps.
+    pub(crate) mcp: Option<McpFace>,
     /// The service's clock: each request's arrival is stamped on it ([`stamp_arrival`]).
     pub(crate) clock: Clock,
     /// The request rate per principal and this listener's authentication backoff.
@@ -199,6 +199,17 @@ pub struct Layers {
     pub(crate) boot: u64,
 }
 
+/// `/mcp` on the main listener: the MCP server's shared part and its session caps.
+#[derive(Clone)]
+pub struct McpFace {
+    /// What every session shares.
+    pub shared: Arc<crate::service::faces::mcp::Shared>,
+    /// Sessions open at once (`listen.max_mcp_sessions`).
+    pub max_sessions: usize,
+    /// Sessions of one principal (`listen.max_mcp_sessions_per_principal`).
+    pub per_principal: usize,
+}
+
 /// The router, with every layer: request ids (`x-request-id`, in error bodies too), the
 /// request log, timeouts, the content type, JSON errors, and the operator listener's
 /// credential check.
@@ -209,8 +220,8 @@ pub fn router(state: AppState, layers: &Layers) -> Router {
     let guard_state = state.clone();
     let mcp = (!operator_only).then(|| state.mcp.clone()).flatten();
     let mut routes = routes(state);
-    if let Some((shared, max_sessions)) = mcp {
-        routes = routes.merge(mcp_routes(guard_state.clone(), &shared, max_sessions));
+    if let Some(face) = mcp {
+        routes = routes.merge(mcp_routes(guard_state.clone(), &face));
     }
     let routes = if operator_only {
         routes.layer(axum::middleware::from_fn_with_state(
@@ -342,20 +353,27 @@ fn routes(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// `/mcp`: the MCP server over streamable HTTP ([`crate::service::faces::mcp`]), for the agent credential
-/// only (401 / 403 as every route). An `initialize` (a POST without `Mcp-Session-Id`) while
-/// `max_sessions` sessions are open is `429 TOO_MANY_STREAMS`; a session idle for five minutes
-/// is closed.
-fn mcp_routes(
-    state: AppState,
-    shared: &Arc<crate::service::faces::mcp::Shared>,
-    max_sessions: usize,
-) -> Router {
+/// `/mcp`: the MCP server over streamable HTTP ([`crate::service::faces::mcp`]), for the agent
+/// credential only (401 / 403 as every route). An `initialize` (a POST without
+/// `Mcp-Session-Id`) while `max_sessions` sessions are open, or while its principal holds
+/// `per_principal`, is `429 TOO_MANY_STREAMS`; a session idle for five minutes is closed, and
+/// so is a session whose principal a credential reload no longer holds (rotated or revoked).
+fn mcp_routes(state: AppState, face: &McpFace) -> Router {
     let (service, sessions) =
-        crate::service::faces::mcp::http_service(shared, RESPONSE_LIMIT + SMALL_LIMIT);
+        crate::service::faces::mcp::http_service(&face.shared, RESPONSE_LIMIT + SMALL_LIMIT);
+    let owners = Arc::new(McpOwners::default());
+    tokio::spawn(close_unheld_mcp_sessions(
+        Arc::clone(&state.principals),
+        Arc::clone(&sessions),
+        Arc::clone(&owners),
+        Arc::clone(&state.metrics),
+        state.shutdown.clone(),
+    ));
+    let (max_sessions, per_principal) = (face.max_sessions, face.per_principal);
     let guard = move |mut req: Request, next: axum::middleware::Next| {
         let state = state.clone();
         let sessions = Arc::clone(&sessions);
+        let owners = Arc::clone(&owners);
         async move {
             let checked = authorize(
                 &state,
@@ -364,7 +382,7 @@ fn mcp_routes(
                 "use the MCP server",
                 true,
             );
-            match checked {
+            let principal = match checked {
                 Err(e) => return error_response(&e),
                 // The tools act for this principal and the session is bound to it.
                 Ok(p) => {
@@ -372,21 +390,56 @@ fn mcp_routes(
                         .insert(crate::service::faces::mcp::McpCaller(Arc::from(
                             p.name.as_str(),
                         )));
+                    p
                 }
-            }
+            };
             let opens =
                 req.method() == Method::POST && !req.headers().contains_key("mcp-session-id");
-            if opens && sessions.sessions.read().await.len() >= max_sessions {
-                return error_response(&ApiError::new(
-                    429,
-                    ReasonCode::TOO_MANY_STREAMS,
-                    format!(
+            if opens {
+                let open: Vec<Arc<str>> = sessions.sessions.read().await.keys().cloned().collect();
+                let (total, mine) = owners.count(&open, &principal.name);
+                let refusal = if total >= max_sessions {
+                    Some(format!(
                         "{max_sessions} MCP sessions are open (listen.max_mcp_sessions); close one (DELETE /mcp with its Mcp-Session-Id) or wait for an idle one to end"
-                    ),
-                ));
+                    ))
+                } else if mine >= per_principal {
+                    Some(format!(
+                        "principal `{}` has {mine} MCP sessions open (listen.max_mcp_sessions_per_principal); close one (DELETE /mcp with its Mcp-Session-Id) or wait for an idle one to end",
+                        principal.name
+                    ))
+                } else {
+                    None
+                };
+                if let Some(message) = refusal {
+                    state
+                        .metrics
+                        .mcp_sessions_refused
+                        .get_or_create(&PrincipalLabel {
+                            principal: principal.name.clone(),
+                        })
+                        .inc();
+                    return error_response(&ApiError::new(
+                        429,
+                        ReasonCode::TOO_MANY_STREAMS,
+                        message,
+                    ));
+                }
             }
             let delete = req.method() == Method::DELETE;
             let mut resp = next.run(req).await;
+            if opens
+                && resp.status().is_success()
+                && let Some(id) = resp
+                    .headers()
+                    .get("mcp-session-id")
+                    .and_then(|v| v.to_str().ok())
+            {
+                owners.insert(Arc::from(id), principal);
+            }
+            state
+                .metrics
+                .mcp_sessions
+                .set(sessions.sessions.read().await.len() as i64);
             // A closed session: rmcp answers 202, the MCP SDKs expect 200 or 204.
             if delete && resp.status() == StatusCode::ACCEPTED {
                 *resp.status_mut() = StatusCode::NO_CONTENT;
@@ -397,6 +450,75 @@ fn mcp_routes(
     Router::new()
         .route_service("/mcp", service)
         .layer(axum::middleware::from_fn(guard))
+}
+
+/// Who opened each MCP session, by the id the server gave it. An entry whose session rmcp
+/// has ended (closed, idle) is dropped at the next count, so the table never holds more than
+/// the sessions open plus those that ended since the last `initialize`.
+#[derive(Default)]
+struct McpOwners {
+    by_session: Mutex<HashMap<Arc<str>, Arc<Principal>>>,
+}
+
+impl McpOwners {
+    fn insert(&self, id: Arc<str>, p: Arc<Principal>) {
+        self.lock().insert(id, p);
+    }
+
+    /// Drops the sessions not in `open` and answers (sessions open, sessions of `name`).
+    fn count(&self, open: &[Arc<str>], name: &str) -> (usize, usize) {
+        let mut m = self.lock();
+        m.retain(|id, _| open.contains(id));
+        let mine = m.values().filter(|p| p.name == name).count();
+        (open.len(), mine)
+    }
+
+    /// Removes and answers the sessions whose principal `keep` no longer holds.
+    fn take_unheld(&self, keep: impl Fn(&Principal) -> bool) -> Vec<(Arc<str>, Arc<Principal>)> {
+        let mut m = self.lock();
+        let gone: Vec<Arc<str>> = m
+            .iter()
+            .filter(|(_, p)| !keep(p))
+            .map(|(id, _)| Arc::clone(id))
+            .collect();
+        gone.into_iter()
+            .filter_map(|id| m.remove(&id).map(|p| (id, p)))
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<Principal>>> {
+        self.by_session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// At each credential reload, closes the MCP sessions whose principal it no longer holds:
+/// their open `GET /mcp` stream ends and the session id is unknown from then on.
+async fn close_unheld_mcp_sessions(
+    principals: Arc<Principals>,
+    sessions: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
+    owners: Arc<McpOwners>,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    use rmcp::transport::streamable_http_server::session::SessionManager as _;
+    let mut changed = principals.watch();
+    loop {
+        tokio::select! {
+            r = changed.changed() => if r.is_err() { return },
+            _ = shutdown.changed() => return,
+        }
+        let current = principals.current();
+        for (id, p) in owners.take_unheld(|p| current.holds(p)) {
+            if let Err(e) = sessions.close_session(&id).await {
+                tracing::warn!(principal = %p.name, "could not close an MCP session: {e}");
+                continue;
+            }
+            metrics.mcp_sessions_revoked.inc();
+            tracing::info!(principal = %p.name, "MCP session closed: its credential is no longer in force");
+        }
+    }
 }
 
 fn error_response(e: &ApiError) -> Response {

@@ -94,6 +94,12 @@ pub struct Metrics {
     pub(crate) event_streams: Gauge,
     /// Event streams refused at a cap, by principal.
     pub(crate) streams_refused: Family<PrincipalLabel, Counter>,
+    /// Open MCP sessions on `/mcp` (streamable HTTP).
+    pub(crate) mcp_sessions: Gauge,
+    /// MCP `initialize` requests refused at the total or the principal's cap, by principal.
+    pub(crate) mcp_sessions_refused: Family<PrincipalLabel, Counter>,
+    /// MCP sessions closed because a credential reload no longer holds their principal.
+    pub(crate) mcp_sessions_revoked: Counter,
     /// Requests refused past their principal's rate, by principal.
     pub(crate) rate_limited: Family<PrincipalLabel, Counter>,
     /// Failed authentications (no credential, a wrong one, a revoked one).
@@ -155,6 +161,9 @@ impl Metrics {
             credential_reloads: Family::default(),
             event_streams: Gauge::default(),
             streams_refused: Family::default(),
+            mcp_sessions: Gauge::default(),
+            mcp_sessions_refused: Family::default(),
+            mcp_sessions_revoked: Counter::default(),
             rate_limited: Family::default(),
             auth_failures: Counter::default(),
             auth_backoff_refused: Counter::default(),
@@ -282,6 +291,21 @@ impl Metrics {
             "event_streams_refused",
             "Event streams refused at the role's or the principal's cap, by principal",
             m.streams_refused.clone(),
+        );
+        registry.register(
+            "mcp_sessions",
+            "Open MCP sessions on /mcp",
+            m.mcp_sessions.clone(),
+        );
+        registry.register(
+            "mcp_sessions_refused",
+            "MCP initialize requests refused at the total or the principal's cap, by principal",
+            m.mcp_sessions_refused.clone(),
+        );
+        registry.register(
+            "mcp_sessions_revoked",
+            "MCP sessions closed because a credential reload no longer holds their principal",
+            m.mcp_sessions_revoked.clone(),
         );
         registry.register(
             "rate_limited",
