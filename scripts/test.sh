@@ -44,6 +44,8 @@ command -v curl >/dev/null 2>&1 || need_debian "the docs-examples suite" curl
 command -v openssl >/dev/null 2>&1 || need_debian "the network suite's certificates and TLS client" openssl
 # The console suite drives Debian's headless Chromium over WebDriver.
 { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || need_debian "the console suite" chromium chromium-driver
+# The network suite gives that browser the test CA through an NSS database (certutil).
+command -v certutil >/dev/null 2>&1 || need_debian "the network suite's browser over HTTPS" libnss3-tools
 # The deploy-install suite verifies the systemd unit with systemd-analyze.
 command -v systemd-analyze >/dev/null 2>&1 || need_debian "the deploy-install suite" systemd
 

@@ -2,9 +2,7 @@
 //! `tests/py/console.py` (selenium), against the real `halo-gateway run` flying the simulated
 //! PX4. The browser reads only what the page shows; the evidence of what reached the vehicle is
 //! the simulator's own record of the setpoints its controller took.
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -12,60 +10,8 @@ use serde_json::{Value, json};
 
 use crate::common;
 
+use common::browser::Operator;
 use common::service::*;
-
-/// The operator at the console: one browser for the whole test, one command per line.
-struct Operator {
-    child: std::process::Child,
-    stdin: std::process::ChildStdin,
-    out: BufReader<std::process::ChildStdout>,
-}
-
-impl Operator {
-    fn start() -> Operator {
-        for exe in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
-            assert!(
-                Path::new(exe).exists(),
-                "{exe} is missing: Debian's chromium and chromium-driver (scripts/test.sh installs them)"
-            );
-        }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/console.py");
-        let mut child = Command::new("python3")
-            .arg(&script)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 with selenium is needed (scripts/test.sh installs it)");
-        let stdin = child.stdin.take().unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        Operator { child, stdin, out }
-    }
-
-    /// One command; its answer (`ok` false when the page did not do it).
-    fn ask(&mut self, line: &str) -> Value {
-        writeln!(self.stdin, "{line}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut answer = String::new();
-        self.out.read_line(&mut answer).unwrap();
-        serde_json::from_str(answer.trim())
-            .unwrap_or_else(|e| panic!("console.py answered `{answer}`: {e}"))
-    }
-
-    /// A command that must succeed.
-    fn must(&mut self, line: &str) -> Value {
-        let v = self.ask(line);
-        assert_eq!(v["ok"], true, "`{line}`: {v}");
-        v
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.stdin.flush();
-        let _ = self.child.wait();
-    }
-}
 
 /// Load the page, watch the components change phase, approve a certificate from the page and
 /// see the action dispatch at the vehicle, hold from the page and see the vehicle take no more

@@ -18,7 +18,7 @@ use crate::common::tls::{ClientPair, Pki, client_cert, make_pki};
 use crate::common::{self, Checks, halo, repo_root};
 
 /// The network suite's checks.
-const NETWORK: usize = 35;
+const NETWORK: usize = 38;
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -296,6 +296,47 @@ fn independent_clients(c: &mut Checks, g: &Gateway, pki: &Pki) {
     println!("  failed handshakes counted: {failed}");
 }
 
+/// The console in headless Chromium over HTTPS: a browser whose NSS database trusts the test
+/// CA (no `--ignore-certificate-errors`) loads the page from the operator's listener and
+/// follows its event stream; the same browser without the CA gets no page.
+fn browser_console(c: &mut Checks, g: &Gateway, pki: &Pki, dir: &Path) {
+    let trusting = dir.join("browser-trusting");
+    common::browser::nss_trusting(&trusting, &pki.ca);
+    let mut op = common::browser::Operator::start_with_home(Some(&trusting));
+    let url = format!("{}/", g.proc.operator_url);
+    let opened = op.ask(&format!("open {url} {}", g.operator));
+    if opened["ok"] != true {
+        println!("  chromium with the CA: {opened}");
+    }
+    c.check(
+        "headless Chromium trusting the CA (its NSS database): the console loads over HTTPS, a secure context, and follows the event stream",
+        opened["ok"] == true
+            && opened["title"] == "halo-gateway console"
+            && opened["protocol"] == "https:"
+            && opened["secure_context"] == true,
+    );
+    let mode = op.ask("text vehicle-mode");
+    c.check(
+        "the console shows the vehicle's mode it read over TLS",
+        mode["ok"] == true
+            && mode["text"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty() && t != "–"),
+    );
+    drop(op);
+    // The judge shown to catch an untrusted certificate: a browser without the CA.
+    let untrusting = dir.join("browser-untrusting");
+    std::fs::create_dir_all(&untrusting).unwrap();
+    let mut op = common::browser::Operator::start_with_home(Some(&untrusting));
+    let refused = op.ask(&format!("open {url} {}", g.operator));
+    let page = op.ask("page");
+    println!("  chromium without the CA: {}", page["title"]);
+    c.check(
+        "the same Chromium without the CA gets no console (the certificate is not trusted)",
+        refused["ok"] == false && page["title"] != "halo-gateway console",
+    );
+}
+
 /// Python's ssl, httpx and mcp against the running gateway (gateway/tests/py/tls_peer.py).
 fn python_peer(c: &mut Checks, g: &Gateway, pki: &Pki) {
     let out = Command::new("python3")
@@ -473,6 +514,7 @@ fn tls_on_the_listeners_judged_by_independent_clients() {
     trust_ca(Some(&std::fs::read(&pki.ca).unwrap()));
     independent_clients(&mut c, &g, &pki);
     python_peer(&mut c, &g, &pki);
+    browser_console(&mut c, &g, &pki, &dir);
     let providers = Providers::start(&g.url, &g.provider);
     // From here the helpers trust both CAs (the certificate changes mid-flight).
     let both = [

@@ -4,7 +4,10 @@ Debian's chromedriver), clicking the page the gateway serves at `GET /` as a per
 shares no code with the gateway: it reads only what the page puts on the screen.
 
 Usage: console.py   (commands on stdin, one JSON answer per line on stdout)
-  open URL TOKEN          load the page, type the credential, wait for the live event stream
+  open URL TOKEN          load the page, type the credential, wait for the live event stream;
+                          answers the title, the page's protocol and whether it is a secure
+                          context
+  page                    the title and the address of what the browser shows
   wait_phase KEY PHASES S wait up to S seconds for the row of KEY (response/component) to show
                           one of PHASES (comma-separated); answers its phase, digest and reason
                           as shown
@@ -147,7 +150,11 @@ def step(d, cmd, args):
         wait(d, "the live event stream", lambda: d.find_element(By.ID, "stream").get_attribute("data-state") == "live", 10)
         wait(d, "the status", lambda: d.find_element(By.ID, "vehicle-mode").text not in ("", "–"), 10)
         d.execute_script(WATCH)
-        return {"title": d.title, "url_has_token": token in d.current_url}
+        return {"title": d.title, "url_has_token": token in d.current_url,
+                "protocol": d.execute_script("return location.protocol"),
+                "secure_context": d.execute_script("return window.isSecureContext")}
+    if cmd == "page":
+        return {"title": d.title, "url": d.current_url}
     if cmd == "wait_phase":
         key, phases, secs = args[0], args[1].split(","), float(args[2])
         row = wait(d, f"{key} {args[1]}", lambda: (lambda r: r if r and r["phase"] in phases else None)(

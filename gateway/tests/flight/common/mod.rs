@@ -10,6 +10,7 @@
     reason = "test fixtures"
 )]
 
+pub mod browser;
 #[path = "../../../../halo-core/tests/core/common/mod.rs"]
 mod core_fixtures;
 pub mod process;
