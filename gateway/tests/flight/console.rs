@@ -85,6 +85,18 @@ fn the_operator_flies_from_the_console() {
                 .as_str()
                 .is_some_and(|r| r.starts_with("CERTIFICATE_UNKNOWN: ")),
     ));
+    // Who sent it: the table's caption and the log's admission line name the agent principal
+    // (the default `[auth]` one is `agent`).
+    let caption = op.must("caption cs-2");
+    let log = op.must("log");
+    let admitted = log["lines"].as_array().unwrap().iter().any(|l| {
+        l.as_str()
+            .is_some_and(|t| t.ends_with("admitted cs-2 from agent (e3)"))
+    });
+    checks.push((
+        "the response's table and the log's admission name the agent principal that sent it",
+        caption["text"] == "cs-2 — sent by agent" && admitted,
+    ));
     let fp_e3 = fp(9.0, 4.0, -6.0, 90.0);
     std::thread::sleep(Duration::from_millis(600));
     let plan = op.must("plan");
@@ -283,6 +295,21 @@ fn the_operator_flies_from_the_console() {
             .find(|s| s["source"] == name)
             .map(|s| s["stale"] == false)
     };
+    let bars = op.must("sources");
+    let by = |name: &str| {
+        bars["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["source"] == name)
+            .map(|s| s["by"].clone())
+    };
+    checks.push((
+        "the AoI bars name the provider principal whose update each source holds, and none for the vehicle's own",
+        by("traffic") == Some(json!("by provider"))
+            && by("map") == Some(json!("by provider"))
+            && by("battery") == Some(Value::Null),
+    ));
     checks.push((
         "the AoI bars show traffic, map and bounds fresh",
         ["traffic", "map", "bounds"]
@@ -317,5 +344,5 @@ fn the_operator_flies_from_the_console() {
     println!("console: {matched}/{} matched", checks.len());
     drop(op);
     assert_eq!(g.stop(), 0);
-    assert_eq!((matched, checks.len()), (17, 17));
+    assert_eq!((matched, checks.len()), (19, 19));
 }

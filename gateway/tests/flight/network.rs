@@ -532,7 +532,7 @@ fn tls_on_the_listeners_judged_by_independent_clients() {
 }
 
 /// The principals suite's checks.
-const PRINCIPALS: usize = 42;
+const PRINCIPALS: usize = 43;
 
 const MAP_FEED: [&str; 7] = [
     "map",
@@ -787,6 +787,20 @@ fn principals_each_write_and_see_their_own_and_credentials_rotate_without_a_rest
         writes.1 == 8,
     );
     c.check("an agent writing a source is 403 (8/8)", writes.2 == 8);
+    // The status names whose update each source holds (the console's AoI bars show it).
+    let (_, status) = get(&format!("{u}/v1/status"), Some(&op));
+    let sent_by = |name: &str| {
+        status["sources"]
+            .as_array()
+            .and_then(|l| l.iter().find(|s| s["source"] == name))
+            .map(|s| s["sent_by"].clone())
+    };
+    c.check(
+        "GET /v1/status names each source's sender (traffic: traffic-feed, map: map-feed, battery: none)",
+        sent_by("traffic") == Some(json!("traffic-feed"))
+            && sent_by("map") == Some(json!("map-feed"))
+            && sent_by("battery") == Some(Value::Null),
+    );
     let (st, v) = post(
         &format!("{u}/v1/state/battery"),
         Some(&map),

@@ -15,11 +15,13 @@ Usage: console.py   (commands on stdin, one JSON answer per line on stdout)
   revoke KEY              click the row's Revoke and wait for the gateway's answer
   click ID                click the button with id ID (act-hold, act-release, act-land)
   click_only ID           click it without waiting for an answer; answers the button's text
+  caption RESPONSE        the caption of RESPONSE's table
+  log                     the lines of the decisions and events log, newest first
   text ID                 the text of the element with id ID
   seen                    every phase each row showed since `open`, in order
   plan                    the marks of the plan view (kind and target; a circle's centre and a
                           line's points, in the picture's pixels)
-  sources                 the AoI bars (source, stale, label)
+  sources                 the AoI bars (source, stale, label, by: the sender shown)
   register FILE WHO       open "Register a contract", paste FILE's JSON, approved by WHO, submit,
                           and wait for the gateway's answer
   reauthorize GOAL        type GOAL into the contract panel's Reauthorize and submit
@@ -69,7 +71,8 @@ return [...document.querySelectorAll('#plan [data-kind]')].map(m => ({kind: m.da
 """
 SOURCES = """
 return [...document.querySelectorAll('#sources .bar')].map(b => ({source: b.dataset.source,
-  stale: b.dataset.stale === 'true', label: b.querySelector('.age').textContent}));
+  stale: b.dataset.stale === 'true', label: b.querySelector('.age').textContent,
+  by: (b.querySelector('.by') || {}).textContent || null}));
 """
 
 
@@ -173,6 +176,11 @@ def step(d, cmd, args):
     if cmd == "click_only":
         d.find_element(By.ID, args[0]).click()
         return {"text": d.find_element(By.ID, args[0]).text}
+    if cmd == "caption":
+        sel = f'table[data-response="{args[0]}"] caption'
+        return {"text": wait(d, f"the table of {args[0]}", lambda: d.find_element(By.CSS_SELECTOR, sel).text, 10)}
+    if cmd == "log":
+        return {"lines": [li.text for li in d.find_elements(By.CSS_SELECTOR, "#log li")]}
     if cmd == "text":
         return {"text": d.find_element(By.ID, args[0]).text}
     if cmd == "seen":

@@ -58,13 +58,20 @@ impl Task {
     }
 
     /// The `admitted` event: a response (or a fresh candidate's replacement) was taken, so a
-    /// client that shows responses knows to read them.
-    pub(super) fn publish_admitted(&self, rid: &Id, components: &[ComponentReport]) {
+    /// client that shows responses knows to read them; `principal` names the agent principal
+    /// that sent it (absent for the stdio link's own agent).
+    pub(super) fn publish_admitted(
+        &self,
+        rid: &Id,
+        components: &[ComponentReport],
+        principal: Option<&Id>,
+    ) {
         let components: Vec<&Id> = components.iter().map(|c| &c.id).collect();
-        self.publish(
-            "admitted",
-            &json!({"response": rid, "components": components}),
-        );
+        let mut body = json!({"response": rid, "components": components});
+        if let (Some(p), Some(m)) = (principal, body.as_object_mut()) {
+            m.insert("principal".into(), json!(p));
+        }
+        self.publish("admitted", &body);
     }
 }
 

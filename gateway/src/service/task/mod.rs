@@ -142,6 +142,9 @@ pub struct Task {
     /// The agent principal that sent each live response (one sent by the stdio or MCP link has
     /// none): it alone sees it, its obligations and its events, and may send it again.
     owners: std::collections::HashMap<String, Arc<str>>,
+    /// The principal whose update each source holds, by source index (a source the vehicle
+    /// link writes, or one sent without a principal, has none).
+    sent_by: std::collections::HashMap<u8, halo_core::Id>,
 }
 
 /// Decisions kept in words for `GET /v1/status`.
@@ -214,6 +217,7 @@ impl Task {
             pilot: None,
             recent: std::collections::VecDeque::with_capacity(RECENT),
             owners: std::collections::HashMap::new(),
+            sent_by: std::collections::HashMap::new(),
         }
     }
 

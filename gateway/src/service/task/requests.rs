@@ -89,9 +89,9 @@ impl Task {
         let now = self.now();
         let r = self
             .gw
-            .with_sender(sender, |gw| gw.handle_candidate(now, bytes));
+            .with_sender(sender.clone(), |gw| gw.handle_candidate(now, bytes));
         if let Ok(rep) = &r {
-            self.publish_admitted(&rep.response, &rep.components);
+            self.publish_admitted(&rep.response, &rep.components, sender.as_ref());
         }
         self.pump();
         if let Some(e) = self.receipts_refusal() {
@@ -149,9 +149,13 @@ impl Task {
         let (epoch, generated_at) = (u.state.epoch, u.state.generated_at);
         match self
             .gw
-            .with_sender(sender, |gw| gw.handle_source_update(now, u))
+            .with_sender(sender.clone(), |gw| gw.handle_source_update(now, u))
         {
             Ok(()) => {
+                match sender {
+                    Some(by) => self.sent_by.insert(ix.0, by),
+                    None => self.sent_by.remove(&ix.0),
+                };
                 let age_ms = now.saturating_sub(generated_at).as_ms();
                 Ok(json!({"source": source, "epoch": epoch, "age_ms": age_ms}))
             }
@@ -384,9 +388,9 @@ impl Task {
         let now = self.now();
         let r = self
             .gw
-            .with_sender(sender, |gw| gw.handle_response(now, bytes));
+            .with_sender(sender.clone(), |gw| gw.handle_response(now, bytes));
         if let Ok(rep) = &r {
-            self.publish_admitted(&rep.response, &rep.components);
+            self.publish_admitted(&rep.response, &rep.components, sender.as_ref());
             // Withheld at admission: told before the refresh requests the pump publishes.
             for c in rep
                 .components

@@ -79,6 +79,7 @@ impl Task {
                     "limit_ms": console::action_age_limit(cat, ix).map(Nanos::as_ms),
                     "epoch": st.map(|x| x.epoch),
                     "provenance": st.map(|x| x.provenance.clone()),
+                    "sent_by": self.sent_by.get(&ix.0),
                 });
                 if let (Some(Value::Bounds(b)), Some(m)) = (st.map(|x| &x.value), v.as_object_mut())
                 {

@@ -188,7 +188,7 @@ function onEvent(id, name, raw) {
 function eventWords(name, d) {
   const comp = (d.response && d.component) ? d.response + '/' + d.component : '';
   switch (name) {
-    case 'admitted': return { text: 'admitted ' + d.response + ' (' + (d.components || []).join(', ') + ')', severity: 6 };
+    case 'admitted': return { text: 'admitted ' + d.response + (d.principal ? ' from ' + d.principal : '') + ' (' + (d.components || []).join(', ') + ')', severity: 6 };
     case 'phase': return { text: comp + ' ' + d.phase + (d.reason ? ' — ' + words(d.reason) : ''), severity: d.reason ? 4 : 6 };
     case 'gate':
       if (d.outcome === 'dispatched') return { text: 'gate: dispatched ' + comp, severity: 6 };
@@ -309,8 +309,10 @@ function renderSources(sources) {
     const fill = el('div', { class: 'fill' });
     fill.style.width = pct.toFixed(1) + '%'; // CSSOM: the page's policy allows no style attribute
     return el('div', { class: cls, 'data-source': s.source, 'data-stale': stale ? 'true' : 'false',
-      title: s.source + ': epoch ' + (s.epoch ?? '–') + (s.provenance ? ', from ' + s.provenance : '') },
-      el('span', { text: s.source }),
+      'data-sent-by': s.sent_by,
+      title: s.source + ': epoch ' + (s.epoch ?? '–') + (s.provenance ? ', from ' + s.provenance : '')
+        + (s.sent_by ? ', sent by ' + s.sent_by : '') },
+      el('span', {}, s.source, s.sent_by ? el('small', { class: 'by', text: 'by ' + s.sent_by }) : null),
       el('div', { class: 'track' }, fill),
       el('span', { class: 'age', text: label }));
   });
@@ -355,7 +357,8 @@ function renderResponses() {
         el('td', { class: 'digest', text: c.digest }),
         acts);
     });
-    return el('table', { 'data-response': r.response }, el('caption', { text: r.response }), el('thead', {}, head), el('tbody', {}, ...rows));
+    return el('table', { 'data-response': r.response, 'data-principal': r.principal },
+      el('caption', { text: r.response + (r.principal ? ' — sent by ' + r.principal : '') }), el('thead', {}, head), el('tbody', {}, ...rows));
   });
   box.replaceChildren(...tables);
 }
