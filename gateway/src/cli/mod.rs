@@ -121,6 +121,13 @@ enum Cmd {
         /// certificate; only it is trusted.
         #[arg(long)]
         cacert: Option<PathBuf>,
+        /// With mTLS: the operator principal's client certificate (PEM, with its chain); it is
+        /// the credential, so no token file is read.
+        #[arg(long, requires = "key", conflicts_with = "token_file")]
+        cert: Option<PathBuf>,
+        /// The private key (PEM) of `--cert`.
+        #[arg(long, requires = "cert")]
+        key: Option<PathBuf>,
     },
     /// Print the admission decision of every component of a response against a catalog and a
     /// state snapshot. Catalog authors use it to test a catalog before flight.
@@ -224,13 +231,19 @@ where
             state_dir,
             json,
             cacert,
+            cert,
+            key,
         } => operator::operator(
             action,
             altitude,
-            &url,
+            operator::Connection {
+                url: &url,
+                token_file,
+                state_dir,
+                cacert: cacert.as_deref(),
+                identity: cert.as_deref().zip(key.as_deref()),
+            },
             follow.as_deref(),
-            (token_file, state_dir),
-            cacert.as_deref(),
             json,
         ),
         Cmd::Check {

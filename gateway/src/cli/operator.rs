@@ -28,40 +28,57 @@ pub(crate) enum OperatorAction {
     Heads,
 }
 
+/// How `halo-gateway operator` reaches and proves itself to the gateway.
+pub(crate) struct Connection<'a> {
+    /// The gateway's base URL.
+    pub url: &'a str,
+    /// The operator's bearer credential file (`STATE/credentials/operator.token` when absent).
+    pub token_file: Option<PathBuf>,
+    /// The state directory that holds the default credential file.
+    pub state_dir: Option<PathBuf>,
+    /// With `https://`: the CA certificate that signed the gateway's.
+    pub cacert: Option<&'a Path>,
+    /// With mTLS: the operator's client certificate (chain) and private key, PEM; then no
+    /// bearer credential is sent (the certificate names the principal).
+    pub identity: Option<(&'a Path, &'a Path)>,
+}
+
 /// `halo-gateway operator ACTION`: the exit code.
 pub(crate) fn operator(
     action: OperatorAction,
     altitude: Option<f64>,
-    url: &str,
+    conn: Connection<'_>,
     follow: Option<&Path>,
-    (token_file, state_dir): (Option<PathBuf>, Option<PathBuf>),
-    cacert: Option<&Path>,
     json: bool,
 ) -> i32 {
-    let url = url.trim_end_matches('/');
-    let token_path = token_file.unwrap_or_else(|| {
-        let mut c = crate::service::Config::default();
-        c.state.dir = state_dir;
-        c.state_dir().join("credentials").join("operator.token")
-    });
-    let token = match crate::io::read_text_capped(&token_path, 4096, "operator credential") {
-        Ok(t) => t.trim().to_string(),
-        Err(e) => {
-            eprintln!(
-                "error: operator credential {}: {e} (pass --token-file or --state-dir)",
-                token_path.display()
-            );
-            return EXIT_ERROR;
-        }
-    };
-    let agent = match client(url, cacert) {
+    let url = conn.url.trim_end_matches('/');
+    let agent = match client(url, conn.cacert, conn.identity) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_ERROR;
         }
     };
-    let auth = format!("Bearer {token}");
+    // A client certificate is the credential; otherwise the bearer token file.
+    let auth = if conn.identity.is_some() {
+        Auth(None)
+    } else {
+        let token_path = conn.token_file.unwrap_or_else(|| {
+            let mut c = crate::service::Config::default();
+            c.state.dir = conn.state_dir;
+            c.state_dir().join("credentials").join("operator.token")
+        });
+        match crate::io::read_text_capped(&token_path, 4096, "operator credential") {
+            Ok(t) => Auth(Some(format!("Bearer {}", t.trim()))),
+            Err(e) => {
+                eprintln!(
+                    "error: operator credential {}: {e} (pass --token-file or --state-dir, or --cert and --key with mTLS)",
+                    token_path.display()
+                );
+                return EXIT_ERROR;
+            }
+        }
+    };
     if action == OperatorAction::Heads {
         return heads(&agent, url, &auth, follow);
     }
@@ -73,10 +90,7 @@ pub(crate) fn operator(
         return status(&agent, url, &auth);
     }
     let result = if action == OperatorAction::Status {
-        agent
-            .get(format!("{url}/v1/status"))
-            .header("Authorization", &auth)
-            .call()
+        auth.on(agent.get(format!("{url}/v1/status"))).call()
     } else {
         let name = match action {
             OperatorAction::Arm => "arm",
@@ -96,9 +110,7 @@ pub(crate) fn operator(
             }
             _ => serde_json::json!({}),
         };
-        agent
-            .post(format!("{url}/v1/operator/{name}"))
-            .header("Authorization", &auth)
+        auth.on(agent.post(format!("{url}/v1/operator/{name}")))
             .send_json(&body)
     };
     match result {
@@ -138,13 +150,36 @@ pub(crate) fn operator(
     }
 }
 
+/// The `Authorization` header a request carries: the bearer credential, or none when the
+/// client certificate is the credential.
+struct Auth(Option<String>);
+
+impl Auth {
+    fn on<B>(&self, r: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.0 {
+            Some(v) => r.header("Authorization", v),
+            None => r,
+        }
+    }
+}
+
 /// The HTTP client for `url`: over `https://`, TLS 1.2 or 1.3 trusting only `cacert`'s
-/// certificates (the gateway's own CA); no TLS for `http://`.
-fn client(url: &str, cacert: Option<&Path>) -> Result<ureq::Agent, String> {
+/// certificates (the gateway's own CA), presenting `identity`'s client certificate when given;
+/// no TLS for `http://`.
+fn client(
+    url: &str,
+    cacert: Option<&Path>,
+    identity: Option<(&Path, &Path)>,
+) -> Result<ureq::Agent, String> {
     let b = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(std::time::Duration::from_secs(20)));
     let https = url.starts_with("https://");
+    if !https && identity.is_some() {
+        return Err(format!(
+            "--cert and --key go with an https:// URL (mTLS), not {url}"
+        ));
+    }
     let b = match (https, cacert) {
         (false, None) => b,
         (false, Some(_)) => return Err(format!("--cacert goes with an https:// URL, not {url}")),
@@ -165,10 +200,12 @@ fn client(url: &str, cacert: Option<&Path>) -> Result<ureq::Agent, String> {
             if roots.is_empty() {
                 return Err(format!("{}: no PEM certificate in it", f.display()));
             }
+            let client_cert = identity.map(client_identity).transpose()?;
             b.tls_config(
                 ureq::tls::TlsConfig::builder()
                     .provider(ureq::tls::TlsProvider::Rustls)
                     .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(roots)))
+                    .client_cert(client_cert)
                     .unversioned_rustls_crypto_provider(
                         crate::service::infra::tls::crypto_provider(),
                     )
@@ -179,17 +216,40 @@ fn client(url: &str, cacert: Option<&Path>) -> Result<ureq::Agent, String> {
     Ok(b.build().new_agent())
 }
 
+/// The client certificate chain and private key of `--cert` and `--key` (PEM).
+fn client_identity((cert, key): (&Path, &Path)) -> Result<ureq::tls::ClientCert, String> {
+    use rustls_pki_types::pem::PemObject as _;
+    let pem = crate::io::read_capped(cert, 256 * 1024, "client certificate file")
+        .map_err(|e| e.to_string())?;
+    let chain: Vec<ureq::tls::Certificate<'static>> =
+        rustls_pki_types::CertificateDer::pem_slice_iter(&pem)
+            .map(|c| c.map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| format!("{}: not a PEM certificate file", cert.display()))?;
+    if chain.is_empty() {
+        return Err(format!("{}: no PEM certificate in it", cert.display()));
+    }
+    let pem =
+        crate::io::read_capped(key, 64 * 1024, "client key file").map_err(|e| e.to_string())?;
+    let key = ureq::tls::PrivateKey::from_pem(&pem).map_err(|_| {
+        format!(
+            "{}: not a PEM private key (PKCS#8, PKCS#1 or SEC1)",
+            key.display()
+        )
+    })?;
+    Ok(ureq::tls::ClientCert::new_with_certs(&chain, key))
+}
+
 /// `GET url+path` with the credential: its JSON body, or why not (unreachable, a status other
 /// than 200 with the body, a body that is not JSON), naming the path.
 fn get_json(
     agent: &ureq::Agent,
     url: &str,
     path: &str,
-    auth: &str,
+    auth: &Auth,
 ) -> Result<serde_json::Value, String> {
-    let mut r = agent
-        .get(format!("{url}{path}"))
-        .header("Authorization", auth)
+    let mut r = auth
+        .on(agent.get(format!("{url}{path}")))
         .call()
         .map_err(|e| format!("cannot reach the gateway at {url}: {e}"))?;
     let text = r.body_mut().read_to_string().unwrap_or_default();
@@ -203,7 +263,7 @@ fn get_json(
 /// in `DIR/<log>-<count>.json` (the head with its log and key, written durably) and confirms it
 /// to the gateway (`POST /v1/audit/exported`), until interrupted. `halo-gateway audit verify
 /// --key KEY --head FILE` checks a log against such a file.
-fn heads(agent: &ureq::Agent, url: &str, auth: &str, follow: Option<&Path>) -> i32 {
+fn heads(agent: &ureq::Agent, url: &str, auth: &Auth, follow: Option<&Path>) -> i32 {
     use serde_json::{Value, json};
     let fetch = || get_json(agent, url, "/v1/audit/head", auth);
     let Some(dir) = follow else {
@@ -261,9 +321,8 @@ fn heads(agent: &ureq::Agent, url: &str, auth: &str, follow: Option<&Path>) -> i
                         eprintln!("error: {}: {e}", file.display());
                         return EXIT_ERROR;
                     }
-                    let ack = agent
-                        .post(format!("{url}/v1/audit/exported"))
-                        .header("Authorization", auth)
+                    let ack = auth
+                        .on(agent.post(format!("{url}/v1/audit/exported")))
                         .send_json(json!({"log": name, "count": count, "head": head}));
                     let confirmed = ack.is_ok_and(|r| r.status().as_u16() == 200);
                     println!(
@@ -320,7 +379,7 @@ fn answer_in_words(action: OperatorAction, v: &serde_json::Value) -> String {
 
 /// `operator status`: a short summary for people — which gateway answered, the vehicle, who
 /// flies, the receipts, open obligations and the last decisions (`--json`: the raw status).
-fn status(agent: &ureq::Agent, url: &str, auth: &str) -> i32 {
+fn status(agent: &ureq::Agent, url: &str, auth: &Auth) -> i32 {
     let fetch = |path: &str| get_json(agent, url, path, auth);
     let st = match fetch("/v1/status") {
         Ok(v) => v,

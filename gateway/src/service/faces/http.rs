@@ -370,10 +370,14 @@ fn mcp_routes(state: AppState, face: &McpFace) -> Router {
         state.shutdown.clone(),
     ));
     let (max_sessions, per_principal) = (face.max_sessions, face.per_principal);
+    // One `initialize` at a time from the count to its session's record, so two racing
+    // requests cannot both pass a cap with one place left (rmcp answers at once, from memory).
+    let opening = Arc::new(tokio::sync::Mutex::new(()));
     let guard = move |mut req: Request, next: axum::middleware::Next| {
         let state = state.clone();
         let sessions = Arc::clone(&sessions);
         let owners = Arc::clone(&owners);
+        let opening = Arc::clone(&opening);
         async move {
             let checked = authorize(
                 &state,
@@ -395,8 +399,14 @@ fn mcp_routes(state: AppState, face: &McpFace) -> Router {
             };
             let opens =
                 req.method() == Method::POST && !req.headers().contains_key("mcp-session-id");
+            let _turn = if opens {
+                Some(opening.lock().await)
+            } else {
+                None
+            };
             if opens {
-                let open: Vec<Arc<str>> = sessions.sessions.read().await.keys().cloned().collect();
+                let open: std::collections::HashSet<Arc<str>> =
+                    sessions.sessions.read().await.keys().cloned().collect();
                 let (total, mine) = owners.count(&open, &principal.name);
                 let refusal = if total >= max_sessions {
                     Some(format!(
@@ -466,7 +476,7 @@ impl McpOwners {
     }
 
     /// Drops the sessions not in `open` and answers (sessions open, sessions of `name`).
-    fn count(&self, open: &[Arc<str>], name: &str) -> (usize, usize) {
+    fn count(&self, open: &std::collections::HashSet<Arc<str>>, name: &str) -> (usize, usize) {
         let mut m = self.lock();
         m.retain(|id, _| open.contains(id));
         let mine = m.values().filter(|p| p.name == name).count();
@@ -685,10 +695,9 @@ fn route_of(method: &Method, path: Option<&MatchedPath>) -> Option<&'static Rout
         .find(|r| r.path == path && r.method == method.as_str())
 }
 
-/// Who sent `Authorization: Bearer …`: the principal whose credential it is, compared in
-/// constant time against every credential.
-/// Who sent a request: the bearer credential when it has an `Authorization` header, else the
-/// client certificate its TLS connection verified (mTLS), else nobody.
+/// Who sent a request: the bearer credential when it has an `Authorization` header (compared
+/// in constant time against every credential), else the client certificate its TLS connection
+/// verified (mTLS), else nobody.
 fn identify(st: &AppState, headers: &HeaderMap, ext: &Extensions) -> Identified {
     let Some(v) = headers.get(header::AUTHORIZATION) else {
         return match ext.get::<PeerCertificate>() {
