@@ -23,5 +23,6 @@ mod faults;
 mod mcp;
 mod network;
 mod service;
+mod supervisor_model;
 mod supervisor_schedules;
 mod vehicle_sources;

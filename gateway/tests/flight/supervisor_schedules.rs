@@ -126,7 +126,7 @@ impl EffectGate for FakeContract {
 
 /// One way of breaking the supervisor, to show the checker notices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Defect {
+pub(crate) enum Defect {
     /// Deny-holds never reach the vehicle.
     NoDenyHold,
     /// After an override the gateway takes the vehicle back by itself.
@@ -137,7 +137,7 @@ enum Defect {
     OpenAfterFailure,
 }
 
-const DEFECTS: [Defect; 4] = [
+pub(crate) const DEFECTS: [Defect; 4] = [
     Defect::NoDenyHold,
     Defect::RegrantAfterOverride,
     Defect::DropTakeoffAnswer,
@@ -168,7 +168,122 @@ struct Model {
     last_warning: Option<Nanos>,
 }
 
-struct Run {
+/// A takeoff altitude the schedules try: below the range, not a number, above it, or 1.0 m
+/// plus tenths (inside both vehicles' ranges but 2.0 m for a Crazyflie at ten tenths).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Alt {
+    Negative,
+    NotANumber,
+    TooHigh,
+    Tenths(u8),
+}
+
+/// An operator request, with its choices spelled out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Op {
+    Arm,
+    Disarm,
+    Takeoff(Alt),
+    Land,
+    ReturnToLaunch,
+    Hold,
+    Release,
+}
+
+impl Op {
+    fn request(self) -> OperatorOp {
+        match self {
+            Op::Arm => OperatorOp::Arm,
+            Op::Disarm => OperatorOp::Disarm,
+            Op::Takeoff(alt) => OperatorOp::Takeoff {
+                altitude_m: match alt {
+                    Alt::Negative => -3.0,
+                    Alt::NotANumber => f64::NAN,
+                    Alt::TooHigh => 500.0,
+                    Alt::Tenths(t) => 1.0 + f64::from(t) * 0.1,
+                },
+            },
+            Op::Land => OperatorOp::Land,
+            Op::ReturnToLaunch => OperatorOp::ReturnToLaunch,
+            Op::Hold => OperatorOp::Hold,
+            Op::Release => OperatorOp::Release,
+        }
+    }
+}
+
+/// What the core enqueued: a hold, a land, or a route to (x, y, -2) m NED.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Enq {
+    Hold,
+    Land,
+    Route(u8, u8),
+}
+
+/// One move of the supervisor's environment, with its choices spelled out: the seeded
+/// schedules draw them (`Run::draw`), the model check (`supervisor_model.rs`) enumerates them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum SupMove {
+    /// Virtual time passes, and the supervisor's timer runs if it is due.
+    Advance {
+        ms: u64,
+    },
+    Operator(Op),
+    /// The vehicle answers the `k`-th pending PX4 command.
+    VehicleAnswers {
+        k: usize,
+        accepted: bool,
+    },
+    Link {
+        up: bool,
+    },
+    /// The vehicle's facts as the bridge reads them (no report of their own).
+    Facts {
+        takes_setpoints: bool,
+        queue_full: bool,
+        flying: bool,
+        armed: bool,
+    },
+    Mode(&'static str),
+    /// The pilot takes the vehicle (a mode change the gateway did not command).
+    Override,
+    Permission {
+        permitted: bool,
+    },
+    Armed {
+        armed: bool,
+    },
+    Home,
+    Enqueued(Enq),
+    /// Support of the streaming target lost (or of another binding).
+    SupportLost {
+        of_streaming: bool,
+    },
+    Position {
+        near: bool,
+    },
+    TargetStopped {
+        of_streaming: bool,
+    },
+    Heard,
+    /// The receipt log refuses a write.
+    ReceiptsFail,
+    Echoed,
+    /// The service shuts down (the last move of a trace).
+    Shutdown,
+}
+
+/// Facts the model's reachability properties look for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Seen {
+    pub(crate) hold_while_streaming: bool,
+    pub(crate) deny_held: bool,
+    pub(crate) overridden: bool,
+    pub(crate) given_back: bool,
+    pub(crate) vehicle_answered: bool,
+    pub(crate) receipts_refused: bool,
+}
+
+pub(crate) struct Run {
     kind: VehicleKind,
     sup: Supervisor,
     v: FakeVehicle,
@@ -178,7 +293,8 @@ struct Run {
     next_ticket: u64,
     next_binding: u8,
     defect: Option<Defect>,
-    errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
+    pub(crate) seen: Seen,
 }
 
 fn b(n: u8) -> Binding {
@@ -192,6 +308,19 @@ fn ids() -> (Id, Id) {
 impl Run {
     fn new(kind: VehicleKind, rng: &mut Rng, defect: Option<Defect>) -> Run {
         let granted = kind == VehicleKind::Px4 && rng.below(4) == 0;
+        let active = rng.below(2) == 0;
+        let refuse = rng.below(3) == 0;
+        Run::with(kind, granted, (active, refuse), defect)
+    }
+
+    /// A supervisor at time zero: PX4's permission `granted` or not, a mission contract
+    /// `(registered, refusing the takeoff)`.
+    pub(crate) fn with(
+        kind: VehicleKind,
+        granted: bool,
+        (active, refuse): (bool, bool),
+        defect: Option<Defect>,
+    ) -> Run {
         Run {
             kind,
             sup: Supervisor::new(kind, "udpout:127.0.0.1:9", 3, Nanos::ZERO, granted),
@@ -200,8 +329,8 @@ impl Run {
                 ..FakeVehicle::default()
             },
             contract: FakeContract {
-                active: rng.below(2) == 0,
-                refuse: rng.below(3) == 0,
+                active,
+                refuse,
                 committed: 0,
             },
             m: Model {
@@ -214,6 +343,7 @@ impl Run {
             next_binding: 1,
             defect,
             errors: Vec::new(),
+            seen: Seen::default(),
         }
     }
 
@@ -290,24 +420,33 @@ impl Run {
         self.drain()
     }
 
-    fn operator(&mut self, rng: &mut Rng) {
+    /// An operator request as the schedules draw it: an altitude (used by a takeoff), then the
+    /// request.
+    fn draw_operator(rng: &mut Rng) -> Op {
+        let alt = match rng.below(6) {
+            0 => Alt::Negative,
+            1 => Alt::NotANumber,
+            2 => Alt::TooHigh,
+            _ => Alt::Tenths(rng.below(10) as u8),
+        };
+        match rng.below(9) {
+            0 => Op::Arm,
+            1 => Op::Disarm,
+            2 | 3 => Op::Takeoff(alt),
+            4 => Op::Land,
+            5 => Op::ReturnToLaunch,
+            6 | 7 => Op::Hold,
+            _ => Op::Release,
+        }
+    }
+
+    fn operator(&mut self, op: Op) {
+        if op == Op::Hold && self.m.streaming.is_some() {
+            self.seen.hold_while_streaming = true;
+        }
+        let op = op.request();
         self.next_ticket += 1;
         let ticket = Ticket(self.next_ticket);
-        let altitude_m = match rng.below(6) {
-            0 => -3.0,
-            1 => f64::NAN,
-            2 => 500.0,
-            _ => 1.0 + rng.below(10) as f64 * 0.1,
-        };
-        let op = match rng.below(9) {
-            0 => OperatorOp::Arm,
-            1 => OperatorOp::Disarm,
-            2 | 3 => OperatorOp::Takeoff { altitude_m },
-            4 => OperatorOp::Land,
-            5 => OperatorOp::ReturnToLaunch,
-            6 | 7 => OperatorOp::Hold,
-            _ => OperatorOp::Release,
-        };
         self.m.asked.insert(ticket);
         // What the checker expects of this request, decided before it is made.
         let (lo, hi) = match self.kind {
@@ -393,13 +532,11 @@ impl Run {
     }
 
     /// The vehicle answers one pending PX4 command.
-    fn vehicle_answers(&mut self, rng: &mut Rng) {
-        let Some((&ticket, &(command, _))) =
-            self.m.pending.iter().nth(rng.below(self.m.pending.len()))
-        else {
-            return;
+    fn vehicle_answers(&mut self, k: usize, accepted: bool) -> bool {
+        let Some((&ticket, &(command, _))) = self.m.pending.iter().nth(k) else {
+            return false;
         };
-        let accepted = rng.below(2) == 0;
+        self.seen.vehicle_answered = true;
         // The supervisor matches the first pending command of the same kind.
         let first = self
             .m
@@ -437,11 +574,13 @@ impl Run {
         if accepted && matches!(command, VehicleCommand::Takeoff { .. }) && !permitted {
             self.err("an accepted takeoff did not hand the vehicle to the gateway".into());
         }
+        true
     }
 
-    fn support_lost(&mut self, rng: &mut Rng) {
-        let binding = match (self.m.streaming, rng.below(3)) {
-            (Some(s), 0 | 1) => s,
+    fn support_lost(&mut self, of_streaming: bool) -> bool {
+        let binding = match (self.m.streaming, of_streaming) {
+            (Some(s), true) => s,
+            (None, true) => return false,
             _ => b(200),
         };
         let (r, c) = ids();
@@ -466,18 +605,20 @@ impl Run {
             self.err("no deny_hold receipt saying whether it held".into());
         }
         if expect {
+            self.seen.deny_held = true;
             self.m.streaming = None;
             self.m.arrival = None;
         }
+        true
     }
 
-    fn enqueued(&mut self, rng: &mut Rng) {
+    fn enqueued(&mut self, what: Enq) {
         self.next_binding = self.next_binding.wrapping_add(1).max(1);
         let binding = b(self.next_binding);
-        let what = match rng.below(5) {
-            0 => Enqueued::Hold,
-            1 => Enqueued::Land,
-            _ => Enqueued::Route([rng.below(10) as f64, rng.below(10) as f64, -2.0]),
+        let what = match what {
+            Enq::Hold => Enqueued::Hold,
+            Enq::Land => Enqueued::Land,
+            Enq::Route(x, y) => Enqueued::Route([f64::from(x), f64::from(y), -2.0]),
         };
         self.sup.handle_enqueued(binding, what);
         let _ = self.drain();
@@ -493,8 +634,10 @@ impl Run {
         }
     }
 
-    fn position(&mut self, rng: &mut Rng) {
-        let near = rng.below(2) == 0;
+    /// A position report, near the arrival point or not; `false` when there is no arrival
+    /// point to be near (the report is the same either way).
+    fn position(&mut self, near: bool) -> bool {
+        let meaningful = !near || self.m.arrival.is_some();
         let ned = match (self.m.arrival, near) {
             (Some((_, t)), true) => [t[0] + 0.05, t[1] - 0.05, t[2]],
             (Some((_, t)), false) => [t[0] + 1.0, t[1], t[2]],
@@ -518,10 +661,11 @@ impl Run {
         if want.is_some() {
             self.m.arrival = None;
         }
+        meaningful
     }
 
-    fn advance(&mut self, rng: &mut Rng) {
-        let step = Nanos::from_ms([5, 100, 900, 2500, 6000][rng.below(5)]);
+    fn advance(&mut self, ms: u64) {
+        let step = Nanos::from_ms(ms);
         self.now = self.now.saturating_add(step);
         if self.sup.poll_timeout().is_some_and(|t| t <= self.now) {
             self.sup.handle_timeout(self.now, &mut self.v);
@@ -573,13 +717,77 @@ impl Run {
         }
     }
 
-    fn step(&mut self, rng: &mut Rng) {
+    /// The schedules' next move, drawn from `rng` as it always was.
+    fn draw(&self, rng: &mut Rng) -> SupMove {
         match rng.below(20) {
-            0..=2 => self.advance(rng),
-            3..=5 => self.operator(rng),
-            6 => self.vehicle_answers(rng),
-            7 => {
-                let up = rng.below(3) != 0;
+            0..=2 => SupMove::Advance {
+                ms: [5, 100, 900, 2500, 6000][rng.below(5)],
+            },
+            3..=5 => SupMove::Operator(Run::draw_operator(rng)),
+            6 => {
+                let k = rng.below(self.m.pending.len());
+                let accepted = !self.m.pending.is_empty() && rng.below(2) == 0;
+                SupMove::VehicleAnswers { k, accepted }
+            }
+            7 => SupMove::Link {
+                up: rng.below(3) != 0,
+            },
+            8 => SupMove::Facts {
+                takes_setpoints: rng.below(3) != 0,
+                queue_full: rng.below(6) == 0,
+                flying: rng.below(2) == 0,
+                armed: rng.below(2) == 0,
+            },
+            9 => SupMove::Mode(["OFFBOARD", "AUTO.LOITER", "POSCTL", "AUTO.LAND"][rng.below(4)]),
+            10 => SupMove::Override,
+            // The bridge withdraws or restores its permission; it restores it only after the
+            // operator gave the vehicle back (it is the bridge's own rule).
+            11 => SupMove::Permission {
+                permitted: rng.below(2) == 0 && (!self.m.overridden || self.m.given_back),
+            },
+            12 => SupMove::Armed {
+                armed: rng.below(2) == 0,
+            },
+            13 => SupMove::Home,
+            14 => SupMove::Enqueued(match rng.below(5) {
+                0 => Enq::Hold,
+                1 => Enq::Land,
+                _ => Enq::Route(rng.below(10) as u8, rng.below(10) as u8),
+            }),
+            15 => {
+                let pick = rng.below(3);
+                SupMove::SupportLost {
+                    of_streaming: self.m.streaming.is_some() && pick < 2,
+                }
+            }
+            16 => SupMove::Position {
+                near: rng.below(2) == 0,
+            },
+            17 => {
+                let pick = rng.below(2);
+                SupMove::TargetStopped {
+                    of_streaming: self.m.streaming.is_some() && pick == 0,
+                }
+            }
+            18 => SupMove::Heard,
+            _ => {
+                if rng.below(8) == 0 {
+                    SupMove::ReceiptsFail
+                } else {
+                    SupMove::Echoed
+                }
+            }
+        }
+    }
+
+    /// Makes one move and checks what came out; `false` when the move had nothing to act on
+    /// or is not one the environment makes in this state (the model has no such successor).
+    pub(crate) fn apply(&mut self, mv: SupMove) -> bool {
+        match mv {
+            SupMove::Advance { ms } => self.advance(ms),
+            SupMove::Operator(op) => self.operator(op),
+            SupMove::VehicleAnswers { k, accepted } => return self.vehicle_answers(k, accepted),
+            SupMove::Link { up } => {
                 self.v.link_up = up;
                 self.m.link_up = up;
                 self.m.silent_since = if up { None } else { Some(self.now) };
@@ -590,51 +798,56 @@ impl Run {
                 }
                 let _ = self.observe(Observation::Link { up, silent_ms: 0 });
             }
-            8 => {
-                self.v.takes_setpoints = rng.below(3) != 0;
-                self.v.queue_full = rng.below(6) == 0;
-                self.v.flying = rng.below(2) == 0;
-                self.v.armed = rng.below(2) == 0;
+            SupMove::Facts {
+                takes_setpoints,
+                queue_full,
+                flying,
+                armed,
+            } => {
+                self.v.takes_setpoints = takes_setpoints;
+                self.v.queue_full = queue_full;
+                self.v.flying = flying;
+                self.v.armed = armed;
             }
-            9 => {
-                let to = ["OFFBOARD", "AUTO.LOITER", "POSCTL", "AUTO.LAND"][rng.below(4)];
+            SupMove::Mode(to) => {
                 self.m.mode = Some(to.into());
                 let _ = self.observe(Observation::Mode { to: to.into() });
             }
-            10 => {
+            SupMove::Override => {
+                self.seen.overridden = true;
                 self.m.overridden = true;
                 self.m.given_back = false;
                 self.m.streaming = None;
                 self.m.arrival = None;
-                // The mode change itself comes as its own report (step 9).
+                // The mode change itself comes as its own report (`Mode`).
                 let _ = self.observe(Observation::Override {
                     from: self.m.mode.clone(),
                     to: "AUTO.LOITER".into(),
                     stopped: serde_json::Value::Null,
                 });
             }
-            11 => {
-                // The bridge withdraws or restores its permission; it restores it only after
-                // the operator gave the vehicle back (it is the bridge's own rule).
-                let permitted = rng.below(2) == 0 && (!self.m.overridden || self.m.given_back);
+            SupMove::Permission { permitted } => {
+                if permitted && self.m.overridden && !self.m.given_back {
+                    return false;
+                }
                 self.m.granted = permitted;
                 let _ = self.observe(Observation::Permission { permitted });
             }
-            12 => {
-                let armed = rng.below(2) == 0;
+            SupMove::Armed { armed } => {
                 self.m.armed = armed;
                 let _ = self.observe(Observation::Armed { armed });
             }
-            13 => {
+            SupMove::Home => {
                 self.m.home = true;
                 let _ = self.observe(Observation::HomeAltitude { amsl_m: 488.0 });
             }
-            14 => self.enqueued(rng),
-            15 => self.support_lost(rng),
-            16 => self.position(rng),
-            17 => {
-                let binding = match (self.m.streaming, rng.below(2)) {
-                    (Some(s), 0) => s,
+            SupMove::Enqueued(what) => self.enqueued(what),
+            SupMove::SupportLost { of_streaming } => return self.support_lost(of_streaming),
+            SupMove::Position { near } => return self.position(near),
+            SupMove::TargetStopped { of_streaming } => {
+                let binding = match (self.m.streaming, of_streaming) {
+                    (Some(s), true) => s,
+                    (None, true) => return false,
                     _ => b(201),
                 };
                 if self.m.streaming == Some(binding) {
@@ -643,23 +856,24 @@ impl Run {
                 }
                 let _ = self.observe(Observation::TargetStopped { binding });
             }
-            18 => {
+            SupMove::Heard => {
                 let _ = self.observe(Observation::Heard {
                     at: self.now,
                     uncertainty: Nanos::from_ms(1),
                 });
             }
-            _ => {
-                if rng.below(8) == 0 {
-                    self.receipts_fail();
-                } else {
-                    let _ = self.observe(Observation::TargetEchoed { binding: b(7) });
-                }
+            SupMove::ReceiptsFail => self.receipts_fail(),
+            SupMove::Echoed => {
+                let _ = self.observe(Observation::TargetEchoed { binding: b(7) });
             }
+            SupMove::Shutdown => self.shutdown(),
         }
+        self.seen.given_back |= self.m.overridden && self.m.given_back;
+        true
     }
 
     fn receipts_fail(&mut self) {
+        self.seen.receipts_refused = true;
         let first = !self.m.failed;
         let r = self
             .sup
@@ -712,7 +926,8 @@ fn schedule(kind: VehicleKind, seed: u64, defect: Option<Defect>) -> Vec<String>
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut run = Run::new(kind, &mut rng, defect);
     for _ in 0..STEPS {
-        run.step(&mut rng);
+        let mv = run.draw(&mut rng);
+        run.apply(mv);
     }
     run.shutdown();
     run.errors

@@ -19,6 +19,7 @@ mod contract_protocol;
 mod contract_scale;
 mod graph_oracle;
 mod mechanisms;
+mod model_check;
 mod protocol_cases;
 mod receipt_policy;
 mod running_example;

@@ -70,6 +70,7 @@ struct CompView {
 // --- the shadow's own reading of the catalog and of the world -------------------------------
 
 /// A component type as the shadow reads it from `catalogs/schedule.toml`.
+#[derive(Clone)]
 struct ShadowType {
     action: bool,
     /// Source name and age limit (ms).
@@ -79,6 +80,12 @@ struct ShadowType {
 }
 
 fn shadow_catalog() -> BTreeMap<String, ShadowType> {
+    // Read once per process: the model checker makes a Sim for every state it explores.
+    static TYPES: std::sync::OnceLock<BTreeMap<String, ShadowType>> = std::sync::OnceLock::new();
+    TYPES.get_or_init(read_shadow_catalog).clone()
+}
+
+fn read_shadow_catalog() -> BTreeMap<String, ShadowType> {
     let text = std::fs::read_to_string(data_dir().join("catalogs/schedule.toml")).unwrap();
     let t: toml::Table = toml::from_str(&text).unwrap();
     let mut out = BTreeMap::new();
@@ -156,18 +163,18 @@ struct ShadowVerdict {
 }
 
 #[derive(Default)]
-struct Stats {
-    steps: u64,
-    gate_calls: u64,
-    adapter_calls: u64,
-    replays: u64,
-    rejections: u64,
-    candidates_accepted: u64,
-    restarts: u64,
-    checks: BTreeMap<&'static str, u64>,
+pub(crate) struct Stats {
+    pub(crate) steps: u64,
+    pub(crate) gate_calls: u64,
+    pub(crate) adapter_calls: u64,
+    pub(crate) replays: u64,
+    pub(crate) rejections: u64,
+    pub(crate) candidates_accepted: u64,
+    pub(crate) restarts: u64,
+    pub(crate) checks: BTreeMap<&'static str, u64>,
 }
 
-struct Sim {
+pub(crate) struct Sim {
     rng: Rng,
     gw: Gateway,
     cfg: Config,
@@ -189,11 +196,18 @@ struct Sim {
     agent_gen: u64,
     epochs: BTreeMap<&'static str, (u64, String)>,
     emitted_this_step: Vec<(String, String)>,
+    /// At most this many live responses (`Move::NewResponse`).
+    pub(crate) max_responses: usize,
+    /// A response has 2 + (a draw below this) components.
+    pub(crate) extra_components: u64,
 }
 
 fn new_gateway(boot: u64, cfg: &Config) -> Gateway {
+    static CATALOG: std::sync::OnceLock<halo_core::Catalog> = std::sync::OnceLock::new();
     Gateway::new(
-        catalog_named("schedule-test"),
+        CATALOG
+            .get_or_init(|| catalog_named("schedule-test"))
+            .clone(),
         Config {
             boot_epoch: boot,
             ..cfg.clone()
@@ -202,7 +216,7 @@ fn new_gateway(boot: u64, cfg: &Config) -> Gateway {
 }
 
 impl Sim {
-    fn new(seed: u64, cfg: &Config) -> Sim {
+    pub(crate) fn new(seed: u64, cfg: &Config) -> Sim {
         let mut s = Sim {
             rng: Rng(seed),
             gw: new_gateway(1, cfg),
@@ -226,6 +240,8 @@ impl Sim {
                 .map(|s| (*s, (1u64, "p".to_string())))
                 .collect(),
             emitted_this_step: Vec::new(),
+            max_responses: 3,
+            extra_components: 9,
         };
         for src in SOURCES {
             s.update(src, s.now_ms);
@@ -238,9 +254,14 @@ impl Sim {
     }
 
     fn update(&mut self, src: &'static str, at_ms: u64) {
+        self.update_with(src, at_ms, None);
+    }
+
+    /// A provider update of `src` generated at `at_ms`; source `f`'s value is `flag`, or drawn.
+    fn update_with(&mut self, src: &'static str, at_ms: u64, flag: Option<bool>) {
         let (epoch, prov) = self.epochs[src].clone();
         let value = if src == "f" {
-            json!(!self.rng.chance(0.1))
+            json!(flag.unwrap_or_else(|| !self.rng.chance(0.1)))
         } else {
             Value::Null
         };
@@ -390,7 +411,7 @@ impl Sim {
         self.next_resp += 1;
         self.agent_gen += 1;
         let rid = format!("r{}", self.next_resp);
-        let n = 2 + self.rng.below(9) as usize;
+        let n = 2 + self.rng.below(self.extra_components) as usize;
         let kinds: Vec<&str> = (0..n).map(|_| *self.rng.pick(&KINDS)).collect();
         let cat = self.gw.catalog().clone();
         let mut comps = Vec::new();
@@ -590,7 +611,7 @@ impl Sim {
         }
     }
 
-    fn check_invariants(&mut self, stats: &mut Stats) -> Result<(), String> {
+    pub(crate) fn check_invariants(&mut self, stats: &mut Stats) -> Result<(), String> {
         let shadow = self.shadow();
         let view = self.view();
         for ((rid, cid), v) in &view {
@@ -760,41 +781,214 @@ impl Sim {
     }
 }
 
+/// One move of the environment, with every choice it makes spelled out (a `None` is drawn from
+/// the schedule's generator when the move is made, so the seeded schedules draw exactly as
+/// they always did). The seeded schedules pick moves at random; the model checker
+/// (`model_check.rs`) enumerates them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Move {
+    /// A provider update of `SOURCES[src]` at the current time; `flag` is source `f`'s value.
+    Update {
+        src: u8,
+        change: Change,
+        flag: Option<bool>,
+    },
+    /// Time passes (ms).
+    Tick { ms: u64 },
+    /// The ready actions' tokens are polled.
+    Poll,
+    /// The final gate on the `k`-th polled token, `late_ms` after the last event.
+    Gate { k: u8, late_ms: Option<u64> },
+    /// A spent token presented again.
+    Replay { k: u8 },
+    /// The downstream observation of the first dispatched action.
+    Observe { ok: bool },
+    /// A fresh candidate for the first live obligation.
+    Candidate { kind: CandidateKind },
+    /// The adapter refuses its next enqueue.
+    ArmRefusal,
+    /// The process restarts: a new boot epoch, the sources carried, one new response.
+    Restart,
+    /// A provider update generated in the future (refused).
+    FutureUpdate { src: u8 },
+    /// A malformed response (refused whole).
+    Malformed,
+    /// Another response arrives (at most three live).
+    NewResponse,
+}
+
+/// What a provider update changes besides its time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Change {
+    Nothing,
+    Epoch,
+    Provenance(u8),
+}
+
+/// A fresh candidate: valid, naming a component outside the obligation's scope, or carrying
+/// an old agent generation (the last two refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum CandidateKind {
+    Valid,
+    OutOfScope,
+    OldGeneration,
+}
+
 fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String> {
     let mut s = Sim::new(seed, cfg);
-    let (rid, resp) = s.random_response();
-    s.admit(rid, resp)?;
-    s.drain();
+    s.start()?;
     s.check_invariants(stats)?;
-
     for step in 0..30 {
         stats.steps += 1;
         let roll = s.rng.below(100);
+        let Some(mv) = s.random_move(roll) else {
+            continue;
+        };
+        s.step(mv, stats)
+            .map_err(|e| format!("step {step} (roll {roll}): {e}"))?;
+    }
+    Ok(())
+}
+
+impl Sim {
+    /// The first response, admitted.
+    pub(crate) fn start(&mut self) -> Result<(), String> {
+        let (rid, resp) = self.random_response();
+        self.admit(rid, resp)?;
+        self.drain();
+        Ok(())
+    }
+
+    /// The seeded schedules' move for `roll` (0–99), drawing its choices as they always were;
+    /// `None` when it has nothing to act on.
+    fn random_move(&mut self, roll: u64) -> Option<Move> {
+        let src = |s: &mut Sim| s.rng.below(SOURCES.len() as u64) as u8;
+        Some(match roll {
+            0..=29 => {
+                let src = src(self);
+                let change = if self.rng.chance(0.15) {
+                    Change::Epoch
+                } else if self.rng.chance(0.05) {
+                    Change::Provenance(self.rng.below(3) as u8)
+                } else {
+                    Change::Nothing
+                };
+                Move::Update {
+                    src,
+                    change,
+                    flag: None,
+                }
+            }
+            30..=49 => Move::Tick {
+                ms: 1 + self.rng.below(400),
+            },
+            50..=61 => Move::Poll,
+            62..=76 => {
+                if self.pool.is_empty() {
+                    return None;
+                }
+                let k = self.rng.below(self.pool.len() as u64) as u8;
+                let late_ms = self.rng.chance(0.3).then(|| 1 + self.rng.below(600));
+                Move::Gate { k, late_ms }
+            }
+            77..=80 => {
+                if self.spent.is_empty() {
+                    return None;
+                }
+                Move::Replay {
+                    k: self.rng.below(self.spent.len() as u64) as u8,
+                }
+            }
+            81..=83 => {
+                self.first_dispatched()?;
+                Move::Observe {
+                    ok: self.rng.chance(0.7),
+                }
+            }
+            84..=91 => {
+                self.first_live_obligation()?;
+                Move::Candidate {
+                    kind: match self.rng.below(10) {
+                        0..=5 => CandidateKind::Valid,
+                        6 | 7 => CandidateKind::OutOfScope,
+                        _ => CandidateKind::OldGeneration,
+                    },
+                }
+            }
+            92 => Move::ArmRefusal,
+            93 => Move::Restart,
+            94 | 95 => Move::FutureUpdate { src: src(self) },
+            96 | 97 => Move::Malformed,
+            _ => Move::NewResponse,
+        })
+    }
+
+    /// The first dispatched action of the live responses.
+    fn first_dispatched(&self) -> Option<(Id, Id)> {
+        self.gw.response_ids().find_map(|r| {
+            self.gw
+                .response_report(r)
+                .unwrap()
+                .components
+                .iter()
+                .find(|c| c.phase == Phase::Dispatched)
+                .map(|c| (r.clone(), c.id.clone()))
+        })
+    }
+
+    /// The first live obligation: its id, response, component and scope.
+    fn first_live_obligation(&self) -> Option<(u64, String, String, Vec<String>)> {
+        self.gw.obligations().find(|o| o.state.is_live()).map(|o| {
+            (
+                o.id.0,
+                o.component.response().to_string(),
+                o.component.id().to_string(),
+                o.scope.iter().map(|x| x.to_string()).collect(),
+            )
+        })
+    }
+
+    /// Makes `mv`, then lets due timers run and checks every invariant. `Ok(false)`: the move
+    /// had nothing to act on and changed nothing.
+    pub(crate) fn step(&mut self, mv: Move, stats: &mut Stats) -> Result<bool, String> {
+        if !self.apply(mv, stats)? {
+            return Ok(false);
+        }
+        self.gw.handle_timeout(self.now());
+        self.drain();
+        self.check_invariants(stats)?;
+        Ok(true)
+    }
+
+    /// Makes `mv` with the checks that belong to the move itself (locality, the gate's
+    /// conjuncts, token non-reuse, refused inputs changing nothing).
+    fn apply(&mut self, mv: Move, stats: &mut Stats) -> Result<bool, String> {
+        let s = self;
         let before = s.view();
         let whole_before = s.whole();
-        let ctx = |e: String| format!("step {step} (roll {roll}): {e}");
-        match roll {
+        let ctx = |e: String| format!("{mv:?}: {e}");
+        match mv {
             // Provider update, sometimes with a new epoch or provenance.
-            0..=29 => {
-                let src = *s.rng.pick(&SOURCES);
-                if s.rng.chance(0.15) {
-                    s.epochs.get_mut(src).unwrap().0 += 1;
-                } else if s.rng.chance(0.05) {
-                    s.epochs.get_mut(src).unwrap().1 = format!("p{}", s.rng.below(3));
+            Move::Update { src, change, flag } => {
+                let src = SOURCES[usize::from(src)];
+                match change {
+                    Change::Epoch => s.epochs.get_mut(src).unwrap().0 += 1,
+                    Change::Provenance(p) => s.epochs.get_mut(src).unwrap().1 = format!("p{p}"),
+                    Change::Nothing => {}
                 }
-                s.update(src, s.now_ms);
+                s.update_with(src, s.now_ms, flag);
                 s.drain();
                 let allowed = s.affected_by_source(src);
                 Sim::check_locality(&before, &s.view(), &allowed).map_err(ctx)?;
                 *stats.checks.entry("locality").or_default() += 1;
             }
             // Time passes.
-            30..=49 => {
-                s.now_ms += 1 + s.rng.below(400);
+            Move::Tick { ms } => {
+                s.now_ms += ms;
                 s.gw.handle_timeout(s.now());
             }
             // Poll ready actions.
-            50..=61 => {
+            Move::Poll => {
                 while let Some(t) = s.gw.poll_dispatch() {
                     // The shadow's token bookkeeping: one token per bound generation.
                     let key = (t.response().to_string(), t.component().to_string());
@@ -815,19 +1009,16 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
                 }
             }
             // Final gate, on a random pooled token.
-            62..=76 => {
-                if s.pool.is_empty() {
-                    continue;
+            Move::Gate { k, late_ms } => {
+                if usize::from(k) >= s.pool.len() {
+                    return Ok(false);
                 }
-                let k = s.rng.below(s.pool.len() as u64) as usize;
-                let tok = s.pool.swap_remove(k);
+                let tok = s.pool.swap_remove(usize::from(k));
                 // Sometimes the gate runs later than the last event the gateway saw: support may
                 // have lapsed with timers still due, which the gate must bring up to date (or
                 // catch with its own recheck) before it decides.
-                let late = s.rng.chance(0.3);
-                if late {
-                    s.now_ms += 1 + s.rng.below(600);
-                }
+                let late = late_ms.is_some();
+                s.now_ms += late_ms.unwrap_or(0);
                 let wire = tok.to_wire();
                 let (fresh, predicted) = s.shadow_dispatch_ok(&tok);
                 let (rid, cid) = (tok.response().to_string(), tok.component().to_string());
@@ -861,6 +1052,7 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
                     }
                 } else if fresh {
                     // The gate denied the current instance: withheld or invalidated.
+                    *stats.checks.entry("gate-denied").or_default() += 1;
                     s.mark_lost(&rid, &cid);
                 }
                 s.spent.push(wire);
@@ -883,11 +1075,10 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
                 }
             }
             // Replay of a spent token: always refused, changes nothing.
-            77..=80 => {
-                if s.spent.is_empty() {
-                    continue;
-                }
-                let w = s.rng.pick(&s.spent).clone();
+            Move::Replay { k } => {
+                let Some(w) = s.spent.get(usize::from(k)).cloned() else {
+                    return Ok(false);
+                };
                 let tok = DispatchToken::from_wire(&w).unwrap();
                 let attempts_before = s.adapter.attempts;
                 let o = s.gw.final_gate(s.now(), tok, &mut s.adapter);
@@ -904,21 +1095,11 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
                 }
             }
             // Downstream observation of a dispatched action.
-            81..=83 => {
-                let dispatched: Vec<(Id, Id)> =
-                    s.gw.response_ids()
-                        .flat_map(|r| {
-                            s.gw.response_report(r)
-                                .unwrap()
-                                .components
-                                .iter()
-                                .filter(|c| c.phase == Phase::Dispatched)
-                                .map(|c| (r.clone(), c.id.clone()))
-                                .collect::<Vec<_>>()
-                        })
-                        .collect();
-                if let Some((r, c)) = dispatched.first().cloned() {
-                    let ok = s.rng.chance(0.7);
+            Move::Observe { ok } => {
+                let Some((r, c)) = s.first_dispatched() else {
+                    return Ok(false);
+                };
+                {
                     s.gw.handle_observation(s.now(), &r, &c, ok)
                         .map_err(|e| ctx(format!("observe: {e}")))?;
                     let (r, c) = (r.to_string(), c.to_string());
@@ -931,21 +1112,9 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
                 }
             }
             // Fresh candidates, valid and faulty.
-            84..=91 => {
-                let live: Vec<(u64, String, String, Vec<String>)> =
-                    s.gw.obligations()
-                        .filter(|o| o.state.is_live())
-                        .map(|o| {
-                            (
-                                o.id.0,
-                                o.component.response().to_string(),
-                                o.component.id().to_string(),
-                                o.scope.iter().map(|x| x.to_string()).collect(),
-                            )
-                        })
-                        .collect();
-                let Some((oid, rid, cid, scope)) = live.first().cloned() else {
-                    continue;
+            Move::Candidate { kind } => {
+                let Some((oid, rid, cid, scope)) = s.first_live_obligation() else {
+                    return Ok(false);
                 };
                 let resp = s.responses[&rid].clone();
                 let orig = resp["components"]
@@ -963,10 +1132,9 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
                         claim["epoch"] = json!(cur);
                     }
                 }
-                let kind = s.rng.below(10);
                 let (cand_gen, comp_list, fault) = match kind {
-                    0..=5 => (s.agent_gen + 1, vec![fresh], false),
-                    6 | 7 => {
+                    CandidateKind::Valid => (s.agent_gen + 1, vec![fresh], false),
+                    CandidateKind::OutOfScope => {
                         let others: Vec<&Value> = resp["components"]
                             .as_array()
                             .unwrap()
@@ -975,10 +1143,10 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
                             .collect();
                         match others.first() {
                             Some(o) => (s.agent_gen + 1, vec![(*o).clone()], true),
-                            None => continue,
+                            None => return Ok(false),
                         }
                     }
-                    _ => (1, vec![fresh], true),
+                    CandidateKind::OldGeneration => (1, vec![fresh], true),
                 };
                 let cand = json!({"obligation": oid, "response_id": rid, "agent_id": "agent", "generation": cand_gen,
                                   "catalog": {"id": "schedule-test", "version": 1}, "components": comp_list});
@@ -1017,12 +1185,12 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
                 }
             }
             // The adapter refuses its next enqueue.
-            92 => {
+            Move::ArmRefusal => {
                 s.adapter.refuse_next(1, AdapterError::LinkDown);
                 s.refusals_armed = 1;
             }
             // Restart: a new boot epoch; every earlier token is dead.
-            93 => {
+            Move::Restart => {
                 stats.restarts += 1;
                 let mut carried = Vec::new();
                 for (i, _) in s.gw.catalog().sources().iter().enumerate() {
@@ -1047,8 +1215,8 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
                 s.drain();
             }
             // Faulty provider update: generated in the future.
-            94 | 95 => {
-                let src = *s.rng.pick(&SOURCES);
+            Move::FutureUpdate { src } => {
+                let src = SOURCES[usize::from(src)];
                 let (epoch, prov) = s.epochs[src].clone();
                 let u = ProviderUpdate {
                     source: src.into(),
@@ -1069,7 +1237,7 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
                 stats.rejections += 1;
             }
             // Malformed response: rejected whole, nothing changes.
-            96 | 97 => {
+            Move::Malformed => {
                 let (_, mut resp) = s.random_response();
                 let comps = resp["components"].as_array_mut().unwrap();
                 let k = s.rng.below(comps.len() as u64) as usize;
@@ -1098,20 +1266,17 @@ fn run_schedule(seed: u64, cfg: &Config, stats: &mut Stats) -> Result<(), String
                 stats.rejections += 1;
             }
             // Another response arrives.
-            _ => {
-                if s.gw.response_ids().count() < 3 {
-                    let (rid, resp) = s.random_response();
-                    s.admit(rid, resp).map_err(ctx)?;
-                    s.drain();
+            Move::NewResponse => {
+                if s.gw.response_ids().count() >= s.max_responses {
+                    return Ok(false);
                 }
+                let (rid, resp) = s.random_response();
+                s.admit(rid, resp).map_err(ctx)?;
+                s.drain();
             }
         }
-        s.gw.handle_timeout(s.now());
-        s.drain();
-        s.check_invariants(stats)
-            .map_err(|e| format!("step {step} (roll {roll}): {e}"))?;
+        Ok(true)
     }
-    Ok(())
 }
 
 /// The schedules CI runs, pinned; `HALO_SCHEDULES` (scripts/schedules.sh) runs another number,
