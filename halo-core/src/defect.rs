@@ -19,6 +19,9 @@ pub enum Defect {
     NoLocalRecheckAtGate,
     /// The final gate does not bring time-driven support changes up to its instant first.
     NoTimersAtGate,
+    /// The final gate records no receipt of a dispatch: the action leaves with nothing in the
+    /// chain to say so.
+    NoDispatchReceipt,
     /// A global route target need not claim the origin's epoch: it is converted through
     /// whatever origin is current, planned against it or not.
     OriginNotClaimed,
@@ -26,13 +29,14 @@ pub enum Defect {
 
 impl Defect {
     /// Every defect.
-    pub const ALL: [Defect; 7] = [
+    pub const ALL: [Defect; 8] = [
         Defect::NoWitnessCheck,
         Defect::ForgetDependents,
         Defect::TokenNotSpent,
         Defect::NoClosureAtGate,
         Defect::NoLocalRecheckAtGate,
         Defect::NoTimersAtGate,
+        Defect::NoDispatchReceipt,
         Defect::OriginNotClaimed,
     ];
 
@@ -45,6 +49,7 @@ impl Defect {
             Defect::NoClosureAtGate => "no-closure-at-gate",
             Defect::NoLocalRecheckAtGate => "no-local-recheck-at-gate",
             Defect::NoTimersAtGate => "no-timers-at-gate",
+            Defect::NoDispatchReceipt => "no-dispatch-receipt",
             Defect::OriginNotClaimed => "origin-not-claimed",
         }
     }

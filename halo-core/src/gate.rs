@@ -569,17 +569,19 @@ impl Shared {
         let kids = r.graph.descendants(1u64 << i);
         self.readiness(r, kids, now);
         self.check_done(r, now);
-        self.receipts.push(
-            now,
-            Record::Gate {
-                component: named.clone(),
-                seq,
-                binding,
-                outcome: "dispatched",
-                code: None,
-                effect,
-            },
-        );
+        if !self.cfg.seeded(Defect::NoDispatchReceipt) {
+            self.receipts.push(
+                now,
+                Record::Gate {
+                    component: named.clone(),
+                    seq,
+                    binding,
+                    outcome: "dispatched",
+                    code: None,
+                    effect,
+                },
+            );
+        }
         GateOutcome::Dispatched {
             response: named.response().clone(),
             component: named.id().clone(),

@@ -211,7 +211,7 @@ fn not_broken(s: &Trace, words: &[&str]) -> bool {
 type Check = fn(&CoreModel, &Trace) -> bool;
 
 /// The `always` properties: name, the shadow's words for a violation of it, and the check.
-const PROPERTIES: [(&str, &[&str], Check); 7] = [
+const PROPERTIES: [(&str, &[&str], Check); 8] = [
     (
         "no dispatch without live support and an unspent token of the current generation",
         GATE,
@@ -240,9 +240,14 @@ const PROPERTIES: [(&str, &[&str], Check); 7] = [
         REFUSED,
         |_, s| not_broken(s, REFUSED),
     ),
+    (
+        "the receipt chain verifies in every state, and each gate's receipt is in it when the gate returns",
+        RECEIPTS,
+        |_, s| not_broken(s, RECEIPTS),
+    ),
     ("no violation of any other kind", &[], |_, s| {
         s.seen.violation.as_deref().is_none_or(|v| {
-            [GATE, REUSE, REPLAY, GREATEST, FRESH, REFUSED]
+            [GATE, REUSE, REPLAY, GREATEST, FRESH, REFUSED, RECEIPTS]
                 .iter()
                 .any(|words| words.iter().any(|w| v.contains(w)))
         })
@@ -251,6 +256,7 @@ const PROPERTIES: [(&str, &[&str], Check); 7] = [
 
 const GATE: &[&str] = &["adapter attempted=", "token for "];
 const REUSE: &[&str] = &["token reuse"];
+const RECEIPTS: &[&str] = &["receipt chain:", "gate receipt:"];
 const REPLAY: &[&str] = &["replay not refused", "a refused replay changed state"];
 const GREATEST: &[&str] = &[
     "greatest set",
@@ -448,6 +454,7 @@ fn the_model_catches_the_seeded_defects() {
         (vec![D::NoTimersAtGate, D::NoLocalRecheckAtGate], true),
         (vec![D::NoClosureAtGate], false),
         (vec![D::NoLocalRecheckAtGate], false),
+        (vec![D::NoDispatchReceipt], true),
     ];
     let mut caught = 0;
     let expected = cases.iter().filter(|(_, k)| *k).count();
@@ -481,5 +488,5 @@ fn the_model_catches_the_seeded_defects() {
         caught, expected,
         "a seeded defect the schedules kill escaped the model"
     );
-    assert_eq!(verdicts, [true, true, true, true, true, false, false]);
+    assert_eq!(verdicts, [true, true, true, true, true, false, false, true]);
 }

@@ -200,6 +200,81 @@ pub(crate) struct Sim {
     pub(crate) max_responses: usize,
     /// A response has 2 + (a draw below this) components.
     pub(crate) extra_components: u64,
+    /// The receipt chain of this start as the checker verifies it.
+    chain: ChainCheck,
+}
+
+/// The checker's own verification of the receipt chain, receipt by receipt as the gateway
+/// seals them: indices from 0, each `prev` the previous hash, each hash SHA-256 (the `sha2`
+/// crate, not the core's own block function) over the receipt tag and the hashed fields'
+/// canonical text as docs/contracts.md ("Receipts") states it. It also collects the gate records sealed since
+/// the last [`ChainCheck::take_gates`].
+#[derive(Default)]
+pub(crate) struct ChainCheck {
+    next: u64,
+    prev: String,
+    /// The first receipt that did not verify.
+    broken: Option<String>,
+    /// Gate records sealed: (boot, n, outcome).
+    gates: Vec<(u64, u64, String)>,
+}
+
+impl ChainCheck {
+    pub(crate) fn accept(&mut self, r: &halo_core::receipt::Receipt) {
+        use sha2::Digest as _;
+        if self.broken.is_some() {
+            return;
+        }
+        let prev = if self.next == 0 {
+            "0".repeat(64)
+        } else {
+            self.prev.clone()
+        };
+        let mut input = format!(
+            "{{\"at_ns\":{},\"body\":{},\"index\":{},\"prev\":\"{prev}\"",
+            r.at_ns,
+            r.body.as_str(),
+            r.index
+        );
+        if let Some(w) = r.wall_unix_ms {
+            input.push_str(&format!(",\"wall_unix_ms\":{w}"));
+        }
+        input.push('}');
+        let mut h = sha2::Sha256::new();
+        h.update(b"halo/receipt/v1\0");
+        h.update(input.as_bytes());
+        let want: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        let fault = if r.index != self.next {
+            Some(format!("receipt {} where {} was due", r.index, self.next))
+        } else if r.prev.to_hex() != prev {
+            Some(format!(
+                "receipt {}'s prev is not the previous hash",
+                r.index
+            ))
+        } else if r.hash.to_hex() != want {
+            Some(format!("receipt {}'s hash does not recompute", r.index))
+        } else {
+            None
+        };
+        if let Some(f) = fault {
+            self.broken = Some(f);
+            return;
+        }
+        self.next += 1;
+        self.prev = want;
+        let body = r.body.value();
+        if body["kind"] == "gate" {
+            self.gates.push((
+                body["seq"]["boot"].as_u64().unwrap_or(u64::MAX),
+                body["seq"]["n"].as_u64().unwrap_or(u64::MAX),
+                body["outcome"].as_str().unwrap_or_default().to_string(),
+            ));
+        }
+    }
+
+    fn take_gates(&mut self) -> Vec<(u64, u64, String)> {
+        std::mem::take(&mut self.gates)
+    }
 }
 
 fn new_gateway(boot: u64, cfg: &Config) -> Gateway {
@@ -242,6 +317,7 @@ impl Sim {
             emitted_this_step: Vec::new(),
             max_responses: 3,
             extra_components: 9,
+            chain: ChainCheck::default(),
         };
         for src in SOURCES {
             s.update(src, s.now_ms);
@@ -515,6 +591,7 @@ impl Sim {
                 serde_json::to_string(&r.body.value()).unwrap(),
                 r.body.as_str()
             );
+            self.chain.accept(&r);
         }
     }
 
@@ -612,6 +689,10 @@ impl Sim {
     }
 
     pub(crate) fn check_invariants(&mut self, stats: &mut Stats) -> Result<(), String> {
+        *stats.checks.entry("receipt-chain").or_default() += 1;
+        if let Some(e) = &self.chain.broken {
+            return Err(format!("receipt chain: {e}"));
+        }
         let shadow = self.shadow();
         let view = self.view();
         for ((rid, cid), v) in &view {
@@ -1024,6 +1105,7 @@ impl Sim {
                 let (rid, cid) = (tok.response().to_string(), tok.component().to_string());
                 let attempts_before = s.adapter.attempts;
                 let seq = tok.seq();
+                s.chain.take_gates();
                 let o = s.gw.final_gate(s.now(), tok, &mut s.adapter);
                 stats.gate_calls += 1;
                 let attempted = s.adapter.attempts > attempts_before;
@@ -1057,6 +1139,34 @@ impl Sim {
                 }
                 s.spent.push(wire);
                 s.drain();
+                // The gate's receipt is in the chain when the gate returns: an adapter call's
+                // says dispatched (or enqueue_failed), with its sequence; no other says either.
+                *stats.checks.entry("gate-receipt").or_default() += 1;
+                let gates = s.chain.take_gates();
+                let ours: Vec<&str> = gates
+                    .iter()
+                    .filter(|(b, n, _)| (*b, *n) == (seq.boot, seq.n))
+                    .map(|(_, _, o)| o.as_str())
+                    .collect();
+                let receipted = ours
+                    .iter()
+                    .filter(|o| matches!(**o, "dispatched" | "enqueue_failed"))
+                    .count();
+                if receipted != usize::from(attempted) || gates.len() > 1 {
+                    let recorded: Vec<String> = gates
+                        .iter()
+                        .map(|(b, n, o)| format!("{b}.{n} {o}"))
+                        .collect();
+                    return Err(ctx(format!(
+                        "gate receipt: sequence {seq} {} the adapter, and the chain recorded [{}]",
+                        if attempted {
+                            "reached"
+                        } else {
+                            "did not reach"
+                        },
+                        recorded.join(", ")
+                    )));
+                }
                 let mut allowed = BTreeSet::new();
                 if let Some(g) = s.gw.graph(&rid.parse().unwrap()) {
                     let i = g.index_of(&cid.parse().unwrap()).unwrap();
@@ -1207,6 +1317,11 @@ impl Sim {
                 }
                 s.boot += 1;
                 s.gw = new_gateway(s.boot, &s.cfg);
+                // Each start writes a log of its own.
+                if let Some(e) = s.chain.broken.take() {
+                    return Err(ctx(format!("receipt chain: {e}")));
+                }
+                s.chain = ChainCheck::default();
                 for u in carried {
                     s.gw.handle_source_update(s.now(), u).unwrap();
                 }
@@ -1366,6 +1481,45 @@ fn the_shadow_catches_an_overblocking_gateway() {
     assert_eq!((caught, on_action), (179, 51));
 }
 
+/// The checker's chain verification is shown to refuse what it must: a schedule's genuine
+/// receipts pass; the same receipts with one body altered (hash left as it was), one `prev`
+/// pointing elsewhere, or one receipt left out each break it at that receipt.
+#[test]
+fn the_chain_check_refuses_altered_receipts() {
+    let mut s = Sim::new(0x4841_4C50, &Config::default());
+    let (rid, resp) = s.random_response();
+    s.gw.handle_response(s.now(), resp.to_string().as_bytes())
+        .unwrap_or_else(|e| panic!("{rid}: {e}"));
+    let genuine: Vec<halo_core::receipt::Receipt> =
+        std::iter::from_fn(|| s.gw.poll_receipt()).collect();
+    assert!(genuine.len() >= 3, "{} receipts", genuine.len());
+    let verdict = |rs: &[halo_core::receipt::Receipt]| {
+        let mut c = ChainCheck::default();
+        rs.iter().for_each(|r| c.accept(r));
+        c.broken
+    };
+    assert_eq!(verdict(&genuine), None);
+    let mut body = genuine.clone();
+    body[1].body.edit(|v| v["kind"] = json!("forged"));
+    let mut prev = genuine.clone();
+    prev[2].prev = genuine[0].hash;
+    let mut gap = genuine.clone();
+    gap.remove(1);
+    let got = [verdict(&body), verdict(&prev), verdict(&gap)];
+    println!(
+        "chain-check: {}/3 altered chains refused",
+        got.iter().flatten().count()
+    );
+    assert_eq!(
+        got,
+        [
+            Some("receipt 1's hash does not recompute".to_string()),
+            Some("receipt 2's prev is not the previous hash".to_string()),
+            Some("receipt 2 where 1 was due".to_string()),
+        ]
+    );
+}
+
 /// The seeded defects of the core (`--features __seeded-defects`, `scripts/seeded_defects.sh`):
 /// each single-defect core, and one pair, through the same schedules; a schedule that reports an
 /// invariant violation kills the defect. Two single defects are expected to survive: the gate's
@@ -1392,6 +1546,7 @@ fn seeded_defects_are_caught() {
         (vec![D::NoLocalRecheckAtGate], false),
         (vec![D::NoTimersAtGate], true),
         (vec![D::NoTimersAtGate, D::NoLocalRecheckAtGate], true),
+        (vec![D::NoDispatchReceipt], true),
     ];
     let mut matched = 0;
     let mut counts = Vec::new();
@@ -1427,6 +1582,6 @@ fn seeded_defects_are_caught() {
     );
     assert_eq!(matched, cases.len());
     if n == 1_000 {
-        assert_eq!(counts, [88, 275, 218, 0, 0, 1, 99]);
+        assert_eq!(counts, [88, 275, 218, 0, 0, 1, 99, 449]);
     }
 }
